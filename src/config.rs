@@ -1,0 +1,689 @@
+//! The TOML configuration: its schema and defaults, [`parse`] (text in, no I/O),
+//! [`load`] (read a file, parse, validate) and [`Config::validate`].
+//!
+//! Every error names the key path (`app[1].rollout.timeout`) and, once loaded from a file,
+//! the file and line.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+/// Where `berth` looks for its configuration when neither `--config` nor `BERTH_CONFIG`
+/// names one.
+pub const DEFAULT_PATH: &str = "/etc/berth/berth.toml";
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Settings of the agent process.
+    #[serde(default)]
+    pub agent: AgentConfig,
+    /// How to reach the cluster.
+    #[serde(default)]
+    pub cluster: ClusterConfig,
+    /// The applications: one git source each.
+    #[serde(default, rename = "app")]
+    pub apps: Vec<AppConfig>,
+}
+
+/// `[agent]`: settings of the agent process.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// Where repositories, inventories' local copies and the history log live.
+    pub state_dir: PathBuf,
+    /// How often each app is synced when nothing else triggers it.
+    #[serde(deserialize_with = "duration")]
+    pub interval: Duration,
+    /// Up to this much random delay is added to each interval, so apps spread out.
+    #[serde(deserialize_with = "duration")]
+    pub jitter: Duration,
+    /// The server-side apply field manager; changing it orphans the fields the old one owned.
+    pub field_manager: String,
+    /// Log output format.
+    pub log_format: LogFormat,
+    /// Largest manifest file read; a larger one is an error.
+    #[serde(deserialize_with = "byte_size")]
+    pub max_file_size: u64,
+    /// Largest total of manifest bytes one app may render.
+    #[serde(deserialize_with = "byte_size")]
+    pub max_app_size: u64,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            state_dir: PathBuf::from("/var/lib/berth"),
+            interval: Duration::from_secs(60),
+            jitter: Duration::from_secs(10),
+            field_manager: "berth".to_string(),
+            log_format: LogFormat::Text,
+            max_file_size: 4 << 20,
+            max_app_size: 64 << 20,
+        }
+    }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
+/// `[cluster]`: how to reach the Kubernetes API.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// A kubeconfig file; unset means `$KUBECONFIG`, `~/.kube/config`, then in-cluster.
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context; unset means the current context.
+    pub context: Option<String>,
+}
+
+/// `[[app]]`: one git source and what to do with it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppConfig {
+    /// The app's name: a DNS label, used in labels and the inventory's name.
+    pub name: String,
+    /// `https://…`, `ssh://…`, `git@host:path`, `file://…` or a local path.
+    pub repo: String,
+    /// Follow this branch (the remote's default branch when no ref is given).
+    pub branch: Option<String>,
+    /// Follow this tag.
+    pub tag: Option<String>,
+    /// Pin this full commit SHA.
+    pub commit: Option<String>,
+    /// Folders (or files) in the repository to render, relative to its root.
+    #[serde(default = "root_path", deserialize_with = "one_or_many")]
+    pub path: Vec<String>,
+    /// Only files matching one of these globs (relative to the repository root) are read.
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Files matching one of these globs are skipped.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Only objects whose `Kind/name` matches one of these globs are kept.
+    #[serde(default)]
+    pub include_objects: Vec<String>,
+    /// Objects whose `Kind/name` matches one of these globs are dropped.
+    #[serde(default)]
+    pub exclude_objects: Vec<String>,
+    /// Namespace for namespaced objects that name none.
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Delete objects that an earlier commit applied and this one no longer holds.
+    #[serde(default)]
+    pub prune: bool,
+    /// How changed Deployments are rolled out.
+    #[serde(default)]
+    pub rollout: RolloutConfig,
+}
+
+fn root_path() -> Vec<String> {
+    vec![".".to_string()]
+}
+
+fn default_namespace() -> String {
+    "default".to_string()
+}
+
+/// `[app.rollout]`: how changed Deployments are followed.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RolloutConfig {
+    /// Who runs the rolling steps.
+    pub engine: RolloutEngine,
+    /// How long a rollout may take before it counts as failed.
+    #[serde(deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// What to do when a rollout fails.
+    pub on_failure: OnFailure,
+}
+
+impl Default for RolloutConfig {
+    fn default() -> Self {
+        RolloutConfig {
+            engine: RolloutEngine::Cluster,
+            timeout: Duration::from_secs(300),
+            on_failure: OnFailure::Rollback,
+        }
+    }
+}
+
+/// Who runs a Deployment's rolling steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RolloutEngine {
+    /// The cluster's Deployment controller; berth follows it.
+    Cluster,
+    /// berth runs the Deployment controller's algorithm itself.
+    Agent,
+}
+
+/// What happens after a failed rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// Restore the previous revision's pod template.
+    Rollback,
+    /// Leave it as it is and stop syncing the app until a new commit.
+    Halt,
+    /// Record the failure and go on.
+    Continue,
+}
+
+/// A configuration problem.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The text is not valid TOML or does not fit the schema.
+    #[error("{}{line}:{column}: {key}: {message}", file_prefix(file))]
+    Parse {
+        /// The file, once known.
+        file: Option<PathBuf>,
+        /// The key path, e.g. `app[0].rollout.timeout`.
+        key: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// The configuration parses but does not make sense.
+    #[error("{}invalid configuration:{}", file_prefix(file), Problems(problems))]
+    Invalid {
+        /// The file, once known.
+        file: Option<PathBuf>,
+        /// Every problem found.
+        problems: Vec<Problem>,
+    },
+}
+
+/// One problem found by [`Config::validate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The key path, e.g. `app[1].name`.
+    pub key: String,
+    /// What is wrong, and what to do.
+    pub message: String,
+}
+
+struct Problems<'a>(&'a [Problem]);
+
+impl fmt::Display for Problems<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for p in self.0 {
+            write!(f, "\n  {}: {}", p.key, p.message)?;
+        }
+        Ok(())
+    }
+}
+
+fn file_prefix(file: &Option<PathBuf>) -> String {
+    file.as_ref()
+        .map(|f| format!("{}:", f.display()))
+        .unwrap_or_default()
+}
+
+impl ConfigError {
+    fn in_file(mut self, path: &Path) -> Self {
+        match &mut self {
+            ConfigError::Parse { file, .. } | ConfigError::Invalid { file, .. } => {
+                *file = Some(path.to_path_buf())
+            }
+            ConfigError::Read { .. } => {}
+        }
+        self
+    }
+}
+
+/// Parses configuration text. Does not validate it: see [`Config::validate`].
+///
+/// # Errors
+/// Invalid TOML, unknown keys, missing required keys and badly formed values, each
+/// naming the key path, line and column.
+pub fn parse(text: &str) -> Result<Config, ConfigError> {
+    let de = toml::Deserializer::parse(text).map_err(|e| toml_error(text, String::new(), &e))?;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let mut key = e.path().to_string();
+        if let Some(field) = unknown_field(e.inner().message()) {
+            key = if key == "." || key.is_empty() {
+                field.to_string()
+            } else {
+                format!("{key}.{field}")
+            };
+        }
+        toml_error(text, key, e.inner())
+    })
+}
+
+/// Reads, parses and validates a configuration file.
+///
+/// # Errors
+/// The file cannot be read, or [`parse`] or [`Config::validate`] fails; the error names
+/// the file.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let config = parse(&text).map_err(|e| e.in_file(path))?;
+    config.validate().map_err(|e| e.in_file(path))?;
+    Ok(config)
+}
+
+fn toml_error(text: &str, key: String, e: &toml::de::Error) -> ConfigError {
+    let (line, column) = e
+        .span()
+        .map(|span| line_column(text, span.start))
+        .unwrap_or((1, 1));
+    ConfigError::Parse {
+        file: None,
+        key: if key.is_empty() || key == "." {
+            "(top level)".to_string()
+        } else {
+            key
+        },
+        line,
+        column,
+        message: e.message().trim().to_string(),
+    }
+}
+
+fn unknown_field(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("unknown field `")?;
+    rest.split('`').next()
+}
+
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, column)
+}
+
+impl Config {
+    /// Checks what the schema cannot: unique DNS-label app names, one ref per app, paths
+    /// that stay inside the repository, globs that compile, sensible durations and sizes.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] listing every problem found.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut problems = Vec::new();
+        let mut problem = |key: String, message: String| problems.push(Problem { key, message });
+        let agent = &self.agent;
+        if agent.interval.is_zero() {
+            problem("agent.interval".into(), "must be more than 0s".into());
+        }
+        if agent.field_manager.trim().is_empty() {
+            problem("agent.field_manager".into(), "must not be empty".into());
+        }
+        if agent.max_file_size == 0 || agent.max_app_size == 0 {
+            problem(
+                "agent.max_file_size".into(),
+                "size caps must be more than 0".into(),
+            );
+        }
+        let mut seen = HashSet::new();
+        for (i, app) in self.apps.iter().enumerate() {
+            let key = |k: &str| format!("app[{i}].{k}");
+            if !is_dns_label(&app.name) {
+                problem(
+                    key("name"),
+                    format!(
+                        "{:?} is not a DNS label (lower-case letters, digits and '-', at most 63)",
+                        app.name
+                    ),
+                );
+            } else if !seen.insert(app.name.as_str()) {
+                problem(
+                    key("name"),
+                    format!(
+                        "duplicate app name {:?}: app names must be unique",
+                        app.name
+                    ),
+                );
+            }
+            if app.repo.trim().is_empty() {
+                problem(key("repo"), "must not be empty".into());
+            }
+            let refs = [&app.branch, &app.tag, &app.commit];
+            if refs.iter().filter(|r| r.is_some()).count() > 1 {
+                problem(
+                    key("branch"),
+                    "give at most one of branch, tag and commit".into(),
+                );
+            }
+            if let Some(c) = &app.commit {
+                if c.len() != 40 || !c.chars().all(|ch| ch.is_ascii_hexdigit()) {
+                    problem(
+                        key("commit"),
+                        format!("{c:?} is not a full 40-character commit SHA"),
+                    );
+                }
+            }
+            if app.path.is_empty() {
+                problem(key("path"), "give at least one path".into());
+            }
+            for p in &app.path {
+                if let Err(message) = check_repo_path(p) {
+                    problem(key("path"), message);
+                }
+            }
+            for (k, globs) in [
+                ("include", &app.include),
+                ("exclude", &app.exclude),
+                ("include_objects", &app.include_objects),
+                ("exclude_objects", &app.exclude_objects),
+            ] {
+                for g in globs {
+                    if let Err(e) = globset::Glob::new(g) {
+                        problem(key(k), format!("invalid glob {g:?}: {}", e.kind()));
+                    }
+                }
+            }
+            if !is_dns_label(&app.namespace) {
+                problem(
+                    key("namespace"),
+                    format!("{:?} is not a valid namespace name", app.namespace),
+                );
+            }
+            if app.rollout.timeout.is_zero() {
+                problem(key("rollout.timeout"), "must be more than 0s".into());
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid {
+                file: None,
+                problems,
+            })
+        }
+    }
+
+    /// The app of that name.
+    pub fn app(&self, name: &str) -> Option<&AppConfig> {
+        self.apps.iter().find(|a| a.name == name)
+    }
+}
+
+/// Checks that a configured path is relative and never climbs out of the repository.
+///
+/// # Errors
+/// A message naming the path and why it is refused.
+pub fn check_repo_path(p: &str) -> Result<(), String> {
+    let path = Path::new(p);
+    let mut depth: usize = 0;
+    for c in path.components() {
+        match c {
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            Component::ParentDir => {
+                depth = depth
+                    .checked_sub(1)
+                    .ok_or_else(|| format!("{p:?} escapes the repository root"))?;
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(format!(
+                    "{p:?} is absolute: paths are relative to the repository root"
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// True for an RFC 1123 DNS label: what app names and namespaces must be.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    humantime::parse_duration(&text).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "invalid duration {text:?} ({e}): write a number and a unit, like 30s, 5m or 1h"
+        ))
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SizeValue {
+    Bytes(u64),
+    Text(String),
+}
+
+fn byte_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    match SizeValue::deserialize(d)? {
+        SizeValue::Bytes(n) => Ok(n),
+        SizeValue::Text(t) => parse_byte_size(&t).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "invalid size {t:?}: write bytes or a number and a unit, like 512KiB or 4MiB"
+            ))
+        }),
+    }
+}
+
+/// Parses `4MiB`, `512 KiB`, `10MB` or a plain number of bytes.
+pub fn parse_byte_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().ok()?;
+    let factor: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(factor)
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+[[app]]
+name = "guestbook"
+repo = "https://example.com/guestbook.git"
+"#;
+
+    fn parse_err(text: &str) -> String {
+        parse(text).expect_err("should not parse").to_string()
+    }
+
+    fn invalid(text: &str) -> String {
+        parse(text)
+            .expect("parses")
+            .validate()
+            .expect_err("should not validate")
+            .to_string()
+    }
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let c = parse(MINIMAL).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.agent.field_manager, "berth");
+        assert_eq!(c.agent.interval, Duration::from_secs(60));
+        assert_eq!(c.agent.max_file_size, 4 << 20);
+        let app = &c.apps[0];
+        assert_eq!(app.path, vec!["."]);
+        assert_eq!(app.namespace, "default");
+        assert!(!app.prune);
+        assert_eq!(app.rollout.engine, RolloutEngine::Cluster);
+        assert_eq!(app.rollout.on_failure, OnFailure::Rollback);
+    }
+
+    #[test]
+    fn the_shipped_example_config_is_valid_and_complete() {
+        let text = include_str!("../config/berth.toml");
+        let c = parse(text).unwrap();
+        c.validate().unwrap();
+        let app = &c.apps[0];
+        assert_eq!(app.rollout.timeout, Duration::from_secs(300));
+        assert_eq!(c.agent, AgentConfig::default(), "documented defaults drift");
+    }
+
+    #[test]
+    fn unknown_key_names_its_path_and_line() {
+        let e = parse_err(&format!("{MINIMAL}[app.rollout]\nengin = \"agent\"\n"));
+        assert!(e.contains("app[0].rollout.engin"), "{e}");
+        assert!(e.contains("unknown field"), "{e}");
+        assert!(e.starts_with("6:"), "{e}");
+    }
+
+    #[test]
+    fn unknown_top_level_table_is_refused() {
+        let e = parse_err("[agnet]\ninterval = \"1m\"\n");
+        assert!(e.contains("agnet"), "{e}");
+    }
+
+    #[test]
+    fn bad_duration_names_key_and_explains() {
+        let e = parse_err(&format!(
+            "{MINIMAL}[app.rollout]\ntimeout = \"5 parsecs\"\n"
+        ));
+        assert!(e.contains("app[0].rollout.timeout"), "{e}");
+        assert!(e.contains("invalid duration \"5 parsecs\""), "{e}");
+    }
+
+    #[test]
+    fn missing_required_key() {
+        let e = parse_err("[[app]]\nname = \"x\"\n");
+        assert!(
+            e.contains("app[0]") && e.contains("missing field `repo`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_enum_value() {
+        let e = parse_err(&format!("{MINIMAL}[app.rollout]\non_failure = \"panic\"\n"));
+        assert!(e.contains("app[0].rollout.on_failure"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_app_names() {
+        let e = invalid(&format!("{MINIMAL}{MINIMAL}"));
+        assert!(
+            e.contains("app[1].name: duplicate app name \"guestbook\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn more_than_one_ref() {
+        let e = invalid(&format!("{MINIMAL}branch = \"main\"\ntag = \"v1\"\n"));
+        assert!(e.contains("at most one of branch, tag and commit"), "{e}");
+    }
+
+    #[test]
+    fn short_commit_is_refused() {
+        let e = invalid(&format!("{MINIMAL}commit = \"abc1234\"\n"));
+        assert!(e.contains("app[0].commit"), "{e}");
+    }
+
+    #[test]
+    fn escaping_paths_are_refused() {
+        let e = invalid(&format!(
+            "{MINIMAL}path = [\"deploy/../../etc\", \"/etc\"]\n"
+        ));
+        assert!(
+            e.contains("\"deploy/../../etc\" escapes the repository root"),
+            "{e}"
+        );
+        assert!(e.contains("\"/etc\" is absolute"), "{e}");
+        assert!(check_repo_path("a/../b").is_ok());
+    }
+
+    #[test]
+    fn bad_app_name_and_glob() {
+        let e = invalid("[[app]]\nname = \"Guest_Book\"\nrepo = \"x\"\ninclude = [\"a[\"]\n");
+        assert!(e.contains("app[0].name"), "{e}");
+        assert!(e.contains("app[0].include: invalid glob"), "{e}");
+    }
+
+    #[test]
+    fn sizes_accept_units_and_numbers() {
+        assert_eq!(parse_byte_size("4MiB"), Some(4 << 20));
+        assert_eq!(parse_byte_size("512 KiB"), Some(512 << 10));
+        assert_eq!(parse_byte_size("1000"), Some(1000));
+        assert_eq!(parse_byte_size("4 parsecs"), None);
+        let c = parse("[agent]\nmax_file_size = 1024\nmax_app_size = \"1GiB\"\n").unwrap();
+        assert_eq!(
+            (c.agent.max_file_size, c.agent.max_app_size),
+            (1024, 1 << 30)
+        );
+        let e = parse_err("[agent]\nmax_file_size = \"lots\"\n");
+        assert!(
+            e.contains("agent.max_file_size") && e.contains("invalid size"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn path_may_be_a_single_string() {
+        let c = parse(&format!("{MINIMAL}path = \"deploy\"\n")).unwrap();
+        assert_eq!(c.apps[0].path, vec!["deploy"]);
+    }
+
+    #[test]
+    fn load_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("berth.toml");
+        std::fs::write(&path, format!("{MINIMAL}{MINIMAL}")).unwrap();
+        let e = load(&path).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("{}:", path.display())), "{e}");
+        let e = load(&dir.path().join("missing.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot read config file"), "{e}");
+    }
+}

@@ -1,0 +1,369 @@
+//! The stream visitor: one file's bytes → its YAML or JSON documents → [`Manifest`]s.
+//!
+//! As kubectl's `StreamVisitor`: a stream whose first non-space character is `{` is read
+//! as concatenated JSON values, anything else as multi-document YAML; empty and `null`
+//! documents are skipped. serde_yaml's and serde_json's nesting limit (128) and
+//! serde_yaml's alias-expansion limit stay on: they are what stops depth and
+//! "billion laughs" bombs.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::error::ManifestError;
+use super::object::{Manifest, Origin};
+use super::visitor::{json_type, Flow, Item, Visitor};
+
+/// The documents of one file (or stdin).
+pub struct Stream {
+    /// The path shown in origins and errors.
+    pub path: String,
+    /// The file's bytes.
+    pub bytes: Vec<u8>,
+}
+
+impl Visitor for Stream {
+    fn visit(&self, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
+        let text = match decode_text(&self.path, &self.bytes) {
+            Ok(text) => text,
+            Err(e) => return f(Err(e)),
+        };
+        if text.trim_start().starts_with('{') {
+            visit_json(&self.path, &text, f)
+        } else {
+            visit_yaml(&self.path, &text, f)
+        }
+    }
+}
+
+/// UTF-8 (a byte-order mark is dropped), or UTF-16 when it starts with a byte-order mark.
+fn decode_text<'a>(path: &str, bytes: &'a [u8]) -> Result<Cow<'a, str>, ManifestError> {
+    let utf16 = |units: Vec<u16>| {
+        String::from_utf16(&units).map_err(|_| ManifestError::NotUtf8 {
+            path: path.to_string(),
+            line: 1,
+            byte: 0,
+        })
+    };
+    let pairs = |b: &[u8], le: bool| -> Vec<u16> {
+        b.chunks_exact(2)
+            .map(|c| {
+                if le {
+                    u16::from_le_bytes([c[0], c[1]])
+                } else {
+                    u16::from_be_bytes([c[0], c[1]])
+                }
+            })
+            .collect()
+    };
+    match bytes {
+        [0xEF, 0xBB, 0xBF, rest @ ..] => utf8(path, rest),
+        [0xFF, 0xFE, rest @ ..] => utf16(pairs(rest, true)).map(Cow::Owned),
+        [0xFE, 0xFF, rest @ ..] => utf16(pairs(rest, false)).map(Cow::Owned),
+        _ => utf8(path, bytes),
+    }
+}
+
+fn utf8<'a>(path: &str, bytes: &'a [u8]) -> Result<Cow<'a, str>, ManifestError> {
+    std::str::from_utf8(bytes)
+        .map(Cow::Borrowed)
+        .map_err(|e| ManifestError::NotUtf8 {
+            path: path.to_string(),
+            line: bytes[..e.valid_up_to()]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count()
+                + 1,
+            byte: e.valid_up_to(),
+        })
+}
+
+fn visit_yaml(path: &str, text: &str, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
+    let starts = document_lines(text);
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let mut origin = Origin {
+            path: path.to_string(),
+            document: i + 1,
+            line: starts.get(i).copied().unwrap_or(1),
+            item: None,
+        };
+        match Value::deserialize(doc) {
+            Ok(value) => f_document(origin, value, f)?,
+            Err(e) => {
+                if let Some(loc) = e.location() {
+                    origin.line = loc.line();
+                }
+                // libyaml cannot resume after a syntax error: the rest of the file is lost.
+                return f(Err(ManifestError::Syntax {
+                    origin,
+                    format: "YAML",
+                    message: strip_location(&e.to_string()),
+                }));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn visit_json(path: &str, text: &str, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    for document in 1.. {
+        let offset = stream.byte_offset();
+        let start = offset + (text[offset..].len() - text[offset..].trim_start().len());
+        let mut origin = Origin {
+            path: path.to_string(),
+            document,
+            line: text[..start].matches('\n').count() + 1,
+            item: None,
+        };
+        match stream.next() {
+            None => break,
+            Some(Ok(value)) => f_document(origin, value, f)?,
+            Some(Err(e)) => {
+                origin.line = e.line();
+                return f(Err(ManifestError::Syntax {
+                    origin,
+                    format: "JSON",
+                    message: strip_location(&e.to_string()),
+                }));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks one decoded document and hands it on; `null` documents are skipped.
+fn f_document(origin: Origin, value: Value, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
+    let object = match value {
+        Value::Null => return Ok(()),
+        Value::Object(object) => object,
+        other => {
+            return f(Err(ManifestError::NotAnObject {
+                origin,
+                found: json_type(&other),
+            }))
+        }
+    };
+    let m = Manifest { object, origin };
+    for field in ["apiVersion", "kind"] {
+        if m.object
+            .get(field)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+        {
+            return f(Err(ManifestError::MissingField {
+                what: String::new(),
+                origin: m.origin,
+                field: if field == "kind" {
+                    "kind"
+                } else {
+                    "apiVersion"
+                },
+            }));
+        }
+    }
+    f(Ok(m))
+}
+
+/// Drops the parser's " at line L column C" suffix: the origin already says where.
+fn strip_location(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(i) => message[..i].to_string(),
+        None => message.to_string(),
+    }
+}
+
+/// The 1-based line where each YAML document starts (its first content line), in the
+/// order libyaml yields them: a `---` marker opens a document, and so does content
+/// outside one; `...` closes one.
+fn document_lines(text: &str) -> Vec<usize> {
+    let mut starts = Vec::new();
+    let mut in_document = false;
+    let mut at_marker = false;
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        if line == "---" || line.starts_with("--- ") || line.starts_with("---\t") {
+            starts.push(n);
+            in_document = true;
+            at_marker = line.trim_end() == "---";
+            continue;
+        }
+        if line.trim_end() == "..." {
+            in_document = false;
+            continue;
+        }
+        let trimmed = line.trim();
+        let content = !trimmed.is_empty() && !trimmed.starts_with('#') && !line.starts_with('%');
+        if !content {
+            continue;
+        }
+        if !in_document {
+            starts.push(n);
+            in_document = true;
+        } else if at_marker {
+            if let Some(last) = starts.last_mut() {
+                *last = n;
+            }
+        }
+        at_marker = false;
+    }
+    starts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::visitor::{collect, ContinueOnError};
+
+    fn decode(text: &[u8]) -> Result<Vec<Manifest>, ManifestError> {
+        collect(&ContinueOnError(Stream {
+            path: "app.yaml".into(),
+            bytes: text.to_vec(),
+        }))
+    }
+
+    fn error(text: &[u8]) -> String {
+        decode(text).expect_err("should fail").to_string()
+    }
+
+    const TWO_DOCS: &str = r#"# leading comment
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: one
+---
+---
+null
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: two
+"#;
+
+    #[test]
+    fn multi_document_yaml_skips_empty_and_null_and_knows_lines() {
+        let got = decode(TWO_DOCS.as_bytes()).unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(
+            (got[0].name(), got[0].origin.line, got[0].origin.document),
+            ("one", 3, 1)
+        );
+        assert_eq!(
+            (got[1].name(), got[1].origin.line, got[1].origin.document),
+            ("two", 11, 4)
+        );
+    }
+
+    #[test]
+    fn json_stream() {
+        let text = b"{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"a\"}}\n\n{\"apiVersion\":\"v1\",\"kind\":\"Secret\",\"metadata\":{\"name\":\"b\"}}";
+        let got = decode(text).unwrap();
+        assert_eq!(got[1].kind(), "Secret");
+        assert_eq!(got[1].origin.line, 3);
+    }
+
+    #[test]
+    fn invalid_yaml_names_file_and_line() {
+        let e = error(b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  labels: [a\n");
+        assert!(e.starts_with("app.yaml:"), "{e}");
+        assert!(e.contains("invalid YAML"), "{e}");
+        let e = error(b"apiVersion: v1\nkind: ConfigMap\n  bad: indent\n");
+        assert!(
+            e.starts_with("app.yaml:3 (document 1): invalid YAML"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn invalid_json_names_line() {
+        let e = error(b"{\"apiVersion\": \"v1\",\n \"kind\": }");
+        assert!(
+            e.starts_with("app.yaml:2 (document 1): invalid JSON"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn missing_api_version_and_kind() {
+        let e = error(b"kind: ConfigMap\nmetadata: {name: a}\n");
+        assert_eq!(e, "app.yaml:1 (document 1): missing apiVersion");
+        let e = error(b"apiVersion: v1\nmetadata: {name: a}\n");
+        assert_eq!(e, "app.yaml:1 (document 1): missing kind");
+    }
+
+    #[test]
+    fn a_scalar_document_is_not_a_manifest() {
+        let e = error(b"just a string\n");
+        assert!(
+            e.contains("must be a mapping") && e.contains("found a string"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn non_utf8_names_line_and_byte() {
+        let e = error(b"apiVersion: v1\nkind: \xff\xfe\xfd\n");
+        assert_eq!(
+            e,
+            "app.yaml:2: not valid UTF-8 (byte 21): manifests must be UTF-8 text"
+        );
+    }
+
+    #[test]
+    fn utf16_with_bom_is_read() {
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: u16}\n";
+        let mut bytes = vec![0xFF, 0xFE];
+        bytes.extend(text.encode_utf16().flat_map(u16::to_le_bytes));
+        assert_eq!(decode(&bytes).unwrap()[0].name(), "u16");
+    }
+
+    #[test]
+    fn billion_laughs_is_refused_in_bounded_memory() {
+        let mut bomb = String::from(
+            "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+        );
+        let mut prev = 'a';
+        for name in 'b'..='i' {
+            bomb.push_str(&format!(
+                "{name}: &{name} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"
+            ));
+            prev = name;
+        }
+        let e = error(bomb.as_bytes());
+        assert!(
+            e.contains("invalid YAML") && e.contains("repetition limit"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn deep_nesting_is_refused() {
+        let yaml = format!(
+            "apiVersion: v1\nkind: ConfigMap\ndata: {}{}\n",
+            "[".repeat(10_000),
+            "]".repeat(10_000)
+        );
+        let e = error(yaml.as_bytes());
+        assert!(
+            e.contains("invalid YAML") && e.contains("recursion limit"),
+            "{e}"
+        );
+        let json = format!("{{\"a\": {}{}}}", "[".repeat(10_000), "]".repeat(10_000));
+        let e = error(json.as_bytes());
+        assert!(
+            e.contains("invalid JSON") && e.contains("recursion limit"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn document_lines_follow_markers_and_content() {
+        assert_eq!(document_lines("a: 1\n---\nb: 2\n"), vec![1, 3]);
+        assert_eq!(document_lines("# c\n---\n\n---\nb: 2\n"), vec![2, 5]);
+        assert_eq!(document_lines("--- {a: 1}\n...\nb: 1\n"), vec![1, 3]);
+    }
+}

@@ -1,0 +1,156 @@
+//! [`ManifestError`]: everything that can be wrong with the manifests of a commit. Every
+//! variant names where: the file, and where known the document, line and object.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use super::object::{ObjectKey, Origin};
+
+/// An error while reading, decoding or checking manifests.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// A file or folder could not be read.
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        /// Repository-relative path.
+        path: String,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A configured path does not exist.
+    #[error("{path}: no such file or directory in the repository")]
+    NotFound {
+        /// Repository-relative path.
+        path: String,
+    },
+    /// The file is neither UTF-8 nor UTF-16 with a byte-order mark.
+    #[error("{path}:{line}: not valid UTF-8 (byte {byte}): manifests must be UTF-8 text")]
+    NotUtf8 {
+        /// Repository-relative path.
+        path: String,
+        /// 1-based line of the first bad byte.
+        line: usize,
+        /// 0-based offset of the first bad byte.
+        byte: usize,
+    },
+    /// Invalid YAML or JSON, including nesting and alias-expansion limits.
+    #[error("{origin}: invalid {format}: {message}")]
+    Syntax {
+        /// Where.
+        origin: Origin,
+        /// `YAML` or `JSON`.
+        format: &'static str,
+        /// The parser's message.
+        message: String,
+    },
+    /// A document is not a mapping (an object).
+    #[error(
+        "{origin}: a manifest must be a mapping with apiVersion, kind and metadata, found {found}"
+    )]
+    NotAnObject {
+        /// Where.
+        origin: Origin,
+        /// What was found instead (`a list`, `a string`, …).
+        found: &'static str,
+    },
+    /// A required field is missing or empty.
+    #[error("{origin}: {what}missing {field}")]
+    MissingField {
+        /// Where.
+        origin: Origin,
+        /// `Deployment ` when the kind is known, else empty.
+        what: String,
+        /// `apiVersion`, `kind` or `metadata.name`.
+        field: &'static str,
+    },
+    /// Some other structural problem with one object.
+    #[error("{origin}: {message}")]
+    Invalid {
+        /// Where.
+        origin: Origin,
+        /// What is wrong.
+        message: String,
+    },
+    /// The same object is defined twice.
+    #[error("{key} is defined twice: at {first} and at {second}")]
+    Duplicate {
+        /// The object.
+        key: ObjectKey,
+        /// The first definition.
+        first: Origin,
+        /// The second definition.
+        second: Origin,
+    },
+    /// One file is larger than the per-file cap; it was not read.
+    #[error("{path}: file is {size} bytes, over the {limit}-byte cap (agent.max_file_size)")]
+    FileTooLarge {
+        /// Repository-relative path.
+        path: String,
+        /// Its size.
+        size: u64,
+        /// The cap.
+        limit: u64,
+    },
+    /// The app's manifests together are larger than the per-app cap.
+    #[error("{path}: the app's manifests exceed the {limit}-byte cap (agent.max_app_size); reading stopped here")]
+    AppTooLarge {
+        /// The file that went over.
+        path: String,
+        /// The cap.
+        limit: u64,
+    },
+    /// A symbolic link resolves outside the repository; it was not read.
+    #[error("{path}: symbolic link points outside the repository ({}); refused", target.display())]
+    OutsideRoot {
+        /// Repository-relative path of the link.
+        path: String,
+        /// Where it points.
+        target: PathBuf,
+    },
+    /// A configured path climbs out of the repository.
+    #[error("{path}: path escapes the repository root; refused")]
+    EscapesRoot {
+        /// The path as configured.
+        path: String,
+    },
+    /// Several errors, collected by the continue-on-error policy.
+    #[error("{}", Many(.0))]
+    Many(Vec<ManifestError>),
+}
+
+struct Many<'a>(&'a [ManifestError]);
+
+impl fmt::Display for Many<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} errors:", self.0.len())?;
+        for e in self.0 {
+            write!(f, "\n  - {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ManifestError {
+    /// One error, or a [`ManifestError::Many`] of several (flattened).
+    pub fn aggregate(mut errors: Vec<ManifestError>) -> Option<ManifestError> {
+        match errors.len() {
+            0 => None,
+            1 => errors.pop(),
+            _ => Some(ManifestError::Many(
+                errors
+                    .into_iter()
+                    .flat_map(ManifestError::into_vec)
+                    .collect(),
+            )),
+        }
+    }
+
+    /// The single errors this one holds.
+    pub fn into_vec(self) -> Vec<ManifestError> {
+        match self {
+            ManifestError::Many(v) => v,
+            e => vec![e],
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! The manifest pipeline: a commit's files → [`Manifest`]s, through a chain of
+//! [`Visitor`]s modelled on kubectl's resource Builder. Pure: it reads files under a root
+//! and never talks to a cluster (the kind → scope lookup is passed in).
+//!
+//! - [`visitor`]: the trait and its combinators (flatten, decorate, filter, unique,
+//!   continue-on-error);
+//! - [`source`]: folders, files and stdin, with the path and size safety rules;
+//! - [`decode`]: multi-document YAML and JSON streams;
+//! - [`decorate`]: identity checks, default namespace, ownership label, annotations, filters;
+//! - [`scope`]: which kinds are namespaced;
+//! - [`builder`]: assembles the chain for one render;
+//! - [`object`] and [`error`]: the values that cross it.
+
+pub mod builder;
+pub mod decode;
+pub mod decorate;
+pub mod error;
+pub mod object;
+pub mod scope;
+pub mod source;
+pub mod visitor;
+
+pub use builder::{Builder, ErrorPolicy, Input};
+pub use error::ManifestError;
+pub use object::{Manifest, ObjectKey, Origin};
+pub use scope::{BuiltinScopes, Scope, ScopeLookup};
+pub use source::Limits;
+pub use visitor::Visitor;
+
+/// The ownership label: `berth.dev/app=<app>` on every object berth applies.
+pub const LABEL_APP: &str = "berth.dev/app";
+/// The repository-relative file an object came from.
+pub const ANNOTATION_SOURCE_PATH: &str = "berth.dev/source-path";
+/// The commit an object was applied from.
+pub const ANNOTATION_SOURCE_COMMIT: &str = "berth.dev/source-commit";
+/// `"true"`: berth skips the object.
+pub const ANNOTATION_IGNORE: &str = "berth.dev/ignore";

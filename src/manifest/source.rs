@@ -1,0 +1,402 @@
+//! Source visitors: files and folders of a repository checkout, and stdin. They enforce
+//! the safety rules before a byte is read: paths stay inside the repository root (no
+//! `..` escapes, no symbolic links that lead out), files over the per-file cap are not
+//! read, and reading stops when the app's total passes the per-app cap.
+
+use std::collections::HashSet;
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+
+use globset::GlobSet;
+
+use super::decode::Stream;
+use super::error::ManifestError;
+use super::visitor::{Flow, Item, Visitor};
+
+/// Size caps that bound the memory one render may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest single file.
+    pub max_file_size: u64,
+    /// Largest total over all files of one render.
+    pub max_app_size: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_file_size: 4 << 20,
+            max_app_size: 64 << 20,
+        }
+    }
+}
+
+/// Files and folders under a repository root (kubectl's `FileVisitor`s from
+/// `ExpandPathsToFileVisitors`). Folders are walked recursively in name order; files found
+/// in a folder need a `.yaml`, `.yml` or `.json` extension, a file named directly does
+/// not. `.git` is never entered.
+pub struct PathSource {
+    /// The repository root: nothing outside it is read.
+    pub root: PathBuf,
+    /// Shown before repository-relative paths in origins (e.g. the folder a user typed).
+    pub prefix: String,
+    /// Paths relative to the root.
+    pub paths: Vec<String>,
+    /// When set, only files whose relative path matches are read.
+    pub include: Option<GlobSet>,
+    /// Files whose relative path matches are skipped.
+    pub exclude: Option<GlobSet>,
+    /// Size caps.
+    pub limits: Limits,
+}
+
+struct Walk<'a> {
+    source: &'a PathSource,
+    root: PathBuf,
+    total: u64,
+    seen_dirs: HashSet<PathBuf>,
+}
+
+impl Visitor for PathSource {
+    fn visit(&self, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
+        let root = self
+            .root
+            .canonicalize()
+            .map_err(|source| ManifestError::Read {
+                path: self.display(""),
+                source,
+            })?;
+        let mut walk = Walk {
+            source: self,
+            root,
+            total: 0,
+            seen_dirs: HashSet::new(),
+        };
+        for p in &self.paths {
+            let Some(rel) = normalize(p) else {
+                f(Err(ManifestError::EscapesRoot { path: p.clone() }))?;
+                continue;
+            };
+            walk.entry(&rel, true, f)?;
+        }
+        Ok(())
+    }
+}
+
+impl PathSource {
+    fn display(&self, rel: &str) -> String {
+        match (self.prefix.trim_end_matches('/'), rel) {
+            ("", "") => ".".to_string(),
+            ("", rel) => rel.to_string(),
+            (prefix, "") => prefix.to_string(),
+            (prefix, rel) => format!("{prefix}/{rel}"),
+        }
+    }
+
+    fn selected(&self, rel: &str) -> bool {
+        self.include.as_ref().is_none_or(|g| g.is_match(rel))
+            && !self.exclude.as_ref().is_some_and(|g| g.is_match(rel))
+    }
+}
+
+impl Walk<'_> {
+    /// One path (relative to the root): a file is read, a folder walked.
+    fn entry(&mut self, rel: &str, named: bool, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
+        let full = self.source.root.join(rel);
+        let shown = self.source.display(rel);
+        let resolved = match full.canonicalize() {
+            Ok(p) => p,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && named => {
+                return f(Err(ManifestError::NotFound { path: shown }))
+            }
+            Err(source) => {
+                return f(Err(ManifestError::Read {
+                    path: shown,
+                    source,
+                }))
+            }
+        };
+        if !resolved.starts_with(&self.root) {
+            return f(Err(ManifestError::OutsideRoot {
+                path: shown,
+                target: resolved,
+            }));
+        }
+        if resolved.is_dir() {
+            return self.dir(rel, resolved, f);
+        }
+        let extension_ok = Path::new(rel)
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"));
+        if (named || extension_ok) && self.source.selected(rel) {
+            self.file(&resolved, shown, f)?;
+        }
+        Ok(())
+    }
+
+    fn dir(&mut self, rel: &str, resolved: PathBuf, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
+        if !self.seen_dirs.insert(resolved.clone()) {
+            return Ok(()); // a symlink loop, or a folder reached twice
+        }
+        let shown = self.source.display(rel);
+        let entries = match std::fs::read_dir(&resolved) {
+            Ok(entries) => entries,
+            Err(source) => {
+                return f(Err(ManifestError::Read {
+                    path: shown,
+                    source,
+                }))
+            }
+        };
+        let mut names: Vec<String> = Vec::new();
+        for entry in entries {
+            match entry {
+                Ok(e) => names.push(e.file_name().to_string_lossy().into_owned()),
+                Err(source) => {
+                    return f(Err(ManifestError::Read {
+                        path: shown.clone(),
+                        source,
+                    }))
+                }
+            }
+        }
+        names.sort();
+        for name in names.iter().filter(|n| *n != ".git") {
+            let child = if rel.is_empty() {
+                name.clone()
+            } else {
+                format!("{rel}/{name}")
+            };
+            self.entry(&child, false, f)?;
+        }
+        Ok(())
+    }
+
+    fn file(&mut self, path: &Path, shown: String, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
+        let limits = self.source.limits;
+        let size = match std::fs::metadata(path) {
+            Ok(m) => m.len(),
+            Err(source) => {
+                return f(Err(ManifestError::Read {
+                    path: shown,
+                    source,
+                }))
+            }
+        };
+        if size > limits.max_file_size {
+            return f(Err(ManifestError::FileTooLarge {
+                path: shown,
+                size,
+                limit: limits.max_file_size,
+            }));
+        }
+        self.total += size;
+        if self.total > limits.max_app_size {
+            // A resource bound, not a bad item: it stops the walk under every policy.
+            return Err(ManifestError::AppTooLarge {
+                path: shown,
+                limit: limits.max_app_size,
+            });
+        }
+        match read_capped(std::fs::File::open(path), limits.max_file_size) {
+            Ok(bytes) => Stream { path: shown, bytes }.visit(f),
+            Err(ReadError::TooLarge(size)) => f(Err(ManifestError::FileTooLarge {
+                path: shown,
+                size,
+                limit: limits.max_file_size,
+            })),
+            Err(ReadError::Io(source)) => f(Err(ManifestError::Read {
+                path: shown,
+                source,
+            })),
+        }
+    }
+}
+
+enum ReadError {
+    Io(std::io::Error),
+    TooLarge(u64),
+}
+
+/// Reads at most `limit` bytes; a file that grew past it since `stat` is refused too.
+fn read_capped(file: std::io::Result<impl Read>, limit: u64) -> Result<Vec<u8>, ReadError> {
+    let mut bytes = Vec::new();
+    file.and_then(|r| r.take(limit + 1).read_to_end(&mut bytes))
+        .map_err(ReadError::Io)?;
+    if bytes.len() as u64 > limit {
+        return Err(ReadError::TooLarge(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+/// A configured path as `a/b` with `.` and `..` resolved; `None` when it leaves the root
+/// or is absolute.
+fn normalize(p: &str) -> Option<String> {
+    let mut parts: Vec<&str> = Vec::new();
+    for c in Path::new(p).components() {
+        match c {
+            Component::Normal(s) => parts.push(s.to_str()?),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                parts.pop()?;
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(parts.join("/"))
+}
+
+/// Standard input, shown as `STDIN`, bounded by the per-file cap.
+pub struct Stdin {
+    /// Size caps.
+    pub limits: Limits,
+}
+
+impl Visitor for Stdin {
+    fn visit(&self, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
+        let path = "STDIN".to_string();
+        match read_capped(Ok(std::io::stdin().lock()), self.limits.max_file_size) {
+            Ok(bytes) => Stream { path, bytes }.visit(f),
+            Err(ReadError::TooLarge(size)) => f(Err(ManifestError::FileTooLarge {
+                path,
+                size,
+                limit: self.limits.max_file_size,
+            })),
+            Err(ReadError::Io(source)) => f(Err(ManifestError::Read { path, source })),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::visitor::{collect, ContinueOnError};
+
+    const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: NAME\n";
+
+    fn write(dir: &Path, rel: &str, text: &str) {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    fn source(root: &Path, paths: &[&str]) -> PathSource {
+        PathSource {
+            root: root.to_path_buf(),
+            prefix: String::new(),
+            paths: paths.iter().map(|s| s.to_string()).collect(),
+            include: None,
+            exclude: None,
+            limits: Limits::default(),
+        }
+    }
+
+    fn run(s: PathSource) -> Result<Vec<String>, ManifestError> {
+        collect(&ContinueOnError(s)).map(|v| v.iter().map(|m| m.origin.path.clone()).collect())
+    }
+
+    #[test]
+    fn walks_folders_in_order_with_extension_rule_and_globs() {
+        let d = tempfile::tempdir().unwrap();
+        write(d.path(), "b/x.yaml", &CM.replace("NAME", "x"));
+        write(d.path(), "a/y.yml", &CM.replace("NAME", "y"));
+        write(
+            d.path(),
+            "a/z.json",
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"z"}}"#,
+        );
+        write(d.path(), "a/README.md", "not yaml");
+        write(d.path(), ".git/config.yaml", "ignored: true");
+        write(d.path(), "a/skip.yaml", &CM.replace("NAME", "skip"));
+        assert_eq!(
+            run(source(d.path(), &["."])).unwrap(),
+            ["a/skip.yaml", "a/y.yml", "a/z.json", "b/x.yaml"]
+        );
+        let mut s = source(d.path(), &["a"]);
+        s.exclude = Some(
+            globset::GlobSetBuilder::new()
+                .add(globset::Glob::new("**/skip.*").unwrap())
+                .build()
+                .unwrap(),
+        );
+        s.prefix = "repo".into();
+        assert_eq!(run(s).unwrap(), ["repo/a/y.yml", "repo/a/z.json"]);
+    }
+
+    #[test]
+    fn symlink_out_of_the_root_is_refused_unread() {
+        let outside = tempfile::tempdir().unwrap();
+        write(outside.path(), "secret.yaml", &CM.replace("NAME", "secret"));
+        let d = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(
+            outside.path().join("secret.yaml"),
+            d.path().join("leak.yaml"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(outside.path(), d.path().join("leakdir")).unwrap();
+        let e = run(source(d.path(), &["."])).unwrap_err().to_string();
+        assert!(
+            e.contains("leak.yaml: symbolic link points outside the repository"),
+            "{e}"
+        );
+        assert!(
+            e.contains("leakdir: symbolic link points outside the repository"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn symlink_inside_the_root_is_followed() {
+        let d = tempfile::tempdir().unwrap();
+        write(d.path(), "real/x.yaml", &CM.replace("NAME", "x"));
+        std::os::unix::fs::symlink(d.path().join("real/x.yaml"), d.path().join("link.yaml"))
+            .unwrap();
+        assert_eq!(
+            run(source(d.path(), &["link.yaml"])).unwrap(),
+            ["link.yaml"]
+        );
+    }
+
+    #[test]
+    fn dot_dot_escape_and_missing_paths() {
+        let d = tempfile::tempdir().unwrap();
+        let e = run(source(d.path(), &["../etc", "nope"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("../etc: path escapes the repository root"),
+            "{e}"
+        );
+        assert!(e.contains("nope: no such file or directory"), "{e}");
+    }
+
+    #[test]
+    fn file_over_the_cap_is_not_read() {
+        let d = tempfile::tempdir().unwrap();
+        write(d.path(), "big.yaml", &"#".repeat(2000));
+        let mut s = source(d.path(), &["."]);
+        s.limits.max_file_size = 1000;
+        let e = run(s).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "big.yaml: file is 2000 bytes, over the 1000-byte cap (agent.max_file_size)"
+        );
+    }
+
+    #[test]
+    fn app_over_the_cap_stops_reading() {
+        let d = tempfile::tempdir().unwrap();
+        for i in 0..5 {
+            write(
+                d.path(),
+                &format!("{i}.yaml"),
+                &CM.replace("NAME", &format!("c{i}")),
+            );
+        }
+        let mut s = source(d.path(), &["."]);
+        s.limits.max_app_size = 2 * CM.len() as u64 + 10;
+        let e = run(s).unwrap_err().to_string();
+        assert!(e.starts_with("2.yaml: the app's manifests exceed"), "{e}");
+    }
+}
