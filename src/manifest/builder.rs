@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! source (paths | stdin) → stream decode → flatten → require identity      ⇒ raw manifests
-//! raw → filter (ignore, Kind/name globs) → decorate (namespace, label, annotations)
+//! raw → filter (ignore, Kind/name globs) → decorate (namespace, port protocol, label, annotations)
 //!     → unique → error policy                                              ⇒ Vec<Manifest>
 //! ```
 //! It runs in two passes so that CustomResourceDefinitions anywhere in the commit tell
@@ -12,7 +12,8 @@
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 use super::decorate::{
-    AppLabel, IgnoreAnnotated, ObjectGlobs, RequireIdentity, SetNamespace, SourceAnnotations,
+    AppLabel, DefaultPortProtocol, IgnoreAnnotated, ObjectGlobs, RequireIdentity, SetNamespace,
+    SourceAnnotations,
 };
 use super::error::ManifestError;
 use super::object::Manifest;
@@ -109,10 +110,13 @@ impl<'a> Builder<'a> {
             return Err(ManifestError::aggregate(errors).expect("not empty"));
         }
         let scopes = WithCrds::new(&raw, self.scopes);
-        let mut decorators: Vec<Box<dyn Decorator + '_>> = vec![Box::new(SetNamespace {
-            namespace: self.namespace.clone(),
-            scopes: &scopes,
-        })];
+        let mut decorators: Vec<Box<dyn Decorator + '_>> = vec![
+            Box::new(SetNamespace {
+                namespace: self.namespace.clone(),
+                scopes: &scopes,
+            }),
+            Box::new(DefaultPortProtocol),
+        ];
         if let Some(app) = &self.app {
             decorators.push(Box::new(AppLabel(app.clone())));
         }
@@ -140,22 +144,21 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// Runs a chain under the policy; collect-all keeps the good manifests too, so the
+    /// next pass can report their errors as well.
     fn run(&self, chain: &dyn Visitor) -> (Vec<Manifest>, Vec<ManifestError>) {
-        let result = match self.policy {
-            ErrorPolicy::FailFast => return split(collect(chain)),
-            ErrorPolicy::CollectAll => {
-                let mut ok = Vec::new();
-                let walk = ContinueOnError(chain).visit(&mut |item| {
-                    ok.push(item?);
-                    Ok(())
-                });
-                (
-                    ok,
-                    walk.err().map(ManifestError::into_vec).unwrap_or_default(),
-                )
-            }
-        };
-        result
+        if self.policy == ErrorPolicy::FailFast {
+            return split(collect(chain));
+        }
+        let mut ok = Vec::new();
+        let walk = ContinueOnError(chain).visit(&mut |item| {
+            ok.push(item?);
+            Ok(())
+        });
+        (
+            ok,
+            walk.err().map(ManifestError::into_vec).unwrap_or_default(),
+        )
     }
 }
 
@@ -179,4 +182,104 @@ pub fn globs(patterns: &[String]) -> Result<Option<GlobSet>, globset::Error> {
         set.add(Glob::new(p)?);
     }
     set.build().map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::BuiltinScopes;
+
+    fn builder(root: &std::path::Path, policy: ErrorPolicy) -> Builder<'static> {
+        Builder {
+            input: Input::Paths(PathSource {
+                root: root.to_path_buf(),
+                prefix: String::new(),
+                paths: vec![".".into()],
+                include: None,
+                exclude: None,
+                limits: Limits::default(),
+            }),
+            namespace: "shop".into(),
+            app: Some("shop".into()),
+            commit: Some("abc1234".into()),
+            include_objects: None,
+            exclude_objects: None,
+            policy,
+            scopes: &BuiltinScopes,
+        }
+    }
+
+    const FILES: &[(&str, &str)] = &[
+        ("a-bad.yaml", "apiVersion: v1\nkind: ConfigMap\n  oops: [\n"),
+        (
+            "b-crd.yaml",
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\nspec: {group: example.com, scope: Namespaced, names: {kind: Widget}}\n",
+        ),
+        (
+            "c-objects.yaml",
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: twice}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: twice, namespace: shop}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: skipped, annotations: {berth.dev/ignore: \"true\"}}\n",
+        ),
+    ];
+
+    fn repo() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for (name, text) in FILES {
+            std::fs::write(d.path().join(name), text).unwrap();
+        }
+        d
+    }
+
+    #[test]
+    fn collect_all_reports_decode_errors_and_duplicates_together() {
+        let d = repo();
+        let e = builder(d.path(), ErrorPolicy::CollectAll)
+            .render()
+            .unwrap_err();
+        let all: Vec<String> = e.into_vec().iter().map(ToString::to_string).collect();
+        assert_eq!(all.len(), 2, "{all:#?}");
+        assert!(
+            all[0].starts_with("a-bad.yaml:3 (document 1): invalid YAML"),
+            "{all:#?}"
+        );
+        assert!(all[1].contains("ConfigMap shop/twice is defined twice: at c-objects.yaml:5 (document 2) and at c-objects.yaml:9 (document 3)"), "{all:#?}");
+    }
+
+    #[test]
+    fn fail_fast_stops_at_the_first_error() {
+        let d = repo();
+        let e = builder(d.path(), ErrorPolicy::FailFast)
+            .render()
+            .unwrap_err();
+        assert_eq!(e.into_vec().len(), 1);
+    }
+
+    #[test]
+    fn a_good_commit_is_decorated_and_crd_kinds_get_their_scope() {
+        let d = repo();
+        std::fs::remove_file(d.path().join("a-bad.yaml")).unwrap();
+        let text = FILES[2]
+            .1
+            .replace("name: twice, namespace: shop", "name: once");
+        std::fs::write(d.path().join("c-objects.yaml"), text).unwrap();
+        let got = builder(d.path(), ErrorPolicy::FailFast).render().unwrap();
+        let keys: Vec<String> = got.iter().map(|m| m.key().to_string()).collect();
+        assert_eq!(
+            keys,
+            [
+                "CustomResourceDefinition widgets.example.com",
+                "Widget.example.com shop/w",
+                "ConfigMap shop/twice",
+                "ConfigMap shop/once"
+            ]
+        );
+        let w = &got[1];
+        assert_eq!(
+            w.metadata().unwrap()["labels"][crate::manifest::LABEL_APP],
+            "shop"
+        );
+        assert_eq!(
+            w.annotation(crate::manifest::ANNOTATION_SOURCE_COMMIT),
+            Some("abc1234")
+        );
+    }
 }

@@ -113,6 +113,63 @@ impl Decorator for SourceAnnotations {
     }
 }
 
+/// Fills in `protocol: TCP`, the API's default, where a container port or a Service port
+/// names none. Kubernetes before 1.21 refuses a server-side apply of such a list entry
+/// ("associative list with keys has an element that omits key field \"protocol\"");
+/// on newer servers the result is the same object.
+pub struct DefaultPortProtocol;
+
+impl Decorator for DefaultPortProtocol {
+    fn decorate(&self, m: &mut Manifest) -> Result<(), ManifestError> {
+        let pod_spec = match (m.group(), m.kind()) {
+            ("", "Service") => {
+                fill_protocol(pointer_mut(&mut m.object, "spec/ports"));
+                return Ok(());
+            }
+            ("", "Pod") => "spec",
+            ("", "PodTemplate") => "template/spec",
+            ("", "ReplicationController") | ("apps", _) | ("batch", "Job") => "spec/template/spec",
+            ("batch", "CronJob") => "spec/jobTemplate/spec/template/spec",
+            _ => return Ok(()),
+        };
+        let Some(Value::Object(pod_spec)) = pointer_mut(&mut m.object, pod_spec) else {
+            return Ok(());
+        };
+        for list in ["containers", "initContainers", "ephemeralContainers"] {
+            if let Some(Value::Array(containers)) = pod_spec.get_mut(list) {
+                for c in containers {
+                    fill_protocol(c.get_mut("ports"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The value at `a/b/c` under an object.
+fn pointer_mut<'a>(
+    object: &'a mut serde_json::Map<String, Value>,
+    path: &str,
+) -> Option<&'a mut Value> {
+    let (first, rest) = path.split_once('/').unwrap_or((path, ""));
+    let value = object.get_mut(first)?;
+    if rest.is_empty() {
+        Some(value)
+    } else {
+        value.pointer_mut(&format!("/{rest}"))
+    }
+}
+
+fn fill_protocol(ports: Option<&mut Value>) {
+    let Some(Value::Array(ports)) = ports else {
+        return;
+    };
+    for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+        port.entry("protocol")
+            .or_insert_with(|| Value::String("TCP".into()));
+    }
+}
+
 /// Drops objects annotated `berth.dev/ignore: "true"`.
 pub struct IgnoreAnnotated;
 
@@ -194,6 +251,37 @@ mod tests {
             m(json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "a"}}));
         set.decorate(&mut unknown).unwrap();
         assert_eq!(unknown.namespace(), None);
+    }
+
+    #[test]
+    fn port_protocol_defaults_to_tcp_where_missing() {
+        let mut d = m(
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "a"},
+            "spec": {"template": {"spec": {
+                "containers": [{"name": "c", "ports": [{"containerPort": 80}, {"containerPort": 53, "protocol": "UDP"}]}],
+                "initContainers": [{"name": "i", "ports": [{"containerPort": 81}]}]}}}}),
+        );
+        DefaultPortProtocol.decorate(&mut d).unwrap();
+        let spec = &d.object["spec"]["template"]["spec"];
+        assert_eq!(spec["containers"][0]["ports"][0]["protocol"], "TCP");
+        assert_eq!(spec["containers"][0]["ports"][1]["protocol"], "UDP");
+        assert_eq!(spec["initContainers"][0]["ports"][0]["protocol"], "TCP");
+        let mut svc = m(
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a"},
+            "spec": {"ports": [{"port": 80}]}}),
+        );
+        DefaultPortProtocol.decorate(&mut svc).unwrap();
+        assert_eq!(svc.object["spec"]["ports"][0]["protocol"], "TCP");
+        let mut cron = m(
+            json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "a"},
+            "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "c", "ports": [{"containerPort": 1}]}]}}}}}}),
+        );
+        DefaultPortProtocol.decorate(&mut cron).unwrap();
+        assert_eq!(
+            cron.object["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+                ["ports"][0]["protocol"],
+            "TCP"
+        );
     }
 
     #[test]

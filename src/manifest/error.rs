@@ -76,9 +76,9 @@ pub enum ManifestError {
     #[error("{key} is defined twice: at {first} and at {second}")]
     Duplicate {
         /// The object.
-        key: ObjectKey,
+        key: Box<ObjectKey>,
         /// The first definition.
-        first: Origin,
+        first: Box<Origin>,
         /// The second definition.
         second: Origin,
     },

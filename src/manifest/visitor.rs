@@ -172,8 +172,8 @@ impl<V: Visitor> Visitor for Unique<V> {
             let key = m.key();
             match seen.get(&key) {
                 Some(first) => f(Err(ManifestError::Duplicate {
-                    key,
-                    first: first.clone(),
+                    key: Box::new(key),
+                    first: Box::new(first.clone()),
                     second: m.origin,
                 })),
                 None => {

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds the test control plane (etcd 3.4 and Kubernetes v1.20.2 kube-apiserver and
+# kube-controller-manager) from Debian bookworm's packages into OUT_DIR, as
+# ../shared/testenv/README.md describes. Needs root (or sudo) for apt; ~10 minutes on 2 cores.
+set -euo pipefail
+out=${1:?usage: build-testenv.sh OUT_DIR}
+mkdir -p "$out"
+sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+
+# The deb-src line uses the same Debian mirror as the existing deb lines.
+mirror=$(grep -hoE 'https?://[^ ]+/debian/?$' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null | head -1 || true)
+mirror=${mirror:-http://deb.debian.org/debian}
+if ! grep -qs '^Types: deb-src' /etc/apt/sources.list.d/berth-debian-src.sources; then
+  $sudo tee /etc/apt/sources.list.d/berth-debian-src.sources >/dev/null <<SRC
+Types: deb-src
+URIs: $mirror
+Suites: bookworm
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+fi
+$sudo apt-get update -qq
+$sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go rsync etcd-server make >/dev/null
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+apt-get source --download-only kubernetes >/dev/null
+tar xzf kubernetes_*.orig.tar.gz
+cd kubernetes-*/
+mkdir -p .go/src/k8s.io && ln -sfn ../../.. .go/src/k8s.io/kubernetes
+GOPATH=$PWD/.go CGO_ENABLED=0 HOME=$(mktemp -d) \
+  make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" >/dev/null
+install -m 0755 _output/bin/kube-apiserver _output/bin/kube-controller-manager "$out/"
+install -m 0755 /usr/bin/etcd "$out/etcd"
+echo "$out"

@@ -1,0 +1,4 @@
+//! One module per `berth` command.
+
+pub mod render;
+pub mod validate;

@@ -1,0 +1,122 @@
+//! `berth render`: the manifest pipeline on a folder, a file or stdin, without a cluster.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use berth::manifest::builder::globs;
+use berth::manifest::source::{PathSource, Stdin};
+use berth::manifest::{Builder, BuiltinScopes, ErrorPolicy, Input, Limits, Manifest};
+
+/// Arguments of `berth render`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A folder (walked recursively), a file, or - for stdin.
+    pub path: PathBuf,
+    /// Namespace for namespaced objects that name none.
+    #[arg(short, long, default_value = "default")]
+    pub namespace: String,
+    /// Add the ownership label of this app.
+    #[arg(long)]
+    pub app: Option<String>,
+    /// Only objects whose Kind/name matches (repeatable).
+    #[arg(long = "include-objects")]
+    pub include_objects: Vec<String>,
+    /// Leave out objects whose Kind/name matches (repeatable).
+    #[arg(long = "exclude-objects")]
+    pub exclude_objects: Vec<String>,
+    /// Stop at the first error instead of reporting all of them.
+    #[arg(long)]
+    pub fail_fast: bool,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Output::Yaml)]
+    pub output: Output,
+}
+
+/// How objects are printed.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Output {
+    /// A YAML stream, each object under a `# Source:` comment.
+    Yaml,
+    /// One JSON object a line.
+    Json,
+}
+
+/// Runs `berth render`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let builder = Builder {
+        input: input(&args.path)?,
+        namespace: args.namespace,
+        app: args.app,
+        commit: None,
+        include_objects: globs(&args.include_objects).context("--include-objects")?,
+        exclude_objects: globs(&args.exclude_objects).context("--exclude-objects")?,
+        policy: if args.fail_fast {
+            ErrorPolicy::FailFast
+        } else {
+            ErrorPolicy::CollectAll
+        },
+        scopes: &BuiltinScopes,
+    };
+    match builder.render() {
+        Ok(manifests) => match print(&manifests, args.output) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+            result => result.map(|()| ExitCode::SUCCESS).map_err(Into::into),
+        },
+        Err(e) => {
+            eprintln!("error: {}: {e}", args.path.display());
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// The source visitor for a path argument: origins show the path as the user typed it.
+fn input(path: &Path) -> anyhow::Result<Input> {
+    if path.as_os_str() == "-" {
+        return Ok(Input::Stdin(Stdin {
+            limits: Limits::default(),
+        }));
+    }
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let (root, paths) = if meta.is_dir() {
+        (path.to_path_buf(), vec![".".to_string()])
+    } else {
+        let name = path.file_name().context("a file path needs a file name")?;
+        let parent = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        (
+            parent.to_path_buf(),
+            vec![name.to_string_lossy().into_owned()],
+        )
+    };
+    Ok(Input::Paths(PathSource {
+        prefix: if root == Path::new(".") {
+            String::new()
+        } else {
+            root.display().to_string()
+        },
+        root,
+        paths,
+        include: None,
+        exclude: None,
+        limits: Limits::default(),
+    }))
+}
+
+fn print(manifests: &[Manifest], output: Output) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for m in manifests {
+        match output {
+            Output::Yaml => {
+                let yaml = serde_yaml::to_string(&m.object).map_err(std::io::Error::other)?;
+                write!(out, "---\n# Source: {}\n{yaml}", m.origin)?;
+            }
+            Output::Json => writeln!(out, "{}", serde_json::to_string(&m.object)?)?,
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! `berth validate`: load and check the configuration, then render every app from a local
+//! checkout (or `--dir`) without a cluster.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use berth::config::{self, AppConfig, Config};
+use berth::manifest::{Builder, BuiltinScopes, Limits, Manifest};
+
+/// Arguments of `berth validate`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Render every app from this folder instead of its checkout.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// Runs `berth validate`.
+pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
+    let config = config::load(config_path)?;
+    println!(
+        "config {}: ok ({} apps)",
+        config_path.display(),
+        config.apps.len()
+    );
+    let limits = Limits {
+        max_file_size: config.agent.max_file_size,
+        max_app_size: config.agent.max_app_size,
+    };
+    let mut failed = false;
+    for app in &config.apps {
+        let Some(root) = args.dir.clone().or_else(|| local_checkout(&config, app)) else {
+            println!(
+                "app {}: skipped, no local checkout (run `berth sync {0}` first, or pass --dir)",
+                app.name
+            );
+            continue;
+        };
+        let rendered = Builder::for_app(app, &root, limits, &BuiltinScopes)
+            .map_err(anyhow::Error::from)
+            .and_then(|b| Ok(b.render()?));
+        match rendered {
+            Ok(manifests) => println!(
+                "app {}: {} objects from {} ({})",
+                app.name,
+                manifests.len(),
+                root.display(),
+                kinds(&manifests)
+            ),
+            Err(e) => {
+                failed = true;
+                println!("app {}: {} — {e}", app.name, root.display());
+            }
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The repository itself when it is a local path, else the agent's cached checkout.
+fn local_checkout(config: &Config, app: &AppConfig) -> Option<PathBuf> {
+    let local = app.repo.strip_prefix("file://").unwrap_or(&app.repo);
+    let candidates = [
+        (!app.repo.contains("://") || app.repo.starts_with("file://"))
+            .then(|| PathBuf::from(local)),
+        Some(config.agent.state_dir.join("repos").join(&app.name)),
+    ];
+    candidates.into_iter().flatten().find(|p| p.is_dir())
+}
+
+fn kinds(manifests: &[Manifest]) -> String {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for m in manifests {
+        *counts.entry(m.kind()).or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

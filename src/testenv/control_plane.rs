@@ -1,0 +1,390 @@
+//! `up` and `down` of a local control plane: etcd, kube-apiserver (TLS on 127.0.0.1, free
+//! ports, a bearer token, RBAC) and kube-controller-manager, all state in one folder, every
+//! process recorded by pid so that `down` stops exactly what `up` started.
+
+use std::fs;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use super::{io, TestenvError};
+
+/// How to start a control plane.
+#[derive(Debug, Clone)]
+pub struct UpOptions {
+    /// The state folder (created; must not hold a running control plane).
+    pub dir: PathBuf,
+    /// The folder with etcd, kube-apiserver and kube-controller-manager.
+    pub bin: PathBuf,
+    /// Run the Deployment controller (off: berth's own rollout engine does its work).
+    pub deployment_controller: bool,
+    /// The `berth-testenv` binary to run as the kubelet stand-in, if any.
+    pub kubelet: Option<PathBuf>,
+}
+
+/// A running control plane.
+#[derive(Debug, Clone)]
+pub struct ControlPlane {
+    /// Its state folder.
+    pub dir: PathBuf,
+    /// A kubeconfig for the admin user.
+    pub kubeconfig: PathBuf,
+}
+
+const PIDS: &str = "pids";
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl ControlPlane {
+    /// Starts the control plane and waits until the apiserver is ready and the controller
+    /// manager is working.
+    ///
+    /// # Errors
+    /// A process could not start, exited, or did not become ready in time; whatever
+    /// started is stopped again.
+    pub async fn up(opts: &UpOptions) -> Result<ControlPlane, TestenvError> {
+        let dir = &opts.dir;
+        if dir.join(PIDS).exists() {
+            ControlPlane::down(dir)?;
+        }
+        fs::create_dir_all(dir.join("certs")).map_err(io(format!("creating {}", dir.display())))?;
+        let dir = dir
+            .canonicalize()
+            .map_err(io("resolving the state folder"))?;
+        let started = start(opts, &dir).await;
+        if started.is_err() {
+            let _ = ControlPlane::down(&dir);
+        }
+        started
+    }
+
+    /// A client for the admin user.
+    ///
+    /// # Errors
+    /// The kubeconfig cannot be read or used.
+    pub async fn client(&self) -> Result<kube::Client, TestenvError> {
+        client_for(&self.kubeconfig).await
+    }
+
+    /// Stops every process recorded in `dir` (only those whose command line names `dir`)
+    /// and removes the folder.
+    ///
+    /// # Errors
+    /// The folder could not be removed.
+    pub fn down(dir: &Path) -> Result<(), TestenvError> {
+        let pids = fs::read_to_string(dir.join(PIDS)).unwrap_or_default();
+        let marker = dir.to_string_lossy().into_owned();
+        let ours: Vec<i32> = pids
+            .lines()
+            .rev()
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .filter(|&pid| command_line(pid).is_some_and(|c| c.contains(&marker)))
+            .collect();
+        for &pid in &ours {
+            // SAFETY: kill(2) with a pid read from our own pid file, checked above.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while ours.iter().any(|&p| alive(p)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for &pid in ours.iter().filter(|&&p| alive(p)) {
+            // SAFETY: as above; it ignored SIGTERM for 10 s.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        match fs::remove_dir_all(dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(io(format!("removing {}", dir.display()))(e))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A client from a kubeconfig file (its current context).
+///
+/// # Errors
+/// The file cannot be read or used.
+pub async fn client_for(kubeconfig: &Path) -> Result<kube::Client, TestenvError> {
+    let client =
+        |e: &dyn std::fmt::Display| TestenvError::Client(format!("{}: {e}", kubeconfig.display()));
+    let kc = Kubeconfig::read_from(kubeconfig).map_err(|e| client(&e))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| client(&e))?;
+    kube::Client::try_from(config).map_err(|e| client(&e))
+}
+
+async fn start(opts: &UpOptions, dir: &Path) -> Result<ControlPlane, TestenvError> {
+    let bin = |name: &str| opts.bin.join(name);
+    let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+    let token = random_hex()?;
+    write(
+        dir,
+        "tokens.csv",
+        &format!("{token},admin,admin,system:masters\n"),
+    )?;
+    openssl(
+        &[
+            "ecparam",
+            "-name",
+            "prime256v1",
+            "-genkey",
+            "-noout",
+            "-out",
+        ],
+        &dir.join("sa.key"),
+    )?;
+    let d = dir.display();
+    let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+    let mut etcd = spawn(
+        dir,
+        "etcd",
+        Command::new(bin("etcd")).args([
+            "--data-dir",
+            &format!("{d}/etcd"),
+            "--listen-client-urls",
+            &etcd_url,
+            "--advertise-client-urls",
+            &etcd_url,
+            "--listen-peer-urls",
+            &format!("http://127.0.0.1:{peer_port}"),
+            "--initial-advertise-peer-urls",
+            &format!("http://127.0.0.1:{peer_port}"),
+            "--initial-cluster",
+            &format!("default=http://127.0.0.1:{peer_port}"),
+        ]),
+    )?;
+    let mut apiserver = spawn(
+        dir,
+        "kube-apiserver",
+        Command::new(bin("kube-apiserver")).args([
+            "--etcd-servers",
+            &etcd_url,
+            "--bind-address",
+            "127.0.0.1",
+            "--secure-port",
+            &api_port.to_string(),
+            "--insecure-port",
+            "0",
+            "--cert-dir",
+            &format!("{d}/certs"),
+            "--token-auth-file",
+            &format!("{d}/tokens.csv"),
+            "--authorization-mode",
+            "RBAC",
+            "--service-account-key-file",
+            &format!("{d}/sa.key"),
+            "--service-account-signing-key-file",
+            &format!("{d}/sa.key"),
+            "--service-account-issuer",
+            "https://kubernetes.default.svc",
+            "--service-cluster-ip-range",
+            "10.0.0.0/16",
+            "--allow-privileged",
+            "--disable-admission-plugins",
+            "ServiceAccount",
+            "--audit-log-path",
+            &format!("{d}/audit.log"),
+            "--audit-policy-file",
+            &write(dir, "audit-policy.yaml", AUDIT_POLICY)?,
+        ]),
+    )?;
+    let kubeconfig = dir.join("kubeconfig");
+    let cert = dir.join("certs/apiserver.crt");
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        check_running(&mut etcd, "etcd", dir)?;
+        check_running(&mut apiserver, "kube-apiserver", dir)?;
+        if !kubeconfig.exists() && cert.exists() {
+            write(dir, "kubeconfig", &kubeconfig_yaml(api_port, &cert, &token))?;
+        }
+        if kubeconfig.exists() && apiserver_ready(&kubeconfig).await {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(not_ready("kube-apiserver", dir));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let controllers = if opts.deployment_controller {
+        "*,-serviceaccount-token"
+    } else {
+        "*,-serviceaccount-token,-deployment"
+    };
+    let mut kcm = spawn(
+        dir,
+        "kube-controller-manager",
+        Command::new(bin("kube-controller-manager")).args([
+            "--kubeconfig",
+            &kubeconfig.to_string_lossy(),
+            "--leader-elect=false",
+            "--controllers",
+            controllers,
+            "--service-account-private-key-file",
+            &format!("{d}/sa.key"),
+            "--bind-address",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--secure-port",
+            "0",
+        ]),
+    )?;
+    if let Some(exe) = &opts.kubelet {
+        spawn(
+            dir,
+            "kubelet",
+            Command::new(exe)
+                .arg("kubelet")
+                .arg("--kubeconfig")
+                .arg(&kubeconfig),
+        )?;
+    }
+    let client = client_for(&kubeconfig)
+        .await
+        .map_err(|_| not_ready("kube-apiserver", dir))?;
+    // The service account controller creating `default` proves the controllers run.
+    let accounts: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        kube::Api::namespaced(client, "default");
+    while accounts.get_opt("default").await.ok().flatten().is_none() {
+        check_running(&mut kcm, "kube-controller-manager", dir)?;
+        if Instant::now() > deadline {
+            return Err(not_ready("kube-controller-manager", dir));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(ControlPlane {
+        dir: dir.to_path_buf(),
+        kubeconfig,
+    })
+}
+
+/// Writes request metadata for every mutating request, so tests and benchmarks can count
+/// what a client wrote.
+const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: None
+  verbs: ["get", "list", "watch"]
+- level: Metadata
+"#;
+
+async fn apiserver_ready(kubeconfig: &Path) -> bool {
+    let Ok(client) = client_for(kubeconfig).await else {
+        return false;
+    };
+    let Ok(request) = http::Request::get("/readyz").body(Vec::new()) else {
+        return false;
+    };
+    matches!(client.request_text(request).await, Ok(body) if body.trim() == "ok")
+}
+
+fn kubeconfig_yaml(port: u16, ca: &Path, token: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: berth-testenv\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority: {}\nusers:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: berth-testenv\n  context:\n    cluster: berth-testenv\n    user: admin\n    namespace: default\ncurrent-context: berth-testenv\n",
+        ca.display()
+    )
+}
+
+/// Starts a process in its own session (so a terminal's Ctrl-C does not reach it), its
+/// output in `<dir>/<name>.log`, its pid appended to `<dir>/pids`.
+fn spawn(dir: &Path, name: &'static str, cmd: &mut Command) -> Result<Child, TestenvError> {
+    let log =
+        fs::File::create(dir.join(format!("{name}.log"))).map_err(io("creating a log file"))?;
+    let log2 = log.try_clone().map_err(io("creating a log file"))?;
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    let child = unsafe {
+        cmd.stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            })
+            .spawn()
+    }
+    .map_err(io(format!("starting {name}")))?;
+    let mut pids = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(PIDS))
+        .map_err(io("recording a pid"))?;
+    std::io::Write::write_all(&mut pids, format!("{name} {}\n", child.id()).as_bytes())
+        .map_err(io("recording a pid"))?;
+    Ok(child)
+}
+
+fn check_running(
+    child: &mut Child,
+    component: &'static str,
+    dir: &Path,
+) -> Result<(), TestenvError> {
+    match child.try_wait() {
+        Ok(Some(status)) => Err(TestenvError::Exited {
+            component,
+            status: status.to_string(),
+            log: dir.join(format!("{component}.log")).display().to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn not_ready(component: &'static str, dir: &Path) -> TestenvError {
+    TestenvError::NotReady {
+        component,
+        seconds: READY_TIMEOUT.as_secs(),
+        log: dir.join(format!("{component}.log")).display().to_string(),
+    }
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> Result<String, TestenvError> {
+    let path = dir.join(name);
+    fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
+    Ok(path.display().to_string())
+}
+
+fn openssl(args: &[&str], out: &Path) -> Result<(), TestenvError> {
+    let status = Command::new("openssl")
+        .args(args)
+        .arg(out)
+        .status()
+        .map_err(io("running openssl (install the openssl package)"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(io("generating the service account key")(
+            std::io::Error::other(status.to_string()),
+        ))
+    }
+}
+
+fn free_port() -> Result<u16, TestenvError> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(io("finding a free port"))?;
+    Ok(listener
+        .local_addr()
+        .map_err(io("finding a free port"))?
+        .port())
+}
+
+fn random_hex() -> Result<String, TestenvError> {
+    let mut bytes = [0u8; 16];
+    fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(io("reading /dev/urandom"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn command_line(pid: i32) -> Option<String> {
+    let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    Some(String::from_utf8_lossy(&raw).replace('\0', " "))
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie still has /proc/<pid>, but its cmdline is empty.
+    command_line(pid).is_some_and(|c| !c.is_empty())
+}

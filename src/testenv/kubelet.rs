@@ -1,0 +1,248 @@
+//! The kubelet stand-in: there is no container runtime here, so it watches pods and
+//! patches their status the way a kubelet would (as the kwok project does), which is all
+//! the real Deployment, ReplicaSet and endpoints controllers look at.
+//!
+//! Pod annotations (from the pod template) steer it:
+//! - `testenv.berth.dev/ready: "false"` — Running, never Ready, container waiting in
+//!   `CrashLoopBackOff`;
+//! - `testenv.berth.dev/ready-after: "5s"` — Running, and Ready once that long has passed
+//!   since the pod was created.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::{watcher, WatchStreamExt};
+use serde_json::{json, Value};
+
+/// Pod annotation: `"false"` keeps the pod unready.
+pub const ANNOTATION_READY: &str = "testenv.berth.dev/ready";
+/// Pod annotation: a duration after which the pod becomes ready.
+pub const ANNOTATION_READY_AFTER: &str = "testenv.berth.dev/ready-after";
+
+/// What the stand-in makes of a pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readiness {
+    /// Running and Ready now.
+    Ready,
+    /// Running, never Ready.
+    Never,
+    /// Running; Ready once this long has passed since creation.
+    After(Duration),
+}
+
+/// Reads a pod's annotations.
+pub fn readiness(pod: &Pod) -> Readiness {
+    let annotations = pod.metadata.annotations.as_ref();
+    let get = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
+    if get(ANNOTATION_READY) == Some("false") {
+        return Readiness::Never;
+    }
+    match get(ANNOTATION_READY_AFTER).and_then(|d| humantime::parse_duration(d).ok()) {
+        Some(d) => Readiness::After(d),
+        None => Readiness::Ready,
+    }
+}
+
+/// Runs until `shutdown` completes.
+///
+/// # Errors
+/// The watch failed for good.
+pub async fn run(
+    client: kube::Client,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), kube::Error> {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let standin = Arc::new(StandIn {
+        client,
+        next_ip: AtomicU32::new(0),
+        timers: Mutex::new(HashSet::new()),
+    });
+    let events = watcher(pods, watcher::Config::default())
+        .default_backoff()
+        .applied_objects();
+    let work = events.try_for_each(|pod| {
+        let standin = standin.clone();
+        async move {
+            standin.handle(pod).await;
+            Ok(())
+        }
+    });
+    tokio::select! {
+        result = work => result.map_err(|e| kube::Error::Service(Box::new(e))),
+        _ = shutdown => Ok(()),
+    }
+}
+
+struct StandIn {
+    client: kube::Client,
+    next_ip: AtomicU32,
+    timers: Mutex<HashSet<String>>,
+}
+
+impl StandIn {
+    async fn handle(self: &Arc<Self>, pod: Pod) {
+        if pod.metadata.deletion_timestamp.is_some() {
+            return;
+        }
+        let ready = match readiness(&pod) {
+            Readiness::Ready => true,
+            Readiness::Never => false,
+            Readiness::After(delay) => {
+                let age = Timestamp::now().duration_since(created(&pod));
+                let wait = delay.saturating_sub(age.try_into().unwrap_or_default());
+                if !wait.is_zero() {
+                    self.schedule(&pod, wait);
+                }
+                wait.is_zero()
+            }
+        };
+        if is_marked(&pod, ready) {
+            return;
+        }
+        self.patch(&pod, ready).await;
+    }
+
+    /// Re-reads the pod after `wait` and handles it again (once per pod).
+    fn schedule(self: &Arc<Self>, pod: &Pod, wait: Duration) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if !self
+            .timers
+            .lock()
+            .map(|mut t| t.insert(uid))
+            .unwrap_or(false)
+        {
+            return;
+        }
+        let (ns, name) = (
+            namespace(pod),
+            pod.metadata.name.clone().unwrap_or_default(),
+        );
+        let standin = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let api: Api<Pod> = Api::namespaced(standin.client.clone(), &ns);
+            if let Ok(Some(pod)) = api.get_opt(&name).await {
+                standin.handle(pod).await;
+            }
+        });
+    }
+
+    async fn patch(&self, pod: &Pod, ready: bool) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace(pod));
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let ip = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .unwrap_or_else(|| {
+                let n = self.next_ip.fetch_add(1, Ordering::Relaxed);
+                format!("10.244.{}.{}", (n / 250) % 250, n % 250 + 1)
+            });
+        let status = status_json(pod, ready, &ip);
+        if let Err(e) = api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+        {
+            tracing::debug!(pod = %name, error = %e, "status patch failed (pod gone?)");
+        }
+    }
+}
+
+fn namespace(pod: &Pod) -> String {
+    pod.metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into())
+}
+
+fn created(pod: &Pod) -> Timestamp {
+    pod.metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .unwrap_or_else(Timestamp::now)
+}
+
+/// True when the pod already shows what we would write.
+fn is_marked(pod: &Pod, ready: bool) -> bool {
+    let Some(status) = &pod.status else {
+        return false;
+    };
+    let ready_now = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    status.phase.as_deref() == Some("Running") && ready_now == ready
+}
+
+fn status_json(pod: &Pod, ready: bool, ip: &str) -> Value {
+    let now = Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let flag = if ready { "True" } else { "False" };
+    let condition = |type_: &str, status: &str| json!({"type": type_, "status": status, "lastProbeTime": null, "lastTransitionTime": now});
+    let containers: Vec<Value> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .map(|c| {
+            let state = if ready || !matches!(readiness(pod), Readiness::Never) {
+                json!({"running": {"startedAt": now}})
+            } else {
+                json!({"waiting": {"reason": "CrashLoopBackOff",
+                    "message": "back-off restarting failed container (testenv stand-in)"}})
+            };
+            json!({"name": c.name, "image": c.image.clone().unwrap_or_default(),
+                "imageID": "", "ready": ready, "started": ready,
+                "restartCount": 0, "state": state})
+        })
+        .collect();
+    json!({"status": {
+        "phase": "Running",
+        "hostIP": "127.0.0.1",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "startTime": now,
+        "conditions": [
+            condition("PodScheduled", "True"),
+            condition("Initialized", "True"),
+            condition("ContainersReady", flag),
+            condition("Ready", flag),
+        ],
+        "containerStatuses": containers,
+    }})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(annotations: &[(&str, &str)]) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        p
+    }
+
+    #[test]
+    fn annotations_steer_readiness() {
+        assert_eq!(readiness(&pod(&[])), Readiness::Ready);
+        assert_eq!(
+            readiness(&pod(&[(ANNOTATION_READY, "false")])),
+            Readiness::Never
+        );
+        assert_eq!(
+            readiness(&pod(&[(ANNOTATION_READY_AFTER, "5s")])),
+            Readiness::After(Duration::from_secs(5))
+        );
+    }
+}
