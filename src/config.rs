@@ -52,6 +52,15 @@ pub struct AgentConfig {
     /// Largest total of manifest bytes one app may render.
     #[serde(deserialize_with = "byte_size")]
     pub max_app_size: u64,
+    /// Requests in flight at once while applying one stage.
+    pub concurrency: usize,
+    /// Namespace of the inventory ConfigMaps (`berth-inventory-<app>`); created if missing.
+    pub inventory_namespace: String,
+    /// Sync history records kept per app.
+    pub history_keep: usize,
+    /// Sync history records older than this are dropped.
+    #[serde(deserialize_with = "duration")]
+    pub history_max_age: Duration,
 }
 
 impl Default for AgentConfig {
@@ -64,6 +73,10 @@ impl Default for AgentConfig {
             log_format: LogFormat::Text,
             max_file_size: 4 << 20,
             max_app_size: 64 << 20,
+            concurrency: 16,
+            inventory_namespace: "berth-system".to_string(),
+            history_keep: 1000,
+            history_max_age: Duration::from_secs(90 * 24 * 3600),
         }
     }
 }
@@ -123,10 +136,40 @@ pub struct AppConfig {
     /// Delete objects that an earlier commit applied and this one no longer holds.
     #[serde(default)]
     pub prune: bool,
+    /// Allow a commit that holds no objects to prune every object of the app.
+    #[serde(default)]
+    pub allow_empty: bool,
+    /// Take over fields another field manager owns instead of failing with a conflict.
+    #[serde(default)]
+    pub force_conflicts: bool,
+    /// Credentials for the repository.
+    #[serde(default)]
+    pub auth: AuthConfig,
     /// How changed Deployments are rolled out.
     #[serde(default)]
     pub rollout: RolloutConfig,
 }
+
+/// `[app.auth]`: how to authenticate to the repository. Secrets come from files or
+/// environment variables, never from the configuration itself.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// User name for https (a token usually takes any name, e.g. `x-access-token`) or ssh
+    /// (default: the URL's, else `git`).
+    pub username: Option<String>,
+    /// File holding the https password or token.
+    pub password_file: Option<PathBuf>,
+    /// Environment variable holding the https password or token.
+    pub password_env: Option<String>,
+    /// Private key for ssh.
+    pub ssh_key_file: Option<PathBuf>,
+    /// known_hosts file that ssh host keys are verified against.
+    pub known_hosts: Option<PathBuf>,
+}
+
+/// Where ssh host keys are looked up when `known_hosts` is not set.
+pub const DEFAULT_KNOWN_HOSTS: &str = "/etc/berth/known_hosts";
 
 fn root_path() -> Vec<String> {
     vec![".".to_string()]
@@ -336,6 +379,18 @@ impl Config {
         if agent.field_manager.trim().is_empty() {
             problem("agent.field_manager".into(), "must not be empty".into());
         }
+        if agent.concurrency == 0 {
+            problem("agent.concurrency".into(), "must be at least 1".into());
+        }
+        if !is_dns_label(&agent.inventory_namespace) {
+            problem(
+                "agent.inventory_namespace".into(),
+                format!(
+                    "{:?} is not a valid namespace name",
+                    agent.inventory_namespace
+                ),
+            );
+        }
         if agent.max_file_size == 0 || agent.max_app_size == 0 {
             problem(
                 "agent.max_file_size".into(),
@@ -404,6 +459,12 @@ impl Config {
                 problem(
                     key("namespace"),
                     format!("{:?} is not a valid namespace name", app.namespace),
+                );
+            }
+            if app.auth.password_file.is_some() && app.auth.password_env.is_some() {
+                problem(
+                    key("auth.password_file"),
+                    "give password_file or password_env, not both".into(),
                 );
             }
             if app.rollout.timeout.is_zero() {

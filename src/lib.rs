@@ -23,10 +23,22 @@
 //!
 //! Modules:
 //! - [`config`]: the TOML configuration (`parse`, `load`, `validate`);
+//! - [`source`]: git fetch and checkout, ssh host keys, repository watches;
 //! - [`manifest`]: the Visitor pipeline that turns a checkout into manifests;
+//! - [`plan`]: what a sync writes, keeps and prunes (pure);
+//! - [`cluster`]: client, discovery, apply, inventory, prune;
+//! - [`sync`]: one sync of one app, step by step;
+//! - [`history`]: the sync history log;
+//! - [`agent`]: the daemon's tasks and triggers;
 //! - [`testenv`]: a real local control plane (etcd, kube-apiserver,
 //!   kube-controller-manager) and the kubelet stand-in, for tests, benchmarks and demos.
 
+pub mod agent;
+pub mod cluster;
 pub mod config;
+pub mod history;
 pub mod manifest;
+pub mod plan;
+pub mod source;
+pub mod sync;
 pub mod testenv;

@@ -24,6 +24,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the agent: sync every app on its interval and on new commits, until stopped.
+    Run,
+    /// Sync the named apps (all by default) once, in the foreground.
+    Sync(cli::sync::Args),
+    /// Show the sync history (newest first), or one record with `history show ID`.
+    History(cli::history::Args),
     /// Load and check the configuration, and render every app from a local checkout.
     Validate(cli::validate::Args),
     /// Run the manifest pipeline on a folder, a file or stdin (-) and print the objects.
@@ -32,13 +38,24 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The daemon logs what it does; one-shot commands print it and log only problems.
+    let level = if matches!(cli.command, Command::Run) {
+        "info"
+    } else {
+        "warn"
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
         )
         .init();
     let result = match cli.command {
+        Command::Run => runtime().and_then(|rt| rt.block_on(cli::run::run(&cli.config))),
+        Command::Sync(args) => {
+            runtime().and_then(|rt| rt.block_on(cli::sync::run(&cli.config, args)))
+        }
+        Command::History(args) => cli::history::run(&cli.config, args),
         Command::Validate(args) => cli::validate::run(&cli.config, args),
         Command::Render(args) => cli::render::run(args),
     };
@@ -49,4 +66,10 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }

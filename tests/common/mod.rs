@@ -103,3 +103,101 @@ where
         }
     }
 }
+
+/// A local git repository the tests commit to.
+pub struct Repo {
+    pub dir: tempfile::TempDir,
+}
+
+impl Repo {
+    /// An empty repository on branch `main`.
+    pub fn new() -> Repo {
+        let repo = Repo {
+            dir: tempfile::tempdir().expect("tempdir"),
+        };
+        repo.git(&["init", "-q", "-b", "main"]);
+        repo
+    }
+
+    /// Runs git in the repository.
+    pub fn git(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
+            .args(args)
+            .current_dir(self.dir.path())
+            .output()
+            .expect("run git");
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Writes a file.
+    pub fn write(&self, path: &str, text: &str) {
+        let p = self.dir.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    /// Commits everything; returns the new SHA.
+    pub fn commit(&self, message: &str) -> String {
+        self.git(&["add", "-A"]);
+        self.git(&["commit", "-q", "--allow-empty", "-m", message]);
+        self.git(&["rev-parse", "HEAD"])
+    }
+}
+
+/// A berth configuration for one app reading `repo`, in its own state folder.
+pub struct Setup {
+    pub state: tempfile::TempDir,
+    pub config: PathBuf,
+    pub app: String,
+}
+
+impl Setup {
+    /// Writes the configuration; `extra` goes into the `[[app]]` table.
+    pub fn new(cp: &ControlPlane, app: &str, repo: &Repo, namespace: &str, extra: &str) -> Setup {
+        let state = tempfile::tempdir().expect("tempdir");
+        let config = state.path().join("berth.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\n[cluster]\nkubeconfig = \"{}\"\n[[app]]\nname = \"{app}\"\nrepo = \"{}\"\nnamespace = \"{namespace}\"\n{extra}\n",
+                state.path().display(),
+                cp.kubeconfig.display(),
+                repo.dir.path().display()
+            ),
+        )
+        .unwrap();
+        Setup {
+            state,
+            config,
+            app: app.to_string(),
+        }
+    }
+
+    /// Runs `berth ARGS --config …`; returns exit code, stdout and stderr.
+    pub fn berth(&self, args: &[&str]) -> (i32, String, String) {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(args)
+            .arg("--config")
+            .arg(&self.config)
+            .output()
+            .expect("run berth");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// The app's history records, oldest first.
+    pub fn history(&self) -> Vec<berth::history::SyncRecord> {
+        berth::history::HistoryLog::new(self.state.path())
+            .read(&self.app)
+            .expect("history")
+    }
+}

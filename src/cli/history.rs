@@ -1,0 +1,193 @@
+//! `berth history`: the sync history log as a table, or one record in full.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use berth::config;
+use berth::history::{HistoryLog, Outcome, SyncRecord};
+use berth::sync::describe;
+
+use super::sync::counts;
+
+/// Arguments of `berth history`.
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Args {
+    #[command(subcommand)]
+    pub show: Option<Show>,
+    /// Only this app.
+    pub app: Option<String>,
+    /// At most this many records (newest first).
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Only records younger than this (e.g. 2h, 3d).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub since: Option<std::time::Duration>,
+    /// Only records with this outcome.
+    #[arg(long, value_parser = ["succeeded", "failed", "no-change", "interrupted"])]
+    pub outcome: Option<String>,
+    /// Print JSON lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `berth history show ID`.
+#[derive(clap::Subcommand)]
+pub enum Show {
+    /// One record in full.
+    Show {
+        /// The record's id (first column of `berth history`).
+        id: String,
+        /// Print it as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs `berth history`.
+pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
+    let config = config::load(config_path)?;
+    let log = HistoryLog::new(&config.agent.state_dir);
+    let records = match &args.app {
+        Some(app) => log.read(app)?,
+        None => log.read_all()?,
+    };
+    if let Some(Show::Show { id, json }) = &args.show {
+        let Some(r) = records.iter().find(|r| &r.id == id) else {
+            eprintln!("error: no sync record {id:?}; `berth history` lists the ids");
+            return Ok(ExitCode::FAILURE);
+        };
+        if *json {
+            println!("{}", serde_json::to_string_pretty(r)?);
+        } else {
+            print!("{}", show(r));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let now = jiff::Timestamp::now();
+    let selected: Vec<&SyncRecord> = records
+        .iter()
+        .rev()
+        .filter(|r| {
+            args.outcome
+                .as_deref()
+                .is_none_or(|o| r.outcome.as_str() == o)
+        })
+        .filter(|r| {
+            args.since
+                .is_none_or(|s| age(now, r).as_secs() <= s.as_secs())
+        })
+        .take(args.limit)
+        .collect();
+    if args.json {
+        for r in selected {
+            println!("{}", serde_json::to_string(r)?);
+        }
+    } else {
+        print!("{}", table(&selected, now));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn age(now: jiff::Timestamp, r: &SyncRecord) -> std::time::Duration {
+    now.duration_since(r.started_at)
+        .try_into()
+        .unwrap_or_default()
+}
+
+/// kubectl's age style: 45s, 12m, 5h, 3d.
+pub fn short_age(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7199 => format!("{}m", s / 60),
+        7200..=172_799 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+fn table(records: &[&SyncRecord], now: jiff::Timestamp) -> String {
+    let mut rows = vec![[
+        "ID", "AGE", "APP", "COMMIT", "OUTCOME", "CHANGES", "DURATION",
+    ]
+    .map(String::from)];
+    for r in records {
+        rows.push([
+            r.id.clone(),
+            short_age(age(now, r)),
+            r.app.clone(),
+            r.commit
+                .as_ref()
+                .map(|c| c.short().to_string())
+                .unwrap_or_else(|| "-".into()),
+            r.outcome.as_str().to_string(),
+            r.changes().to_string(),
+            format!("{:.1}s", r.duration_ms as f64 / 1000.0),
+        ]);
+    }
+    let widths: Vec<usize> = (0..7)
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(line.join("   ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn show(r: &SyncRecord) -> String {
+    let mut out = format!(
+        "ID:        {}\nApp:       {}\nTrigger:   {}\nStarted:   {} (took {:.1}s)\nOutcome:   {}\n",
+        r.id,
+        r.app,
+        r.trigger.as_str(),
+        r.started_at,
+        r.duration_ms as f64 / 1000.0,
+        r.outcome.as_str()
+    );
+    if let Some(c) = &r.commit {
+        out += &format!(
+            "Commit:    {} {:?}\n           by {} at {}\n",
+            c.sha, c.subject, c.author, c.time
+        );
+    }
+    if let Some(p) = &r.previous_commit {
+        out += &format!("Previous:  {p}\n");
+    }
+    if let Some(note) = &r.history_rewritten {
+        out += &format!("Warning:   {note}\n");
+    }
+    if r.outcome != Outcome::Failed || !r.objects.is_empty() {
+        out += &format!("Objects:   {}\n", counts(r));
+    }
+    for o in &r.objects {
+        let note = o
+            .note
+            .as_ref()
+            .map(|n| format!("  ({n})"))
+            .unwrap_or_default();
+        let source = o
+            .source
+            .as_ref()
+            .map(|s| format!("  from {s}"))
+            .unwrap_or_default();
+        out += &format!(
+            "  {:<11}{}{source}{note}\n",
+            o.action.as_str(),
+            describe(&o.key)
+        );
+    }
+    if !r.errors.is_empty() {
+        out += "Errors:\n";
+        for e in &r.errors {
+            out += &format!("  - {}\n", e.message);
+        }
+    }
+    out
+}

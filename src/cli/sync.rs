@@ -1,0 +1,119 @@
+//! `berth sync`: one sync of the named apps (all by default) in the foreground.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use berth::cluster::client;
+use berth::config::{self, AppConfig};
+use berth::history::{HistoryLog, Outcome, SyncRecord, Trigger};
+use berth::sync::Syncer;
+
+/// Arguments of `berth sync`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Apps to sync (default: all).
+    pub apps: Vec<String>,
+    /// Sync once and exit (what `berth sync` always does; kept for scripts).
+    #[arg(long)]
+    pub once: bool,
+}
+
+/// Runs `berth sync`: exit code 1 when any app failed.
+pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
+    let config = config::load(config_path)?;
+    let apps = select(&config.apps, &args.apps)?;
+    let syncer = Syncer {
+        client: client::connect(&config.cluster).await?,
+        agent: config.agent.clone(),
+        history: HistoryLog::new(&config.agent.state_dir),
+    };
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("interrupted: finishing the current step…");
+            let _ = stop.send(true);
+        }
+    });
+    let syncs = apps.iter().map(|app| {
+        let name = app.name.clone();
+        let shutdown = shutdown.clone();
+        let syncer = &syncer;
+        async move {
+            let print = move |line: &str| println!("{name}: {line}");
+            syncer.sync(app, Trigger::Cli, &shutdown, &print).await
+        }
+    });
+    let records = futures::future::join_all(syncs).await;
+    let mut ok = true;
+    for r in &records {
+        println!("{}", summary(r));
+        ok &= matches!(r.outcome, Outcome::Succeeded | Outcome::NoChange);
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn select<'a>(apps: &'a [AppConfig], names: &[String]) -> anyhow::Result<Vec<&'a AppConfig>> {
+    if names.is_empty() {
+        return Ok(apps.iter().collect());
+    }
+    names
+        .iter()
+        .map(|n| {
+            apps.iter().find(|a| &a.name == n).ok_or_else(|| {
+                let known: Vec<&str> = apps.iter().map(|a| a.name.as_str()).collect();
+                anyhow::anyhow!(
+                    "no app named {n:?} in the configuration (apps: {})",
+                    known.join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
+/// The last line of a sync: outcome, commit, counts, and where to look on failure.
+pub fn summary(r: &SyncRecord) -> String {
+    let commit = r
+        .commit
+        .as_ref()
+        .map(|c| c.short().to_string())
+        .unwrap_or_else(|| "-".into());
+    let secs = r.duration_ms as f64 / 1000.0;
+    match r.outcome {
+        Outcome::NoChange => format!(
+            "{}: no change at {commit} ({} objects, {secs:.1}s)",
+            r.app, r.unchanged
+        ),
+        Outcome::Succeeded => format!("{}: synced {commit} in {secs:.1}s: {}", r.app, counts(r)),
+        Outcome::Failed | Outcome::Interrupted => format!(
+            "{}: {} at {commit} after {secs:.1}s with {} error(s); details: berth history show {}",
+            r.app,
+            r.outcome.as_str().to_uppercase(),
+            r.errors.len(),
+            r.id
+        ),
+    }
+}
+
+/// `1 created, 2 configured, 5 unchanged, 1 pruned`.
+pub fn counts(r: &SyncRecord) -> String {
+    use berth::history::Action;
+    let mut parts = Vec::new();
+    for action in [Action::Created, Action::Configured] {
+        let n = r.objects.iter().filter(|o| o.action == action).count();
+        if n > 0 {
+            parts.push(format!("{n} {}", action.as_str()));
+        }
+    }
+    parts.push(format!("{} unchanged", r.unchanged));
+    for action in [Action::Pruned, Action::Kept, Action::Failed] {
+        let n = r.objects.iter().filter(|o| o.action == action).count();
+        if n > 0 {
+            parts.push(format!("{n} {}", action.as_str()));
+        }
+    }
+    parts.join(", ")
+}

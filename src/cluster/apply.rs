@@ -1,0 +1,174 @@
+//! Server-side apply of resolved manifests: a dry run (`dryRun=All`) and the real apply,
+//! with one field manager, a bounded number of requests in flight, results in input order.
+
+use futures::{stream, StreamExt};
+use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams};
+
+use super::discovery::Resolved;
+use super::ClusterError;
+use crate::manifest::Manifest;
+
+/// A manifest and the resource that serves it.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The object.
+    pub manifest: Manifest,
+    /// Its resource and scope.
+    pub resolved: Resolved,
+}
+
+/// How to apply.
+#[derive(Debug, Clone)]
+pub struct ApplySettings {
+    /// The field manager.
+    pub field_manager: String,
+    /// Take over conflicting fields.
+    pub force: bool,
+    /// Requests in flight at once.
+    pub concurrency: usize,
+}
+
+/// The apply order: Namespaces and CRDs, then other cluster-scoped kinds, then the rest.
+pub fn stage(t: &Target) -> u8 {
+    match (t.manifest.group(), t.manifest.kind()) {
+        ("", "Namespace") | ("apiextensions.k8s.io", "CustomResourceDefinition") => 0,
+        _ if !t.resolved.namespaced => 1,
+        _ => 2,
+    }
+}
+
+/// The version berth remembers of a live object: its generation where the kind has one
+/// (status updates do not move it), else its resourceVersion.
+pub fn observed(meta: &ObjectMeta) -> String {
+    match meta.generation {
+        Some(g) if g > 0 => format!("g{g}"),
+        _ => format!("rv{}", meta.resource_version.as_deref().unwrap_or("")),
+    }
+}
+
+/// Applies every target (or dry-runs it), `settings.concurrency` at a time; results come
+/// back in the order of `targets`.
+pub async fn apply_all(
+    client: &kube::Client,
+    settings: &ApplySettings,
+    targets: &[&Target],
+    dry_run: bool,
+) -> Vec<Result<DynamicObject, ClusterError>> {
+    // The futures are built first: a closure in `.map` trips the compiler's Send check
+    // for spawned tasks (rust-lang/rust#102211).
+    let requests: Vec<_> = targets
+        .iter()
+        .map(|t| apply_one(client, settings, t, dry_run))
+        .collect();
+    stream::iter(requests)
+        .buffered(settings.concurrency.max(1))
+        .collect()
+        .await
+}
+
+async fn apply_one(
+    client: &kube::Client,
+    settings: &ApplySettings,
+    t: &Target,
+    dry_run: bool,
+) -> Result<DynamicObject, ClusterError> {
+    let m = &t.manifest;
+    let api: Api<DynamicObject> = if t.resolved.namespaced {
+        Api::namespaced_with(
+            client.clone(),
+            m.namespace().unwrap_or("default"),
+            &t.resolved.resource,
+        )
+    } else {
+        Api::all_with(client.clone(), &t.resolved.resource)
+    };
+    let params = PatchParams {
+        dry_run,
+        force: settings.force,
+        field_manager: Some(settings.field_manager.clone()),
+        field_validation: None,
+    };
+    api.patch(m.name(), &params, &Patch::Apply(&m.object))
+        .await
+        .map_err(|e| ClusterError::Object {
+            verb: if dry_run {
+                "dry run refused"
+            } else {
+                "failed to apply"
+            },
+            key: Box::new(m.key()),
+            origin: m.origin.to_string(),
+            message: api_message(&e, m.kind() == "Secret", &settings.field_manager),
+        })
+}
+
+/// The apiserver's message, with advice for conflicts and Secret values redacted.
+pub fn api_message(e: &kube::Error, secret: bool, field_manager: &str) -> String {
+    let message = match e {
+        kube::Error::Api(status) if status.code == 409 => format!(
+            "{}: another field manager owns these fields; change them there, or set force_conflicts = true to let {field_manager:?} take them over",
+            status.message
+        ),
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    };
+    if secret {
+        redact_values(&message)
+    } else {
+        message
+    }
+}
+
+/// Replaces the quoted value after each `Invalid value: ` with `[redacted]`.
+fn redact_values(message: &str) -> String {
+    const MARK: &str = "Invalid value: \"";
+    let mut out = String::new();
+    let mut rest = message;
+    while let Some(i) = rest.find(MARK) {
+        out.push_str(&rest[..i]);
+        out.push_str("Invalid value: [redacted]");
+        let value = &rest[i + MARK.len()..];
+        let mut end = value.len();
+        let mut escaped = false;
+        for (j, c) in value.char_indices() {
+            match c {
+                '\\' if !escaped => escaped = true,
+                '"' if !escaped => {
+                    end = j + 1;
+                    break;
+                }
+                _ => escaped = false,
+            }
+        }
+        rest = &value[end.min(value.len())..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_values_are_redacted() {
+        let m = r#"Secret "db" is invalid: data[pa ss]: Invalid value: "hunter2\"x": a valid config key must consist of alphanumeric characters"#;
+        let r = redact_values(m);
+        assert!(!r.contains("hunter2"), "{r}");
+        assert!(
+            r.contains("data[pa ss]: Invalid value: [redacted]: a valid config key"),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn observed_prefers_generation() {
+        let mut meta = ObjectMeta {
+            resource_version: Some("42".into()),
+            ..ObjectMeta::default()
+        };
+        assert_eq!(observed(&meta), "rv42");
+        meta.generation = Some(3);
+        assert_eq!(observed(&meta), "g3");
+    }
+}

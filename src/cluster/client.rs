@@ -1,0 +1,34 @@
+//! A kube [`Client`](kube::Client) from `[cluster]`: a kubeconfig file and context, the
+//! usual kubeconfig rules, or the in-cluster service account.
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use super::ClusterError;
+use crate::config::ClusterConfig;
+
+/// Connects as configured (no request is sent yet).
+///
+/// # Errors
+/// The kubeconfig cannot be read, names no such context, or no configuration is found.
+pub async fn connect(cluster: &ClusterConfig) -> Result<kube::Client, ClusterError> {
+    let options = KubeConfigOptions {
+        context: cluster.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let config = match &cluster.kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .map_err(|e| ClusterError::Connect(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .map_err(|e| ClusterError::Connect(format!("{}: {e}", path.display())))?
+        }
+        None if cluster.context.is_some() => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| ClusterError::Connect(e.to_string()))?,
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| ClusterError::Connect(format!("{e} (set [cluster] kubeconfig)")))?,
+    };
+    kube::Client::try_from(config).map_err(|e| ClusterError::Connect(e.to_string()))
+}

@@ -1,0 +1,58 @@
+//! Talking to the cluster: [`client`] connects, [`discovery`] maps kinds to resources and
+//! scopes, [`apply`] dry-runs and server-side-applies objects, [`inventory`] keeps the set
+//! of applied objects in a ConfigMap, [`prune`] deletes what git no longer holds.
+
+pub mod apply;
+pub mod client;
+pub mod discovery;
+pub mod inventory;
+pub mod prune;
+
+use crate::manifest::{ObjectKey, Origin};
+
+/// Errors talking to the cluster. Object errors name the object and its origin.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// No client could be made.
+    #[error("cannot connect to the cluster: {0}")]
+    Connect(String),
+    /// A request that is not about one object failed.
+    #[error("{what}: {source}")]
+    Request {
+        /// What was being done.
+        what: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The cluster does not serve a kind.
+    #[error("{origin}: unknown kind {kind} in {api_version}: the cluster does not serve it (is its CRD installed?)")]
+    UnknownKind {
+        /// Where the object came from.
+        origin: Origin,
+        /// Its apiVersion.
+        api_version: String,
+        /// Its kind.
+        kind: String,
+    },
+    /// The apiserver refused one object (in a dry run or for real).
+    #[error("{verb} {key} ({origin}): {message}")]
+    Object {
+        /// `dry run refused`, `failed to apply`, `failed to prune`.
+        verb: &'static str,
+        /// The object.
+        key: Box<ObjectKey>,
+        /// Where it came from.
+        origin: String,
+        /// The apiserver's message (Secret values redacted).
+        message: String,
+    },
+    /// The inventory ConfigMap could not be read.
+    #[error("inventory {name}: {message}")]
+    Inventory {
+        /// The ConfigMap.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+}

@@ -1,0 +1,115 @@
+//! Prune: delete objects that the last inventory holds and this commit does not — only
+//! those that still carry `berth.dev/app=<app>` and are not annotated
+//! `berth.dev/prune: "false"`. An object someone else took over is left alone and reported.
+
+use std::collections::HashMap;
+
+use futures::{stream, StreamExt};
+use kube::api::{Api, DeleteParams, DynamicObject};
+
+use super::apply::api_message;
+use super::discovery::ClusterKinds;
+use super::inventory::{Entry, LiveObject, ANNOTATION_PRUNE};
+use super::ClusterError;
+use crate::history::Action;
+use crate::manifest::{ObjectKey, LABEL_APP};
+
+/// What happened to one prune candidate.
+#[derive(Debug)]
+pub struct Pruned {
+    /// The object.
+    pub key: ObjectKey,
+    /// Pruned, kept, or failed.
+    pub action: Action,
+    /// Why it was kept, or that it was gone already.
+    pub note: Option<String>,
+    /// The error, when it failed.
+    pub error: Option<ClusterError>,
+}
+
+/// Deletes the candidates that are still ours, `concurrency` at a time.
+pub async fn prune(
+    client: &kube::Client,
+    kinds: &ClusterKinds,
+    app: &str,
+    candidates: &[Entry],
+    live: &HashMap<ObjectKey, LiveObject>,
+    concurrency: usize,
+) -> Vec<Pruned> {
+    let requests: Vec<_> = candidates
+        .iter()
+        .map(|e| prune_one(client, kinds, app, e, live.get(&e.key)))
+        .collect();
+    stream::iter(requests)
+        .buffered(concurrency.max(1))
+        .collect()
+        .await
+}
+
+async fn prune_one(
+    client: &kube::Client,
+    kinds: &ClusterKinds,
+    app: &str,
+    entry: &Entry,
+    live: Option<&LiveObject>,
+) -> Pruned {
+    let result = |action, note: Option<String>, error| Pruned {
+        key: entry.key.clone(),
+        action,
+        note,
+        error,
+    };
+    let Some(resolved) = kinds.resolve_kind(&entry.api_version, &entry.key.kind) else {
+        let note = format!(
+            "kept: the cluster no longer serves {} {}",
+            entry.api_version, entry.key.kind
+        );
+        return result(Action::Kept, Some(note), None);
+    };
+    let api: Api<DynamicObject> = match (&entry.key.namespace, resolved.namespaced) {
+        (Some(ns), true) => Api::namespaced_with(client.clone(), ns, &resolved.resource),
+        _ => Api::all_with(client.clone(), &resolved.resource),
+    };
+    let failed = |e: kube::Error| {
+        let error = ClusterError::Object {
+            verb: "failed to prune",
+            key: Box::new(entry.key.clone()),
+            origin: "inventory".into(),
+            message: api_message(&e, false, ""),
+        };
+        result(Action::Failed, None, Some(error))
+    };
+    match live {
+        Some(l) if l.keep => {
+            let note = format!("kept: annotated {ANNOTATION_PRUNE}: \"false\"");
+            result(Action::Kept, Some(note), None)
+        }
+        Some(_) => match api
+            .delete(&entry.key.name, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => result(Action::Pruned, None, None),
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                result(Action::Pruned, Some("already gone".into()), None)
+            }
+            Err(e) => failed(e),
+        },
+        // Not in the labelled list: deleted already, or someone else owns it now.
+        None => match api.get_metadata_opt(&entry.key.name).await {
+            Ok(None) => result(Action::Pruned, Some("already gone".into()), None),
+            Ok(Some(meta)) => {
+                let owner = meta.metadata.labels.as_ref().and_then(|l| l.get(LABEL_APP));
+                let note = match owner {
+                    Some(other) => format!(
+                        "kept: taken over by another owner ({LABEL_APP}={other}, not {app})"
+                    ),
+                    None => {
+                        format!("kept: taken over by another owner (label {LABEL_APP} removed)")
+                    }
+                };
+                result(Action::Kept, Some(note), None)
+            }
+            Err(e) => failed(e),
+        },
+    }
+}

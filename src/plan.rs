@@ -1,0 +1,295 @@
+//! Planning a sync, without I/O: which rendered objects must be written (new, changed in
+//! git, or drifted in the cluster), which are unchanged, which wait for a CRD of the same
+//! commit, and which inventory entries are prune candidates.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::cluster::apply::Target;
+use crate::cluster::discovery::Resolved;
+use crate::cluster::inventory::{digest, Entry, Inventory, LiveObject};
+use crate::cluster::ClusterError;
+use crate::manifest::scope::WithCrds;
+use crate::manifest::{Manifest, ObjectKey, ScopeLookup};
+
+/// Why an object is written, or not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Not in the inventory.
+    New,
+    /// Its manifest changed in git.
+    Changed,
+    /// Git is unchanged but the live object is not what berth left (edited or deleted).
+    Drifted(String),
+    /// Nothing to do: no request is sent.
+    Same,
+}
+
+/// One rendered object and what to do with it.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// The object and its resource.
+    pub target: Target,
+    /// Why it is written.
+    pub change: Change,
+    /// Digest of the manifest.
+    pub digest: String,
+}
+
+/// What a sync will do.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// Objects whose resource is known now.
+    pub planned: Vec<Planned>,
+    /// Objects of kinds defined by a CRD in this commit that the cluster does not serve yet.
+    pub deferred: Vec<Manifest>,
+    /// Inventory entries this commit no longer holds.
+    pub prune: Vec<Entry>,
+}
+
+impl Plan {
+    /// True when nothing needs a write request.
+    pub fn is_no_op(&self) -> bool {
+        self.deferred.is_empty()
+            && self.prune.is_empty()
+            && self.planned.iter().all(|p| p.change == Change::Same)
+    }
+}
+
+/// Plans a sync of `manifests` against the last `inventory` and the `live` objects.
+///
+/// # Errors
+/// Every manifest whose kind the cluster does not serve (and no CRD of the commit defines).
+pub fn plan(
+    manifests: Vec<Manifest>,
+    resolve: impl Fn(&Manifest) -> Option<Resolved>,
+    inventory: &Inventory,
+    live: &HashMap<ObjectKey, LiveObject>,
+) -> Result<Plan, Vec<ClusterError>> {
+    let crds = WithCrds::new(&manifests, &NoScopes);
+    let entries = inventory.by_key();
+    let mut plan = Plan::default();
+    let mut errors = Vec::new();
+    let mut keys = HashSet::new();
+    for m in manifests {
+        keys.insert(m.key());
+        let Some(resolved) = resolve(&m) else {
+            if crds.scope(m.group(), m.kind()).is_some() {
+                plan.deferred.push(m);
+            } else {
+                errors.push(ClusterError::UnknownKind {
+                    origin: m.origin.clone(),
+                    api_version: m.api_version().to_string(),
+                    kind: m.kind().to_string(),
+                });
+            }
+            continue;
+        };
+        let digest = digest(&m);
+        let change = match entries.get(&m.key()) {
+            None => Change::New,
+            Some(e) if e.digest != digest => Change::Changed,
+            Some(e) => match live.get(&e.key) {
+                None => Change::Drifted("deleted from the cluster".into()),
+                Some(l) if l.observed != e.observed => {
+                    Change::Drifted("changed in the cluster since the last sync".into())
+                }
+                Some(_) => Change::Same,
+            },
+        };
+        plan.planned.push(Planned {
+            target: Target {
+                manifest: m,
+                resolved,
+            },
+            change,
+            digest,
+        });
+    }
+    plan.prune = inventory
+        .objects
+        .iter()
+        .filter(|e| !keys.contains(&e.key))
+        .cloned()
+        .collect();
+    if errors.is_empty() {
+        Ok(plan)
+    } else {
+        Err(errors)
+    }
+}
+
+/// Only the commit's own CRDs: whether a kind is deferred, not its scope.
+struct NoScopes;
+
+impl ScopeLookup for NoScopes {
+    fn scope(&self, _: &str, _: &str) -> Option<crate::manifest::Scope> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::Origin;
+    use kube::api::ApiResource;
+
+    fn cm(name: &str, data: &str) -> Manifest {
+        Manifest {
+            object: serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "shop"}, "data": {"k": data}
+            }))
+            .unwrap(),
+            origin: Origin::file("cm.yaml"),
+        }
+    }
+
+    fn resolve(m: &Manifest) -> Option<Resolved> {
+        (m.kind() == "ConfigMap").then(|| Resolved {
+            resource: ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            namespaced: true,
+        })
+    }
+
+    fn entry(m: &Manifest, observed: &str) -> Entry {
+        Entry {
+            key: m.key(),
+            api_version: "v1".into(),
+            digest: digest(m),
+            observed: observed.into(),
+        }
+    }
+
+    fn live(entries: &[(&Manifest, &str)]) -> HashMap<ObjectKey, LiveObject> {
+        entries
+            .iter()
+            .map(|(m, o)| {
+                (
+                    m.key(),
+                    LiveObject {
+                        observed: o.to_string(),
+                        keep: false,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn classifies_new_changed_drifted_same_and_prune() {
+        let (same, changed, drifted, deleted, gone) = (
+            cm("same", "1"),
+            cm("changed", "1"),
+            cm("drifted", "1"),
+            cm("deleted", "1"),
+            cm("gone", "1"),
+        );
+        let inventory = Inventory {
+            commit: Some("abc".into()),
+            objects: vec![
+                entry(&same, "rv1"),
+                entry(&changed, "rv2"),
+                entry(&drifted, "rv3"),
+                entry(&deleted, "rv4"),
+                entry(&gone, "rv5"),
+            ],
+        };
+        let live = live(&[
+            (&same, "rv1"),
+            (&changed, "rv2"),
+            (&drifted, "rv9"),
+            (&gone, "rv5"),
+        ]);
+        let manifests = vec![
+            same.clone(),
+            cm("changed", "2"),
+            drifted.clone(),
+            deleted.clone(),
+            cm("new", "1"),
+        ];
+        let p = plan(manifests, resolve, &inventory, &live).unwrap();
+        let changes: Vec<(&str, &Change)> = p
+            .planned
+            .iter()
+            .map(|x| (x.target.manifest.name(), &x.change))
+            .collect();
+        assert_eq!(changes[0], ("same", &Change::Same));
+        assert_eq!(changes[1], ("changed", &Change::Changed));
+        assert!(matches!(changes[2], ("drifted", Change::Drifted(_))));
+        assert_eq!(
+            changes[3],
+            (
+                "deleted",
+                &Change::Drifted("deleted from the cluster".into())
+            )
+        );
+        assert_eq!(changes[4], ("new", &Change::New));
+        assert_eq!(
+            p.prune
+                .iter()
+                .map(|e| e.key.name.as_str())
+                .collect::<Vec<_>>(),
+            ["gone"]
+        );
+        assert!(!p.is_no_op());
+    }
+
+    #[test]
+    fn unchanged_commit_is_a_no_op() {
+        let a = cm("a", "1");
+        let inventory = Inventory {
+            commit: None,
+            objects: vec![entry(&a, "rv1")],
+        };
+        let p = plan(vec![a.clone()], resolve, &inventory, &live(&[(&a, "rv1")])).unwrap();
+        assert!(p.is_no_op());
+    }
+
+    #[test]
+    fn unknown_kinds_fail_unless_a_crd_of_the_commit_defines_them() {
+        let widget = Manifest {
+            object: serde_json::from_value(serde_json::json!({
+                "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}))
+            .unwrap(),
+            origin: Origin::file("w.yaml"),
+        };
+        let errors = plan(
+            vec![widget.clone()],
+            resolve,
+            &Inventory::default(),
+            &HashMap::new(),
+        )
+        .unwrap_err();
+        assert!(
+            errors[0]
+                .to_string()
+                .contains("w.yaml: unknown kind Widget in example.com/v1"),
+            "{}",
+            errors[0]
+        );
+        let crd = Manifest {
+            object: serde_json::from_value(serde_json::json!({
+                "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": "widgets.example.com"},
+                "spec": {"group": "example.com", "scope": "Namespaced", "names": {"kind": "Widget"}}})).unwrap(),
+            origin: Origin::file("crd.yaml"),
+        };
+        let with_crds = |m: &Manifest| {
+            resolve(m).or_else(|| {
+                (m.kind() == "CustomResourceDefinition").then(|| Resolved {
+                    resource: ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
+                    namespaced: false,
+                })
+            })
+        };
+        let p = plan(
+            vec![crd, widget],
+            with_crds,
+            &Inventory::default(),
+            &HashMap::new(),
+        )
+        .unwrap();
+        assert_eq!(p.planned.len(), 1);
+        assert_eq!(p.deferred[0].name(), "w");
+    }
+}

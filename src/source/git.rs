@@ -1,0 +1,409 @@
+//! The git source: fetch an app's ref into `state_dir/repos/<app>`, resolve it to a commit
+//! and check that commit out (detached), with git2.
+//!
+//! Only the configured ref is fetched. Remote refs that disappeared are pruned, so a
+//! deleted branch is an error rather than a stale commit. A cache that cannot be read is
+//! removed and cloned again once. URLs are shown with their user-info redacted.
+
+use std::path::{Path, PathBuf};
+
+use git2::build::CheckoutBuilder;
+use git2::{
+    AutotagOption, CertificateCheckStatus, Cred, CredentialType, ErrorClass, FetchOptions,
+    FetchPrune, Oid, RemoteCallbacks, Repository,
+};
+
+use super::known_hosts;
+use crate::config::{AppConfig, DEFAULT_KNOWN_HOSTS};
+use crate::history::CommitInfo;
+
+/// Errors of the git source. Every message names the repository with its credentials
+/// redacted.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// Fetching failed (network, authentication, host key).
+    #[error("cannot fetch {url}: {message}")]
+    Fetch {
+        /// The redacted URL.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The ref does not exist on the remote (any more).
+    #[error("{what} not found in {url} (deleted, or never pushed?)")]
+    RefNotFound {
+        /// `branch main`, `tag v1`, `commit 0123…`.
+        what: String,
+        /// The redacted URL.
+        url: String,
+    },
+    /// The local cache could not be used, even after a fresh clone.
+    #[error("repository cache {}: {message}", path.display())]
+    Cache {
+        /// The cache folder.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// A credential file could not be read.
+    #[error("cannot read {what} {}: {source}", path.display())]
+    Credential {
+        /// Which credential.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A checked-out commit.
+#[derive(Debug, Clone)]
+pub struct Checkout {
+    /// The working tree.
+    pub dir: PathBuf,
+    /// The commit.
+    pub commit: CommitInfo,
+    /// Set when `previous` is not an ancestor of this commit (history was rewritten).
+    pub history_rewritten: Option<String>,
+}
+
+/// What to fetch and which local ref then holds the commit.
+struct Want {
+    refspec: String,
+    local_ref: String,
+    what: String,
+}
+
+fn want(app: &AppConfig) -> Want {
+    if let Some(tag) = &app.tag {
+        Want {
+            refspec: format!("+refs/tags/{tag}:refs/tags/{tag}"),
+            local_ref: format!("refs/tags/{tag}"),
+            what: format!("tag {tag}"),
+        }
+    } else if let Some(commit) = &app.commit {
+        Want {
+            refspec: "+refs/heads/*:refs/remotes/origin/*".into(),
+            local_ref: String::new(),
+            what: format!("commit {commit}"),
+        }
+    } else if let Some(branch) = &app.branch {
+        Want {
+            refspec: format!("+refs/heads/{branch}:refs/remotes/origin/{branch}"),
+            local_ref: format!("refs/remotes/origin/{branch}"),
+            what: format!("branch {branch}"),
+        }
+    } else {
+        Want {
+            refspec: "+HEAD:refs/remotes/origin/HEAD".into(),
+            local_ref: "refs/remotes/origin/HEAD".into(),
+            what: "the default branch (HEAD)".into(),
+        }
+    }
+}
+
+/// The URL git2 is given: local paths made absolute, the rest as configured.
+pub fn remote_url(repo: &str) -> String {
+    if repo.contains("://") || is_scp_like(repo) {
+        return repo.to_string();
+    }
+    std::path::absolute(repo)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| repo.to_string())
+}
+
+/// The local folder of a `file://` URL or a path, when the repository is local.
+pub fn local_path(repo: &str) -> Option<PathBuf> {
+    if let Some(path) = repo.strip_prefix("file://") {
+        return Some(PathBuf::from(path));
+    }
+    (!repo.contains("://") && !is_scp_like(repo)).then(|| PathBuf::from(remote_url(repo)))
+}
+
+fn is_scp_like(repo: &str) -> bool {
+    // user@host:path, as git understands it; a local path has no '@' before a ':'.
+    match (repo.find('@'), repo.find(':')) {
+        (Some(at), Some(colon)) => at < colon && !repo[..colon].contains('/'),
+        _ => false,
+    }
+}
+
+/// The URL with any user-info (tokens, passwords) replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{}***@{}", &url[..scheme_end + 3], &rest[at + 1..]),
+        None => url.to_string(),
+    }
+}
+
+/// Fetches the app's ref and checks out its commit; `previous` is the commit of the last
+/// successful sync, checked for ancestry.
+///
+/// # Errors
+/// Fetch, authentication, host-key, missing-ref and cache errors.
+pub fn fetch_and_checkout(
+    app: &AppConfig,
+    state_dir: &Path,
+    previous: Option<&str>,
+) -> Result<Checkout, SourceError> {
+    let cache = state_dir.join("repos").join(&app.name);
+    match fetch_into(app, &cache, previous) {
+        Err(SourceError::Cache { .. }) => {
+            tracing::warn!(app = %app.name, cache = %cache.display(), "repository cache is unreadable; cloning again");
+            let _ = std::fs::remove_dir_all(&cache);
+            fetch_into(app, &cache, previous)
+        }
+        other => other,
+    }
+}
+
+fn fetch_into(
+    app: &AppConfig,
+    cache: &Path,
+    previous: Option<&str>,
+) -> Result<Checkout, SourceError> {
+    let url = remote_url(&app.repo);
+    let shown = redact_url(&url);
+    let cache_err = |e: git2::Error| SourceError::Cache {
+        path: cache.to_path_buf(),
+        message: e.message().to_string(),
+    };
+    let repo = open_cache(cache, &url).map_err(cache_err)?;
+    let want = want(app);
+    if !want.local_ref.is_empty() {
+        // A stale tracking ref must never stand in for a branch deleted upstream.
+        if let Ok(mut r) = repo.find_reference(&want.local_ref) {
+            r.delete().map_err(cache_err)?;
+        }
+    }
+    let mut remote = repo.find_remote("origin").map_err(cache_err)?;
+    let mut options = FetchOptions::new();
+    options
+        .remote_callbacks(callbacks(app, &url)?)
+        .prune(FetchPrune::On)
+        .download_tags(AutotagOption::None);
+    remote
+        .fetch(&[want.refspec.as_str()], Some(&mut options), None)
+        .map_err(|e| classify(e, &url, &shown, cache))?;
+    let oid = match &app.commit {
+        Some(sha) => Oid::from_str(sha)
+            .ok()
+            .filter(|o| repo.find_commit(*o).is_ok()),
+        None => repo.refname_to_id(&want.local_ref).ok(),
+    };
+    let Some(oid) = oid else {
+        return Err(SourceError::RefNotFound {
+            what: want.what,
+            url: shown,
+        });
+    };
+    let commit = repo.find_commit(oid).map_err(cache_err)?;
+    repo.checkout_tree(
+        commit.as_object(),
+        Some(
+            CheckoutBuilder::new()
+                .force()
+                .remove_untracked(true)
+                .remove_ignored(true),
+        ),
+    )
+    .map_err(cache_err)?;
+    repo.set_head_detached(oid).map_err(cache_err)?;
+    let history_rewritten = previous.and_then(|p| ancestry(&repo, p, oid));
+    Ok(Checkout {
+        dir: cache.to_path_buf(),
+        commit: commit_info(&commit),
+        history_rewritten,
+    })
+}
+
+/// Opens the cache, (re)initialising it when missing or when it points elsewhere.
+fn open_cache(cache: &Path, url: &str) -> Result<Repository, git2::Error> {
+    if let Ok(repo) = Repository::open(cache) {
+        let same = repo
+            .find_remote("origin")
+            .ok()
+            .and_then(|r| r.url().ok().map(|u| u == url))
+            .unwrap_or(false);
+        if same && repo.head_detached().is_ok() {
+            return Ok(repo);
+        }
+        drop(repo);
+        let _ = std::fs::remove_dir_all(cache);
+    }
+    let repo = Repository::init(cache)?;
+    repo.remote("origin", url)?;
+    Ok(repo)
+}
+
+/// Errors from a broken cache (objects, index, refs) are retried with a fresh clone; the
+/// rest are the remote's.
+fn classify(e: git2::Error, url: &str, shown: &str, cache: &Path) -> SourceError {
+    let message = e.message().replace(url, shown);
+    match e.class() {
+        ErrorClass::Odb | ErrorClass::Object | ErrorClass::Index | ErrorClass::Repository
+            if !message.contains("could not find repository") =>
+        {
+            SourceError::Cache {
+                path: cache.to_path_buf(),
+                message,
+            }
+        }
+        _ => SourceError::Fetch {
+            url: shown.to_string(),
+            message,
+        },
+    }
+}
+
+fn ancestry(repo: &Repository, previous: &str, new: Oid) -> Option<String> {
+    let prev = Oid::from_str(previous).ok()?;
+    let short = |o: Oid| o.to_string()[..7].to_string();
+    if prev == new {
+        return None;
+    }
+    match repo.find_commit(prev) {
+        Ok(_) if repo.graph_descendant_of(new, prev).unwrap_or(false) => None,
+        Ok(_) => Some(format!(
+            "previous commit {} is not an ancestor of {}: history was rewritten (force-push)",
+            short(prev),
+            short(new)
+        )),
+        Err(_) => Some(format!(
+            "previous commit {} is no longer in the repository: history was rewritten (force-push)",
+            short(prev)
+        )),
+    }
+}
+
+fn commit_info(c: &git2::Commit<'_>) -> CommitInfo {
+    let author = c.author();
+    CommitInfo {
+        sha: c.id().to_string(),
+        author: format!(
+            "{} <{}>",
+            author.name().unwrap_or("?"),
+            author.email().unwrap_or("?")
+        ),
+        time: jiff::Timestamp::from_second(c.time().seconds())
+            .unwrap_or(jiff::Timestamp::UNIX_EPOCH),
+        subject: c.summary().ok().flatten().unwrap_or("").to_string(),
+    }
+}
+
+/// Credentials (read now, never logged) and the ssh host-key check.
+fn callbacks(app: &AppConfig, url: &str) -> Result<RemoteCallbacks<'static>, SourceError> {
+    let auth = app.auth.clone();
+    let password = match (&auth.password_file, &auth.password_env) {
+        (Some(path), _) => Some(
+            std::fs::read_to_string(path)
+                .map(|s| s.trim().to_string())
+                .map_err(|source| SourceError::Credential {
+                    what: "password file",
+                    path: path.clone(),
+                    source,
+                })?,
+        ),
+        (None, Some(var)) => std::env::var(var).ok(),
+        (None, None) => None,
+    };
+    let known_hosts_path = auth
+        .known_hosts
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_KNOWN_HOSTS));
+    let port = ssh_port(url);
+    let mut attempts = 0;
+    let mut cb = RemoteCallbacks::new();
+    cb.credentials(move |_url, user_from_url, allowed| {
+        attempts += 1;
+        if attempts > 2 {
+            return Err(git2::Error::from_str(
+                "authentication failed: check [app.auth] of this app",
+            ));
+        }
+        let user = auth.username.as_deref().or(user_from_url);
+        if allowed.contains(CredentialType::SSH_KEY) {
+            if let Some(key) = &auth.ssh_key_file {
+                return Cred::ssh_key(user.unwrap_or("git"), None, key, None);
+            }
+        }
+        if allowed.contains(CredentialType::USER_PASS_PLAINTEXT) {
+            if let Some(secret) = &password {
+                return Cred::userpass_plaintext(user.unwrap_or("x-access-token"), secret);
+            }
+        }
+        if allowed.contains(CredentialType::USERNAME) {
+            return Cred::username(user.unwrap_or("git"));
+        }
+        Err(git2::Error::from_str(
+            "the repository wants credentials and none are configured: set [app.auth]",
+        ))
+    });
+    cb.certificate_check(move |cert, host| {
+        let Some(hostkey) = cert.as_hostkey() else {
+            return Ok(CertificateCheckStatus::CertificatePassthrough); // TLS: libgit2 verifies
+        };
+        let (Some(key), Some(kind)) = (hostkey.hostkey(), hostkey.hostkey_type()) else {
+            return Err(git2::Error::from_str(
+                &known_hosts::HostKeyError::NoKey { host: host.into() }.to_string(),
+            ));
+        };
+        let text = std::fs::read_to_string(&known_hosts_path).unwrap_or_default();
+        let file = known_hosts_path.display().to_string();
+        known_hosts::verify(&text, &file, host, port, kind.name(), key)
+            .map(|()| CertificateCheckStatus::CertificateOk)
+            .map_err(|e| git2::Error::from_str(&e.to_string()))
+    });
+    Ok(cb)
+}
+
+/// The port of an `ssh://host:port/…` URL; 22 otherwise.
+fn ssh_port(url: &str) -> u16 {
+    url.strip_prefix("ssh://")
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|authority| authority.rsplit_once(':'))
+        .and_then(|(_, port)| port.parse().ok())
+        .unwrap_or(22)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_hides_user_info_only() {
+        assert_eq!(
+            redact_url("https://user:s3cret@git.example.com/a.git"),
+            "https://***@git.example.com/a.git"
+        );
+        assert_eq!(
+            redact_url("https://git.example.com/a@b.git"),
+            "https://git.example.com/a@b.git"
+        );
+        assert_eq!(
+            redact_url("git@github.com:org/repo.git"),
+            "git@github.com:org/repo.git"
+        );
+    }
+
+    #[test]
+    fn url_kinds() {
+        assert!(is_scp_like("git@github.com:org/repo.git"));
+        assert!(!is_scp_like("/srv/git/repo"));
+        assert!(!is_scp_like("./a@b:c/d"));
+        assert_eq!(
+            local_path("file:///srv/repo"),
+            Some(PathBuf::from("/srv/repo"))
+        );
+        assert_eq!(local_path("https://x/y"), None);
+        assert_eq!(ssh_port("ssh://git@host:2222/repo.git"), 2222);
+        assert_eq!(ssh_port("git@host:repo.git"), 22);
+    }
+}

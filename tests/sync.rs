@@ -1,0 +1,453 @@
+//! The sync loop against a real control plane: `berth sync` and `berth run` on a local git
+//! repository, asserting the cluster's objects, the history record, exit codes and
+//! messages.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use berth::history::{Action, Outcome};
+use common::{Repo, Setup};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+
+fn deployment(name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n        - name: app\n          image: {image}\n          ports:\n            - containerPort: 8080\n"
+    )
+}
+
+fn config_map(name: &str, value: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  value: \"{value}\"\n"
+    )
+}
+
+async fn image(api: &Api<Deployment>, name: &str) -> String {
+    let d = api.get(name).await.expect("deployment exists");
+    d.spec.unwrap().template.spec.unwrap().containers[0]
+        .image
+        .clone()
+        .unwrap()
+}
+
+async fn data(api: &Api<ConfigMap>, name: &str) -> Option<String> {
+    let cm = api.get_opt(name).await.expect("get configmap")?;
+    cm.data.and_then(|d| d.get("value").cloned())
+}
+
+#[tokio::test]
+async fn commit_change_and_delete_create_configure_and_prune() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "lifecycle").await;
+    let repo = Repo::new();
+    repo.write("web.yaml", &deployment("web", "nginx:1.25"));
+    repo.write("config/a.yaml", &config_map("a", "1"));
+    repo.write("config/b.yaml", &config_map("b", "1"));
+    repo.write("config/c.yaml", &config_map("c", "1"));
+    let first = repo.commit("first");
+    let setup = Setup::new(cp, "lifecycle", &repo, &ns, "prune = true");
+
+    let (code, out, err) = setup.berth(&["sync", "--once"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("deployment.apps/web -n lifecycle") || out.contains("deployment.apps/web -n"),
+        "{out}"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    assert_eq!(image(&deployments, "web").await, "nginx:1.25");
+    assert_eq!(data(&maps, "a").await.as_deref(), Some("1"));
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Succeeded);
+    assert_eq!(record.commit.as_ref().unwrap().sha, first);
+    assert_eq!(
+        record
+            .objects
+            .iter()
+            .filter(|o| o.action == Action::Created)
+            .count(),
+        4
+    );
+
+    // Change an image: that object is configured, the rest unchanged.
+    repo.write("web.yaml", &deployment("web", "nginx:1.26"));
+    repo.commit("new image");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(image(&deployments, "web").await, "nginx:1.26");
+    let record = setup.history().pop().unwrap();
+    let actions: Vec<(String, Action)> = record
+        .objects
+        .iter()
+        .map(|o| (o.key.name.clone(), o.action))
+        .collect();
+    assert_eq!(actions, [("web".to_string(), Action::Configured)]);
+    assert_eq!(record.unchanged, 3);
+    assert_eq!(record.previous_commit.as_deref(), Some(first.as_str()));
+
+    // Another owner takes "c" over; then both "b" and "c" leave git: only "b" is pruned.
+    let takeover = serde_json::json!({"metadata": {"labels": {"berth.dev/app": "someone-else"}}});
+    maps.patch("c", &PatchParams::default(), &Patch::Merge(&takeover))
+        .await
+        .unwrap();
+    repo.git(&["rm", "-q", "config/b.yaml", "config/c.yaml"]);
+    repo.commit("drop b and c");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(data(&maps, "b").await, None, "b is pruned");
+    assert_eq!(
+        data(&maps, "c").await.as_deref(),
+        Some("1"),
+        "c belongs to someone else now"
+    );
+    let record = setup.history().pop().unwrap();
+    let by_name: BTreeMap<String, (Action, Option<String>)> = record
+        .objects
+        .iter()
+        .map(|o| (o.key.name.clone(), (o.action, o.note.clone())))
+        .collect();
+    assert_eq!(by_name["b"].0, Action::Pruned);
+    assert_eq!(by_name["c"].0, Action::Kept);
+    assert!(
+        by_name["c"]
+            .1
+            .as_deref()
+            .unwrap()
+            .contains("taken over by another owner"),
+        "{by_name:?}"
+    );
+
+    // berth history shows it, newest first.
+    let (code, out, _) = setup.berth(&["history", "lifecycle"]);
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("OUTCOME"),
+        "{out}"
+    );
+    assert_eq!(lines.len(), 4, "{out}");
+    assert!(lines[1].contains("succeeded"), "{out}");
+}
+
+#[tokio::test]
+async fn a_broken_commit_writes_nothing_and_prunes_nothing() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "broken").await;
+    let repo = Repo::new();
+    repo.write("web.yaml", &deployment("web", "nginx:1.25"));
+    repo.write("keep.yaml", &config_map("keep", "1"));
+    repo.commit("good");
+    let setup = Setup::new(cp, "broken", &repo, &ns, "prune = true");
+    assert_eq!(setup.berth(&["sync"]).0, 0);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+
+    // Invalid YAML: the image change in the same commit is not applied, keep.yaml's removal not pruned.
+    repo.write("web.yaml", &deployment("web", "nginx:1.26"));
+    repo.git(&["rm", "-q", "keep.yaml"]);
+    repo.write(
+        "bad.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad\n data: x\n",
+    );
+    repo.commit("broken yaml");
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("bad.yaml:5 (document 1): invalid YAML"),
+        "{out}"
+    );
+    assert!(out.contains("FAILED"), "{out}");
+    assert_eq!(image(&deployments, "web").await, "nginx:1.25");
+    assert_eq!(data(&maps, "keep").await.as_deref(), Some("1"));
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Failed);
+    assert!(
+        record.errors[0].message.contains("bad.yaml"),
+        "{:?}",
+        record.errors
+    );
+    assert!(record.objects.is_empty());
+
+    // Valid YAML, but the apiserver rejects one object: still nothing written.
+    repo.git(&["rm", "-q", "bad.yaml"]);
+    repo.write(
+        "invalid.yaml",
+        &deployment("invalid", "nginx").replace("replicas: 1", "replicas: -1"),
+    );
+    repo.commit("invalid field");
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("dry run refused Deployment"), "{out}");
+    assert!(out.contains("invalid.yaml:1 (document 1)"), "{out}");
+    assert_eq!(
+        image(&deployments, "web").await,
+        "nginx:1.25",
+        "nothing written"
+    );
+    assert_eq!(
+        data(&maps, "keep").await.as_deref(),
+        Some("1"),
+        "nothing pruned"
+    );
+    assert!(deployments.get_opt("invalid").await.unwrap().is_none());
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Failed);
+    assert!(
+        record
+            .errors
+            .iter()
+            .any(|e| e.message.contains("spec.replicas")),
+        "{:?}",
+        record.errors
+    );
+}
+
+#[tokio::test]
+async fn force_push_and_deleted_branch() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "rewrite").await;
+    let repo = Repo::new();
+    repo.write("cm.yaml", &config_map("state", "old"));
+    let old = repo.commit("old");
+    repo.git(&["checkout", "-q", "-b", "feature"]);
+    repo.write("cm.yaml", &config_map("state", "new"));
+    let new = repo.commit("new");
+    let setup = Setup::new(
+        cp,
+        "rewrite",
+        &repo,
+        &ns,
+        "branch = \"feature\"\nprune = true",
+    );
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    assert_eq!(setup.berth(&["sync"]).0, 0);
+    assert_eq!(data(&maps, "state").await.as_deref(), Some("new"));
+
+    // Force-push back to the older commit.
+    repo.git(&["reset", "-q", "--hard", &old]);
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(data(&maps, "state").await.as_deref(), Some("old"));
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.commit.unwrap().sha, old);
+    assert_eq!(record.previous_commit.as_deref(), Some(new.as_str()));
+    let note = record.history_rewritten.expect("history rewrite noted");
+    assert!(note.contains("is not an ancestor"), "{note}");
+
+    // Delete the branch: the sync fails, the cluster keeps its state.
+    repo.git(&["checkout", "-q", "main"]);
+    repo.git(&["branch", "-q", "-D", "feature"]);
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("branch feature not found"), "{out}");
+    assert_eq!(data(&maps, "state").await.as_deref(), Some("old"));
+    assert_eq!(setup.history().pop().unwrap().outcome, Outcome::Failed);
+}
+
+/// Write requests (create, update, patch, delete) in the audit log that touch `namespace`
+/// or the app's inventory.
+fn writes_since(
+    cp: &berth::testenv::ControlPlane,
+    since: jiff::Timestamp,
+    namespace: &str,
+    inventory: &str,
+) -> usize {
+    let log = std::fs::read_to_string(cp.dir.join("audit.log")).unwrap_or_default();
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| {
+            let at = e["requestReceivedTimestamp"]
+                .as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            let verb = e["verb"].as_str().unwrap_or("");
+            let obj = &e["objectRef"];
+            at.is_some_and(|t| t >= since)
+                && matches!(verb, "create" | "update" | "patch" | "delete")
+                && (obj["namespace"] == namespace || obj["name"] == inventory)
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn a_no_change_sync_sends_no_write_request_and_drift_is_repaired() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "nochange").await;
+    let repo = Repo::new();
+    repo.write("web.yaml", &deployment("web", "nginx:1.25"));
+    repo.write("cm.yaml", &config_map("cm", "1"));
+    repo.commit("first");
+    let setup = Setup::new(cp, "nochange", &repo, &ns, "prune = true");
+    let inventory = "berth-inventory-nochange";
+
+    let start = jiff::Timestamp::now();
+    assert_eq!(setup.berth(&["sync"]).0, 0);
+    tokio::time::sleep(Duration::from_millis(500)).await; // audit events are flushed on response
+    assert!(
+        writes_since(cp, start, &ns, inventory) >= 3,
+        "the counter sees the first sync's writes"
+    );
+
+    let start = jiff::Timestamp::now();
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("no change at"), "{out}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        writes_since(cp, start, &ns, inventory),
+        0,
+        "a no-change sync must not write"
+    );
+    assert_eq!(setup.history().pop().unwrap().outcome, Outcome::NoChange);
+
+    // Someone deletes an object: the next sync re-creates exactly that one.
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    maps.delete("cm", &Default::default()).await.unwrap();
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}");
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Succeeded);
+    let actions: Vec<(String, Action, Option<String>)> = record
+        .objects
+        .iter()
+        .map(|o| (o.key.name.clone(), o.action, o.note.clone()))
+        .collect();
+    assert_eq!(
+        actions,
+        [(
+            "cm".to_string(),
+            Action::Created,
+            Some("drift: deleted from the cluster".to_string())
+        )]
+    );
+
+    // Someone scales the Deployment by hand: another field manager now owns spec.replicas.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let scale = serde_json::json!({"spec": {"replicas": 3}});
+    deployments
+        .patch("web", &PatchParams::default(), &Patch::Merge(&scale))
+        .await
+        .unwrap();
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "a conflict is an error by default: {out}");
+    assert!(
+        out.contains(".spec.replicas") && out.contains("force_conflicts = true"),
+        "{out}"
+    );
+    assert_eq!(
+        deployments.get("web").await.unwrap().spec.unwrap().replicas,
+        Some(3),
+        "nothing written"
+    );
+
+    // With force_conflicts the drift is repaired, and only that object is written.
+    let forced = Setup::new(
+        cp,
+        "nochange",
+        &repo,
+        &ns,
+        "prune = true\nforce_conflicts = true",
+    );
+    let (code, out, _) = forced.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}");
+    let record = forced.history().pop().unwrap();
+    assert_eq!(record.objects.len(), 1, "{:?}", record.objects);
+    assert_eq!(
+        (
+            record.objects[0].key.name.as_str(),
+            record.objects[0].action
+        ),
+        ("web", Action::Configured)
+    );
+    assert!(
+        record.objects[0]
+            .note
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("drift"),
+        "{:?}",
+        record.objects
+    );
+    assert_eq!(
+        deployments.get("web").await.unwrap().spec.unwrap().replicas,
+        Some(1)
+    );
+}
+
+#[tokio::test]
+async fn berth_run_syncs_a_new_commit_within_a_second() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "daemon").await;
+    let repo = Repo::new();
+    repo.write("cm.yaml", &config_map("live", "1"));
+    repo.commit("first");
+    let setup = Setup::new(cp, "daemon", &repo, &ns, "");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("run")
+        .arg("--config")
+        .arg(&setup.config)
+        .kill_on_drop(true)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start berth run");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    common::wait_for(
+        &maps,
+        "live",
+        Duration::from_secs(30),
+        |c: Option<&ConfigMap>| c.is_some(),
+    )
+    .await;
+
+    repo.write("cm.yaml", &config_map("live", "2"));
+    repo.commit("second");
+    let committed = Instant::now();
+    common::wait_for(
+        &maps,
+        "live",
+        Duration::from_secs(10),
+        |c: Option<&ConfigMap>| {
+            c.and_then(|c| c.data.as_ref()?.get("value").cloned())
+                .as_deref()
+                == Some("2")
+        },
+    )
+    .await;
+    let latency = committed.elapsed();
+    eprintln!("commit-to-applied latency: {latency:?}");
+    assert!(latency < Duration::from_secs(5), "took {latency:?}");
+
+    // SIGTERM: a clean exit, and a readable history with the notify-triggered sync in it.
+    let pid = child.id().expect("pid") as i32;
+    // SAFETY: signalling the child this test started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("exits")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let history = setup.history();
+    assert!(
+        history.iter().any(
+            |r| r.trigger == berth::history::Trigger::Notify && r.outcome == Outcome::Succeeded
+        ),
+        "{history:#?}"
+    );
+}
