@@ -20,7 +20,8 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
 fi
 $sudo apt-get update -qq
-$sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go rsync etcd-server make >/dev/null
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+  golang-go rsync etcd-server make golang-github-modern-go-reflect2-dev >/dev/null
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -29,6 +30,11 @@ apt-get source --download-only kubernetes >/dev/null
 tar xzf kubernetes_*.orig.tar.gz
 cd kubernetes-*/
 mkdir -p .go/src/k8s.io && ln -sfn ../../.. .go/src/k8s.io/kubernetes
+# Kubernetes 1.20 vendors reflect2 1.0.1, whose map iteration faults under Go >= 1.18:
+# the apiserver dies ("fatal error: fault" in mapiterinit) the first time it encodes a
+# custom resource. reflect2 1.0.2, from Debian, is the upstream fix.
+rm -rf vendor/github.com/modern-go/reflect2
+cp -r /usr/share/gocode/src/github.com/modern-go/reflect2 vendor/github.com/modern-go/reflect2
 GOPATH=$PWD/.go CGO_ENABLED=0 HOME=$(mktemp -d) \
   make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" >/dev/null
 install -m 0755 _output/bin/kube-apiserver _output/bin/kube-controller-manager "$out/"

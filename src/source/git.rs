@@ -393,6 +393,95 @@ mod tests {
         );
     }
 
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn origin() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        git(d.path(), &["init", "-q", "-b", "main"]);
+        std::fs::write(d.path().join("a.yaml"), "v: 1\n").unwrap();
+        git(d.path(), &["add", "."]);
+        git(d.path(), &["commit", "-qm", "one"]);
+        git(d.path(), &["tag", "v1"]);
+        std::fs::write(d.path().join("a.yaml"), "v: 2\n").unwrap();
+        git(d.path(), &["commit", "-qam", "two"]);
+        d
+    }
+
+    fn app(repo: &Path, extra: &str) -> AppConfig {
+        crate::config::parse(&format!(
+            "[[app]]\nname = \"t\"\nrepo = \"{}\"\n{extra}\n",
+            repo.display()
+        ))
+        .unwrap()
+        .apps
+        .remove(0)
+    }
+
+    fn content(c: &Checkout) -> String {
+        std::fs::read_to_string(c.dir.join("a.yaml")).unwrap()
+    }
+
+    #[test]
+    fn branch_tag_and_commit_refs() {
+        let o = origin();
+        let state = tempfile::tempdir().unwrap();
+        let head = fetch_and_checkout(&app(o.path(), ""), state.path(), None).unwrap();
+        assert_eq!(
+            (content(&head).as_str(), head.commit.subject.as_str()),
+            ("v: 2\n", "two")
+        );
+        let tag = fetch_and_checkout(&app(o.path(), "tag = \"v1\""), state.path(), None).unwrap();
+        assert_eq!(content(&tag), "v: 1\n");
+        let first = git(o.path(), &["rev-parse", "v1"]);
+        let pinned = fetch_and_checkout(
+            &app(o.path(), &format!("commit = \"{first}\"")),
+            state.path(),
+            None,
+        )
+        .unwrap();
+        assert_eq!(pinned.commit.sha, first);
+        assert_eq!(pinned.commit.author, "T <t@example.com>");
+        let e = fetch_and_checkout(&app(o.path(), "tag = \"v9\""), state.path(), None).unwrap_err();
+        assert!(e.to_string().starts_with("tag v9 not found in"), "{e}");
+    }
+
+    #[test]
+    fn a_corrupted_cache_is_cloned_again() {
+        let o = origin();
+        let state = tempfile::tempdir().unwrap();
+        let a = app(o.path(), "branch = \"main\"");
+        fetch_and_checkout(&a, state.path(), None).unwrap();
+        let objects = state.path().join("repos/t/.git/objects");
+        std::fs::remove_dir_all(&objects).unwrap();
+        std::fs::create_dir(&objects).unwrap();
+        std::fs::write(state.path().join("repos/t/.git/HEAD"), "garbage").unwrap();
+        let again = fetch_and_checkout(&a, state.path(), None).unwrap();
+        assert_eq!(content(&again), "v: 2\n");
+    }
+
+    #[test]
+    fn an_unreachable_remote_is_an_error_naming_it() {
+        let state = tempfile::tempdir().unwrap();
+        let a = app(Path::new("/nonexistent/repo"), "branch = \"main\"");
+        let e = fetch_and_checkout(&a, state.path(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("cannot fetch /nonexistent/repo"), "{e}");
+    }
+
     #[test]
     fn url_kinds() {
         assert!(is_scp_like("git@github.com:org/repo.git"));
