@@ -54,7 +54,7 @@ async fn app_loop(
     let log = |line: &str| tracing::info!(app = %app.name, "{line}");
     let mut trigger = Trigger::Interval;
     loop {
-        syncer.sync(&app, trigger, &shutdown, &log).await;
+        syncer.sync(&app, trigger, false, &shutdown, &log).await;
         let wait = interval + random_below(jitter);
         tokio::select! {
             _ = tokio::time::sleep(wait) => trigger = Trigger::Interval,

@@ -53,6 +53,9 @@ pub enum Outcome {
     NoChange,
     /// Shutdown stopped it part way.
     Interrupted,
+    /// The commit's rollout failed before and berth waits for a new one (never written
+    /// to the history: it would repeat every interval).
+    Held,
 }
 
 impl Outcome {
@@ -63,6 +66,7 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::NoChange => "no-change",
             Outcome::Interrupted => "interrupted",
+            Outcome::Held => "held",
         }
     }
 }
@@ -185,7 +189,126 @@ pub struct SyncRecord {
     pub errors: Vec<RecordError>,
     /// Rollouts of changed Deployments.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub rollouts: Vec<serde_json::Value>,
+    pub rollouts: Vec<RolloutRecord>,
+    /// A remark for people (a manual rollback, a held app).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// How a rollout ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RolloutOutcome {
+    /// Every replica updated and available.
+    Complete,
+    /// The Deployment reported ProgressDeadlineExceeded.
+    Failed,
+    /// The app's `rollout.timeout` passed first.
+    TimedOut,
+    /// Shutdown came first.
+    Interrupted,
+}
+
+impl RolloutOutcome {
+    /// The word shown in output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RolloutOutcome::Complete => "complete",
+            RolloutOutcome::Failed => "failed",
+            RolloutOutcome::TimedOut => "timed-out",
+            RolloutOutcome::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// One point of a rollout's timeline: the sizes after a change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimelineStep {
+    /// When it was seen.
+    pub at: Timestamp,
+    /// New ReplicaSet: spec.replicas.
+    pub new_replicas: i32,
+    /// New ReplicaSet: ready pods.
+    pub new_ready: i32,
+    /// New ReplicaSet: available pods.
+    pub new_available: i32,
+    /// Old ReplicaSets: spec.replicas, summed.
+    pub old_replicas: i32,
+}
+
+/// A rollout followed to its end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FollowedRollout {
+    /// How it ended.
+    pub outcome: RolloutOutcome,
+    /// The last status message (kubectl style).
+    pub message: String,
+    /// Revision it reached (of the new ReplicaSet).
+    pub revision: Option<i64>,
+    /// The new ReplicaSet.
+    pub replica_set: Option<String>,
+    /// When following started.
+    pub started_at: Timestamp,
+    /// When it ended.
+    pub finished_at: Timestamp,
+    /// The steps seen.
+    pub steps: Vec<TimelineStep>,
+}
+
+/// A Deployment's rollout in a sync (or a manual rollback).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RolloutRecord {
+    /// The Deployment.
+    pub deployment: ObjectKey,
+    /// `cluster` or `agent`.
+    pub engine: String,
+    /// Revision before (none for a new Deployment).
+    pub revision_from: Option<i64>,
+    /// Its ReplicaSet.
+    pub replica_set_from: Option<String>,
+    /// Its template hash.
+    pub hash_from: Option<String>,
+    /// Its images.
+    #[serde(default)]
+    pub images_from: Vec<String>,
+    /// The template hash rolled out.
+    pub hash_to: String,
+    /// Its images.
+    #[serde(default)]
+    pub images_to: Vec<String>,
+    /// The rollout.
+    pub rollout: FollowedRollout,
+    /// The rollback that followed a failure, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<RollbackRecord>,
+}
+
+/// A rollback to an earlier revision's template.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RollbackRecord {
+    /// The revision whose template was restored.
+    pub to_revision: i64,
+    /// The commit that first rolled that revision out, when the history knows it.
+    pub commit: Option<String>,
+    /// "rolled back Deployment X from revision 3 to 2 (commit abc1234)".
+    pub message: String,
+    /// Its rollout.
+    pub rollout: FollowedRollout,
+}
+
+/// The commit whose sync rolled out `revision` of a Deployment, newest record first.
+pub fn commit_of_revision(
+    records: &[SyncRecord],
+    deployment: &ObjectKey,
+    revision: i64,
+) -> Option<String> {
+    records.iter().rev().find_map(|r| {
+        r.rollouts
+            .iter()
+            .any(|ro| &ro.deployment == deployment && ro.rollout.revision == Some(revision))
+            .then(|| r.commit.as_ref().map(|c| c.sha.clone()))
+            .flatten()
+    })
 }
 
 impl SyncRecord {
@@ -412,6 +535,7 @@ mod tests {
             }],
             errors: vec![],
             rollouts: vec![],
+            note: None,
         }
     }
 

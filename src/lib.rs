@@ -39,6 +39,7 @@ pub mod config;
 pub mod history;
 pub mod manifest;
 pub mod plan;
+pub mod rollout;
 pub mod source;
 pub mod sync;
 pub mod testenv;

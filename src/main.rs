@@ -30,6 +30,12 @@ enum Command {
     Sync(cli::sync::Args),
     /// Show the sync history (newest first), or one record with `history show ID`.
     History(cli::history::Args),
+    /// Per app the last sync, per Deployment its revision, readiness and rollout phase.
+    Status(cli::status::Args),
+    /// What a sync would do now: each object's action and each rollout's predicted steps.
+    Plan(cli::plan::Args),
+    /// Roll a Deployment back to an earlier revision (the previous one by default).
+    Rollback(cli::rollback::Args),
     /// Load and check the configuration, and render every app from a local checkout.
     Validate(cli::validate::Args),
     /// Run the manifest pipeline on a folder, a file or stdin (-) and print the objects.
@@ -56,6 +62,15 @@ fn main() -> ExitCode {
             runtime().and_then(|rt| rt.block_on(cli::sync::run(&cli.config, args)))
         }
         Command::History(args) => cli::history::run(&cli.config, args),
+        Command::Status(args) => {
+            runtime().and_then(|rt| rt.block_on(cli::status::run(&cli.config, args)))
+        }
+        Command::Plan(args) => {
+            runtime().and_then(|rt| rt.block_on(cli::plan::run(&cli.config, args)))
+        }
+        Command::Rollback(args) => {
+            runtime().and_then(|rt| rt.block_on(cli::rollback::run(&cli.config, args)))
+        }
         Command::Validate(args) => cli::validate::run(&cli.config, args),
         Command::Render(args) => cli::render::run(args),
     };

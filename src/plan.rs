@@ -193,6 +193,7 @@ mod tests {
                 entry(&deleted, "rv4"),
                 entry(&gone, "rv5"),
             ],
+            held: None,
         };
         let live = live(&[
             (&same, "rv1"),
@@ -240,6 +241,7 @@ mod tests {
         let inventory = Inventory {
             commit: None,
             objects: vec![entry(&a, "rv1")],
+            held: None,
         };
         let p = plan(vec![a.clone()], resolve, &inventory, &live(&[(&a, "rv1")])).unwrap();
         assert!(p.is_no_op());

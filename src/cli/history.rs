@@ -84,7 +84,7 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string(r)?);
         }
     } else {
-        print!("{}", table(&selected, now));
+        print!("{}", records_table(&selected, now));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -106,7 +106,7 @@ pub fn short_age(d: std::time::Duration) -> String {
     }
 }
 
-fn table(records: &[&SyncRecord], now: jiff::Timestamp) -> String {
+fn records_table(records: &[&SyncRecord], now: jiff::Timestamp) -> String {
     let mut rows = vec![[
         "ID", "AGE", "APP", "COMMIT", "OUTCOME", "CHANGES", "DURATION",
     ]
@@ -125,8 +125,13 @@ fn table(records: &[&SyncRecord], now: jiff::Timestamp) -> String {
             format!("{:.1}s", r.duration_ms as f64 / 1000.0),
         ]);
     }
-    let widths: Vec<usize> = (0..7)
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+    table(&rows)
+}
+
+/// Rows as kubectl prints them: left-aligned columns, three spaces apart.
+pub fn table<const N: usize>(rows: &[[String; N]]) -> String {
+    let widths: Vec<usize> = (0..N)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
     for row in rows {
@@ -183,11 +188,70 @@ fn show(r: &SyncRecord) -> String {
             describe(&o.key)
         );
     }
+    for ro in &r.rollouts {
+        out += &rollout_text(ro);
+    }
+    if let Some(note) = &r.note {
+        out += &format!("Note:      {note}\n");
+    }
     if !r.errors.is_empty() {
         out += "Errors:\n";
         for e in &r.errors {
             out += &format!("  - {}\n", e.message);
         }
+    }
+    out
+}
+
+fn rollout_text(ro: &berth::history::RolloutRecord) -> String {
+    let rev = |r: Option<i64>| r.map_or("-".to_string(), |r| r.to_string());
+    let mut out = format!(
+        "Rollout:   {} ({} engine): revision {} → {}, {}\n           ReplicaSet {} → {}, images {} → {}\n",
+        describe(&ro.deployment),
+        ro.engine,
+        rev(ro.revision_from),
+        rev(ro.rollout.revision),
+        ro.rollout.outcome.as_str(),
+        ro.replica_set_from.as_deref().unwrap_or("-"),
+        ro.rollout.replica_set.as_deref().unwrap_or("-"),
+        list(&ro.images_from),
+        list(&ro.images_to),
+    );
+    out += &timeline(&ro.rollout);
+    if let Some(rb) = &ro.rollback {
+        out += &format!(
+            "Rollback:  {}, {}\n",
+            rb.message,
+            rb.rollout.outcome.as_str()
+        );
+        out += &timeline(&rb.rollout);
+    }
+    out
+}
+
+fn list(items: &[String]) -> String {
+    if items.is_empty() {
+        "-".into()
+    } else {
+        items.join(",")
+    }
+}
+
+fn timeline(f: &berth::history::FollowedRollout) -> String {
+    let mut out = format!(
+        "           {}\n           {:<10} {:<12} {:<12} {}\n",
+        f.message, "AT", "NEW", "READY/AVAIL", "OLD"
+    );
+    let start = f.started_at;
+    for s in &f.steps {
+        let at = format!("+{:.1}s", s.at.duration_since(start).as_secs_f64());
+        out += &format!(
+            "           {:<10} {:<12} {:<12} {}\n",
+            at,
+            s.new_replicas,
+            format!("{}/{}", s.new_ready, s.new_available),
+            s.old_replicas
+        );
     }
     out
 }

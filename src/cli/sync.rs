@@ -16,6 +16,9 @@ pub struct Args {
     /// Sync once and exit (what `berth sync` always does; kept for scripts).
     #[arg(long)]
     pub once: bool,
+    /// Apply the commit even though its rollout failed before (the app is held).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Runs `berth sync`: exit code 1 when any app failed.
@@ -40,14 +43,19 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         let syncer = &syncer;
         async move {
             let print = move |line: &str| println!("{name}: {line}");
-            syncer.sync(app, Trigger::Cli, &shutdown, &print).await
+            syncer
+                .sync(app, Trigger::Cli, args.force, &shutdown, &print)
+                .await
         }
     });
     let records = futures::future::join_all(syncs).await;
     let mut ok = true;
     for r in &records {
         println!("{}", summary(r));
-        ok &= matches!(r.outcome, Outcome::Succeeded | Outcome::NoChange);
+        ok &= matches!(
+            r.outcome,
+            Outcome::Succeeded | Outcome::NoChange | Outcome::Held
+        );
     }
     Ok(if ok {
         ExitCode::SUCCESS
@@ -56,7 +64,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn select<'a>(apps: &'a [AppConfig], names: &[String]) -> anyhow::Result<Vec<&'a AppConfig>> {
+pub fn select<'a>(apps: &'a [AppConfig], names: &[String]) -> anyhow::Result<Vec<&'a AppConfig>> {
     if names.is_empty() {
         return Ok(apps.iter().collect());
     }
@@ -88,6 +96,7 @@ pub fn summary(r: &SyncRecord) -> String {
             r.app, r.unchanged
         ),
         Outcome::Succeeded => format!("{}: synced {commit} in {secs:.1}s: {}", r.app, counts(r)),
+        Outcome::Held => format!("{}: held at {commit}: nothing applied", r.app),
         Outcome::Failed | Outcome::Interrupted => format!(
             "{}: {} at {commit} after {secs:.1}s with {} error(s); details: berth history show {}",
             r.app,

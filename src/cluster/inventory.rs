@@ -40,6 +40,19 @@ pub struct Inventory {
     pub commit: Option<String>,
     /// The objects.
     pub objects: Vec<Entry>,
+    /// Set when a commit's rollout failed (rolled back or halted): berth leaves the app
+    /// alone until another commit arrives or a sync is forced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<Held>,
+}
+
+/// Why an app is held.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    /// The commit not to apply again.
+    pub commit: String,
+    /// What happened to it.
+    pub reason: String,
 }
 
 impl Inventory {

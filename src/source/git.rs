@@ -283,6 +283,23 @@ fn ancestry(repo: &Repository, previous: &str, new: Oid) -> Option<String> {
     }
 }
 
+/// The metadata of commit `sha` in a local repository, when it is there.
+pub fn commit_at(repo: &Path, sha: &str) -> Option<CommitInfo> {
+    let repo = Repository::open(repo).ok()?;
+    let commit = repo.find_commit(Oid::from_str(sha).ok()?).ok()?;
+    Some(commit_info(&commit))
+}
+
+/// A placeholder for a commit whose metadata is not known.
+pub fn unknown_commit() -> CommitInfo {
+    CommitInfo {
+        sha: String::new(),
+        author: String::new(),
+        time: jiff::Timestamp::UNIX_EPOCH,
+        subject: String::new(),
+    }
+}
+
 fn commit_info(c: &git2::Commit<'_>) -> CommitInfo {
     let author = c.author();
     CommitInfo {

@@ -3,32 +3,36 @@
 //! prune → inventory → record. Each step is its own function; a failed step records its
 //! errors and stops the sync before anything later runs — a broken commit writes nothing
 //! and prunes nothing.
+//!
+//! [`apply`] holds the validate-and-apply steps, [`rollouts`] following changed
+//! Deployments and the failure policy.
+
+mod apply;
+mod manual;
+mod preview;
+mod rollouts;
+
+pub use manual::RollbackRequest;
+pub use preview::{PlannedObject, Preview};
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::DynamicObject;
-use kube::runtime::wait::{await_condition, conditions};
 use tokio::sync::watch;
 
-use crate::cluster::apply::{apply_all, observed, stage, ApplySettings, Target};
+use crate::cluster::apply::{observed, ApplySettings, Target};
 use crate::cluster::discovery::ClusterKinds;
-use crate::cluster::inventory::{self, Entry, Inventory};
+use crate::cluster::inventory::{self, Entry, Held, Inventory};
 use crate::cluster::{prune, ClusterError};
 use crate::config::{AgentConfig, AppConfig};
-use crate::history::{
-    new_id, Action, HistoryLog, ObjectAction, Outcome, RecordError, SyncRecord, Trigger,
-};
+use crate::history::{new_id, HistoryLog, ObjectAction, Outcome, RecordError, SyncRecord, Trigger};
 use crate::manifest::{Builder, Limits, Manifest, ObjectKey};
 use crate::plan::{self, Change, Plan};
 use crate::source::git::{self, Checkout};
 
 /// Where progress lines go: the terminal for `berth sync`, the log for the daemon.
 pub type Report<'a> = &'a (dyn Fn(&str) + Send + Sync);
-
-/// How long to wait for a CRD of the commit to be Established.
-const CRD_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What every sync of an agent shares.
 pub struct Syncer {
@@ -51,52 +55,63 @@ struct Write {
     target: Target,
     change: Change,
     digest: String,
-    /// From the dry run: the live resourceVersion, or `None` when it does not exist yet.
-    existing: Option<Option<String>>,
+    /// The server's answer to the dry run: the object as it would be.
+    dry_run: Option<DynamicObject>,
     applied: Option<DynamicObject>,
+}
+
+/// What a sync knows before its first write.
+struct Prepared {
+    inventory: Inventory,
+    checkout: Checkout,
+    kinds: ClusterKinds,
+    plan: Plan,
 }
 
 struct Run<'a> {
     syncer: &'a Syncer,
     app: &'a AppConfig,
+    force: bool,
     shutdown: &'a watch::Receiver<bool>,
     report: Report<'a>,
     rec: SyncRecord,
 }
 
+impl Write {
+    /// From the dry run: whether the object exists, and at which resourceVersion.
+    fn existing(&self) -> Option<Option<&str>> {
+        let obj = self.dry_run.as_ref()?;
+        Some(
+            obj.metadata
+                .resource_version
+                .as_deref()
+                .filter(|rv| !rv.is_empty()),
+        )
+    }
+
+    /// From the dry run: a Deployment's revision before this sync.
+    fn existing_revision(&self) -> Option<i64> {
+        let annotations = self.dry_run.as_ref()?.metadata.annotations.as_ref()?;
+        annotations
+            .get(crate::rollout::revisions::REVISION)?
+            .parse()
+            .ok()
+    }
+}
+
 impl Syncer {
-    /// Syncs one app and records the attempt in the history log (and the log).
+    /// Syncs one app and records the attempt in the history log (and the log). `force`
+    /// applies a commit whose rollout failed before.
     pub async fn sync(
         &self,
         app: &AppConfig,
         trigger: Trigger,
+        force: bool,
         shutdown: &watch::Receiver<bool>,
         report: Report<'_>,
     ) -> SyncRecord {
         let clock = Instant::now();
-        let started = jiff::Timestamp::now();
-        let mut run = Run {
-            syncer: self,
-            app,
-            shutdown,
-            report,
-            rec: SyncRecord {
-                id: new_id(started),
-                app: app.name.clone(),
-                trigger,
-                started_at: started,
-                finished_at: started,
-                duration_ms: 0,
-                commit: None,
-                previous_commit: None,
-                history_rewritten: None,
-                outcome: Outcome::Failed,
-                unchanged: 0,
-                objects: Vec::new(),
-                errors: Vec::new(),
-                rollouts: Vec::new(),
-            },
-        };
+        let mut run = Run::new(self, app, trigger, force, shutdown, report);
         run.rec.outcome = match run.steps().await {
             Ok(outcome) => outcome,
             Err(Stop::Failed) => Outcome::Failed,
@@ -104,7 +119,9 @@ impl Syncer {
         };
         run.rec.finished_at = jiff::Timestamp::now();
         run.rec.duration_ms = clock.elapsed().as_millis() as u64;
-        self.record(&run.rec);
+        if run.rec.outcome != Outcome::Held {
+            self.record(&run.rec);
+        }
         run.rec
     }
 
@@ -134,16 +151,83 @@ impl Syncer {
     }
 }
 
-impl Run<'_> {
-    async fn steps(&mut self) -> Result<Outcome, Stop> {
+impl<'a> Run<'a> {
+    fn new(
+        syncer: &'a Syncer,
+        app: &'a AppConfig,
+        trigger: Trigger,
+        force: bool,
+        shutdown: &'a watch::Receiver<bool>,
+        report: Report<'a>,
+    ) -> Self {
+        let started = jiff::Timestamp::now();
+        Run {
+            syncer,
+            app,
+            force,
+            shutdown,
+            report,
+            rec: SyncRecord {
+                id: new_id(started),
+                app: app.name.clone(),
+                trigger,
+                started_at: started,
+                finished_at: started,
+                duration_ms: 0,
+                commit: None,
+                previous_commit: None,
+                history_rewritten: None,
+                outcome: Outcome::Failed,
+                unchanged: 0,
+                objects: Vec::new(),
+                errors: Vec::new(),
+                rollouts: Vec::new(),
+                note: None,
+            },
+        }
+    }
+
+    /// Everything before the first write: inventory, fetch, discovery, render, plan.
+    async fn prepare(&mut self) -> Result<Prepared, Stop> {
         let inventory = self.load_inventory().await?;
         let checkout = self.fetch(inventory.commit.clone()).await?;
         let kinds = self.discover().await?;
         let manifests = self.render(&checkout, &kinds)?;
         self.guard_empty(&manifests, &inventory)?;
         let plan = self.plan(manifests, &kinds, &inventory).await?;
+        Ok(Prepared {
+            inventory,
+            checkout,
+            kinds,
+            plan,
+        })
+    }
+
+    async fn steps(&mut self) -> Result<Outcome, Stop> {
+        let Prepared {
+            inventory,
+            checkout,
+            kinds,
+            plan,
+        } = self.prepare().await?;
         let sha = checkout.commit.sha.clone();
-        if plan.is_no_op() && inventory.commit.as_deref() == Some(sha.as_str()) {
+        if let Some(held) = inventory
+            .held
+            .as_ref()
+            .filter(|h| h.commit == sha && !self.force)
+        {
+            let note = format!(
+                "held: {}; waiting for a new commit (berth sync --force retries this one)",
+                held.reason
+            );
+            (self.report)(&note);
+            self.rec.note = Some(note);
+            return Ok(Outcome::Held);
+        }
+        if plan.is_no_op()
+            && inventory.commit.as_deref() == Some(sha.as_str())
+            && inventory.held.is_none()
+        {
             self.rec.unchanged = plan.planned.len();
             (self.report)(&format!(
                 "no change: {} objects match {}",
@@ -158,29 +242,32 @@ impl Run<'_> {
             deferred,
             prune,
         } = plan;
-        let mut old = Vec::new();
-        let mut writes = Vec::new();
-        for p in planned {
-            match p.change {
-                Change::Same => old.push(p.target.manifest.key()),
-                change => writes.push(Write {
-                    target: p.target,
-                    change,
-                    digest: p.digest,
-                    existing: None,
-                    applied: None,
-                }),
-            }
-        }
-        self.rec.unchanged = old.len();
+        let (same, mut writes) = split_writes(planned);
+        self.rec.unchanged = same.len();
         if let Err(stop) = self.validate_and_apply(&mut writes, deferred).await {
             let partial = next_inventory(&inventory, None, &writes);
             self.store_inventory(&inventory, &partial).await;
             return Err(stop);
         }
-        let mut next = next_inventory(&inventory, Some(&old), &writes);
-        next.commit = Some(sha);
-        if self.app.prune && !prune.is_empty() {
+        let mut next = next_inventory(&inventory, Some(&same), &writes);
+        next.commit = Some(sha.clone());
+        let rollouts = self.rollouts(&writes).await;
+        for e in next
+            .objects
+            .iter_mut()
+            .filter(|e| rollouts.rolled_back.contains(&e.key))
+        {
+            e.digest = "rolled-back".into(); // never equal to git's: a forced sync re-applies it
+        }
+        if let Some(reason) = rollouts.held {
+            next.held = Some(Held {
+                commit: sha,
+                reason,
+            });
+            self.store_inventory(&inventory, &next).await;
+            return Err(Stop::Failed);
+        }
+        if self.app.prune && !prune.is_empty() && self.interrupted().is_ok() {
             let kept_back = self.prune(&kinds, &prune).await;
             if !kept_back.is_empty() {
                 next.objects.extend(kept_back);
@@ -188,6 +275,7 @@ impl Run<'_> {
             }
         }
         self.store_inventory(&inventory, &next).await;
+        self.interrupted()?;
         if self.rec.errors.is_empty() {
             Ok(Outcome::Succeeded)
         } else {
@@ -370,191 +458,6 @@ impl Run<'_> {
         }
     }
 
-    /// Dry-runs every object that can be checked before the first write, then applies
-    /// stage by stage. Objects in a namespace this commit creates, and objects of kinds a
-    /// CRD of this commit defines, can only be checked once stage 0 is applied: they are
-    /// dry-run right after it, before any other write.
-    async fn validate_and_apply(
-        &mut self,
-        writes: &mut Vec<Write>,
-        deferred: Vec<Manifest>,
-    ) -> Result<(), Stop> {
-        let first: Vec<usize> = (0..writes.len())
-            .filter(|&i| stage(&writes[i].target) == 0)
-            .collect();
-        self.dry_run(writes, &first).await?;
-        let new_namespaces: HashSet<String> = first
-            .iter()
-            .filter(|&&i| {
-                writes[i].target.manifest.kind() == "Namespace" && writes[i].existing == Some(None)
-            })
-            .map(|&i| writes[i].target.manifest.name().to_string())
-            .collect();
-        let (now, late): (Vec<usize>, Vec<usize>) = (0..writes.len())
-            .filter(|i| !first.contains(i))
-            .partition(|&i| {
-                writes[i]
-                    .target
-                    .manifest
-                    .namespace()
-                    .is_none_or(|ns| !new_namespaces.contains(ns))
-            });
-        self.dry_run(writes, &now).await?;
-        let count = writes.len() + deferred.len();
-        (self.report)(&format!("dry run passed; applying {count} objects"));
-        self.apply(writes, &first).await?;
-        self.wait_for_crds(writes, &first).await?;
-        let mut late = late;
-        if !deferred.is_empty() {
-            late.extend(self.resolve_deferred(writes, deferred).await?);
-        }
-        self.dry_run(writes, &late).await?;
-        for s in 1..=2 {
-            self.interrupted()?;
-            let indices: Vec<usize> = (0..writes.len())
-                .filter(|&i| !first.contains(&i) && stage(&writes[i].target) == s)
-                .collect();
-            self.apply(writes, &indices).await?;
-        }
-        Ok(())
-    }
-
-    async fn dry_run(&mut self, writes: &mut [Write], indices: &[usize]) -> Result<(), Stop> {
-        let targets: Vec<&Target> = indices.iter().map(|&i| &writes[i].target).collect();
-        let results = apply_all(&self.syncer.client, &self.settings(), &targets, true).await;
-        let mut failed = false;
-        for (&i, result) in indices.iter().zip(results) {
-            match result {
-                Ok(obj) => {
-                    writes[i].existing =
-                        Some(obj.metadata.resource_version.filter(|rv| !rv.is_empty()))
-                }
-                Err(e) => {
-                    failed = true;
-                    self.fail_cluster(e);
-                }
-            }
-        }
-        if failed {
-            (self.report)("dry run failed: nothing was written");
-            return Err(Stop::Failed);
-        }
-        Ok(())
-    }
-
-    async fn apply(&mut self, writes: &mut [Write], indices: &[usize]) -> Result<(), Stop> {
-        let targets: Vec<&Target> = indices.iter().map(|&i| &writes[i].target).collect();
-        let results = apply_all(&self.syncer.client, &self.settings(), &targets, false).await;
-        let mut failed = false;
-        for (&i, result) in indices.iter().zip(results) {
-            let w = &mut writes[i];
-            let key = w.target.manifest.key();
-            let source = Some(w.target.manifest.origin.to_string());
-            let (action, note) = match result {
-                Ok(obj) => {
-                    let action = match &w.existing {
-                        Some(None) | None => Action::Created,
-                        Some(Some(rv)) if obj.metadata.resource_version.as_ref() == Some(rv) => {
-                            Action::Unchanged
-                        }
-                        Some(Some(_)) => Action::Configured,
-                    };
-                    w.applied = Some(obj);
-                    let note = match &w.change {
-                        Change::Drifted(why) => Some(format!("drift: {why}")),
-                        _ => None,
-                    };
-                    (action, note)
-                }
-                Err(e) => {
-                    failed = true;
-                    self.fail_cluster(e);
-                    (Action::Failed, None)
-                }
-            };
-            if action == Action::Unchanged {
-                self.rec.unchanged += 1;
-                continue;
-            }
-            (self.report)(&format!(
-                "{} {}{}",
-                describe(&key),
-                action.as_str(),
-                note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()
-            ));
-            self.rec.objects.push(ObjectAction {
-                key,
-                action,
-                source,
-                note,
-            });
-        }
-        if failed {
-            return Err(Stop::Failed);
-        }
-        Ok(())
-    }
-
-    async fn wait_for_crds(&mut self, writes: &[Write], indices: &[usize]) -> Result<(), Stop> {
-        let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(self.syncer.client.clone());
-        for &i in indices {
-            let m = &writes[i].target.manifest;
-            if m.kind() != "CustomResourceDefinition" {
-                continue;
-            }
-            let established =
-                await_condition(crds.clone(), m.name(), conditions::is_crd_established());
-            if !matches!(
-                tokio::time::timeout(CRD_TIMEOUT, established).await,
-                Ok(Ok(Some(_)))
-            ) {
-                self.fail(
-                    format!(
-                        "{}: CustomResourceDefinition {} did not become Established within {}s",
-                        m.origin,
-                        m.name(),
-                        CRD_TIMEOUT.as_secs()
-                    ),
-                    Some(m.origin.to_string()),
-                );
-                return Err(Stop::Failed);
-            }
-        }
-        Ok(())
-    }
-
-    /// Resolves the objects whose CRD was just applied; returns their indices in `writes`.
-    async fn resolve_deferred(
-        &mut self,
-        writes: &mut Vec<Write>,
-        deferred: Vec<Manifest>,
-    ) -> Result<Vec<usize>, Stop> {
-        let kinds = self.discover().await?;
-        let mut added = Vec::new();
-        for m in deferred {
-            match kinds.require(&m) {
-                Ok(resolved) => {
-                    added.push(writes.len());
-                    writes.push(Write {
-                        digest: inventory::digest(&m),
-                        target: Target {
-                            manifest: m,
-                            resolved,
-                        },
-                        change: Change::New,
-                        existing: None,
-                        applied: None,
-                    });
-                }
-                Err(e) => self.fail_cluster(e),
-            }
-        }
-        if !self.rec.errors.is_empty() {
-            return Err(Stop::Failed);
-        }
-        Ok(added)
-    }
-
     /// Prunes the candidates; returns the entries that must stay in the inventory
     /// (their deletion failed, or the live objects could not be listed).
     async fn prune(&mut self, kinds: &ClusterKinds, candidates: &[Entry]) -> Vec<Entry> {
@@ -625,6 +528,25 @@ impl Run<'_> {
     }
 }
 
+/// Splits planned objects into the unchanged ones (by key) and those to write.
+fn split_writes(planned: Vec<crate::plan::Planned>) -> (Vec<ObjectKey>, Vec<Write>) {
+    let mut same = Vec::new();
+    let mut writes = Vec::new();
+    for p in planned {
+        match p.change {
+            Change::Same => same.push(p.target.manifest.key()),
+            change => writes.push(Write {
+                target: p.target,
+                change,
+                digest: p.digest,
+                dry_run: None,
+                applied: None,
+            }),
+        }
+    }
+    (same, writes)
+}
+
 /// The inventory after the writes: with `same` (a complete apply), the unchanged entries
 /// and everything written; without (a failed apply), the old entries updated with what was
 /// written, so that nothing applied is ever forgotten.
@@ -649,6 +571,12 @@ fn next_inventory(old: &Inventory, same: Option<&[ObjectKey]>, writes: &[Write])
     Inventory {
         commit: old.commit.clone(),
         objects,
+        // A failed apply keeps the app as held as it was; a complete one is a fresh start.
+        held: if same.is_none() {
+            old.held.clone()
+        } else {
+            None
+        },
     }
 }
 

@@ -1,0 +1,52 @@
+//! `berth rollback APP DEPLOYMENT [--to-revision N] [--no-wait]`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use berth::cluster::client;
+use berth::config;
+use berth::history::{HistoryLog, Outcome};
+use berth::sync::{RollbackRequest, Syncer};
+
+use super::sync::{select, summary};
+
+/// Arguments of `berth rollback`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The app.
+    pub app: String,
+    /// The Deployment: NAME or NAMESPACE/NAME.
+    pub deployment: String,
+    /// The revision to restore (default: the previous one).
+    #[arg(long)]
+    pub to_revision: Option<i64>,
+    /// Do not wait for the rollout.
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+/// Runs `berth rollback`.
+pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
+    let config = config::load(config_path)?;
+    let app = select(&config.apps, std::slice::from_ref(&args.app))?[0];
+    let syncer = Syncer {
+        client: client::connect(&config.cluster).await?,
+        agent: config.agent.clone(),
+        history: HistoryLog::new(&config.agent.state_dir),
+    };
+    let request = RollbackRequest {
+        deployment: &args.deployment,
+        to_revision: args.to_revision,
+        wait: !args.no_wait,
+    };
+    let print = |line: &str| println!("{}: {line}", app.name);
+    let record = syncer.rollback(app, &request, &print).await;
+    if let Some(note) = &record.note {
+        println!("note: {note}");
+    }
+    println!("{}", summary(&record));
+    Ok(match record.outcome {
+        Outcome::Succeeded | Outcome::NoChange => ExitCode::SUCCESS,
+        _ => ExitCode::FAILURE,
+    })
+}

@@ -1,0 +1,259 @@
+//! A Deployment's ReplicaSets (controller ownerReference to its UID) by revision, and
+//! which one is new: the one whose template hash equals the hash of the Deployment's
+//! current, server-defaulted template (the oldest such, as Kubernetes picks). Used by
+//! tracking, rollback, `status` and `plan`.
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use kube::api::{Api, ListParams};
+use serde_json::Value;
+
+use super::hash::{template_hash, POD_TEMPLATE_HASH};
+
+/// The revision annotation, on ReplicaSets and Deployments.
+pub const REVISION: &str = "deployment.kubernetes.io/revision";
+
+/// What berth knows of one ReplicaSet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplicaSetInfo {
+    /// Its name.
+    pub name: String,
+    /// `deployment.kubernetes.io/revision` (0 when missing or unreadable).
+    pub revision: i64,
+    /// berth's hash of its template (without the pod-template-hash label).
+    pub hash: String,
+    /// The container images of its template.
+    pub images: Vec<String>,
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// `status.replicas`.
+    pub current: i32,
+    /// `status.readyReplicas`.
+    pub ready: i32,
+    /// `status.availableReplicas`.
+    pub available: i32,
+    /// Creation time.
+    pub created: Option<Timestamp>,
+    /// Its pod template as the API returns it.
+    pub template: Value,
+}
+
+/// A Deployment's ReplicaSets.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Revisions {
+    /// berth's hash of the Deployment's current template.
+    pub hash: String,
+    /// The ReplicaSet running the current template, once it exists.
+    pub new: Option<ReplicaSetInfo>,
+    /// The others, highest revision first.
+    pub old: Vec<ReplicaSetInfo>,
+}
+
+impl Revisions {
+    /// The ReplicaSet of a revision.
+    pub fn revision(&self, n: i64) -> Option<&ReplicaSetInfo> {
+        self.new.iter().chain(&self.old).find(|rs| rs.revision == n)
+    }
+
+    /// The highest revision of the old ReplicaSets (what `kubectl rollout undo` restores).
+    pub fn previous(&self) -> Option<&ReplicaSetInfo> {
+        self.old.first()
+    }
+}
+
+/// The pod template of a Deployment or ReplicaSet as JSON.
+fn template_json<T: serde::Serialize>(t: &T) -> Value {
+    serde_json::to_value(t).unwrap_or(Value::Null)
+}
+
+/// Splits a Deployment's ReplicaSets into new and old (pure).
+pub fn select(deployment: &Deployment, replica_sets: Vec<ReplicaSet>) -> Revisions {
+    let uid = deployment.metadata.uid.as_deref();
+    let template = deployment
+        .spec
+        .as_ref()
+        .map(|s| template_json(&s.template))
+        .unwrap_or(Value::Null);
+    let hash = template_hash(&template, None);
+    let mut owned: Vec<ReplicaSetInfo> = replica_sets
+        .iter()
+        .filter(|rs| {
+            rs.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
+        })
+        .map(info)
+        .collect();
+    owned.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
+    let new = owned
+        .iter()
+        .position(|rs| rs.hash == hash)
+        .map(|i| owned.remove(i));
+    owned.sort_by_key(|rs| std::cmp::Reverse(rs.revision));
+    Revisions {
+        hash,
+        new,
+        old: owned,
+    }
+}
+
+/// Reads one ReplicaSet.
+pub fn info(rs: &ReplicaSet) -> ReplicaSetInfo {
+    let template = rs
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.as_ref())
+        .map(template_json)
+        .unwrap_or(Value::Null);
+    let status = rs.status.as_ref();
+    ReplicaSetInfo {
+        name: rs.metadata.name.clone().unwrap_or_default(),
+        revision: rs
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(REVISION))
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0),
+        hash: template_hash(&template, None),
+        images: images(&template),
+        replicas: rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+        current: status.map_or(0, |s| s.replicas),
+        ready: status.and_then(|s| s.ready_replicas).unwrap_or(0),
+        available: status.and_then(|s| s.available_replicas).unwrap_or(0),
+        created: rs.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        template,
+    }
+}
+
+/// The container images of a pod template.
+pub fn images(template: &Value) -> Vec<String> {
+    template
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.get("image").and_then(Value::as_str).map(str::to_string))
+        .collect()
+}
+
+/// Lists a Deployment's ReplicaSets from the cluster.
+///
+/// # Errors
+/// The list request failed.
+pub async fn list(
+    client: &kube::Client,
+    deployment: &Deployment,
+) -> Result<Revisions, kube::Error> {
+    let ns = deployment
+        .metadata
+        .namespace
+        .as_deref()
+        .unwrap_or("default");
+    let api: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
+    let replica_sets = api
+        .list(&ListParams::default().labels(&selector(deployment)))
+        .await?;
+    Ok(select(deployment, replica_sets.items))
+}
+
+/// The Deployment's `matchLabels` as a label selector (what its ReplicaSets carry).
+pub fn selector(deployment: &Deployment) -> String {
+    deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.match_labels.as_ref())
+        .map(|labels| {
+            labels
+                .iter()
+                .filter(|(k, _)| k.as_str() != POD_TEMPLATE_HASH)
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment(image: &str) -> Deployment {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "shop", "uid": "d-1"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "web", "image": image}]}}}
+        }))
+        .unwrap()
+    }
+
+    fn rs(name: &str, image: &str, revision: &str, owner: &str, created: &str) -> ReplicaSet {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "creationTimestamp": created,
+                "annotations": {REVISION: revision},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": owner, "controller": true}]},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web", "pod-template-hash": name}},
+                    "spec": {"containers": [{"name": "web", "image": image}]}}},
+            "status": {"replicas": 2, "readyReplicas": 1, "availableReplicas": 1}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_new_replica_set_is_the_one_running_the_current_template() {
+        let d = deployment("web:2");
+        let got = select(
+            &d,
+            vec![
+                rs("web-a", "web:1", "1", "d-1", "2026-01-01T00:00:00Z"),
+                rs("web-b", "web:2", "2", "d-1", "2026-01-02T00:00:00Z"),
+                rs("web-c", "web:3", "3", "d-1", "2026-01-03T00:00:00Z"),
+                rs(
+                    "stranger",
+                    "web:2",
+                    "9",
+                    "other-uid",
+                    "2026-01-01T00:00:00Z",
+                ),
+            ],
+        );
+        assert_eq!(got.new.as_ref().unwrap().name, "web-b");
+        assert_eq!(got.new.as_ref().unwrap().images, ["web:2"]);
+        let old: Vec<(&str, i64)> = got
+            .old
+            .iter()
+            .map(|r| (r.name.as_str(), r.revision))
+            .collect();
+        assert_eq!(
+            old,
+            [("web-c", 3), ("web-a", 1)],
+            "the stranger is not ours"
+        );
+        assert_eq!(got.previous().unwrap().name, "web-c");
+        assert_eq!(got.revision(1).unwrap().name, "web-a");
+        assert_eq!(selector(&d), "app=web");
+    }
+
+    #[test]
+    fn duplicates_resolve_to_the_oldest_and_no_match_means_not_created_yet() {
+        let d = deployment("web:2");
+        let got = select(
+            &d,
+            vec![
+                rs("late", "web:2", "5", "d-1", "2026-01-05T00:00:00Z"),
+                rs("early", "web:2", "4", "d-1", "2026-01-04T00:00:00Z"),
+            ],
+        );
+        assert_eq!(got.new.unwrap().name, "early");
+        let none = select(
+            &deployment("web:9"),
+            vec![rs("web-a", "web:1", "1", "d-1", "2026-01-01T00:00:00Z")],
+        );
+        assert!(none.new.is_none());
+        assert_eq!(none.old.len(), 1);
+    }
+}

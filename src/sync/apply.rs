@@ -1,0 +1,220 @@
+//! Validate and apply: the dry run of everything that can be checked before the first
+//! write, then the staged apply.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::runtime::wait::{await_condition, conditions};
+
+use super::{describe, Run, Stop, Write};
+use crate::cluster::apply::{apply_all, stage, Target};
+use crate::cluster::inventory;
+use crate::history::{Action, ObjectAction};
+use crate::manifest::Manifest;
+use crate::plan::Change;
+
+/// The outcome of [`Run::validate`].
+pub(super) struct Validated {
+    /// Stage 0: Namespaces and CRDs.
+    pub first: Vec<usize>,
+    /// Objects that can only be dry-run once stage 0 is applied.
+    pub late: Vec<usize>,
+}
+
+/// How long to wait for a CRD of the commit to be Established.
+const CRD_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Run<'_> {
+    /// Dry-runs every object that can be checked before the first write, then applies
+    /// stage by stage. Objects in a namespace this commit creates, and objects of kinds a
+    /// CRD of this commit defines, can only be checked once stage 0 is applied: they are
+    /// dry-run right after it, before any other write.
+    /// Dry-runs every object that can be checked before the first write. Objects in a
+    /// namespace, or of a kind, that this commit creates can only be checked once stage 0
+    /// (Namespaces, CRDs) is applied: they come back as `late`.
+    pub(super) async fn validate(&mut self, writes: &mut [Write]) -> Result<Validated, Stop> {
+        let first: Vec<usize> = (0..writes.len())
+            .filter(|&i| stage(&writes[i].target) == 0)
+            .collect();
+        self.dry_run(writes, &first).await?;
+        let new_namespaces: HashSet<String> = first
+            .iter()
+            .filter(|&&i| {
+                writes[i].target.manifest.kind() == "Namespace"
+                    && writes[i].existing() == Some(None)
+            })
+            .map(|&i| writes[i].target.manifest.name().to_string())
+            .collect();
+        let (now, late): (Vec<usize>, Vec<usize>) = (0..writes.len())
+            .filter(|i| !first.contains(i))
+            .partition(|&i| {
+                writes[i]
+                    .target
+                    .manifest
+                    .namespace()
+                    .is_none_or(|ns| !new_namespaces.contains(ns))
+            });
+        self.dry_run(writes, &now).await?;
+        Ok(Validated { first, late })
+    }
+
+    /// Validates, then applies stage by stage; the late objects are dry-run right after
+    /// stage 0, before anything else is written.
+    pub(super) async fn validate_and_apply(
+        &mut self,
+        writes: &mut Vec<Write>,
+        deferred: Vec<Manifest>,
+    ) -> Result<(), Stop> {
+        let Validated { first, mut late } = self.validate(writes).await?;
+        let count = writes.len() + deferred.len();
+        (self.report)(&format!("dry run passed; applying {count} objects"));
+        self.apply(writes, &first).await?;
+        self.wait_for_crds(writes, &first).await?;
+        if !deferred.is_empty() {
+            late.extend(self.resolve_deferred(writes, deferred).await?);
+        }
+        self.dry_run(writes, &late).await?;
+        for s in 1..=2 {
+            self.interrupted()?;
+            let indices: Vec<usize> = (0..writes.len())
+                .filter(|&i| !first.contains(&i) && stage(&writes[i].target) == s)
+                .collect();
+            self.apply(writes, &indices).await?;
+        }
+        Ok(())
+    }
+
+    async fn dry_run(&mut self, writes: &mut [Write], indices: &[usize]) -> Result<(), Stop> {
+        let targets: Vec<&Target> = indices.iter().map(|&i| &writes[i].target).collect();
+        let results = apply_all(&self.syncer.client, &self.settings(), &targets, true).await;
+        let mut failed = false;
+        for (&i, result) in indices.iter().zip(results) {
+            match result {
+                Ok(obj) => writes[i].dry_run = Some(obj),
+                Err(e) => {
+                    failed = true;
+                    self.fail_cluster(e);
+                }
+            }
+        }
+        if failed {
+            (self.report)("dry run failed: nothing was written");
+            return Err(Stop::Failed);
+        }
+        Ok(())
+    }
+
+    async fn apply(&mut self, writes: &mut [Write], indices: &[usize]) -> Result<(), Stop> {
+        let targets: Vec<&Target> = indices.iter().map(|&i| &writes[i].target).collect();
+        let results = apply_all(&self.syncer.client, &self.settings(), &targets, false).await;
+        let mut failed = false;
+        for (&i, result) in indices.iter().zip(results) {
+            let w = &mut writes[i];
+            let key = w.target.manifest.key();
+            let source = Some(w.target.manifest.origin.to_string());
+            let (action, note) = match result {
+                Ok(obj) => {
+                    let action = match w.existing() {
+                        Some(None) | None => Action::Created,
+                        Some(Some(rv)) if obj.metadata.resource_version.as_deref() == Some(rv) => {
+                            Action::Unchanged
+                        }
+                        Some(Some(_)) => Action::Configured,
+                    };
+                    w.applied = Some(obj);
+                    let note = match &w.change {
+                        Change::Drifted(why) => Some(format!("drift: {why}")),
+                        _ => None,
+                    };
+                    (action, note)
+                }
+                Err(e) => {
+                    failed = true;
+                    self.fail_cluster(e);
+                    (Action::Failed, None)
+                }
+            };
+            if action == Action::Unchanged {
+                self.rec.unchanged += 1;
+                continue;
+            }
+            (self.report)(&format!(
+                "{} {}{}",
+                describe(&key),
+                action.as_str(),
+                note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()
+            ));
+            self.rec.objects.push(ObjectAction {
+                key,
+                action,
+                source,
+                note,
+            });
+        }
+        if failed {
+            return Err(Stop::Failed);
+        }
+        Ok(())
+    }
+
+    async fn wait_for_crds(&mut self, writes: &[Write], indices: &[usize]) -> Result<(), Stop> {
+        let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(self.syncer.client.clone());
+        for &i in indices {
+            let m = &writes[i].target.manifest;
+            if m.kind() != "CustomResourceDefinition" {
+                continue;
+            }
+            let established =
+                await_condition(crds.clone(), m.name(), conditions::is_crd_established());
+            if !matches!(
+                tokio::time::timeout(CRD_TIMEOUT, established).await,
+                Ok(Ok(Some(_)))
+            ) {
+                self.fail(
+                    format!(
+                        "{}: CustomResourceDefinition {} did not become Established within {}s",
+                        m.origin,
+                        m.name(),
+                        CRD_TIMEOUT.as_secs()
+                    ),
+                    Some(m.origin.to_string()),
+                );
+                return Err(Stop::Failed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves the objects whose CRD was just applied; returns their indices in `writes`.
+    async fn resolve_deferred(
+        &mut self,
+        writes: &mut Vec<Write>,
+        deferred: Vec<Manifest>,
+    ) -> Result<Vec<usize>, Stop> {
+        let kinds = self.discover().await?;
+        let mut added = Vec::new();
+        for m in deferred {
+            match kinds.require(&m) {
+                Ok(resolved) => {
+                    added.push(writes.len());
+                    writes.push(Write {
+                        digest: inventory::digest(&m),
+                        target: Target {
+                            manifest: m,
+                            resolved,
+                        },
+                        change: Change::New,
+                        dry_run: None,
+                        applied: None,
+                    });
+                }
+                Err(e) => self.fail_cluster(e),
+            }
+        }
+        if !self.rec.errors.is_empty() {
+            return Err(Stop::Failed);
+        }
+        Ok(added)
+    }
+}

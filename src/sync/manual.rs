@@ -1,0 +1,250 @@
+//! `berth rollback APP DEPLOYMENT [--to-revision N]`: a manual rollback, recorded in the
+//! history like a sync (trigger `cli`). The app is then held at its current commit, so
+//! berth does not undo the rollback; the next commit to git rolls forward again.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::Api;
+use tokio::sync::watch;
+
+use super::rollouts::key_name;
+use super::{Report, Run, Stop, Syncer};
+use crate::cluster::apply::{apply_all, Target};
+use crate::cluster::inventory::Held;
+use crate::config::AppConfig;
+use crate::history::{
+    commit_of_revision, Outcome, RolloutOutcome, RolloutRecord, SyncRecord, Trigger,
+};
+use crate::manifest::{ObjectKey, LABEL_APP};
+use crate::rollout::revisions::{self, Revisions};
+use crate::rollout::{rollback, track};
+use crate::source::git;
+
+/// What to roll back.
+pub struct RollbackRequest<'a> {
+    /// `name` or `namespace/name` of a Deployment the app manages.
+    pub deployment: &'a str,
+    /// The revision to restore; the previous one when `None`.
+    pub to_revision: Option<i64>,
+    /// Follow the rollout to its end.
+    pub wait: bool,
+}
+
+impl Syncer {
+    /// Rolls a Deployment of `app` back and records it in the history.
+    pub async fn rollback(
+        &self,
+        app: &AppConfig,
+        request: &RollbackRequest<'_>,
+        report: Report<'_>,
+    ) -> SyncRecord {
+        let (_stop, shutdown) = watch::channel(false);
+        let clock = std::time::Instant::now();
+        let mut run = Run::new(self, app, Trigger::Cli, false, &shutdown, report);
+        run.rec.outcome = match run.manual_rollback(request).await {
+            Ok(outcome) => outcome,
+            Err(_) => Outcome::Failed,
+        };
+        run.rec.finished_at = jiff::Timestamp::now();
+        run.rec.duration_ms = clock.elapsed().as_millis() as u64;
+        self.record(&run.rec);
+        run.rec
+    }
+}
+
+impl Run<'_> {
+    async fn manual_rollback(&mut self, request: &RollbackRequest<'_>) -> Result<Outcome, Stop> {
+        let mut inventory = self.load_inventory().await?;
+        let key = self.find_deployment(
+            &inventory
+                .objects
+                .iter()
+                .map(|e| e.key.clone())
+                .collect::<Vec<_>>(),
+            request.deployment,
+        )?;
+        let cache = self
+            .syncer
+            .agent
+            .state_dir
+            .join("repos")
+            .join(&self.app.name);
+        self.rec.commit = inventory
+            .commit
+            .as_deref()
+            .and_then(|sha| git::commit_at(&cache, sha));
+        let ns = key.namespace.clone().unwrap_or_else(|| "default".into());
+        let api: Api<Deployment> = Api::namespaced(self.syncer.client.clone(), &ns);
+        let live = api
+            .get(&key.name)
+            .await
+            .map_err(|e| self.stop(format!("cannot read Deployment {}: {e}", key_name(&key))))?;
+        let revisions = revisions::list(&self.syncer.client, &live)
+            .await
+            .map_err(|e| {
+                self.stop(format!(
+                    "cannot list the ReplicaSets of {}: {e}",
+                    key_name(&key)
+                ))
+            })?;
+        let target = self.pick_revision(&key, &revisions, request.to_revision)?;
+        let current = revisions.new.as_ref().map(|rs| rs.revision);
+        if target.hash == revisions.hash {
+            let note = format!(
+                "skipped: the current template already matches revision {}",
+                target.revision
+            );
+            (self.report)(&note);
+            self.rec.note = Some(note);
+            return Ok(Outcome::NoChange);
+        }
+        let kinds = self.discover().await?;
+        let checkout = git::Checkout {
+            dir: cache,
+            commit: self.rec.commit.clone().unwrap_or_else(git::unknown_commit),
+            history_rewritten: None,
+        };
+        let manifests = self.render(&checkout, &kinds)?;
+        let Some(manifest) = manifests.into_iter().find(|m| m.key() == key) else {
+            return Err(self.stop(format!(
+                "Deployment {} is not in the local checkout of app {}: run `berth sync {}` first",
+                key_name(&key),
+                self.app.name,
+                self.app.name
+            )));
+        };
+        let resolved = kinds
+            .require(&manifest)
+            .map_err(|e| self.stop(e.to_string()))?;
+        let restore = Target {
+            manifest: rollback::manifest(&manifest, target),
+            resolved,
+        };
+        let applied = apply_all(&self.syncer.client, &self.settings(), &[&restore], false)
+            .await
+            .pop();
+        let applied = match applied {
+            Some(Ok(obj)) => obj,
+            Some(Err(e)) => return Err(self.stop(e.to_string())),
+            None => return Err(self.stop("no apply result".into())),
+        };
+        let records = self.syncer.history.read(&self.app.name).unwrap_or_default();
+        let commit = commit_of_revision(&records, &key, target.revision);
+        let message =
+            rollback::message(&key_name(&key), current, target.revision, commit.as_deref());
+        (self.report)(&message);
+        let short = inventory
+            .commit
+            .as_deref()
+            .map(|c| &c[..c.len().min(7)])
+            .unwrap_or("-")
+            .to_string();
+        self.rec.note = Some(format!(
+            "manual {message}; berth holds commit {short} so it does not undo this, but the next commit to git rolls forward again: to keep this revision, revert the change in git"
+        ));
+        inventory.held = Some(Held {
+            commit: inventory.commit.clone().unwrap_or_default(),
+            reason: format!("manual {message}"),
+        });
+        for e in inventory.objects.iter_mut().filter(|e| e.key == key) {
+            e.digest = "rolled-back".into();
+        }
+        let agent = &self.syncer.agent;
+        crate::cluster::inventory::store(
+            &self.syncer.client,
+            &agent.inventory_namespace,
+            &self.app.name,
+            &agent.field_manager,
+            &inventory,
+        )
+        .await
+        .map_err(|e| self.stop(e.to_string()))?;
+        let rollout = if request.wait {
+            let generation = applied.metadata.generation.unwrap_or(0);
+            track::follow(
+                &self.syncer.client,
+                &ns,
+                &key.name,
+                generation,
+                self.app.rollout.timeout,
+                self.shutdown,
+                self.report,
+            )
+            .await
+        } else {
+            track::not_followed(target.revision)
+        };
+        let outcome = rollout.outcome;
+        self.rec.rollouts.push(RolloutRecord {
+            deployment: key,
+            engine: "cluster".into(),
+            revision_from: current,
+            replica_set_from: revisions.new.as_ref().map(|rs| rs.name.clone()),
+            hash_from: Some(revisions.hash.clone()),
+            images_from: revisions
+                .new
+                .as_ref()
+                .map(|rs| rs.images.clone())
+                .unwrap_or_default(),
+            hash_to: target.hash.clone(),
+            images_to: target.images.clone(),
+            rollout,
+            rollback: None,
+        });
+        match outcome {
+            RolloutOutcome::Complete => Ok(Outcome::Succeeded),
+            RolloutOutcome::Interrupted => Ok(Outcome::Succeeded),
+            _ => Err(self.stop("the rollback's rollout did not complete".into())),
+        }
+    }
+
+    fn stop(&mut self, message: String) -> Stop {
+        self.fail(message, None);
+        Stop::Failed
+    }
+
+    /// The managed Deployment named `name` or `namespace/name`.
+    fn find_deployment(&mut self, managed: &[ObjectKey], name: &str) -> Result<ObjectKey, Stop> {
+        let (ns, name) = match name.split_once('/') {
+            Some((ns, n)) => (Some(ns), n),
+            None => (None, name),
+        };
+        let found: Vec<&ObjectKey> = managed
+            .iter()
+            .filter(|k| k.group == "apps" && k.kind == "Deployment" && k.name == name)
+            .filter(|k| ns.is_none() || k.namespace.as_deref() == ns)
+            .collect();
+        match found.as_slice() {
+            [one] => Ok((*one).clone()),
+            [] => Err(self.stop(format!("app {} manages no Deployment {name:?} ({LABEL_APP}={}); `berth status {}` lists them", self.app.name, self.app.name, self.app.name))),
+            _ => Err(self.stop(format!("several Deployments are named {name:?}: give it as NAMESPACE/NAME"))),
+        }
+    }
+
+    fn pick_revision<'r>(
+        &mut self,
+        key: &ObjectKey,
+        revisions: &'r Revisions,
+        to: Option<i64>,
+    ) -> Result<&'r revisions::ReplicaSetInfo, Stop> {
+        let known: Vec<String> = revisions
+            .new
+            .iter()
+            .chain(&revisions.old)
+            .map(|rs| rs.revision.to_string())
+            .collect();
+        let picked = match to {
+            Some(n) => revisions.revision(n),
+            None => revisions.previous(),
+        };
+        picked.ok_or_else(|| {
+            let what = to.map_or("an earlier revision".to_string(), |n| {
+                format!("revision {n}")
+            });
+            self.stop(format!(
+                "Deployment {} has no {what} (revisions: {})",
+                key_name(key),
+                known.join(", ")
+            ))
+        })
+    }
+}

@@ -1,0 +1,143 @@
+//! `berth plan`: a sync that stops after the dry run — what each object would become, and
+//! for each Deployment whose template changes, the revision and the predicted steps.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::Api;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use super::{describe, split_writes, Report, Run, Syncer};
+use crate::config::AppConfig;
+use crate::history::{CommitInfo, Trigger};
+use crate::manifest::ObjectKey;
+use crate::rollout::predict::{predict, DeploymentPlan};
+use crate::rollout::revisions::{self, Revisions};
+
+/// One object in a plan.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedObject {
+    /// The object.
+    #[serde(flatten)]
+    pub key: ObjectKey,
+    /// `create`, `configure` or `prune`.
+    pub action: &'static str,
+    /// Why, when not obvious.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl PlannedObject {
+    /// `deployment.apps/web -n shop configure (drift: …)`.
+    pub fn line(&self) -> String {
+        let note = self
+            .note
+            .as_ref()
+            .map(|n| format!(" ({n})"))
+            .unwrap_or_default();
+        format!("{} {}{note}", describe(&self.key), self.action)
+    }
+}
+
+/// What a sync of the app would do now.
+#[derive(Debug, Clone, Serialize)]
+pub struct Preview {
+    /// The app.
+    pub app: String,
+    /// The commit it would apply.
+    pub commit: Option<CommitInfo>,
+    /// The commit applied last.
+    pub previous_commit: Option<String>,
+    /// Why the app is held, when it is (a sync would apply nothing).
+    pub held: Option<String>,
+    /// Objects that would change.
+    pub objects: Vec<PlannedObject>,
+    /// Objects that would not.
+    pub unchanged: usize,
+    /// Deployments whose template changes.
+    pub deployments: Vec<DeploymentPlan>,
+    /// Why it would fail, if it would.
+    pub errors: Vec<String>,
+}
+
+impl Syncer {
+    /// Plans a sync of `app` against the cluster without writing anything.
+    pub async fn preview(&self, app: &AppConfig, report: Report<'_>) -> Preview {
+        let (_stop, shutdown) = watch::channel(false);
+        let mut run = Run::new(self, app, Trigger::Cli, false, &shutdown, report);
+        let mut preview = Preview {
+            app: app.name.clone(),
+            commit: None,
+            previous_commit: None,
+            held: None,
+            objects: Vec::new(),
+            unchanged: 0,
+            deployments: Vec::new(),
+            errors: Vec::new(),
+        };
+        if let Ok(prepared) = run.prepare().await {
+            preview.held = prepared.inventory.held.as_ref().map(|h| h.reason.clone());
+            let plan = prepared.plan;
+            let (same, mut writes) = split_writes(plan.planned);
+            preview.unchanged = same.len();
+            let validated = run.validate(&mut writes).await.is_ok();
+            for w in &writes {
+                let action = match w.existing() {
+                    Some(Some(_)) => "configure",
+                    _ => "create",
+                };
+                let note = match (&w.change, &w.dry_run) {
+                    (crate::plan::Change::Drifted(why), _) => Some(format!("drift: {why}")),
+                    (_, None) if validated => {
+                        Some("checked once the namespace or CRD it needs exists".into())
+                    }
+                    _ => None,
+                };
+                preview.objects.push(PlannedObject {
+                    key: w.target.manifest.key(),
+                    action,
+                    note,
+                });
+                if let Some(plan) = self.predict_deployment(w).await {
+                    preview.deployments.push(plan);
+                }
+            }
+            for m in &plan.deferred {
+                let note = Some("its kind is defined by a CRD of this commit".into());
+                preview.objects.push(PlannedObject {
+                    key: m.key(),
+                    action: "create",
+                    note,
+                });
+            }
+            if app.prune {
+                for e in &plan.prune {
+                    preview.objects.push(PlannedObject {
+                        key: e.key.clone(),
+                        action: "prune",
+                        note: None,
+                    });
+                }
+            }
+        }
+        preview.commit = run.rec.commit.take();
+        preview.previous_commit = run.rec.previous_commit.take();
+        preview.errors = run.rec.errors.iter().map(|e| e.message.clone()).collect();
+        preview
+    }
+
+    async fn predict_deployment(&self, w: &super::Write) -> Option<DeploymentPlan> {
+        let m = &w.target.manifest;
+        if m.group() != "apps" || m.kind() != "Deployment" {
+            return None;
+        }
+        let planned: Deployment =
+            serde_json::from_value(serde_json::to_value(w.dry_run.as_ref()?).ok()?).ok()?;
+        let api: Api<Deployment> =
+            Api::namespaced(self.client.clone(), m.namespace().unwrap_or("default"));
+        let live = match api.get_opt(m.name()).await.ok().flatten() {
+            Some(d) => revisions::list(&self.client, &d).await.unwrap_or_default(),
+            None => Revisions::default(),
+        };
+        predict(m.key(), &planned, &live)
+    }
+}

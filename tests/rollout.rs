@@ -1,0 +1,277 @@
+//! Rollouts against the real control plane (Deployment controller + kubelet stand-in):
+//! following the rolling steps, rolling a failed rollout back, manual rollback, `berth
+//! plan`'s predicted steps against what the controller really did, `berth status`.
+
+mod common;
+
+use berth::history::{Outcome, RolloutOutcome};
+use common::{Repo, Setup};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::Api;
+
+/// A Deployment that rolls one pod at a time; `annotations` go on the pod template.
+fn deployment(image: &str, annotations: &str, extra_spec: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 3
+{extra_spec}  strategy:
+    type: RollingUpdate
+    rollingUpdate: {{maxSurge: 1, maxUnavailable: 0}}
+  selector:
+    matchLabels: {{app: web}}
+  template:
+    metadata:
+      labels: {{app: web}}
+      annotations: {{{annotations}}}
+    spec:
+      containers:
+        - name: web
+          image: {image}
+          ports: [{{containerPort: 8080}}]
+"
+    )
+}
+
+const SLOW: &str = "testenv.berth.dev/ready-after: \"1s\"";
+const NEVER: &str = "testenv.berth.dev/ready: \"false\"";
+
+async fn image(client: &kube::Client, ns: &str) -> String {
+    let d = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get("web")
+        .await
+        .unwrap();
+    d.spec.unwrap().template.spec.unwrap().containers[0]
+        .image
+        .clone()
+        .unwrap()
+}
+
+/// (new, old) ReplicaSet sizes as they changed, consecutive repeats dropped.
+fn sizes(steps: &[berth::history::TimelineStep]) -> Vec<(i32, i32)> {
+    let mut out: Vec<(i32, i32)> = Vec::new();
+    for s in steps {
+        let pair = (s.new_replicas, s.old_replicas);
+        if out.last() != Some(&pair) {
+            out.push(pair);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_new_image_rolls_out_step_by_step_and_plan_predicted_the_steps() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "rollout").await;
+    let repo = Repo::new();
+    repo.write("web.yaml", &deployment("web:1", SLOW, ""));
+    let first = repo.commit("web 1");
+    let setup = Setup::new(cp, "rollout", &repo, &ns, "");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("successfully rolled out"), "{out}");
+
+    repo.write("web.yaml", &deployment("web:2", SLOW, ""));
+    repo.commit("web 2");
+    let (code, out, err) = setup.berth(&["plan", "-o", "json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let plan: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let predicted = &plan["deployments"][0];
+    assert_eq!(predicted["revision_from"], 1);
+    assert_eq!(predicted["revision_to"], 2);
+    assert_eq!(
+        (
+            predicted["max_surge"].as_i64(),
+            predicted["max_unavailable"].as_i64()
+        ),
+        (Some(1), Some(0))
+    );
+    let predicted: Vec<(i32, i32)> = predicted["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["new"].as_i64().unwrap() as i32,
+                s["old"].as_i64().unwrap() as i32,
+            )
+        })
+        .collect();
+    assert_eq!(predicted, [(1, 3), (1, 2), (2, 2), (2, 1), (3, 1), (3, 0)]);
+    assert_eq!(image(&client, &ns).await, "web:1", "plan writes nothing");
+
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("Waiting for deployment \"web\" rollout to finish"),
+        "progress is shown: {out}"
+    );
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Succeeded);
+    let rollout = &record.rollouts[0];
+    assert_eq!(
+        (rollout.revision_from, rollout.rollout.revision),
+        (Some(1), Some(2))
+    );
+    assert_eq!(rollout.rollout.outcome, RolloutOutcome::Complete);
+    assert_eq!(
+        (rollout.images_from.as_slice(), rollout.images_to.as_slice()),
+        (&["web:1".to_string()][..], &["web:2".to_string()][..])
+    );
+    assert!(
+        rollout.rollout.steps.len() >= 6,
+        "a multi-step timeline: {:?}",
+        rollout.rollout.steps
+    );
+    // The controller took exactly the predicted steps (the watch may start before or
+    // after the new ReplicaSet appears).
+    let mut observed = sizes(&rollout.rollout.steps);
+    if observed.first() == Some(&(0, 3)) {
+        observed.remove(0);
+    }
+    assert_eq!(observed, predicted, "{:?}", rollout.rollout.steps);
+
+    let (code, out, _) = setup.berth(&["history", "show", &record.id]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("revision 1 → 2, complete") && out.contains("images web:1 → web:2"),
+        "{out}"
+    );
+
+    let (code, out, _) = setup.berth(&["status"]);
+    assert_eq!(code, 0);
+    let line = out
+        .lines()
+        .find(|l| l.contains(&format!("{ns}/web")))
+        .unwrap_or_else(|| panic!("{out}"));
+    let cols: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(&cols[2..], ["2", "3/3", "3", "complete"], "{out}");
+
+    // Manual rollback to revision 1: recorded, held, and warned about.
+    let (code, out, err) = setup.berth(&["rollback", "rollout", "web", "--to-revision", "1"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("rolled back Deployment"), "{out}");
+    assert!(
+        out.contains(&format!("to 1 (commit {})", &first[..7])),
+        "{out}"
+    );
+    assert!(
+        out.contains("the next commit to git rolls forward again"),
+        "{out}"
+    );
+    assert_eq!(image(&client, &ns).await, "web:1");
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.trigger, berth::history::Trigger::Cli);
+    assert_eq!(record.rollouts[0].rollout.outcome, RolloutOutcome::Complete);
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("held at"),
+        "berth does not undo the rollback: {out}"
+    );
+    assert_eq!(image(&client, &ns).await, "web:1");
+}
+
+#[tokio::test]
+async fn a_rollout_that_never_becomes_ready_fails_and_is_rolled_back() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "rollback").await;
+    let repo = Repo::new();
+    let deadline = "  progressDeadlineSeconds: 4\n";
+    repo.write("web.yaml", &deployment("web:1", "", deadline));
+    let good = repo.commit("web 1");
+    let setup = Setup::new(cp, "rollback", &repo, &ns, "");
+    assert_eq!(setup.berth(&["sync"]).0, 0);
+
+    repo.write("web.yaml", &deployment("web:broken", NEVER, deadline));
+    let bad = repo.commit("broken web");
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("exceeded its progress deadline"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "rolled back Deployment {ns}/web from revision 2 to 1 (commit {})",
+            &good[..7]
+        )),
+        "{out}"
+    );
+    assert_eq!(image(&client, &ns).await, "web:1");
+    let d = Api::<Deployment>::namespaced(client.clone(), &ns)
+        .get("web")
+        .await
+        .unwrap();
+    assert_eq!(d.status.unwrap().available_replicas, Some(3));
+
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Failed);
+    assert_eq!(record.commit.as_ref().unwrap().sha, bad);
+    let rollout = &record.rollouts[0];
+    assert_eq!(rollout.rollout.outcome, RolloutOutcome::Failed);
+    let rollback = rollout
+        .rollback
+        .as_ref()
+        .expect("the record says it was rolled back");
+    assert_eq!(
+        (rollback.to_revision, rollback.commit.as_deref()),
+        (1, Some(good.as_str()))
+    );
+    assert_eq!(rollback.rollout.outcome, RolloutOutcome::Complete);
+
+    // The same commit is not applied again on the next sync, only a new one (or --force).
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("held: the rollout of commit") && out.contains("--force"),
+        "{out}"
+    );
+    assert_eq!(image(&client, &ns).await, "web:1");
+    repo.write("web.yaml", &deployment("web:3", "", deadline));
+    repo.commit("web 3");
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(image(&client, &ns).await, "web:3");
+}
+
+#[tokio::test]
+async fn halt_leaves_a_failed_rollout_as_it_is() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "halt").await;
+    let repo = Repo::new();
+    let deadline = "  progressDeadlineSeconds: 3\n";
+    repo.write("web.yaml", &deployment("web:1", "", deadline));
+    repo.commit("web 1");
+    let setup = Setup::new(
+        cp,
+        "halt",
+        &repo,
+        &ns,
+        "[app.rollout]\non_failure = \"halt\"\ntimeout = \"60s\"",
+    );
+    assert_eq!(setup.berth(&["sync"]).0, 0);
+    repo.write("web.yaml", &deployment("web:broken", NEVER, deadline));
+    repo.commit("broken");
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(
+        image(&client, &ns).await,
+        "web:broken",
+        "halt does not roll back"
+    );
+    assert!(setup.history().pop().unwrap().rollouts[0]
+        .rollback
+        .is_none());
+    let (_, out, _) = setup.berth(&["sync"]);
+    assert!(out.contains("the app is halted"), "{out}");
+}
