@@ -267,15 +267,27 @@ impl<'a> Run<'a> {
             self.store_inventory(&inventory, &next).await;
             return Err(Stop::Failed);
         }
-        if self.app.prune && !prune.is_empty() && self.interrupted().is_ok() {
+        if rollouts.interrupted {
+            self.store_inventory(&inventory, &next).await;
+            return Err(Stop::Interrupted);
+        }
+        // Shutdown between apply and prune: what was applied is recorded, the prune waits.
+        let prune_skipped = self.app.prune && !prune.is_empty() && self.interrupted().is_err();
+        if self.app.prune && !prune.is_empty() && !prune_skipped {
             let kept_back = self.prune(&kinds, &prune).await;
             if !kept_back.is_empty() {
                 next.objects.extend(kept_back);
                 next.commit = inventory.commit.clone();
             }
         }
+        if prune_skipped {
+            next.objects.extend(prune);
+            next.commit = inventory.commit.clone();
+        }
         self.store_inventory(&inventory, &next).await;
-        self.interrupted()?;
+        if prune_skipped {
+            return Err(Stop::Interrupted);
+        }
         if self.rec.errors.is_empty() {
             Ok(Outcome::Succeeded)
         } else {
@@ -461,9 +473,6 @@ impl<'a> Run<'a> {
     /// Prunes the candidates; returns the entries that must stay in the inventory
     /// (their deletion failed, or the live objects could not be listed).
     async fn prune(&mut self, kinds: &ClusterKinds, candidates: &[Entry]) -> Vec<Entry> {
-        if self.interrupted().is_err() {
-            return candidates.to_vec();
-        }
         let resources: Vec<_> = candidates
             .iter()
             .filter_map(|e| kinds.resolve_kind(&e.api_version, &e.key.kind))

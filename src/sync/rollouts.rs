@@ -20,6 +20,8 @@ pub(super) struct Rollouts {
     pub held: Option<String>,
     /// Deployments whose template was rolled back (their inventory entry must not match git).
     pub rolled_back: Vec<ObjectKey>,
+    /// Shutdown came before a rollout ended.
+    pub interrupted: bool,
 }
 
 fn is_deployment(w: &Write) -> bool {
