@@ -1,6 +1,7 @@
 //! The daemon (`berth run`): one task per app, each syncing on its interval (with jitter)
-//! and on commits in a watched local repository; one sync at a time per app; shutdown is
-//! passed in and fanned out to every task.
+//! and on commits in a watched local repository; one sync at a time per app; for apps
+//! with `rollout.engine = "agent"`, a supervisor that drives their Deployments; shutdown
+//! is passed in and fanned out to every task.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -10,8 +11,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::config::{AppConfig, Config};
+use crate::config::{AppConfig, Config, RolloutEngine};
 use crate::history::Trigger;
+use crate::rollout::engine::{supervise, Engine};
 use crate::source::{git, watch as repo_watch};
 use crate::sync::Syncer;
 
@@ -32,6 +34,13 @@ pub async fn run(config: &Config, syncer: Arc<Syncer>, shutdown: watch::Receiver
                     tracing::warn!(app = %app.name, path = %path.display(), error = %e, "cannot watch the local repository; syncing on the interval only")
                 }
             }
+        }
+        if app.rollout.engine == RolloutEngine::Agent {
+            let engine = Engine {
+                client: syncer.client.clone(),
+                field_manager: config.agent.field_manager.clone(),
+            };
+            tasks.spawn(supervise(engine, app.name.clone(), shutdown.clone()));
         }
         let (app, syncer, shutdown) = (app.clone(), syncer.clone(), shutdown.clone());
         let interval = config.agent.interval;

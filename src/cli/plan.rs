@@ -3,9 +3,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use berth::cluster::client;
 use berth::config;
-use berth::history::HistoryLog;
 use berth::sync::{Preview, Syncer};
 
 use super::sync::select;
@@ -32,11 +30,7 @@ pub enum Format {
 /// Runs `berth plan`: exit code 1 when a sync would fail.
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
-    let syncer = Syncer {
-        client: client::connect(&config.cluster).await?,
-        agent: config.agent.clone(),
-        history: HistoryLog::new(&config.agent.state_dir),
-    };
+    let syncer = Syncer::connect(&config, false).await?;
     let mut ok = true;
     for app in select(&config.apps, &args.apps)? {
         let progress = |line: &str| eprintln!("{}: {line}", app.name);

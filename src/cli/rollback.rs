@@ -3,9 +3,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use berth::cluster::client;
 use berth::config;
-use berth::history::{HistoryLog, Outcome};
+use berth::history::Outcome;
 use berth::sync::{RollbackRequest, Syncer};
 
 use super::sync::{select, summary};
@@ -29,11 +28,7 @@ pub struct Args {
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     let app = select(&config.apps, std::slice::from_ref(&args.app))?[0];
-    let syncer = Syncer {
-        client: client::connect(&config.cluster).await?,
-        agent: config.agent.clone(),
-        history: HistoryLog::new(&config.agent.state_dir),
-    };
+    let syncer = Syncer::connect(&config, false).await?;
     let request = RollbackRequest {
         deployment: &args.deployment,
         to_revision: args.to_revision,

@@ -5,26 +5,20 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use berth::cluster::client;
 use berth::config;
-use berth::history::HistoryLog;
 use berth::sync::Syncer;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Runs until SIGTERM or SIGINT; the sync in progress finishes first.
 pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
-    let client = client::connect(&config.cluster).await?;
-    let version = client
+    let syncer = Arc::new(Syncer::connect(&config, true).await?);
+    let version = syncer
+        .client
         .apiserver_version()
         .await
         .context("the cluster is not reachable (check [cluster] in the configuration)")?;
     tracing::info!(server = %version.git_version, apps = config.apps.len(), "connected to the cluster");
-    let syncer = Arc::new(Syncer {
-        client,
-        agent: config.agent.clone(),
-        history: HistoryLog::new(&config.agent.state_dir),
-    });
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;

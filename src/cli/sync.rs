@@ -3,9 +3,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use berth::cluster::client;
 use berth::config::{self, AppConfig};
-use berth::history::{HistoryLog, Outcome, SyncRecord, Trigger};
+use berth::history::{Outcome, SyncRecord, Trigger};
 use berth::sync::Syncer;
 
 /// Arguments of `berth sync`.
@@ -25,11 +24,7 @@ pub struct Args {
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     let apps = select(&config.apps, &args.apps)?;
-    let syncer = Syncer {
-        client: client::connect(&config.cluster).await?,
-        agent: config.agent.clone(),
-        history: HistoryLog::new(&config.agent.state_dir),
-    };
+    let syncer = Syncer::connect(&config, false).await?;
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {

@@ -3,6 +3,8 @@
 //! (the rolling-step math), [`predict`] (a rollout before it happens), [`track`] (follow a
 //! rollout with watches) and [`rollback`].
 
+pub mod conditions;
+pub mod engine;
 pub mod hash;
 pub mod predict;
 pub mod revisions;

@@ -56,6 +56,7 @@ impl Run<'_> {
                     .is_none_or(|ns| !new_namespaces.contains(ns))
             });
         self.dry_run(writes, &now).await?;
+        self.check_engine_ownership(writes).await?;
         Ok(Validated { first, late })
     }
 

@@ -160,23 +160,16 @@ impl Run<'_> {
         .map_err(|e| self.stop(e.to_string()))?;
         let rollout = if request.wait {
             let generation = applied.metadata.generation.unwrap_or(0);
-            track::follow(
-                &self.syncer.client,
-                &ns,
-                &key.name,
-                generation,
-                self.app.rollout.timeout,
-                self.shutdown,
-                self.report,
-            )
-            .await
+            self.follow_and_drive(&ns, &key.name, generation, self.report)
+                .await
+                .map_err(|e| self.stop(e.to_string()))?
         } else {
             track::not_followed(target.revision)
         };
         let outcome = rollout.outcome;
         self.rec.rollouts.push(RolloutRecord {
             deployment: key,
-            engine: "cluster".into(),
+            engine: self.engine_name().into(),
             revision_from: current,
             replica_set_from: revisions.new.as_ref().map(|rs| rs.name.clone()),
             hash_from: Some(revisions.hash.clone()),

@@ -42,6 +42,9 @@ pub struct Syncer {
     pub agent: AgentConfig,
     /// The history log.
     pub history: HistoryLog,
+    /// Apps with `rollout.engine = "agent"` have their Deployments driven by a
+    /// supervisor elsewhere (the daemon): syncs then only follow them.
+    pub engine_supervised: bool,
 }
 
 /// Why the steps stopped early; the errors are already in the record.
@@ -75,6 +78,24 @@ struct Run<'a> {
     shutdown: &'a watch::Receiver<bool>,
     report: Report<'a>,
     rec: SyncRecord,
+}
+
+impl Syncer {
+    /// Connects to the cluster named in `config`.
+    ///
+    /// # Errors
+    /// No client could be made.
+    pub async fn connect(
+        config: &crate::config::Config,
+        engine_supervised: bool,
+    ) -> Result<Self, ClusterError> {
+        Ok(Syncer {
+            client: crate::cluster::client::connect(&config.cluster).await?,
+            agent: config.agent.clone(),
+            history: HistoryLog::new(&config.agent.state_dir),
+            engine_supervised,
+        })
+    }
 }
 
 impl Write {

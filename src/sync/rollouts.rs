@@ -7,9 +7,12 @@ use kube::api::Api;
 
 use super::{describe, Run, Write};
 use crate::cluster::apply::{apply_all, Target};
-use crate::config::OnFailure;
-use crate::history::{commit_of_revision, RollbackRecord, RolloutOutcome, RolloutRecord};
+use crate::config::{OnFailure, RolloutEngine};
+use crate::history::{
+    commit_of_revision, FollowedRollout, RollbackRecord, RolloutOutcome, RolloutRecord,
+};
 use crate::manifest::ObjectKey;
+use crate::rollout::engine::{Engine, EngineError};
 use crate::rollout::revisions::{self, Revisions};
 use crate::rollout::{rollback, track};
 
@@ -99,21 +102,18 @@ impl Run<'_> {
         let prefix = describe(&key);
         let report = |line: &str| (self.report)(&format!("{prefix}: {line}"));
         let client = &self.syncer.client;
-        let followed = track::follow(
-            client,
-            ns,
-            m.name(),
-            generation,
-            self.app.rollout.timeout,
-            self.shutdown,
-            &report,
-        )
-        .await;
+        let followed = match self
+            .follow_and_drive(ns, m.name(), generation, &report)
+            .await
+        {
+            Ok(f) => f,
+            Err(e) => return (self.refused(key, e.to_string()), Some(e.to_string())),
+        };
         let revisions = current_revisions(client, ns, m.name()).await;
         let from = w.existing_revision().and_then(|r| revisions.revision(r));
         let mut record = RolloutRecord {
             deployment: key.clone(),
-            engine: "cluster".into(),
+            engine: self.engine_name().into(),
             revision_from: w.existing_revision(),
             replica_set_from: from.map(|rs| rs.name.clone()),
             hash_from: from.map(|rs| rs.hash.clone()),
@@ -181,22 +181,127 @@ impl Run<'_> {
         report(&message);
         let generation = applied.metadata.generation.unwrap_or(0);
         let ns = m.namespace().unwrap_or("default");
-        let rollout = track::follow(
-            &self.syncer.client,
-            ns,
-            m.name(),
-            generation,
-            self.app.rollout.timeout,
-            self.shutdown,
-            report,
-        )
-        .await;
+        let rollout = self
+            .follow_and_drive(ns, m.name(), generation, report)
+            .await
+            .map_err(|e| e.to_string())?;
         Ok(Some(RollbackRecord {
             to_revision: target.revision,
             commit,
             message,
             rollout,
         }))
+    }
+}
+
+impl Run<'_> {
+    pub(super) fn engine_name(&self) -> &'static str {
+        match self.app.rollout.engine {
+            RolloutEngine::Cluster => "cluster",
+            RolloutEngine::Agent => "agent",
+        }
+    }
+
+    fn engine(&self) -> Option<Engine> {
+        (self.app.rollout.engine == RolloutEngine::Agent && !self.syncer.engine_supervised).then(
+            || Engine {
+                client: self.syncer.client.clone(),
+                field_manager: self.syncer.agent.field_manager.clone(),
+            },
+        )
+    }
+
+    /// Follows a rollout; with `engine = "agent"` berth's engine drives it meanwhile.
+    pub(super) async fn follow_and_drive(
+        &self,
+        ns: &str,
+        name: &str,
+        generation: i64,
+        report: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<FollowedRollout, EngineError> {
+        let follow = track::follow(
+            &self.syncer.client,
+            ns,
+            name,
+            generation,
+            self.app.rollout.timeout,
+            self.shutdown,
+            report,
+        );
+        let Some(engine) = self.engine() else {
+            return Ok(follow.await);
+        };
+        let (done, stopped) = tokio::sync::oneshot::channel::<()>();
+        let following = async move {
+            let followed = follow.await;
+            let _ = done.send(());
+            followed
+        };
+        let driving = engine.drive(ns, name, async move {
+            let _ = stopped.await;
+        });
+        let (followed, driven) = tokio::join!(following, driving);
+        driven.map(|()| followed)
+    }
+
+    /// With `engine = "agent"`: refuses, before anything is written, Deployments whose
+    /// ReplicaSets another controller made.
+    pub(super) async fn check_engine_ownership(
+        &mut self,
+        writes: &[Write],
+    ) -> Result<(), super::Stop> {
+        if self.app.rollout.engine != RolloutEngine::Agent {
+            return Ok(());
+        }
+        let engine = Engine {
+            client: self.syncer.client.clone(),
+            field_manager: self.syncer.agent.field_manager.clone(),
+        };
+        let mut refused = false;
+        for w in writes.iter().filter(|w| {
+            w.target.manifest.group() == "apps" && w.target.manifest.kind() == "Deployment"
+        }) {
+            let m = &w.target.manifest;
+            if let Err(e) = engine
+                .check_ownership(m.namespace().unwrap_or("default"), m.name())
+                .await
+            {
+                self.fail(
+                    format!("{e}; nothing was written"),
+                    Some(m.origin.to_string()),
+                );
+                refused = true;
+            }
+        }
+        if refused {
+            Err(super::Stop::Failed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn refused(&self, key: ObjectKey, message: String) -> RolloutRecord {
+        let now = jiff::Timestamp::now();
+        RolloutRecord {
+            deployment: key,
+            engine: self.engine_name().into(),
+            revision_from: None,
+            replica_set_from: None,
+            hash_from: None,
+            images_from: Vec::new(),
+            hash_to: String::new(),
+            images_to: Vec::new(),
+            rollout: FollowedRollout {
+                outcome: RolloutOutcome::Failed,
+                message,
+                revision: None,
+                replica_set: None,
+                started_at: now,
+                finished_at: now,
+                steps: Vec::new(),
+            },
+            rollback: None,
+        }
     }
 }
 
