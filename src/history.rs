@@ -234,6 +234,9 @@ pub struct TimelineStep {
     pub new_available: i32,
     /// Old ReplicaSets: spec.replicas, summed.
     pub old_replicas: i32,
+    /// Old ReplicaSets: available pods, summed.
+    #[serde(default)]
+    pub old_available: i32,
 }
 
 /// A rollout followed to its end.

@@ -274,6 +274,12 @@ fn reconcile_old(d: &DeploymentView, new: &ReplicaSetView, olds: &[ReplicaSetVie
             continue;
         }
         let down = (max_scaled_down - cleaned).min(rs.replicas - rs.available);
+        if down < 0 {
+            // More available than wanted (pods not deleted yet): Go refuses to "scale down"
+            // upwards ("invalid request to scale down"), and reconcileOldReplicaSets
+            // swallows that error: nothing more moves in this pass.
+            return scales;
+        }
         scales.push(Scale {
             name: rs.name.clone(),
             from: rs.replicas,
@@ -613,6 +619,14 @@ mod tests {
         // then available 2 + 1 = 3 is not above minAvailable 3: no healthy pod is touched.
         let p = rolling_pass(&d, Some(&rs("B", 1, 1, 2)), &[rs("A", 4, 2, 1)], "B");
         assert_eq!(p.scales, vec![sc("A", 4, 2)]);
+    }
+
+    #[test]
+    fn an_old_replica_set_with_more_available_than_wanted_is_left_alone() {
+        // Found by the fidelity test: A was scaled to 3 but its 4th pod is not gone yet.
+        let d = DeploymentView::rolling(4, Int(1), Int(0));
+        let p = rolling_pass(&d, Some(&rs("B", 2, 2, 2)), &[rs("A", 3, 4, 1)], "B");
+        assert!(p.is_empty(), "{p:?}");
     }
 
     #[test]

@@ -179,20 +179,21 @@ impl State {
             new_ready: new.map_or(0, |rs| rs.ready),
             new_available: new.map_or(0, |rs| rs.available),
             old_replicas: revisions.old.iter().map(|rs| rs.replicas).sum(),
+            old_available: revisions.old.iter().map(|rs| rs.available).sum(),
         };
-        let same = self.steps.last().is_some_and(|last| {
+        let key = |s: &TimelineStep| {
             (
-                last.new_replicas,
-                last.new_ready,
-                last.new_available,
-                last.old_replicas,
-            ) == (
-                step.new_replicas,
-                step.new_ready,
-                step.new_available,
-                step.old_replicas,
+                s.new_replicas,
+                s.new_ready,
+                s.new_available,
+                s.old_replicas,
+                s.old_available,
             )
-        });
+        };
+        let same = self
+            .steps
+            .last()
+            .is_some_and(|last| key(last) == key(&step));
         if !same {
             if self.steps.len() >= MAX_STEPS {
                 self.steps.remove(1);

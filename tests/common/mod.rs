@@ -15,14 +15,22 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 
 static CONTROL_PLANE: OnceLock<Option<ControlPlane>> = OnceLock::new();
-static STATE_DIR: OnceLock<PathBuf> = OnceLock::new();
+static WITHOUT_DEPLOYMENT_CONTROLLER: OnceLock<Option<ControlPlane>> = OnceLock::new();
+static STATE_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
 
 /// The shared control plane, or `None` (test skipped) when run by hand without binaries.
 pub fn control_plane() -> Option<&'static ControlPlane> {
-    CONTROL_PLANE.get_or_init(start).as_ref()
+    CONTROL_PLANE.get_or_init(|| start(true)).as_ref()
 }
 
-fn start() -> Option<ControlPlane> {
+/// A second control plane with no Deployment controller (berth's own engine's ground).
+pub fn control_plane_without_deployment_controller() -> Option<&'static ControlPlane> {
+    WITHOUT_DEPLOYMENT_CONTROLLER
+        .get_or_init(|| start(false))
+        .as_ref()
+}
+
+fn start(deployment_controller: bool) -> Option<ControlPlane> {
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
     let Some(bin) = assets::find() else {
         let why = "control plane binaries not found: set KUBEBUILDER_ASSETS or run `cargo run --bin berth-testenv -- assets`";
@@ -30,12 +38,21 @@ fn start() -> Option<ControlPlane> {
         eprintln!("SKIPPED: {why}");
         return None;
     };
-    let dir = std::env::temp_dir().join(format!("berth-test-{}", std::process::id()));
-    STATE_DIR.set(dir.clone()).expect("started once");
+    let dir = std::env::temp_dir().join(format!(
+        "berth-test-{}-{deployment_controller}",
+        std::process::id()
+    ));
+    let mut dirs = STATE_DIRS.lock().expect("state dirs");
+    if dirs.is_empty() {
+        // SAFETY: registering a plain extern "C" function, once.
+        unsafe { libc::atexit(stop) };
+    }
+    dirs.push(dir.clone());
+    drop(dirs);
     let opts = UpOptions {
         dir,
         bin,
-        deployment_controller: std::env::var("BERTH_TEST_NO_DEPLOYMENT_CONTROLLER").is_err(),
+        deployment_controller,
         kubelet: Some(PathBuf::from(env!("CARGO_BIN_EXE_berth-testenv"))),
     };
     // Its own thread and runtime: the tests' runtimes come and go.
@@ -45,8 +62,6 @@ fn start() -> Option<ControlPlane> {
     })
     .join()
     .expect("control plane thread");
-    // SAFETY: registering a plain extern "C" function.
-    unsafe { libc::atexit(stop) };
     match started {
         Ok(cp) => Some(cp),
         Err(e) => panic!("the control plane did not start: {e}"),
@@ -54,8 +69,10 @@ fn start() -> Option<ControlPlane> {
 }
 
 extern "C" fn stop() {
-    if let Some(dir) = STATE_DIR.get() {
-        let _ = ControlPlane::down(dir);
+    if let Ok(dirs) = STATE_DIRS.lock() {
+        for dir in dirs.iter() {
+            let _ = ControlPlane::down(dir);
+        }
     }
 }
 
