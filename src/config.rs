@@ -61,6 +61,18 @@ pub struct AgentConfig {
     /// Sync history records older than this are dropped.
     #[serde(deserialize_with = "duration")]
     pub history_max_age: Duration,
+    /// Address of the HTTP endpoint (health, metrics, webhooks); `off` disables it.
+    pub listen: String,
+    /// A sync running longer than this counts as stuck: the systemd watchdog stops.
+    #[serde(deserialize_with = "duration")]
+    pub sync_timeout: Duration,
+    /// Only the holder of a Lease in the cluster applies (for several berth hosts).
+    pub leader_election: bool,
+    /// The Lease's name (in `inventory_namespace`).
+    pub lease_name: String,
+    /// How long a Lease holds without renewal; another host takes over after that.
+    #[serde(deserialize_with = "duration")]
+    pub lease_duration: Duration,
 }
 
 impl Default for AgentConfig {
@@ -70,25 +82,34 @@ impl Default for AgentConfig {
             interval: Duration::from_secs(60),
             jitter: Duration::from_secs(10),
             field_manager: "berth".to_string(),
-            log_format: LogFormat::Text,
+            log_format: LogFormat::Auto,
             max_file_size: 4 << 20,
             max_app_size: 64 << 20,
             concurrency: 16,
             inventory_namespace: "berth-system".to_string(),
             history_keep: 1000,
             history_max_age: Duration::from_secs(90 * 24 * 3600),
+            listen: "127.0.0.1:9464".to_string(),
+            sync_timeout: Duration::from_secs(30 * 60),
+            leader_election: false,
+            lease_name: "berth".to_string(),
+            lease_duration: Duration::from_secs(15),
         }
     }
 }
 
 /// How log lines are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
+    /// journald under systemd (`$JOURNAL_STREAM` set), else text.
+    Auto,
     /// Human-readable lines.
     Text,
     /// One JSON object a line.
     Json,
+    /// Native journald entries with structured fields (`APP=`, `COMMIT=`, …).
+    Journald,
 }
 
 /// `[cluster]`: how to reach the Kubernetes API.
@@ -145,6 +166,10 @@ pub struct AppConfig {
     /// Credentials for the repository.
     #[serde(default)]
     pub auth: AuthConfig,
+    /// File holding the webhook's HMAC secret (`POST /hooks/<app>`); no secret, no webhook.
+    pub webhook_secret_file: Option<PathBuf>,
+    /// Environment variable holding the webhook's HMAC secret.
+    pub webhook_secret_env: Option<String>,
     /// How changed Deployments are rolled out.
     #[serde(default)]
     pub rollout: RolloutConfig,
@@ -378,6 +403,18 @@ impl Config {
         }
         if agent.field_manager.trim().is_empty() {
             problem("agent.field_manager".into(), "must not be empty".into());
+        }
+        if agent.listen != "off" && agent.listen.parse::<std::net::SocketAddr>().is_err() {
+            problem(
+                "agent.listen".into(),
+                format!(
+                    "{:?} is not an address like 127.0.0.1:9464 (or \"off\")",
+                    agent.listen
+                ),
+            );
+        }
+        if agent.lease_duration < Duration::from_secs(3) {
+            problem("agent.lease_duration".into(), "must be at least 3s".into());
         }
         if agent.concurrency == 0 {
             problem("agent.concurrency".into(), "must be at least 1".into());

@@ -193,6 +193,12 @@ pub struct SyncRecord {
     /// A remark for people (a manual rollback, a held app).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// How long the git fetch and checkout took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetch_ms: Option<u64>,
+    /// Write requests sent (dry runs, applies, prunes, inventory).
+    #[serde(default)]
+    pub requests: u64,
 }
 
 /// How a rollout ended.
@@ -539,6 +545,8 @@ mod tests {
             errors: vec![],
             rollouts: vec![],
             note: None,
+            fetch_ms: None,
+            requests: 0,
         }
     }
 

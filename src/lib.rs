@@ -40,6 +40,7 @@ pub mod history;
 pub mod manifest;
 pub mod plan;
 pub mod rollout;
+pub mod service;
 pub mod source;
 pub mod sync;
 pub mod testenv;

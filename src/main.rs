@@ -5,6 +5,7 @@ mod cli;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use berth::config::LogFormat;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -18,6 +19,10 @@ struct Cli {
     /// The configuration file.
     #[arg(long, global = true, env = "BERTH_CONFIG", default_value = berth::config::DEFAULT_PATH)]
     config: PathBuf,
+    /// Log format (default: the configuration's agent.log_format; auto is journald under
+    /// systemd, else text).
+    #[arg(long, global = true, value_enum)]
+    log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,
 }
@@ -26,6 +31,8 @@ struct Cli {
 enum Command {
     /// Run the agent: sync every app on its interval and on new commits, until stopped.
     Run,
+    /// Ask the running agent to reload its configuration (SIGHUP).
+    Reload,
     /// Sync the named apps (all by default) once, in the foreground.
     Sync(cli::sync::Args),
     /// Show the sync history (newest first), or one record with `history show ID`.
@@ -44,20 +51,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // The daemon logs what it does; one-shot commands print it and log only problems.
-    let level = if matches!(cli.command, Command::Run) {
-        "info"
-    } else {
-        "warn"
-    };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
-        )
-        .init();
+    init_logging(&cli);
     let result = match cli.command {
         Command::Run => runtime().and_then(|rt| rt.block_on(cli::run::run(&cli.config))),
+        Command::Reload => cli::run::reload(&cli.config),
         Command::Sync(args) => {
             runtime().and_then(|rt| rt.block_on(cli::sync::run(&cli.config, args)))
         }
@@ -80,6 +77,52 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The daemon logs what it does; one-shot commands print it and log only problems.
+/// Under systemd (`$JOURNAL_STREAM`) `auto` writes native journald entries, whose fields
+/// (`APP=`, `COMMIT=`, `OUTCOME=`, …) `journalctl -u berth APP=guestbook` filters on.
+fn init_logging(cli: &Cli) {
+    use tracing_subscriber::prelude::*;
+    let daemon = matches!(cli.command, Command::Run);
+    let configured = || {
+        berth::config::load(&cli.config)
+            .ok()
+            .map(|c| c.agent.log_format)
+    };
+    let format = match cli
+        .log_format
+        .or_else(|| daemon.then(configured).flatten())
+        .unwrap_or(LogFormat::Auto)
+    {
+        LogFormat::Auto if std::env::var_os("JOURNAL_STREAM").is_some() => LogFormat::Journald,
+        LogFormat::Auto => LogFormat::Text,
+        f => f,
+    };
+    let level = if daemon { "info" } else { "warn" };
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into());
+    let registry = tracing_subscriber::registry().with(filter);
+    match format {
+        LogFormat::Json => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_writer(std::io::stderr),
+            )
+            .init(),
+        LogFormat::Journald => match tracing_journald::layer() {
+            Ok(journald) => registry
+                .with(journald.with_syslog_identifier("berth".into()))
+                .init(),
+            Err(_) => registry
+                .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+                .init(),
+        },
+        _ => registry
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .init(),
     }
 }
 

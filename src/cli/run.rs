@@ -1,36 +1,77 @@
-//! `berth run`: the daemon.
+//! `berth run`: the daemon. SIGTERM/SIGINT stop it (the sync in progress finishes
+//! first), SIGHUP reloads the configuration.
 
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
+use berth::agent::{self, Signals};
 use berth::config;
 use berth::sync::Syncer;
 use tokio::signal::unix::{signal, SignalKind};
 
-/// Runs until SIGTERM or SIGINT; the sync in progress finishes first.
+/// Runs the agent until SIGTERM or SIGINT.
 pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     let syncer = Arc::new(Syncer::connect(&config, true).await?);
-    let version = syncer
-        .client
-        .apiserver_version()
-        .await
-        .context("the cluster is not reachable (check [cluster] in the configuration)")?;
-    tracing::info!(server = %version.git_version, apps = config.apps.len(), "connected to the cluster");
+    let version = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        syncer.client.apiserver_version(),
+    )
+    .await
+    .context("the cluster did not answer within 30s (check [cluster] in the configuration)")?
+    .context("the cluster is not reachable (check [cluster] in the configuration)")?;
+    tracing::info!(server = %version.git_version, "connected to the cluster");
     let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let (reload_tx, reload) = tokio::sync::mpsc::channel(1);
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
     tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+        loop {
+            tokio::select! {
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                _ = hup.recv() => {
+                    let _ = reload_tx.try_send(());
+                }
+            }
         }
-        tracing::info!("shutting down: the syncs in progress finish first");
         let _ = stop.send(true);
     });
-    berth::agent::run(&config, syncer, shutdown).await;
+    agent::run(
+        config_path.to_path_buf(),
+        config,
+        syncer,
+        Signals { shutdown, reload },
+    )
+    .await?;
     tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth reload`: SIGHUP to the running agent (its pid file is in the state directory).
+pub fn reload(config_path: &Path) -> anyhow::Result<ExitCode> {
+    let config = config::load(config_path)?;
+    let pid_file = agent::pid_file(&config);
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .with_context(|| {
+            format!(
+                "no running berth found ({} is missing): is `berth run` up?",
+                pid_file.display()
+            )
+        })?
+        .trim()
+        .parse()
+        .with_context(|| format!("{} does not hold a pid", pid_file.display()))?;
+    // SAFETY: kill(2) on the pid the running agent wrote for exactly this.
+    if unsafe { libc::kill(pid, libc::SIGHUP) } != 0 {
+        anyhow::bail!(
+            "cannot signal berth (pid {pid}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    println!("asked berth (pid {pid}) to reload {}; its log says whether the new configuration was taken", config_path.display());
     Ok(ExitCode::SUCCESS)
 }

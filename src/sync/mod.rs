@@ -204,6 +204,8 @@ impl<'a> Run<'a> {
                 errors: Vec::new(),
                 rollouts: Vec::new(),
                 note: None,
+                fetch_ms: None,
+                requests: 0,
             },
         }
     }
@@ -360,10 +362,12 @@ impl<'a> Run<'a> {
             "fetching {}",
             git::redact_url(&git::remote_url(&app.repo))
         ));
+        let clock = Instant::now();
         let fetched = tokio::task::spawn_blocking(move || {
             git::fetch_and_checkout(&app, &state_dir, previous.as_deref())
         })
         .await;
+        self.rec.fetch_ms = Some(clock.elapsed().as_millis() as u64);
         match fetched {
             Ok(Ok(checkout)) => {
                 let c = &checkout.commit;
@@ -508,6 +512,7 @@ impl<'a> Run<'a> {
             };
         let client = &self.syncer.client;
         let concurrency = self.syncer.agent.concurrency;
+        self.rec.requests += candidates.len() as u64;
         let results = prune::prune(
             client,
             kinds,
@@ -543,6 +548,7 @@ impl<'a> Run<'a> {
         if old == next {
             return;
         }
+        self.rec.requests += 1;
         let agent = &self.syncer.agent;
         if let Err(e) = inventory::store(
             &self.syncer.client,

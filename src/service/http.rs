@@ -1,0 +1,201 @@
+//! The HTTP endpoint (`[agent] listen`): `GET /healthz` (the process answers), `GET
+//! /readyz` (the cluster answers), `GET /metrics` (Prometheus) and `POST /hooks/<app>`, a
+//! webhook that starts a sync, signed like GitHub's (`X-Hub-Signature-256: sha256=<hex
+//! HMAC-SHA256 of the body>`). Bodies over 1 MiB are refused before they are read.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use sha2::Sha256;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+
+use super::metrics::Metrics;
+use crate::history::Trigger;
+
+/// Largest webhook body read.
+pub const MAX_BODY: usize = 1 << 20;
+
+/// A webhook target: the app's secret and its trigger channel.
+#[derive(Clone)]
+pub struct Hook {
+    /// The HMAC key; `None`: the app has no webhook.
+    pub secret: Option<Vec<u8>>,
+    /// Where sync requests go.
+    pub trigger: mpsc::Sender<Trigger>,
+}
+
+/// What the endpoint serves.
+pub struct Endpoint {
+    /// The metrics.
+    pub metrics: Arc<Metrics>,
+    /// Webhook targets by app, replaced on reload.
+    pub hooks: RwLock<HashMap<String, Hook>>,
+    /// For readiness.
+    pub client: kube::Client,
+}
+
+/// Serves until `shutdown` turns true.
+pub async fn serve(
+    listener: TcpListener,
+    endpoint: Arc<Endpoint>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let (stream, _) = tokio::select! {
+            () = crate::agent::stopped(&mut shutdown) => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "http accept failed");
+                    continue;
+                }
+            },
+        };
+        let endpoint = endpoint.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let endpoint = endpoint.clone();
+                async move { Ok::<_, Infallible>(handle(&endpoint, req).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "http connection ended");
+            }
+        });
+    }
+}
+
+fn reply(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body.into())));
+    *r.status_mut() = status;
+    r
+}
+
+async fn handle(endpoint: &Endpoint, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = req.uri().path().to_string();
+    match (req.method(), path.as_str()) {
+        (&Method::GET, "/healthz") => reply(StatusCode::OK, "ok\n"),
+        (&Method::GET, "/readyz") => {
+            match tokio::time::timeout(Duration::from_secs(3), endpoint.client.apiserver_version())
+                .await
+            {
+                Ok(Ok(_)) => reply(StatusCode::OK, "ok\n"),
+                Ok(Err(e)) => reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("cluster unreachable: {e}\n"),
+                ),
+                Err(_) => reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "cluster unreachable: no answer in 3s\n",
+                ),
+            }
+        }
+        (&Method::GET, "/metrics") => {
+            let mut r = reply(StatusCode::OK, endpoint.metrics.render());
+            r.headers_mut().insert(
+                "content-type",
+                hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            r
+        }
+        (&Method::POST, p) if p.starts_with("/hooks/") => {
+            webhook(endpoint, &p["/hooks/".len()..], req).await
+        }
+        _ => reply(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+async fn webhook(endpoint: &Endpoint, app: &str, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let hook = endpoint.hooks.read().ok().and_then(|h| h.get(app).cloned());
+    let Some((secret, trigger)) = hook.and_then(|h| Some((h.secret?, h.trigger))) else {
+        return reply(
+            StatusCode::NOT_FOUND,
+            format!("no webhook for app {app:?}\n"),
+        );
+    };
+    let declared = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY) {
+        return reply(StatusCode::PAYLOAD_TOO_LARGE, "body over 1 MiB\n");
+    }
+    let signature = req
+        .headers()
+        .get("x-hub-signature-256")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("sha256="))
+        .and_then(decode_hex);
+    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return reply(StatusCode::PAYLOAD_TOO_LARGE, "body over 1 MiB\n"),
+    };
+    let Some(signature) = signature else {
+        return reply(
+            StatusCode::UNAUTHORIZED,
+            "missing or malformed X-Hub-Signature-256\n",
+        );
+    };
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&secret) else {
+        return reply(StatusCode::INTERNAL_SERVER_ERROR, "bad secret\n");
+    };
+    mac.update(&body);
+    if mac.verify_slice(&signature).is_err() {
+        tracing::warn!(app, "webhook with a wrong signature refused");
+        return reply(StatusCode::UNAUTHORIZED, "signature does not match\n");
+    }
+    // A full channel already holds a sync request: that sync sees this push too.
+    let _ = trigger.try_send(Trigger::Webhook);
+    reply(StatusCode::ACCEPTED, format!("sync of {app} requested\n"))
+}
+
+fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// `sha256=<hex>` of a body, as a sender computes it (for tests and tools).
+pub fn sign(secret: &[u8], body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
+    mac.update(body);
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256={hex}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signatures_round_trip() {
+        let sig = sign(b"secret", b"{}");
+        assert!(sig.starts_with("sha256=") && sig.len() == 7 + 64);
+        let raw = decode_hex(&sig[7..]).unwrap();
+        let mut mac = Hmac::<Sha256>::new_from_slice(b"secret").unwrap();
+        mac.update(b"{}");
+        assert!(mac.verify_slice(&raw).is_ok());
+        assert_eq!(decode_hex("zz"), None);
+        assert_eq!(decode_hex("abc"), None);
+    }
+}

@@ -1,0 +1,249 @@
+//! Prometheus metrics, in the text exposition format, fed from sync records: syncs by app
+//! and outcome, sync and rollout durations (histograms), last successful sync, objects
+//! managed, rollouts by outcome, git fetch duration, apply requests.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+
+use crate::history::{Action, Outcome, SyncRecord};
+
+const SYNC_BUCKETS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
+const FETCH_BUCKETS: [f64; 8] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];
+
+#[derive(Default, Clone)]
+struct Histogram {
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, buckets: &[f64], v: f64) {
+        self.counts.resize(buckets.len(), 0);
+        for (i, b) in buckets.iter().enumerate() {
+            if v <= *b {
+                self.counts[i] += 1;
+            }
+        }
+        self.sum += v;
+        self.count += 1;
+    }
+}
+
+#[derive(Default)]
+struct State {
+    syncs: BTreeMap<(String, &'static str), u64>,
+    sync_seconds: BTreeMap<String, Histogram>,
+    fetch_seconds: BTreeMap<String, Histogram>,
+    rollout_seconds: BTreeMap<String, Histogram>,
+    last_success: BTreeMap<String, f64>,
+    managed: BTreeMap<String, u64>,
+    rollouts: BTreeMap<(String, &'static str), u64>,
+    requests: BTreeMap<String, u64>,
+}
+
+/// The agent's metrics.
+#[derive(Default)]
+pub struct Metrics {
+    state: Mutex<State>,
+}
+
+impl Metrics {
+    /// Counts one sync.
+    pub fn observe(&self, r: &SyncRecord) {
+        let Ok(mut s) = self.state.lock() else { return };
+        let app = r.app.clone();
+        *s.syncs
+            .entry((app.clone(), r.outcome.as_str()))
+            .or_default() += 1;
+        s.sync_seconds
+            .entry(app.clone())
+            .or_default()
+            .observe(&SYNC_BUCKETS, r.duration_ms as f64 / 1000.0);
+        if let Some(ms) = r.fetch_ms {
+            s.fetch_seconds
+                .entry(app.clone())
+                .or_default()
+                .observe(&FETCH_BUCKETS, ms as f64 / 1000.0);
+        }
+        *s.requests.entry(app.clone()).or_default() += r.requests;
+        if matches!(r.outcome, Outcome::Succeeded | Outcome::NoChange) {
+            s.last_success
+                .insert(app.clone(), r.finished_at.as_millisecond() as f64 / 1000.0);
+            let applied = r
+                .objects
+                .iter()
+                .filter(|o| matches!(o.action, Action::Created | Action::Configured))
+                .count();
+            s.managed
+                .insert(app.clone(), (r.unchanged + applied) as u64);
+        }
+        for ro in &r.rollouts {
+            *s.rollouts
+                .entry((app.clone(), ro.rollout.outcome.as_str()))
+                .or_default() += 1;
+            let secs = ro
+                .rollout
+                .finished_at
+                .duration_since(ro.rollout.started_at)
+                .as_secs_f64();
+            s.rollout_seconds
+                .entry(app.clone())
+                .or_default()
+                .observe(&SYNC_BUCKETS, secs);
+        }
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let Ok(s) = self.state.lock() else {
+            return String::new();
+        };
+        let mut out = String::new();
+        let pairs = |out: &mut String,
+                     name: &str,
+                     help: &str,
+                     map: &BTreeMap<(String, &'static str), u64>,
+                     label: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for ((app, v), n) in map {
+                let _ = writeln!(out, "{name}{{app=\"{app}\",{label}=\"{v}\"}} {n}");
+            }
+        };
+        pairs(
+            &mut out,
+            "berth_syncs_total",
+            "Sync attempts by app and outcome.",
+            &s.syncs,
+            "outcome",
+        );
+        pairs(
+            &mut out,
+            "berth_rollouts_total",
+            "Deployment rollouts followed, by app and outcome.",
+            &s.rollouts,
+            "outcome",
+        );
+        histogram(
+            &mut out,
+            "berth_sync_duration_seconds",
+            "Duration of a sync.",
+            &SYNC_BUCKETS,
+            &s.sync_seconds,
+        );
+        histogram(
+            &mut out,
+            "berth_rollout_duration_seconds",
+            "Duration of a rollout.",
+            &SYNC_BUCKETS,
+            &s.rollout_seconds,
+        );
+        histogram(
+            &mut out,
+            "berth_git_fetch_duration_seconds",
+            "Duration of a git fetch and checkout.",
+            &FETCH_BUCKETS,
+            &s.fetch_seconds,
+        );
+        gauge(
+            &mut out,
+            "berth_last_successful_sync_timestamp_seconds",
+            "When the app last synced successfully (Unix time).",
+            &s.last_success,
+        );
+        let managed: BTreeMap<String, f64> = s
+            .managed
+            .iter()
+            .map(|(k, v)| (k.clone(), *v as f64))
+            .collect();
+        gauge(
+            &mut out,
+            "berth_managed_objects",
+            "Objects the app manages.",
+            &managed,
+        );
+        let _ = writeln!(out, "# HELP berth_apply_requests_total Write requests sent to the API server (dry runs, applies, prunes, inventory).\n# TYPE berth_apply_requests_total counter");
+        for (app, n) in &s.requests {
+            let _ = writeln!(out, "berth_apply_requests_total{{app=\"{app}\"}} {n}");
+        }
+        out
+    }
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, values: &BTreeMap<String, f64>) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+    for (app, v) in values {
+        let _ = writeln!(out, "{name}{{app=\"{app}\"}} {v}");
+    }
+}
+
+fn histogram(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    buckets: &[f64],
+    values: &BTreeMap<String, Histogram>,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    for (app, h) in values {
+        for (b, n) in buckets.iter().zip(&h.counts) {
+            let _ = writeln!(out, "{name}_bucket{{app=\"{app}\",le=\"{b}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{app=\"{app}\",le=\"+Inf\"}} {}",
+            h.count
+        );
+        let _ = writeln!(
+            out,
+            "{name}_sum{{app=\"{app}\"}} {}\n{name}_count{{app=\"{app}\"}} {}",
+            h.sum, h.count
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{SyncRecord, Trigger};
+
+    #[test]
+    fn a_sync_shows_up_in_the_exposition() {
+        let now = jiff::Timestamp::now();
+        let record: SyncRecord = serde_json::from_value(serde_json::json!({
+            "id": "x", "app": "shop", "trigger": "cli", "started_at": now, "finished_at": now,
+            "duration_ms": 1500, "commit": null, "previous_commit": null, "outcome": "succeeded",
+            "unchanged": 3, "objects": [], "errors": [], "fetch_ms": 40, "requests": 7
+        }))
+        .unwrap();
+        assert_eq!(record.trigger, Trigger::Cli);
+        let m = Metrics::default();
+        m.observe(&record);
+        let text = m.render();
+        assert!(
+            text.contains("berth_syncs_total{app=\"shop\",outcome=\"succeeded\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("berth_sync_duration_seconds_bucket{app=\"shop\",le=\"2.5\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("berth_sync_duration_seconds_bucket{app=\"shop\",le=\"1\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("berth_managed_objects{app=\"shop\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("berth_apply_requests_total{app=\"shop\"} 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("berth_git_fetch_duration_seconds_count{app=\"shop\"} 1"),
+            "{text}"
+        );
+    }
+}

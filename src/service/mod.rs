@@ -1,0 +1,8 @@
+//! Running as a service: [`notify`] (the systemd notify protocol and watchdog),
+//! [`metrics`] (Prometheus), [`http`] (health, readiness, metrics, webhooks) and
+//! [`lease`] (leader election between several berth hosts).
+
+pub mod http;
+pub mod lease;
+pub mod metrics;
+pub mod notify;
