@@ -176,31 +176,40 @@ pub struct LiveObject {
     pub keep: bool,
 }
 
-/// Every object of the given resources that carries `berth.dev/app=<app>`, with one list
-/// request (metadata only) per resource.
+/// Every object of the given resources that carries `berth.dev/app=<app>`: one list
+/// request (metadata only) per resource and namespace — per namespace, so that an
+/// identity with namespaced Roles only (least privilege) can run berth.
 ///
 /// # Errors
 /// A list request failed.
 pub async fn live_objects(
     client: &kube::Client,
-    resources: impl IntoIterator<Item = Resolved>,
+    resources: impl IntoIterator<Item = (Resolved, Option<String>)>,
     app: &str,
 ) -> Result<HashMap<ObjectKey, LiveObject>, ClusterError> {
-    let mut unique: BTreeMap<(String, String), Resolved> = BTreeMap::new();
-    for r in resources {
+    let mut unique: BTreeMap<(String, String, Option<String>), Resolved> = BTreeMap::new();
+    for (r, ns) in resources {
+        let ns = ns.filter(|_| r.namespaced);
         unique
-            .entry((r.resource.group.clone(), r.resource.kind.clone()))
+            .entry((r.resource.group.clone(), r.resource.kind.clone(), ns))
             .or_insert(r);
     }
     let selector = ListParams::default().labels(&format!("{LABEL_APP}={app}"));
     let mut live = HashMap::new();
-    for r in unique.into_values() {
-        let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &r.resource);
+    for ((_, _, ns), r) in unique {
+        let api: Api<kube::api::DynamicObject> = match &ns {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &r.resource),
+            None => Api::all_with(client.clone(), &r.resource),
+        };
         let list = api
             .list_metadata(&selector)
             .await
             .map_err(|source| ClusterError::Request {
-                what: format!("listing {} labelled {LABEL_APP}={app}", r.resource.plural),
+                what: format!(
+                    "listing {} labelled {LABEL_APP}={app}{}",
+                    r.resource.plural,
+                    ns.map(|n| format!(" in {n}")).unwrap_or_default()
+                ),
                 source,
             })?;
         for item in list.items {

@@ -66,6 +66,7 @@ pub async fn serve(
                 async move { Ok::<_, Infallible>(handle(&endpoint, req).await) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(Duration::from_secs(10))
                 .serve_connection(TokioIo::new(stream), service);
             if let Err(e) = conn.await {

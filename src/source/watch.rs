@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use notify::{Event, RecommendedWatcher, RecursiveMode, Watcher};
+use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
 /// Watches the git folder of a local repository and sends `()` when a ref changes.
@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 pub fn watch_refs(repo: &Path, tx: mpsc::Sender<()>) -> notify::Result<RecommendedWatcher> {
     let git_dir = git_dir(repo);
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
-        if event.is_ok_and(|e| e.paths.iter().any(|p| is_ref(p))) {
+        if event.is_ok_and(|e| is_change(&e.kind) && e.paths.iter().any(|p| is_ref(p))) {
             // A full channel already holds a trigger: the sync will see this commit too.
             let _ = tx.try_send(());
         }
@@ -33,6 +33,15 @@ fn git_dir(repo: &Path) -> PathBuf {
     }
 }
 
+/// Only writes count: berth's own fetch *reads* these refs, and inotify reports reads as
+/// access events — counting those would make every sync trigger the next.
+fn is_change(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_)
+    )
+}
+
 /// Paths a new commit touches last: the branch ref, `packed-refs`, `HEAD`.
 fn is_ref(path: &Path) -> bool {
     let s = path.to_string_lossy();
@@ -44,6 +53,14 @@ fn is_ref(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reading_a_ref_is_not_a_change() {
+        use notify::event::{AccessKind, CreateKind, ModifyKind};
+        assert!(!is_change(&EventKind::Access(AccessKind::Any)));
+        assert!(is_change(&EventKind::Create(CreateKind::File)));
+        assert!(is_change(&EventKind::Modify(ModifyKind::Any)));
+    }
 
     #[test]
     fn only_ref_paths_trigger() {

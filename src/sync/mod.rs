@@ -459,12 +459,15 @@ impl<'a> Run<'a> {
         kinds: &ClusterKinds,
         inventory: &Inventory,
     ) -> Result<Plan, Stop> {
-        let resources = manifests.iter().filter_map(|m| kinds.resolve(m)).chain(
-            inventory
-                .objects
-                .iter()
-                .filter_map(|e| kinds.resolve_kind(&e.api_version, &e.key.kind)),
-        );
+        let resources = manifests
+            .iter()
+            .filter_map(|m| Some((kinds.resolve(m)?, m.namespace().map(str::to_string))))
+            .chain(inventory.objects.iter().filter_map(|e| {
+                Some((
+                    kinds.resolve_kind(&e.api_version, &e.key.kind)?,
+                    e.key.namespace.clone(),
+                ))
+            }));
         let live = match inventory::live_objects(
             &self.syncer.client,
             resources.collect::<Vec<_>>(),
@@ -500,7 +503,12 @@ impl<'a> Run<'a> {
     async fn prune(&mut self, kinds: &ClusterKinds, candidates: &[Entry]) -> Vec<Entry> {
         let resources: Vec<_> = candidates
             .iter()
-            .filter_map(|e| kinds.resolve_kind(&e.api_version, &e.key.kind))
+            .filter_map(|e| {
+                Some((
+                    kinds.resolve_kind(&e.api_version, &e.key.kind)?,
+                    e.key.namespace.clone(),
+                ))
+            })
             .collect();
         let live =
             match inventory::live_objects(&self.syncer.client, resources, &self.app.name).await {

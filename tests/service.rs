@@ -1,0 +1,608 @@
+//! berth as a systemd service: the unit file's checks, the notify protocol (READY,
+//! STATUS, WATCHDOG, RELOADING, STOPPING) on a datagram socket the test binds, watchdog
+//! pings stopping when an app loop is stuck, SIGHUP reload, `/metrics`, the webhook, and
+//! two berth processes with leader election.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use berth::history::{Outcome, Trigger};
+use common::{Repo, Setup};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+
+fn config_map(name: &str, value: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  value: \"{value}\"\n"
+    )
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A `berth run` child process.
+struct Daemon {
+    child: std::process::Child,
+}
+
+impl Daemon {
+    fn start(config: &Path, env: &[(&str, String)]) -> Daemon {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_berth"));
+        cmd.args(["run", "--log-format", "text", "--config"])
+            .arg(config);
+        if std::env::var_os("BERTH_TEST_LOG").is_none() {
+            cmd.stderr(std::process::Stdio::null());
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Daemon {
+            child: cmd.spawn().expect("berth run"),
+        }
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: a signal to the child this test started.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    fn wait(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(
+                Instant::now() < end,
+                "berth did not exit within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The systemd side of the notify protocol.
+struct NotifySocket {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    socket: UnixDatagram,
+}
+
+impl NotifySocket {
+    fn bind() -> NotifySocket {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify.sock");
+        let socket = UnixDatagram::bind(&path).unwrap();
+        NotifySocket {
+            _dir: dir,
+            path,
+            socket,
+        }
+    }
+
+    /// Messages until `pred` matches one (returned), or panics after `timeout`.
+    fn until(&self, timeout: Duration, pred: impl Fn(&str) -> bool) -> Vec<String> {
+        let end = Instant::now() + timeout;
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "no matching notify message within {timeout:?}; got {seen:?}"
+            );
+            self.socket.set_read_timeout(Some(left)).unwrap();
+            if let Ok(n) = self.socket.recv(&mut buf) {
+                let m = String::from_utf8_lossy(&buf[..n]).into_owned();
+                let hit = pred(&m);
+                seen.push(m);
+                if hit {
+                    return seen;
+                }
+            }
+        }
+    }
+
+    /// Every message within `window`.
+    fn collect(&self, window: Duration) -> Vec<String> {
+        let end = Instant::now() + window;
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Some(left) = end.checked_duration_since(Instant::now()) {
+            self.socket
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .unwrap();
+            if let Ok(n) = self.socket.recv(&mut buf) {
+                seen.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
+        }
+        seen
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection; the status code and body.
+fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let _ = s.write_all(body);
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let code = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}
+
+/// Waits (polling, with a deadline) until `check` holds.
+fn eventually(what: &str, timeout: Duration, check: impl Fn() -> bool) {
+    let end = Instant::now() + timeout;
+    while !check() {
+        assert!(Instant::now() < end, "{what}: not within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_unit_file_verifies_and_is_hardened() {
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/systemd/berth.service"
+    ))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("berth.service");
+    // verify checks that ExecStart= exists: point it at the binary this build made.
+    std::fs::write(
+        &copy,
+        unit.replace("/usr/local/bin/berth", env!("CARGO_BIN_EXE_berth")),
+    )
+    .unwrap();
+    let verify = std::process::Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&copy)
+        .output()
+        .expect("systemd-analyze (apt-get install systemd)");
+    let complaints = String::from_utf8_lossy(&verify.stderr).to_string()
+        + &String::from_utf8_lossy(&verify.stdout);
+    assert!(
+        verify.status.success() && complaints.trim().is_empty(),
+        "systemd-analyze verify: {complaints}"
+    );
+    let security = std::process::Command::new("systemd-analyze")
+        .args(["security", "--offline=true"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/systemd/berth.service"
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&security.stdout);
+    let exposure: f64 = text
+        .lines()
+        .find_map(|l| l.split("Overall exposure level for berth.service:").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no exposure level in: {text}"));
+    assert!(exposure <= 1.5, "exposure {exposure} > 1.5");
+}
+
+#[tokio::test]
+async fn notify_status_reload_metrics_and_webhook() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "service").await;
+    let repo = Repo::new();
+    repo.write("cm.yaml", &config_map("one", "1"));
+    let first = repo.commit("first");
+    let port = free_port();
+    let secrets = tempfile::tempdir().unwrap();
+    let secret_file = secrets.path().join("hook");
+    std::fs::write(&secret_file, "s3cret\n").unwrap();
+    let setup = Setup::new(
+        cp,
+        "service",
+        &repo,
+        &ns,
+        &format!("webhook_secret_file = \"{}\"", secret_file.display()),
+    );
+    let config = std::fs::read_to_string(&setup.config).unwrap().replace(
+        "[cluster]",
+        &format!("listen = \"127.0.0.1:{port}\"\n[cluster]"),
+    );
+    std::fs::write(&setup.config, &config).unwrap();
+    let notify = NotifySocket::bind();
+    let mut daemon = Daemon::start(
+        &setup.config,
+        &[("NOTIFY_SOCKET", notify.path.display().to_string())],
+    );
+
+    // READY=1 comes once running, and a STATUS= line after the first sync.
+    let seen = notify.until(Duration::from_secs(30), |m| {
+        m.starts_with("STATUS=service: synced")
+    });
+    assert!(seen.iter().any(|m| m == "READY=1"), "{seen:?}");
+    assert!(
+        seen.last()
+            .unwrap()
+            .contains(&format!("synced {} (1 changed)", &first[..7])),
+        "{seen:?}"
+    );
+
+    // Health, readiness, metrics.
+    assert_eq!(http(port, "GET", "/healthz", &[], b"").0, 200);
+    assert_eq!(http(port, "GET", "/readyz", &[], b"").0, 200);
+    let (code, metrics) = http(port, "GET", "/metrics", &[], b"");
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("berth_syncs_total{app=\"service\",outcome=\"succeeded\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("berth_managed_objects{app=\"service\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("berth_git_fetch_duration_seconds_count{app=\"service\"} 1"),
+        "{metrics}"
+    );
+
+    // The webhook: wrong signature, unknown app, oversize, then a good one that syncs.
+    let body = br#"{"ref":"refs/heads/main"}"#;
+    let bad = [(
+        "X-Hub-Signature-256",
+        berth::service::http::sign(b"wrong", body),
+    )];
+    assert_eq!(http(port, "POST", "/hooks/service", &bad, body).0, 401);
+    let good = [(
+        "X-Hub-Signature-256",
+        berth::service::http::sign(b"s3cret", body),
+    )];
+    assert_eq!(http(port, "POST", "/hooks/nope", &good, body).0, 404);
+    let huge = vec![b'x'; (1 << 20) + 1];
+    let huge_sig = [(
+        "X-Hub-Signature-256",
+        berth::service::http::sign(b"s3cret", &huge),
+    )];
+    assert_eq!(
+        http(port, "POST", "/hooks/service", &huge_sig, &huge).0,
+        413
+    );
+    // A commit that only a webhook announces: push it into a bare clone nobody watches? The
+    // repository here is watched, so count on the trigger field instead.
+    let (code, text) = http(port, "POST", "/hooks/service", &good, body);
+    assert_eq!(code, 202, "{text}");
+    eventually("a webhook-triggered sync", Duration::from_secs(20), || {
+        setup
+            .history()
+            .iter()
+            .any(|r| r.trigger == Trigger::Webhook)
+    });
+
+    // SIGHUP with an invalid file: refused, the running configuration stays.
+    std::fs::write(
+        &setup.config,
+        format!("{config}\n[[app]]\nname = \"Bad Name\"\n"),
+    )
+    .unwrap();
+    daemon.signal(libc::SIGHUP);
+    notify.until(Duration::from_secs(10), |m| m == "RELOADING=1");
+    notify.until(Duration::from_secs(10), |m| m == "READY=1");
+    repo.write("cm.yaml", &config_map("one", "2"));
+    repo.commit("second");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    common::wait_for(
+        &maps,
+        "one",
+        Duration::from_secs(20),
+        |c: Option<&ConfigMap>| {
+            c.and_then(|c| c.data.as_ref()?.get("value").cloned())
+                .as_deref()
+                == Some("2")
+        },
+    )
+    .await;
+
+    // SIGHUP with a valid file that adds an app: it syncs without a restart.
+    let other = Repo::new();
+    other.write("cm.yaml", &config_map("two", "1"));
+    other.commit("other");
+    std::fs::write(
+        &setup.config,
+        format!(
+            "{config}\n[[app]]\nname = \"added\"\nrepo = \"{}\"\nnamespace = \"{ns}\"\n",
+            other.dir.path().display()
+        ),
+    )
+    .unwrap();
+    daemon.signal(libc::SIGHUP);
+    common::wait_for(
+        &maps,
+        "two",
+        Duration::from_secs(20),
+        |c: Option<&ConfigMap>| c.is_some(),
+    )
+    .await;
+
+    // SIGTERM: STOPPING=1 and a clean exit.
+    daemon.signal(libc::SIGTERM);
+    notify.until(Duration::from_secs(20), |m| m == "STOPPING=1");
+    assert!(daemon.wait(Duration::from_secs(30)).success());
+}
+
+#[tokio::test]
+async fn watchdog_pings_stop_when_an_app_loop_is_stuck() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    // A "git server" that accepts connections and never answers: the fetch hangs.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let _keep = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in silent.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let healthy = Repo::new();
+    healthy.write("cm.yaml", &config_map("w", "1"));
+    healthy.commit("w");
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "watchdog").await;
+    let setup = Setup::new(cp, "watchdog", &healthy, &ns, "");
+    let base = std::fs::read_to_string(&setup.config).unwrap().replace(
+        "[cluster]",
+        "listen = \"off\"\nsync_timeout = \"3s\"\n[cluster]",
+    );
+    std::fs::write(&setup.config, &base).unwrap();
+    let notify = NotifySocket::bind();
+    let env = [
+        ("NOTIFY_SOCKET", notify.path.display().to_string()),
+        ("WATCHDOG_USEC", "1000000".to_string()),
+    ];
+
+    // Healthy: pings keep coming.
+    let daemon = Daemon::start(&setup.config, &env);
+    notify.until(Duration::from_secs(30), |m| m == "READY=1");
+    let pings = notify
+        .collect(Duration::from_secs(3))
+        .iter()
+        .filter(|m| *m == "WATCHDOG=1")
+        .count();
+    assert!(pings >= 4, "{pings} pings in 3s at a 1s watchdog");
+    drop(daemon);
+
+    // Stuck: an app whose fetch never returns stops the pings after sync_timeout.
+    std::fs::write(
+        &setup.config,
+        format!("{base}\n[[app]]\nname = \"stuck\"\nrepo = \"http://127.0.0.1:{port}/repo.git\"\n"),
+    )
+    .unwrap();
+    let notify = NotifySocket::bind();
+    let env = [
+        ("NOTIFY_SOCKET", notify.path.display().to_string()),
+        ("WATCHDOG_USEC", "1000000".to_string()),
+    ];
+    let _daemon = Daemon::start(&setup.config, &env);
+    notify.until(Duration::from_secs(30), |m| m == "READY=1");
+    let early = notify
+        .collect(Duration::from_secs(2))
+        .iter()
+        .filter(|m| *m == "WATCHDOG=1")
+        .count();
+    assert!(
+        early >= 1,
+        "pings while the sync is younger than sync_timeout"
+    );
+    let _ = notify.collect(Duration::from_secs(2));
+    let late = notify
+        .collect(Duration::from_secs(3))
+        .iter()
+        .filter(|m| *m == "WATCHDOG=1")
+        .count();
+    assert_eq!(late, 0, "no pings once the stuck sync passed sync_timeout");
+}
+
+#[tokio::test]
+async fn with_leader_election_one_host_applies_and_the_other_takes_over() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "leader").await;
+    let repo = Repo::new();
+    repo.write("cm.yaml", &config_map("led", "1"));
+    repo.commit("first");
+    let lease = format!("berth-{ns}");
+    let hosts: Vec<Setup> = (0..2)
+        .map(|_| Setup::new(cp, "leader", &repo, &ns, ""))
+        .collect();
+    for h in &hosts {
+        let text = std::fs::read_to_string(&h.config).unwrap().replace(
+            "[cluster]",
+            &format!("listen = \"off\"\nleader_election = true\nlease_name = \"{lease}\"\nlease_duration = \"3s\"\n[cluster]"),
+        );
+        std::fs::write(&h.config, text).unwrap();
+    }
+    let mut a = Daemon::start(&hosts[0].config, &[]);
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    common::wait_for(
+        &maps,
+        "led",
+        Duration::from_secs(30),
+        |c: Option<&ConfigMap>| c.is_some(),
+    )
+    .await;
+    let _b = Daemon::start(&hosts[1].config, &[]);
+    // Both run; only the holder applies.
+    repo.write("cm.yaml", &config_map("led", "2"));
+    repo.commit("second");
+    common::wait_for(
+        &maps,
+        "led",
+        Duration::from_secs(20),
+        |c: Option<&ConfigMap>| {
+            c.and_then(|c| c.data.as_ref()?.get("value").cloned())
+                .as_deref()
+                == Some("2")
+        },
+    )
+    .await;
+    assert!(hosts[1].history().is_empty(), "the standby applied nothing");
+    assert!(hosts[0]
+        .history()
+        .iter()
+        .all(|r| r.outcome != Outcome::Failed));
+
+    // The holder dies without releasing: the standby takes over once the lease expires.
+    a.signal(libc::SIGKILL);
+    a.wait(Duration::from_secs(10));
+    let killed = Instant::now();
+    repo.write("cm.yaml", &config_map("led", "3"));
+    repo.commit("third");
+    common::wait_for(
+        &maps,
+        "led",
+        Duration::from_secs(30),
+        |c: Option<&ConfigMap>| {
+            c.and_then(|c| c.data.as_ref()?.get("value").cloned())
+                .as_deref()
+                == Some("3")
+        },
+    )
+    .await;
+    eprintln!(
+        "failover: applied by the standby {:?} after the holder died",
+        killed.elapsed()
+    );
+    eventually(
+        "the standby's history record",
+        Duration::from_secs(20),
+        || !hosts[1].history().is_empty(),
+    );
+}
+
+#[tokio::test]
+async fn the_guestbook_syncs_with_the_least_privilege_identity() {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let admin = common::client(cp).await;
+    // The RBAC example, applied by the admin (the namespace its RoleBinding needs first).
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "guestbook"}})).unwrap();
+    let _ = Api::all(admin.clone())
+        .create(&Default::default(), &ns)
+        .await;
+    let rbac = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/rbac/berth.yaml");
+    let out = std::process::Command::new("kubectl")
+        .args(["apply", "--server-side", "-f", rbac])
+        .env("KUBECONFIG", &cp.kubeconfig)
+        .output()
+        .expect("kubectl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "berth-system");
+    let request: TokenRequest =
+        serde_json::from_value(serde_json::json!({"spec": {"audiences": []}})).unwrap();
+    let token = accounts
+        .create_token_request("berth", &Default::default(), &request)
+        .await
+        .expect("TokenRequest")
+        .status
+        .expect("token")
+        .token;
+    // A kubeconfig with that token instead of the admin's.
+    let admin_config = std::fs::read_to_string(&cp.kubeconfig).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let user_start = admin_config.find("    token: ").unwrap();
+    let user_end = admin_config[user_start..].find('\n').unwrap() + user_start;
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "{}    token: {token}{}",
+            &admin_config[..user_start],
+            &admin_config[user_end..]
+        ),
+    )
+    .unwrap();
+
+    let repo = Repo::new();
+    for f in ["namespace.yaml", "config.yaml", "frontend.yaml"] {
+        repo.write(
+            f,
+            &std::fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("examples/guestbook")
+                    .join(f),
+            )
+            .unwrap(),
+        );
+    }
+    repo.commit("guestbook");
+    let setup = Setup::new(cp, "guestbook", &repo, "guestbook", "prune = true");
+    let text = std::fs::read_to_string(&setup.config).unwrap().replace(
+        &cp.kubeconfig.display().to_string(),
+        &kubeconfig.display().to_string(),
+    );
+    std::fs::write(&setup.config, text).unwrap();
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("successfully rolled out"), "{out}");
+    // Pruning works within the same grant.
+    repo.git(&["rm", "-q", "config.yaml"]);
+    repo.commit("no config");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("configmap/frontend-config -n guestbook pruned"),
+        "{out}"
+    );
+    // And the identity really is limited: it may not read Secrets.
+    let limited = berth::testenv::control_plane::client_for(&kubeconfig)
+        .await
+        .unwrap();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(limited, "guestbook");
+    assert!(secrets.list(&Default::default()).await.is_err());
+}
