@@ -30,5 +30,11 @@ pub async fn connect(cluster: &ClusterConfig) -> Result<kube::Client, ClusterErr
             .await
             .map_err(|e| ClusterError::Connect(format!("{e} (set [cluster] kubeconfig)")))?,
     };
+    let mut config = config;
+    // So that audit logs and API server metrics can tell berth's requests apart.
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(concat!("berth/", env!("CARGO_PKG_VERSION"))),
+    ));
     kube::Client::try_from(config).map_err(|e| ClusterError::Connect(e.to_string()))
 }

@@ -263,14 +263,12 @@ async fn start(opts: &UpOptions, dir: &Path) -> Result<ControlPlane, TestenvErro
     })
 }
 
-/// Writes request metadata for every mutating request, so tests and benchmarks can count
-/// what a client wrote.
+/// Writes request metadata (verb, object, user agent, time) for every request, so tests
+/// and benchmarks can count what a client sent.
 const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
-- level: None
-  verbs: ["get", "list", "watch"]
 - level: Metadata
 "#;
 

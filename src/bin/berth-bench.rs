@@ -1,0 +1,578 @@
+//! `berth-bench`: berth beside its peers on one local control plane, each case repeated,
+//! printed as a markdown table (median, min, max, ratio to the peer) and written to
+//! `docs/benchmarks.md`. Run it with `scripts/bench` (a release build).
+//!
+//! Cases: cold apply of 1000 objects (vs `kubectl apply --server-side` and plain `kubectl
+//! apply`, plus the apiserver's ceiling); no-change resync (wall time, write requests);
+//! commit-to-applied latency with notify; memory and idle CPU of `berth run`; git fetch of
+//! one new commit in a 10,000-commit repository (git2 vs the git CLI); requests while
+//! following a 10-replica rollout (vs `kubectl rollout status`).
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use berth::testenv::{assets, ControlPlane, UpOptions};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+
+const NAMESPACES: usize = 10;
+const REPS: usize = 3;
+
+struct Bench {
+    cp: ControlPlane,
+    work: PathBuf,
+    berth: PathBuf,
+    rows: Vec<String>,
+    notes: Vec<String>,
+}
+
+#[derive(Clone)]
+struct Samples(Vec<f64>);
+
+impl Samples {
+    fn sorted(&self) -> Vec<f64> {
+        let mut v = self.0.clone();
+        v.sort_by(|a, b| a.total_cmp(b));
+        v
+    }
+    fn median(&self) -> f64 {
+        let v = self.sorted();
+        v[v.len() / 2]
+    }
+    fn min(&self) -> f64 {
+        self.sorted()[0]
+    }
+    fn max(&self) -> f64 {
+        *self.sorted().last().unwrap_or(&0.0)
+    }
+    fn percentile(&self, p: f64) -> f64 {
+        let v = self.sorted();
+        v[((v.len() as f64 - 1.0) * p).round() as usize]
+    }
+}
+
+fn run(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn timed(cmd: &mut Command) -> Result<f64> {
+    let start = Instant::now();
+    run(cmd)?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+fn git(dir: &Path, args: &[&str]) -> Result<String> {
+    run(Command::new("git")
+        .args([
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@berth.invalid",
+        ])
+        .args(args)
+        .current_dir(dir))
+}
+
+/// 10 namespaces × (30 Deployments with 0 replicas, 30 Services, 40 ConfigMaps).
+fn generate(dir: &Path, prefix: &str) -> Result<()> {
+    for i in 0..NAMESPACES {
+        let ns = format!("{prefix}-{i}");
+        let d = dir.join(&ns);
+        std::fs::create_dir_all(&d)?;
+        std::fs::write(
+            d.join("00-namespace.yaml"),
+            format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"),
+        )?;
+        let mut deployments = String::new();
+        let mut services = String::new();
+        let mut maps = String::new();
+        for j in 0..30 {
+            let _ = write!(deployments, "---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app-{j}\n  namespace: {ns}\nspec:\n  replicas: 0\n  selector:\n    matchLabels: {{app: app-{j}}}\n  template:\n    metadata:\n      labels: {{app: app-{j}}}\n    spec:\n      containers:\n        - name: app\n          image: registry.example/app:{j}\n          ports: [{{containerPort: 8080, protocol: TCP}}]\n");
+            let _ = write!(services, "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: app-{j}\n  namespace: {ns}\nspec:\n  selector: {{app: app-{j}}}\n  ports: [{{port: 80, targetPort: 8080, protocol: TCP}}]\n");
+        }
+        for j in 0..40 {
+            let _ = write!(maps, "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: config-{j}\n  namespace: {ns}\ndata:\n  value: \"{j}\"\n");
+        }
+        std::fs::write(d.join("deployments.yaml"), deployments)?;
+        std::fs::write(d.join("services.yaml"), services)?;
+        std::fs::write(d.join("configmaps.yaml"), maps)?;
+    }
+    Ok(())
+}
+
+/// Unique requests in the audit log since `since` whose user agent starts with `agent`,
+/// optionally only some verbs.
+fn requests(
+    cp: &ControlPlane,
+    since: jiff::Timestamp,
+    agent: &str,
+    verbs: Option<&[&str]>,
+) -> usize {
+    let log = std::fs::read_to_string(cp.dir.join("audit.log")).unwrap_or_default();
+    let ids: BTreeSet<String> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| {
+            let at = e["requestReceivedTimestamp"]
+                .as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            let verb = e["verb"].as_str().unwrap_or("");
+            at.is_some_and(|t| t >= since)
+                && e["userAgent"].as_str().unwrap_or("").starts_with(agent)
+                && verbs.is_none_or(|v| v.contains(&verb))
+        })
+        .filter_map(|e| e["auditID"].as_str().map(str::to_string))
+        .collect();
+    ids.len()
+}
+
+const WRITES: &[&str] = &["create", "update", "patch", "delete"];
+
+impl Bench {
+    fn kubectl(&self) -> Command {
+        let mut c = Command::new("kubectl");
+        c.env("KUBECONFIG", &self.cp.kubeconfig);
+        c
+    }
+
+    /// A berth configuration for one app; returns its path.
+    fn config(&self, name: &str, repo: &Path, concurrency: usize) -> Result<PathBuf> {
+        let dir = self.work.join(format!("state-{name}"));
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join("berth.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\nconcurrency = {concurrency}\n[cluster]\nkubeconfig = \"{}\"\n[[app]]\nname = \"{name}\"\nrepo = \"{}\"\n",
+                dir.display(),
+                self.cp.kubeconfig.display(),
+                repo.display()
+            ),
+        )?;
+        Ok(path)
+    }
+
+    fn berth_sync(&self, config: &Path) -> Result<f64> {
+        timed(
+            Command::new(&self.berth)
+                .args(["sync", "--config"])
+                .arg(config),
+        )
+    }
+
+    /// A fresh repository of the 1000 objects.
+    fn repo(&self, prefix: &str) -> Result<PathBuf> {
+        let dir = self.work.join(format!("repo-{prefix}"));
+        generate(&dir, prefix)?;
+        git(&dir, &["init", "-q", "-b", "main"])?;
+        git(&dir, &["add", "-A"])?;
+        git(&dir, &["commit", "-qm", "1000 objects"])?;
+        Ok(dir)
+    }
+
+    fn table(&mut self, case: &str, rows: &[(&str, &Samples)], unit: &str, peer: Option<&Samples>) {
+        for (tool, s) in rows {
+            let ratio = peer.map_or("—".to_string(), |p| {
+                format!("{:.2}", s.median() / p.median())
+            });
+            self.rows.push(format!(
+                "| {case} | {tool} | {:.3} {unit} | {:.3} | {:.3} | {ratio} |",
+                s.median(),
+                s.min(),
+                s.max()
+            ));
+        }
+    }
+
+    /// Returns the configuration of berth's last cold apply (its repository's prefix is
+    /// `b{REPS - 1}`).
+    fn cold_apply(&mut self) -> Result<PathBuf> {
+        let (mut berth, mut ceiling, mut ssa, mut csa) = (vec![], vec![], vec![], vec![]);
+        let mut last = PathBuf::new();
+        for rep in 0..REPS {
+            let dir = self.repo(&format!("b{rep}"))?;
+            let config = self.config(&format!("cold-{rep}"), &dir, 16)?;
+            berth.push(self.berth_sync(&config)?);
+            last = config;
+            let dir = self.repo(&format!("c{rep}"))?;
+            ceiling.push(self.berth_sync(&self.config(&format!("ceiling-{rep}"), &dir, 64)?)?);
+            let dir = self.repo(&format!("s{rep}"))?;
+            ssa.push(timed(
+                self.kubectl()
+                    .args(["apply", "--server-side", "-R", "-f"])
+                    .arg(&dir),
+            )?);
+            let dir = self.repo(&format!("k{rep}"))?;
+            csa.push(timed(self.kubectl().args(["apply", "-R", "-f"]).arg(&dir))?);
+            eprintln!("cold apply rep {}: berth {:.2}s, berth@64 {:.2}s, kubectl ssa {:.2}s, kubectl {:.2}s", rep + 1, berth[rep], ceiling[rep], ssa[rep], csa[rep]);
+        }
+        let (berth, ceiling, ssa, csa) =
+            (Samples(berth), Samples(ceiling), Samples(ssa), Samples(csa));
+        self.table(
+            "1. cold apply, 1010 objects",
+            &[
+                ("berth sync (16 in flight)", &berth),
+                ("berth sync (64 in flight)", &ceiling),
+                ("kubectl apply --server-side", &ssa),
+            ],
+            "s",
+            Some(&ssa),
+        );
+        self.table(
+            "1. cold apply, 1010 objects",
+            &[("kubectl apply (client-side)", &csa)],
+            "s",
+            Some(&ssa),
+        );
+        self.notes.push(format!(
+            "Cold apply: berth ÷ kubectl server-side = {:.2} (target ≤ 0.33); berth's default ÷ the best client seen (berth at 64 in flight) = {:.2} (target ≤ 1.5).",
+            berth.median() / ssa.median(),
+            berth.median() / ceiling.median().min(berth.median())
+        ));
+        Ok(last)
+    }
+
+    fn no_change(&mut self, config: &Path) -> Result<()> {
+        let (mut berth, mut kubectl, mut writes) = (vec![], vec![], vec![]);
+        let dir = self.work.join("repo-s0");
+        for _ in 0..REPS {
+            let since = jiff::Timestamp::now();
+            berth.push(self.berth_sync(config)?);
+            std::thread::sleep(Duration::from_millis(300)); // the audit log is written after the response
+            writes.push(requests(&self.cp, since, "berth/", Some(WRITES)));
+            kubectl.push(timed(
+                self.kubectl()
+                    .args(["apply", "--server-side", "-R", "-f"])
+                    .arg(&dir),
+            )?);
+        }
+        let (berth, kubectl) = (Samples(berth), Samples(kubectl));
+        self.table(
+            "2. no-change resync",
+            &[
+                ("berth sync", &berth),
+                ("kubectl apply --server-side (re-apply)", &kubectl),
+            ],
+            "s",
+            Some(&kubectl),
+        );
+        self.notes.push(format!("No-change resync: {:.3} s median (target < 1 s); write requests per berth sync: {writes:?} (target 0).", berth.median()));
+        Ok(())
+    }
+
+    /// Commit-to-applied latency with `berth run` watching the repository; leaves it
+    /// running for the memory and CPU case.
+    async fn latency(
+        &mut self,
+        config: &Path,
+        prefix: &str,
+        client: &kube::Client,
+    ) -> Result<std::process::Child> {
+        let repo = self.work.join(format!("repo-{prefix}"));
+        let daemon = Command::new(&self.berth)
+            .args(["run", "--log-format", "text", "--config"])
+            .arg(config)
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &format!("{prefix}-0"));
+        let rv = || async {
+            maps.get("config-0")
+                .await
+                .ok()
+                .and_then(|c| c.metadata.resource_version)
+        };
+        // Wait for the first sync (no change) to be done: a no-op commit round-trips.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let mut samples = Vec::new();
+        for i in 0..20 {
+            let before = rv().await;
+            let file = repo.join(format!("{prefix}-0/configmaps.yaml"));
+            let text = std::fs::read_to_string(&file)?;
+            let old = if i == 0 {
+                "value: \"0\"".to_string()
+            } else {
+                format!("value: \"v{}\"", i - 1)
+            };
+            std::fs::write(&file, text.replacen(&old, &format!("value: \"v{i}\""), 1))?;
+            git(&repo, &["commit", "-qam", &format!("change {i}")])?;
+            let start = Instant::now();
+            loop {
+                if rv().await != before {
+                    break;
+                }
+                if start.elapsed() > Duration::from_secs(30) {
+                    bail!("commit {i} was not applied within 30 s");
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            samples.push(start.elapsed().as_secs_f64() * 1000.0);
+        }
+        let s = Samples(samples);
+        self.rows.push(format!("| 3. commit → applied (notify), 20 commits | berth run | p50 {:.0} ms | p95 {:.0} ms | max {:.0} ms | — |", s.median(), s.percentile(0.95), s.max()));
+        self.notes.push(format!("Commit-to-applied: p50 {:.0} ms, p95 {:.0} ms (target p50 < 500 ms), each commit re-planning all 1010 objects.", s.median(), s.percentile(0.95)));
+        Ok(daemon)
+    }
+
+    fn memory_cpu(&mut self, daemon: &mut std::process::Child) -> Result<()> {
+        let pid = daemon.id();
+        let cpu = || -> Result<u64> {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map(|(_, r)| r)
+                .unwrap_or("")
+                .split_whitespace()
+                .collect();
+            Ok(fields[11].parse::<u64>()? + fields[12].parse::<u64>()?)
+        };
+        let ticks = 100.0; // USER_HZ
+        let before = cpu()?;
+        let start = Instant::now();
+        std::thread::sleep(Duration::from_secs(60));
+        let used = (cpu()? - before) as f64 / ticks / start.elapsed().as_secs_f64() * 100.0;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let kb = |key: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let (peak, now) = (kb("VmHWM:") / 1024.0, kb("VmRSS:") / 1024.0);
+        let _ = daemon.kill();
+        let _ = daemon.wait();
+        self.rows.push(format!("| 4. berth run, 1010 objects | peak RSS | {peak:.1} MiB | now {now:.1} MiB | — | {:.2} of Flux's idle 108 MiB |", peak / 108.0));
+        self.rows.push(format!("| 4. berth run, 1010 objects | idle CPU over 60 s | {used:.3} % of a core | — | — | — |"));
+        self.notes.push(format!("berth run: peak RSS {peak:.1} MiB (target < 50 MB; Flux's kustomize-controller is documented at 108–171 MiB idle), idle CPU {used:.3} % of a core (target < 1 %)."));
+        Ok(())
+    }
+
+    fn git_fetch(&mut self) -> Result<()> {
+        let origin = self.work.join("big-origin");
+        std::fs::create_dir_all(&origin)?;
+        git(&origin, &["init", "-q", "-b", "main"])?;
+        // 5,000 files in the first commit, then 9,999 commits changing one file each.
+        let mut stream = String::from("commit refs/heads/main\ncommitter bench <b@berth.invalid> 1700000000 +0000\ndata 5\nfirst\n");
+        for f in 0..5000 {
+            let body = format!("value: {f}");
+            let _ = write!(
+                stream,
+                "M 644 inline files/{:02}/file-{f}.yaml\ndata {}\n{body}\n",
+                f % 100,
+                body.len()
+            );
+        }
+        for c in 1..10_000 {
+            let body = format!("value: {c}");
+            let _ = write!(stream, "commit refs/heads/main\ncommitter bench <b@berth.invalid> {} +0000\ndata 6\nchange\nM 644 inline files/{:02}/file-{}.yaml\ndata {}\n{body}\n", 1_700_000_000 + c, (c % 5000) % 100, c % 5000, body.len());
+        }
+        let mut child = Command::new("git")
+            .args(["fast-import", "--quiet"])
+            .current_dir(&origin)
+            .stdin(std::process::Stdio::piped())
+            .spawn()?;
+        std::io::Write::write_all(child.stdin.as_mut().context("stdin")?, stream.as_bytes())?;
+        drop(child.stdin.take());
+        if !child.wait()?.success() {
+            bail!("git fast-import failed");
+        }
+        git(&origin, &["checkout", "-q", "main"])?;
+        let url = format!("file://{}", origin.display());
+        let cli = self.work.join("big-cli");
+        run(Command::new("git").args(["clone", "-q", &url]).arg(&cli))?;
+        let app = berth::config::parse(&format!(
+            "[[app]]\nname = \"big\"\nrepo = \"{url}\"\nbranch = \"main\"\n"
+        ))?
+        .apps
+        .remove(0);
+        let state = self.work.join("big-state");
+        berth::source::git::fetch_and_checkout(&app, &state, None)?;
+        let (mut berth, mut cli_times) = (vec![], vec![]);
+        for rep in 0..REPS {
+            std::fs::write(
+                origin.join("files/00/file-0.yaml"),
+                format!("value: new-{rep}\n"),
+            )?;
+            git(&origin, &["commit", "-qam", "one more"])?;
+            let start = Instant::now();
+            berth::source::git::fetch_and_checkout(&app, &state, None)?;
+            berth.push(start.elapsed().as_secs_f64());
+            let start = Instant::now();
+            git(&cli, &["fetch", "-q", "origin", "main"])?;
+            git(&cli, &["checkout", "-q", "--detach", "origin/main"])?;
+            cli_times.push(start.elapsed().as_secs_f64());
+        }
+        let (berth, cli) = (Samples(berth), Samples(cli_times));
+        self.table(
+            "5. fetch + checkout of 1 new commit (10,000 commits, 5,000 files)",
+            &[
+                ("berth (git2)", &berth),
+                ("git fetch + checkout (CLI)", &cli),
+            ],
+            "s",
+            Some(&cli),
+        );
+        self.notes.push(format!(
+            "Git fetch: berth ÷ git CLI = {:.2} (target ≤ 1.5).",
+            berth.median() / cli.median()
+        ));
+        Ok(())
+    }
+
+    fn rollout_requests(&mut self) -> Result<()> {
+        let dir = self.work.join("rollout");
+        std::fs::create_dir_all(&dir)?;
+        let deployment = |image: &str, name: &str| {
+            format!("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  replicas: 10\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n        - name: app\n          image: {image}\n          ports: [{{containerPort: 8080, protocol: TCP}}]\n")
+        };
+        std::fs::write(dir.join("web.yaml"), deployment("web:1", "web"))?;
+        git(&dir, &["init", "-q", "-b", "main"])?;
+        git(&dir, &["add", "-A"])?;
+        git(&dir, &["commit", "-qm", "v1"])?;
+        let config = self.config("rollout", &dir, 16)?;
+        self.berth_sync(&config)?;
+        std::fs::write(dir.join("web.yaml"), deployment("web:2", "web"))?;
+        git(&dir, &["commit", "-qam", "v2"])?;
+        let since = jiff::Timestamp::now();
+        let berth_time = self.berth_sync(&config)?;
+        std::thread::sleep(Duration::from_millis(300));
+        let berth_requests = requests(&self.cp, since, "berth/", None);
+        // The peer: kubectl applies the same change to a twin and waits with rollout status.
+        let twin = self.work.join("twin.yaml");
+        std::fs::write(&twin, deployment("web:1", "twin"))?;
+        run(self
+            .kubectl()
+            .args(["apply", "--server-side", "-f"])
+            .arg(&twin))?;
+        run(self
+            .kubectl()
+            .args(["rollout", "status", "deployment/twin", "--timeout", "120s"]))?;
+        std::fs::write(&twin, deployment("web:2", "twin"))?;
+        let since = jiff::Timestamp::now();
+        let start = Instant::now();
+        run(self
+            .kubectl()
+            .args(["apply", "--server-side", "-f"])
+            .arg(&twin))?;
+        run(self
+            .kubectl()
+            .args(["rollout", "status", "deployment/twin", "--timeout", "120s"]))?;
+        let kubectl_time = start.elapsed().as_secs_f64();
+        std::thread::sleep(Duration::from_millis(300));
+        let kubectl_requests = requests(&self.cp, since, "kubectl/", None);
+        self.rows.push(format!("| 6. 10-replica rollout, requests | berth sync (apply + follow) | {berth_requests} requests | {berth_time:.1} s | — | {:.2} |", berth_requests as f64 / kubectl_requests.max(1) as f64));
+        self.rows.push(format!("| 6. 10-replica rollout, requests | kubectl apply + rollout status | {kubectl_requests} requests | {kubectl_time:.1} s | — | 1.00 |"));
+        self.notes.push(format!("Rollout tracking: berth sent {berth_requests} requests for the whole sync (fetch of the inventory, discovery, lists, dry run, apply, two watches, inventory write); kubectl apply + rollout status sent {kubectl_requests}."));
+        Ok(())
+    }
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines().next().map(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .unwrap_or("0")
+                    .parse::<f64>()
+                    .unwrap_or(0.0)
+                    / 1048576.0
+            })
+        })
+        .unwrap_or(0.0);
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let kubectl = Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .ok()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .unwrap_or_default();
+    format!("{cores} cores ({cpu}), {mem:.0} GiB memory, Linux {}; control plane: etcd 3.4 + kube-apiserver / kube-controller-manager v1.20.2 on loopback with the kubelet stand-in; {kubectl}; berth release build.", kernel.trim())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let out = std::env::args()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("docs/benchmarks.md"));
+    let exe = std::env::current_exe()?;
+    let bin = exe.parent().context("binary folder")?;
+    let work = std::env::temp_dir().join(format!("berth-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&work)?;
+    let started = Instant::now();
+    let cp = ControlPlane::up(&UpOptions {
+        dir: work.join("cp"),
+        bin: assets::ensure()?,
+        deployment_controller: true,
+        kubelet: Some(bin.join("berth-testenv")),
+    })
+    .await?;
+    let client = cp.client().await?;
+    let mut b = Bench {
+        cp,
+        work: work.clone(),
+        berth: bin.join("berth"),
+        rows: Vec::new(),
+        notes: Vec::new(),
+    };
+    let result = async {
+        let config = b.cold_apply()?;
+        b.no_change(&config)?;
+        let mut daemon = b
+            .latency(&config, &format!("b{}", REPS - 1), &client)
+            .await?;
+        b.memory_cpu(&mut daemon)?;
+        b.git_fetch()?;
+        b.rollout_requests()
+    }
+    .await;
+    let _ = ControlPlane::down(&b.cp.dir);
+    let _ = std::fs::remove_dir_all(&work);
+    result?;
+    let mut md = format!("# Benchmarks\n\nMachine: {}\n\nEach case ran {REPS} times (the latency case 20 commits) in one run of `scripts/bench`, {:.0} s in all. Ratios are berth's median ÷ the peer's median.\n\n| case | tool | median | min | max | ratio |\n| --- | --- | --- | --- | --- | --- |\n", machine(), started.elapsed().as_secs_f64());
+    for r in &b.rows {
+        md.push_str(r);
+        md.push('\n');
+    }
+    md.push_str("\n## Against the targets\n\n");
+    for n in &b.notes {
+        let _ = writeln!(md, "- {n}");
+    }
+    println!("{md}");
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&out, md)?;
+    eprintln!("written to {}", out.display());
+    Ok(())
+}
