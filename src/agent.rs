@@ -26,7 +26,7 @@ use crate::service::lease::{self, Elector};
 use crate::service::metrics::Metrics;
 use crate::service::notify::{watchdog_period, Notifier};
 use crate::source::{git, watch as repo_watch};
-use crate::sync::Syncer;
+use crate::sync::{SyncOptions, Syncer};
 
 /// How long after a ref change or webhook the sync starts, so the rest of a push lands.
 const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -509,7 +509,7 @@ async fn app_loop(
         heart.busy(true);
         let record = shared
             .syncer()
-            .sync(&app, trigger, false, &stop, &log)
+            .sync(&app, SyncOptions::new(trigger), &stop, &log)
             .await;
         heart.busy(false);
         shared.metrics.observe(&record);

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use berth::config::{self, AppConfig};
 use berth::history::{Outcome, SyncRecord, Trigger};
-use berth::sync::Syncer;
+use berth::sync::{SyncOptions, Syncer};
 
 /// Arguments of `berth sync`.
 #[derive(clap::Args)]
@@ -18,6 +18,10 @@ pub struct Args {
     /// Apply the commit even though its rollout failed before (the app is held).
     #[arg(long)]
     pub force: bool,
+    /// Apply and prune without following rollouts (as `kubectl apply` does); failed
+    /// rollouts are then neither seen nor rolled back.
+    #[arg(long)]
+    pub no_wait: bool,
 }
 
 /// Runs `berth sync`: exit code 1 when any app failed.
@@ -39,7 +43,16 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         async move {
             let print = move |line: &str| println!("{name}: {line}");
             syncer
-                .sync(app, Trigger::Cli, args.force, &shutdown, &print)
+                .sync(
+                    app,
+                    SyncOptions {
+                        trigger: Trigger::Cli,
+                        force: args.force,
+                        wait: !args.no_wait,
+                    },
+                    &shutdown,
+                    &print,
+                )
                 .await
         }
     });

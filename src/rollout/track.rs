@@ -1,8 +1,12 @@
-//! Following a rollout (engine `cluster`): watch the Deployment and its ReplicaSets — no
-//! polling — until the status reports complete or failed, or the timeout passes; record
-//! every step and report progress like `kubectl rollout status`.
+//! Following rollouts: watch Deployments and their ReplicaSets — no polling — until each
+//! status reports complete or failed, or the timeout passes; record every step and report
+//! progress like `kubectl rollout status`.
+//!
+//! All the rollouts of a sync share one Deployment watch and one ReplicaSet watch per
+//! namespace (not a pair per Deployment: 300 Deployments would mean 600 watches), and
+//! ReplicaSet events go to the rollout whose Deployment owns them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use futures::{stream, StreamExt};
@@ -12,25 +16,36 @@ use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
 use tokio::sync::watch as shutdown_watch;
 
-use super::revisions::{select, selector};
+use super::revisions::select;
 use super::status::{phase, Phase};
 use crate::history::{FollowedRollout, RolloutOutcome, TimelineStep};
 
 /// Timeline steps kept per rollout (the first and the last ones survive a long rollout).
 const MAX_STEPS: usize = 500;
 
-/// What changed.
+/// A rollout to follow: Deployment `namespace/name`, whose spec berth wrote at
+/// `generation` (an older status is never judged).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Follow {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The generation berth wrote.
+    pub generation: i64,
+}
+
+/// What changed, in which namespace.
 enum Seen {
     Deployment(Box<Deployment>),
     ReplicaSet(Box<ReplicaSet>),
-    ReplicaSetGone(String),
-    /// The ReplicaSet watch has listed them all: steps mean something from now on.
-    ReplicaSetsListed,
+    ReplicaSetGone(String, String),
+    /// A namespace's ReplicaSet watch has listed them all: steps mean something now.
+    Listed(String),
     Nothing,
 }
 
-/// Follows the rollout of Deployment `namespace/name` whose spec berth wrote at
-/// `generation`. Never judges from an older status. Progress lines go to `report`.
+/// Follows one rollout. Progress lines go to `report`.
 pub async fn follow(
     client: &kube::Client,
     namespace: &str,
@@ -40,132 +55,233 @@ pub async fn follow(
     shutdown: &shutdown_watch::Receiver<bool>,
     report: &(dyn Fn(&str) + Send + Sync),
 ) -> FollowedRollout {
-    let started_at = Timestamp::now();
-    let mut state = State {
-        deployment: None,
-        replica_sets: BTreeMap::new(),
-        listed: false,
-        steps: Vec::new(),
-        message: String::new(),
-    };
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    let outcome = match deployments.get(name).await {
-        Err(e) => {
-            state.message = format!("cannot read Deployment {namespace}/{name}: {e}");
-            RolloutOutcome::Failed
-        }
-        Ok(d) => {
-            let labels = selector(&d);
-            state.deployment = Some(d);
-            let events = watch_both(client, namespace, name, &labels);
-            let mut shutdown = shutdown.clone();
-            let watching = state.run(events, generation, report);
-            tokio::select! {
-                outcome = tokio::time::timeout(timeout, watching) => {
-                    outcome.unwrap_or(RolloutOutcome::TimedOut)
-                }
-                () = crate::agent::stopped(&mut shutdown) => RolloutOutcome::Interrupted,
-            }
-        }
-    };
-    state.finish(outcome, started_at, timeout)
+    let one = [Follow {
+        namespace: namespace.into(),
+        name: name.into(),
+        generation,
+    }];
+    follow_many(client, &one, timeout, shutdown, &|_, line| report(line))
+        .await
+        .remove(0)
 }
 
-fn watch_both<'a>(
+/// Follows several rollouts at once; results in the order of `follows`. Progress lines
+/// go to `report` with the rollout they belong to.
+pub async fn follow_many(
     client: &kube::Client,
-    namespace: &str,
-    name: &str,
-    labels: &str,
-) -> impl futures::Stream<Item = Seen> + Send + 'a {
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
-    let d = watcher(
-        deployments,
-        watcher::Config::default().fields(&format!("metadata.name={name}")),
-    )
-    .default_backoff()
-    .map(|e| match e {
-        Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d)) => {
-            Seen::Deployment(Box::new(d))
-        }
-        _ => Seen::Nothing,
-    });
-    let r = watcher(replica_sets, watcher::Config::default().labels(labels))
+    follows: &[Follow],
+    timeout: Duration,
+    shutdown: &shutdown_watch::Receiver<bool>,
+    report: &(dyn Fn(&Follow, &str) + Send + Sync),
+) -> Vec<FollowedRollout> {
+    let started_at = Timestamp::now();
+    let mut t = Tracker::new(follows);
+    if follows.is_empty() {
+        return Vec::new();
+    }
+    let namespaces: BTreeSet<&str> = follows.iter().map(|f| f.namespace.as_str()).collect();
+    let events = stream::select_all(
+        namespaces
+            .into_iter()
+            .map(|ns| watch_namespace(client, ns).boxed()),
+    );
+    let mut shutdown = shutdown.clone();
+    let outcome = tokio::select! {
+        done = tokio::time::timeout(timeout, t.run(events, report)) => done.map_or(RolloutOutcome::TimedOut, |()| RolloutOutcome::Failed),
+        () = crate::agent::stopped(&mut shutdown) => RolloutOutcome::Interrupted,
+    };
+    t.finish(outcome, started_at, timeout)
+}
+
+fn watch_namespace(
+    client: &kube::Client,
+    ns: &str,
+) -> impl futures::Stream<Item = Seen> + Send + 'static {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
+    let namespace = ns.to_string();
+    let d = watcher(deployments, watcher::Config::default())
         .default_backoff()
         .map(|e| match e {
+            Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d)) => {
+                Seen::Deployment(Box::new(d))
+            }
+            _ => Seen::Nothing,
+        });
+    let r = watcher(replica_sets, watcher::Config::default())
+        .default_backoff()
+        .map(move |e| match e {
             Ok(watcher::Event::Apply(rs) | watcher::Event::InitApply(rs)) => {
                 Seen::ReplicaSet(Box::new(rs))
             }
             Ok(watcher::Event::Delete(rs)) => {
-                Seen::ReplicaSetGone(rs.metadata.name.unwrap_or_default())
+                Seen::ReplicaSetGone(namespace.clone(), rs.metadata.name.unwrap_or_default())
             }
-            Ok(watcher::Event::InitDone) => Seen::ReplicaSetsListed,
+            Ok(watcher::Event::InitDone) => Seen::Listed(namespace.clone()),
             _ => Seen::Nothing,
         });
     stream::select(d, r)
 }
 
-/// The record of a rollout berth did not wait for (`--no-wait`).
-pub fn not_followed(revision: i64) -> FollowedRollout {
-    let now = Timestamp::now();
-    FollowedRollout {
-        outcome: RolloutOutcome::Interrupted,
-        message: "not followed (--no-wait)".into(),
-        revision: Some(revision),
-        replica_set: None,
-        started_at: now,
-        finished_at: now,
-        steps: Vec::new(),
-    }
-}
-
+/// One rollout's view.
 struct State {
+    follow: Follow,
     deployment: Option<Deployment>,
     replica_sets: BTreeMap<String, ReplicaSet>,
-    /// The first list of ReplicaSets is complete.
-    listed: bool,
     steps: Vec<TimelineStep>,
     message: String,
+    outcome: Option<RolloutOutcome>,
 }
 
-impl State {
+struct Tracker {
+    states: Vec<State>,
+    /// (namespace, name) → index.
+    by_name: HashMap<(String, String), usize>,
+    /// Deployment UID → index.
+    by_uid: HashMap<String, usize>,
+    listed: BTreeSet<String>,
+}
+
+fn owner_uid(rs: &ReplicaSet) -> Option<&str> {
+    rs.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.as_str())
+}
+
+impl Tracker {
+    fn new(follows: &[Follow]) -> Self {
+        let states: Vec<State> = follows
+            .iter()
+            .map(|f| State {
+                follow: f.clone(),
+                deployment: None,
+                replica_sets: BTreeMap::new(),
+                steps: Vec::new(),
+                message: String::new(),
+                outcome: None,
+            })
+            .collect();
+        let by_name = follows
+            .iter()
+            .enumerate()
+            .map(|(i, f)| ((f.namespace.clone(), f.name.clone()), i))
+            .collect();
+        Tracker {
+            states,
+            by_name,
+            by_uid: HashMap::new(),
+            listed: BTreeSet::new(),
+        }
+    }
+
     async fn run(
         &mut self,
         events: impl futures::Stream<Item = Seen>,
-        generation: i64,
-        report: &(dyn Fn(&str) + Send + Sync),
-    ) -> RolloutOutcome {
+        report: &(dyn Fn(&Follow, &str) + Send + Sync),
+    ) {
         futures::pin_mut!(events);
+        let mut orphans: Vec<ReplicaSet> = Vec::new();
         while let Some(seen) = events.next().await {
-            match seen {
-                Seen::Deployment(d) => self.deployment = Some(*d),
+            let touched: Vec<usize> = match seen {
+                Seen::Deployment(d) => {
+                    let key = (
+                        d.metadata.namespace.clone().unwrap_or_default(),
+                        d.metadata.name.clone().unwrap_or_default(),
+                    );
+                    let Some(&i) = self.by_name.get(&key) else {
+                        continue;
+                    };
+                    if let Some(uid) = &d.metadata.uid {
+                        self.by_uid.insert(uid.clone(), i);
+                    }
+                    self.states[i].deployment = Some(*d);
+                    // ReplicaSets seen before their Deployment.
+                    let (mine, rest): (Vec<_>, Vec<_>) = orphans
+                        .drain(..)
+                        .partition(|rs| owner_uid(rs).and_then(|u| self.by_uid.get(u)) == Some(&i));
+                    orphans = rest;
+                    for rs in mine {
+                        self.states[i]
+                            .replica_sets
+                            .insert(rs.metadata.name.clone().unwrap_or_default(), rs);
+                    }
+                    vec![i]
+                }
                 Seen::ReplicaSet(rs) => {
-                    let name = rs.metadata.name.clone().unwrap_or_default();
-                    self.replica_sets.insert(name, *rs);
+                    match owner_uid(&rs).and_then(|u| self.by_uid.get(u)).copied() {
+                        Some(i) => {
+                            self.states[i]
+                                .replica_sets
+                                .insert(rs.metadata.name.clone().unwrap_or_default(), *rs);
+                            vec![i]
+                        }
+                        None => {
+                            orphans.push(*rs);
+                            continue;
+                        }
+                    }
                 }
-                Seen::ReplicaSetGone(name) => {
-                    self.replica_sets.remove(&name);
+                Seen::ReplicaSetGone(ns, name) => {
+                    let mut touched = Vec::new();
+                    for (i, s) in self.states.iter_mut().enumerate() {
+                        if s.follow.namespace == ns && s.replica_sets.remove(&name).is_some() {
+                            touched.push(i);
+                        }
+                    }
+                    touched
                 }
-                Seen::ReplicaSetsListed => self.listed = true,
+                Seen::Listed(ns) => {
+                    self.listed.insert(ns.clone());
+                    (0..self.states.len())
+                        .filter(|&i| self.states[i].follow.namespace == ns)
+                        .collect()
+                }
                 Seen::Nothing => continue,
+            };
+            for i in touched {
+                let s = &mut self.states[i];
+                if s.outcome.is_some() || !self.listed.contains(&s.follow.namespace) {
+                    continue;
+                }
+                s.update(report);
             }
-            if !self.listed {
-                continue;
-            }
-            self.record_step();
-            let Some(d) = &self.deployment else { continue };
-            let (p, message) = phase(d, generation);
-            if message != self.message {
-                report(&message);
-                self.message = message;
-            }
-            match p {
-                Phase::Complete => return RolloutOutcome::Complete,
-                Phase::Failed => return RolloutOutcome::Failed,
-                Phase::Progressing => {}
+            if self.states.iter().all(|s| s.outcome.is_some()) {
+                return;
             }
         }
-        RolloutOutcome::Failed
+    }
+
+    fn finish(
+        self,
+        unfinished: RolloutOutcome,
+        started_at: Timestamp,
+        timeout: Duration,
+    ) -> Vec<FollowedRollout> {
+        self.states
+            .into_iter()
+            .map(|s| s.finish(unfinished, started_at, timeout))
+            .collect()
+    }
+}
+
+impl State {
+    /// Records a step and judges the phase after a change.
+    fn update(&mut self, report: &(dyn Fn(&Follow, &str) + Send + Sync)) {
+        self.record_step();
+        let Some(d) = &self.deployment else { return };
+        let (p, message) = phase(d, self.follow.generation);
+        if message != self.message {
+            report(&self.follow, &message);
+            self.message = message;
+        }
+        self.outcome = match p {
+            Phase::Complete => Some(RolloutOutcome::Complete),
+            Phase::Failed => Some(RolloutOutcome::Failed),
+            Phase::Progressing => None,
+        };
     }
 
     /// Appends a step when the sizes or readiness changed.
@@ -190,21 +306,22 @@ impl State {
                 s.old_available,
             )
         };
-        let same = self
+        if self
             .steps
             .last()
-            .is_some_and(|last| key(last) == key(&step));
-        if !same {
-            if self.steps.len() >= MAX_STEPS {
-                self.steps.remove(1);
-            }
-            self.steps.push(step);
+            .is_some_and(|last| key(last) == key(&step))
+        {
+            return;
         }
+        if self.steps.len() >= MAX_STEPS {
+            self.steps.remove(1);
+        }
+        self.steps.push(step);
     }
 
     fn finish(
         self,
-        outcome: RolloutOutcome,
+        unfinished: RolloutOutcome,
         started_at: Timestamp,
         timeout: Duration,
     ) -> FollowedRollout {
@@ -213,16 +330,18 @@ impl State {
             .as_ref()
             .map(|d| select(d, self.replica_sets.values().cloned().collect()));
         let new = revisions.as_ref().and_then(|r| r.new.as_ref());
-        let message = match outcome {
-            RolloutOutcome::TimedOut => format!(
+        let outcome = self.outcome.unwrap_or(unfinished);
+        let message = match (self.outcome, unfinished) {
+            (Some(_), _) => self.message,
+            (None, RolloutOutcome::TimedOut) => format!(
                 "not complete after {}s (rollout.timeout): {}",
                 timeout.as_secs(),
                 self.message
             ),
-            RolloutOutcome::Interrupted => {
+            (None, RolloutOutcome::Interrupted) => {
                 format!("stopped following at shutdown: {}", self.message)
             }
-            _ => self.message,
+            (None, _) => format!("the watch ended: {}", self.message),
         };
         FollowedRollout {
             outcome,
@@ -233,5 +352,19 @@ impl State {
             finished_at: Timestamp::now(),
             steps: self.steps,
         }
+    }
+}
+
+/// The record of a rollout berth did not wait for (`--no-wait`).
+pub fn not_followed(revision: i64) -> FollowedRollout {
+    let now = Timestamp::now();
+    FollowedRollout {
+        outcome: RolloutOutcome::Interrupted,
+        message: "not followed (--no-wait)".into(),
+        revision: Some(revision),
+        replica_set: None,
+        started_at: now,
+        finished_at: now,
+        steps: Vec::new(),
     }
 }

@@ -16,7 +16,8 @@ use crate::history::{
 };
 use crate::manifest::{ObjectKey, LABEL_APP};
 use crate::rollout::revisions::{self, Revisions};
-use crate::rollout::{rollback, track};
+use crate::rollout::rollback;
+use crate::rollout::track::{self, Follow};
 use crate::source::git;
 
 /// What to roll back.
@@ -39,7 +40,13 @@ impl Syncer {
     ) -> SyncRecord {
         let (_stop, shutdown) = watch::channel(false);
         let clock = std::time::Instant::now();
-        let mut run = Run::new(self, app, Trigger::Cli, false, &shutdown, report);
+        let mut run = Run::new(
+            self,
+            app,
+            super::SyncOptions::new(Trigger::Cli),
+            &shutdown,
+            report,
+        );
         run.rec.outcome = match run.manual_rollback(request).await {
             Ok(outcome) => outcome,
             Err(_) => Outcome::Failed,
@@ -160,9 +167,15 @@ impl Run<'_> {
         .map_err(|e| self.stop(e.to_string()))?;
         let rollout = if request.wait {
             let generation = applied.metadata.generation.unwrap_or(0);
-            self.follow_and_drive(&ns, &key.name, generation, self.report)
+            let follow = Follow {
+                namespace: ns.clone(),
+                name: key.name.clone(),
+                generation,
+            };
+            self.follow_and_drive(&[follow])
                 .await
                 .map_err(|e| self.stop(e.to_string()))?
+                .remove(0)
         } else {
             track::not_followed(target.revision)
         };

@@ -74,7 +74,7 @@ struct Prepared {
 struct Run<'a> {
     syncer: &'a Syncer,
     app: &'a AppConfig,
-    force: bool,
+    options: SyncOptions,
     shutdown: &'a watch::Receiver<bool>,
     report: Report<'a>,
     rec: SyncRecord,
@@ -120,19 +120,40 @@ impl Write {
     }
 }
 
+/// How one sync runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncOptions {
+    /// What started it.
+    pub trigger: Trigger,
+    /// Apply a commit whose rollout failed before (the app is held).
+    pub force: bool,
+    /// Follow the rollouts of the Deployments it writes (off: apply and prune only, as
+    /// `kubectl apply` does).
+    pub wait: bool,
+}
+
+impl SyncOptions {
+    /// A normal sync started by `trigger`.
+    pub fn new(trigger: Trigger) -> Self {
+        SyncOptions {
+            trigger,
+            force: false,
+            wait: true,
+        }
+    }
+}
+
 impl Syncer {
-    /// Syncs one app and records the attempt in the history log (and the log). `force`
-    /// applies a commit whose rollout failed before.
+    /// Syncs one app and records the attempt in the history log (and the log).
     pub async fn sync(
         &self,
         app: &AppConfig,
-        trigger: Trigger,
-        force: bool,
+        options: SyncOptions,
         shutdown: &watch::Receiver<bool>,
         report: Report<'_>,
     ) -> SyncRecord {
         let clock = Instant::now();
-        let mut run = Run::new(self, app, trigger, force, shutdown, report);
+        let mut run = Run::new(self, app, options, shutdown, report);
         run.rec.outcome = match run.steps().await {
             Ok(outcome) => outcome,
             Err(Stop::Failed) => Outcome::Failed,
@@ -176,16 +197,16 @@ impl<'a> Run<'a> {
     fn new(
         syncer: &'a Syncer,
         app: &'a AppConfig,
-        trigger: Trigger,
-        force: bool,
+        options: SyncOptions,
         shutdown: &'a watch::Receiver<bool>,
         report: Report<'a>,
     ) -> Self {
         let started = jiff::Timestamp::now();
+        let trigger = options.trigger;
         Run {
             syncer,
             app,
-            force,
+            options,
             shutdown,
             report,
             rec: SyncRecord {
@@ -237,7 +258,7 @@ impl<'a> Run<'a> {
         if let Some(held) = inventory
             .held
             .as_ref()
-            .filter(|h| h.commit == sha && !self.force)
+            .filter(|h| h.commit == sha && !self.options.force)
         {
             let note = format!(
                 "held: {}; waiting for a new commit (berth sync --force retries this one)",

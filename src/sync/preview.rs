@@ -63,7 +63,13 @@ impl Syncer {
     /// Plans a sync of `app` against the cluster without writing anything.
     pub async fn preview(&self, app: &AppConfig, report: Report<'_>) -> Preview {
         let (_stop, shutdown) = watch::channel(false);
-        let mut run = Run::new(self, app, Trigger::Cli, false, &shutdown, report);
+        let mut run = Run::new(
+            self,
+            app,
+            super::SyncOptions::new(Trigger::Cli),
+            &shutdown,
+            report,
+        );
         let mut preview = Preview {
             app: app.name.clone(),
             commit: None,

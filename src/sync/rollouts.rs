@@ -14,6 +14,7 @@ use crate::history::{
 use crate::manifest::ObjectKey;
 use crate::rollout::engine::{Engine, EngineError};
 use crate::rollout::revisions::{self, Revisions};
+use crate::rollout::track::Follow;
 use crate::rollout::{rollback, track};
 
 /// What the rollouts of a sync came to.
@@ -27,19 +28,60 @@ pub(super) struct Rollouts {
     pub interrupted: bool,
 }
 
+fn follow_of(w: &Write) -> Follow {
+    let m = &w.target.manifest;
+    Follow {
+        namespace: m.namespace().unwrap_or("default").to_string(),
+        name: m.name().to_string(),
+        generation: w
+            .applied
+            .as_ref()
+            .and_then(|o| o.metadata.generation)
+            .unwrap_or(0),
+    }
+}
+
 fn is_deployment(w: &Write) -> bool {
     let m = &w.target.manifest;
     m.group() == "apps" && m.kind() == "Deployment" && w.applied.is_some()
 }
 
 impl Run<'_> {
-    /// Follows every Deployment this sync wrote and applies the failure policy.
+    /// Follows every Deployment this sync wrote (sharing watches) and applies the failure
+    /// policy.
     pub(super) async fn rollouts(&mut self, writes: &[Write]) -> Rollouts {
-        let follows = writes
-            .iter()
-            .filter(|w| is_deployment(w))
-            .map(|w| self.follow_one(w));
-        let records = join_all(follows).await;
+        let deployments: Vec<&Write> = writes.iter().filter(|w| is_deployment(w)).collect();
+        if !self.options.wait {
+            if !deployments.is_empty() {
+                (self.report)(&format!(
+                    "not following the rollouts of {} Deployments (--no-wait)",
+                    deployments.len()
+                ));
+            }
+            return Rollouts::default();
+        }
+        let follows: Vec<Follow> = deployments.iter().map(|w| follow_of(w)).collect();
+        let followed = self.follow_and_drive(&follows).await;
+        let records = match followed {
+            Ok(followed) => {
+                join_all(
+                    deployments
+                        .iter()
+                        .zip(followed)
+                        .map(|(w, f)| self.record_rollout(w, f)),
+                )
+                .await
+            }
+            Err(e) => deployments
+                .iter()
+                .map(|w| {
+                    (
+                        self.refused(w.target.manifest.key(), e.to_string()),
+                        Some(e.to_string()),
+                    )
+                })
+                .collect(),
+        };
         let mut result = Rollouts::default();
         let short = self
             .rec
@@ -88,28 +130,18 @@ impl Run<'_> {
         result
     }
 
-    /// Follows one Deployment; on failure with `on_failure = "rollback"`, rolls it back and
-    /// follows that too. Returns the record and an error that is not the rollout's own.
-    async fn follow_one(&self, w: &Write) -> (RolloutRecord, Option<String>) {
+    /// The record of one followed rollout; on failure with `on_failure = "rollback"`,
+    /// rolls it back and follows that too. Returns the record and an error that is not
+    /// the rollout's own.
+    async fn record_rollout(
+        &self,
+        w: &Write,
+        followed: FollowedRollout,
+    ) -> (RolloutRecord, Option<String>) {
         let m = &w.target.manifest;
         let key = m.key();
         let ns = m.namespace().unwrap_or("default");
-        let generation = w
-            .applied
-            .as_ref()
-            .and_then(|o| o.metadata.generation)
-            .unwrap_or(0);
-        let prefix = describe(&key);
-        let report = |line: &str| (self.report)(&format!("{prefix}: {line}"));
-        let client = &self.syncer.client;
-        let followed = match self
-            .follow_and_drive(ns, m.name(), generation, &report)
-            .await
-        {
-            Ok(f) => f,
-            Err(e) => return (self.refused(key, e.to_string()), Some(e.to_string())),
-        };
-        let revisions = current_revisions(client, ns, m.name()).await;
+        let revisions = current_revisions(&self.syncer.client, ns, m.name()).await;
         let from = w.existing_revision().and_then(|r| revisions.revision(r));
         let mut record = RolloutRecord {
             deployment: key.clone(),
@@ -134,7 +166,7 @@ impl Run<'_> {
         if !failed || self.app.rollout.on_failure != OnFailure::Rollback {
             return (record, None);
         }
-        match self.roll_back(w, &revisions, &record, &report).await {
+        match self.roll_back(w, &revisions, &record).await {
             Ok(rb) => {
                 record.rollback = rb;
                 (record, None)
@@ -149,8 +181,9 @@ impl Run<'_> {
         w: &Write,
         revisions: &Revisions,
         failed: &RolloutRecord,
-        report: &(dyn Fn(&str) + Send + Sync),
     ) -> Result<Option<RollbackRecord>, String> {
+        let prefix = describe(&w.target.manifest.key());
+        let report = |line: &str| (self.report)(&format!("{prefix}: {line}"));
         let Some(target) = failed
             .revision_from
             .and_then(|r| revisions.revision(r))
@@ -181,10 +214,16 @@ impl Run<'_> {
         report(&message);
         let generation = applied.metadata.generation.unwrap_or(0);
         let ns = m.namespace().unwrap_or("default");
+        let follow = Follow {
+            namespace: ns.to_string(),
+            name: m.name().to_string(),
+            generation,
+        };
         let rollout = self
-            .follow_and_drive(ns, m.name(), generation, report)
+            .follow_and_drive(&[follow])
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.to_string())?
+            .remove(0);
         Ok(Some(RollbackRecord {
             to_revision: target.revision,
             commit,
@@ -214,34 +253,41 @@ impl Run<'_> {
     /// Follows a rollout; with `engine = "agent"` berth's engine drives it meanwhile.
     pub(super) async fn follow_and_drive(
         &self,
-        ns: &str,
-        name: &str,
-        generation: i64,
-        report: &(dyn Fn(&str) + Send + Sync),
-    ) -> Result<FollowedRollout, EngineError> {
-        let follow = track::follow(
+        follows: &[Follow],
+    ) -> Result<Vec<FollowedRollout>, EngineError> {
+        let report = |f: &Follow, line: &str| {
+            (self.report)(&format!(
+                "deployment.apps/{} -n {}: {line}",
+                f.name, f.namespace
+            ))
+        };
+        let following = track::follow_many(
             &self.syncer.client,
-            ns,
-            name,
-            generation,
+            follows,
             self.app.rollout.timeout,
             self.shutdown,
-            report,
+            &report,
         );
         let Some(engine) = self.engine() else {
-            return Ok(follow.await);
+            return Ok(following.await);
         };
-        let (done, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (done, stopped) = tokio::sync::watch::channel(false);
         let following = async move {
-            let followed = follow.await;
-            let _ = done.send(());
+            let followed = following.await;
+            let _ = done.send(true);
             followed
         };
-        let driving = engine.drive(ns, name, async move {
-            let _ = stopped.await;
+        let drives = follows.iter().map(|f| {
+            let (engine, mut stopped) = (engine.clone(), stopped.clone());
+            async move {
+                engine
+                    .drive(&f.namespace, &f.name, crate::agent::stopped(&mut stopped))
+                    .await
+            }
         });
-        let (followed, driven) = tokio::join!(following, driving);
-        driven.map(|()| followed)
+        let (followed, driven) = tokio::join!(following, join_all(drives));
+        driven.into_iter().collect::<Result<Vec<()>, _>>()?;
+        Ok(followed)
     }
 
     /// With `engine = "agent"`: refuses, before anything is written, Deployments whose
