@@ -138,11 +138,7 @@ impl Shared {
 
 /// The one-line summary of a sync, for `STATUS=`.
 pub fn status_line(r: &SyncRecord) -> String {
-    let commit = r
-        .commit
-        .as_ref()
-        .map(|c| c.short().to_string())
-        .unwrap_or_else(|| "-".into());
+    let commit = r.short_commit().to_string();
     match r.outcome {
         Outcome::Succeeded => format!("{}: synced {commit} ({} changed)", r.app, r.changes()),
         Outcome::NoChange => format!("{}: synced {commit} (no change)", r.app),

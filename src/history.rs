@@ -321,6 +321,11 @@ pub fn commit_of_revision(
 }
 
 impl SyncRecord {
+    /// The commit's short SHA, or `-` before one was resolved.
+    pub fn short_commit(&self) -> &str {
+        self.commit.as_ref().map_or("-", CommitInfo::short)
+    }
+
     /// Objects created, configured or pruned.
     pub fn changes(&self) -> usize {
         self.objects.iter().filter(|o| o.action.is_change()).count()

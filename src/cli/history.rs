@@ -116,10 +116,7 @@ fn records_table(records: &[&SyncRecord], now: jiff::Timestamp) -> String {
             r.id.clone(),
             short_age(age(now, r)),
             r.app.clone(),
-            r.commit
-                .as_ref()
-                .map(|c| c.short().to_string())
-                .unwrap_or_else(|| "-".into()),
+            r.short_commit().to_string(),
             r.outcome.as_str().to_string(),
             r.changes().to_string(),
             format!("{:.1}s", r.duration_ms as f64 / 1000.0),

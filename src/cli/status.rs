@@ -46,9 +46,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         apps.push([
             app.name.clone(),
             last.as_ref()
-                .and_then(|r| r.commit.as_ref())
-                .map(|c| c.short().to_string())
-                .unwrap_or_else(|| "-".into()),
+                .map_or("-".into(), |r| r.short_commit().to_string()),
             last.as_ref()
                 .map(|r| r.outcome.as_str().to_string())
                 .unwrap_or_else(|| "never synced".into()),

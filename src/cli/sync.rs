@@ -92,11 +92,7 @@ pub fn select<'a>(apps: &'a [AppConfig], names: &[String]) -> anyhow::Result<Vec
 
 /// The last line of a sync: outcome, commit, counts, and where to look on failure.
 pub fn summary(r: &SyncRecord) -> String {
-    let commit = r
-        .commit
-        .as_ref()
-        .map(|c| c.short().to_string())
-        .unwrap_or_else(|| "-".into());
+    let commit = r.short_commit().to_string();
     let secs = r.duration_ms as f64 / 1000.0;
     match r.outcome {
         Outcome::NoChange => format!(

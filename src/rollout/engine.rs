@@ -148,6 +148,13 @@ impl Engine {
         Api::namespaced(self.client.clone(), ns)
     }
 
+    async fn get(&self, ns: &str, name: &str) -> Result<Option<Deployment>, EngineError> {
+        self.deployments(ns)
+            .get_opt(name)
+            .await
+            .map_err(request(format!("reading Deployment {ns}/{name}")))
+    }
+
     fn replica_sets(&self, ns: &str) -> Api<ReplicaSet> {
         Api::namespaced(self.client.clone(), ns)
     }
@@ -157,12 +164,7 @@ impl Engine {
     /// # Errors
     /// [`EngineError::Foreign`], or a failed request.
     pub async fn check_ownership(&self, ns: &str, name: &str) -> Result<(), EngineError> {
-        match self
-            .deployments(ns)
-            .get_opt(name)
-            .await
-            .map_err(request(format!("reading Deployment {ns}/{name}")))?
-        {
+        match self.get(ns, name).await? {
             Some(d) => self.read(d).await.map(|_| ()),
             None => Ok(()),
         }
@@ -227,12 +229,7 @@ impl Engine {
     /// # Errors
     /// [`EngineError::Foreign`] (nothing written), or a failed request.
     pub async fn pass(&self, ns: &str, name: &str) -> Result<Option<Timestamp>, EngineError> {
-        let Some(d) = self
-            .deployments(ns)
-            .get_opt(name)
-            .await
-            .map_err(request(format!("reading Deployment {ns}/{name}")))?
-        else {
+        let Some(d) = self.get(ns, name).await? else {
             return Ok(None);
         };
         let mut w = self.read(d).await?;
@@ -686,12 +683,7 @@ impl Engine {
         name: &str,
         stop: impl Future<Output = ()>,
     ) -> Result<(), EngineError> {
-        let Some(d) = self
-            .deployments(ns)
-            .get_opt(name)
-            .await
-            .map_err(request(format!("reading Deployment {ns}/{name}")))?
-        else {
+        let Some(d) = self.get(ns, name).await? else {
             return Ok(());
         };
         let by_name = watcher::Config::default().fields(&format!("metadata.name={name}"));

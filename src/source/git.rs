@@ -72,6 +72,8 @@ pub struct Checkout {
 /// What to fetch and which local ref then holds the commit.
 struct Want {
     refspec: String,
+    /// The ref the server must advertise (none for a pinned commit).
+    remote_ref: Option<String>,
     local_ref: String,
     what: String,
 }
@@ -80,24 +82,28 @@ fn want(app: &AppConfig) -> Want {
     if let Some(tag) = &app.tag {
         Want {
             refspec: format!("+refs/tags/{tag}:refs/tags/{tag}"),
+            remote_ref: Some(format!("refs/tags/{tag}")),
             local_ref: format!("refs/tags/{tag}"),
             what: format!("tag {tag}"),
         }
     } else if let Some(commit) = &app.commit {
         Want {
             refspec: "+refs/heads/*:refs/remotes/origin/*".into(),
+            remote_ref: None,
             local_ref: String::new(),
             what: format!("commit {commit}"),
         }
     } else if let Some(branch) = &app.branch {
         Want {
             refspec: format!("+refs/heads/{branch}:refs/remotes/origin/{branch}"),
+            remote_ref: Some(format!("refs/heads/{branch}")),
             local_ref: format!("refs/remotes/origin/{branch}"),
             what: format!("branch {branch}"),
         }
     } else {
         Want {
             refspec: "+HEAD:refs/remotes/origin/HEAD".into(),
+            remote_ref: Some("HEAD".into()),
             local_ref: "refs/remotes/origin/HEAD".into(),
             what: "the default branch (HEAD)".into(),
         }
@@ -177,12 +183,6 @@ fn fetch_into(
     };
     let repo = open_cache(cache, &url).map_err(cache_err)?;
     let want = want(app);
-    if !want.local_ref.is_empty() {
-        // A stale tracking ref must never stand in for a branch deleted upstream.
-        if let Ok(mut r) = repo.find_reference(&want.local_ref) {
-            r.delete().map_err(cache_err)?;
-        }
-    }
     let mut remote = repo.find_remote("origin").map_err(cache_err)?;
     let mut options = FetchOptions::new();
     options
@@ -192,6 +192,24 @@ fn fetch_into(
     remote
         .fetch(&[want.refspec.as_str()], Some(&mut options), None)
         .map_err(|e| classify(e, &url, &shown, cache))?;
+    // The local tracking ref is kept between fetches (it is what lets the fetch send only
+    // the new objects), so a branch deleted upstream is caught in the server's ref list.
+    if let Some(remote_ref) = &want.remote_ref {
+        let advertised = remote
+            .list()
+            .map_err(cache_err)?
+            .iter()
+            .any(|h| h.name() == remote_ref);
+        if !advertised {
+            if let Ok(mut stale) = repo.find_reference(&want.local_ref) {
+                stale.delete().map_err(cache_err)?;
+            }
+            return Err(SourceError::RefNotFound {
+                what: want.what,
+                url: shown,
+            });
+        }
+    }
     let oid = match &app.commit {
         Some(sha) => Oid::from_str(sha)
             .ok()

@@ -83,12 +83,7 @@ impl Run<'_> {
                 .collect(),
         };
         let mut result = Rollouts::default();
-        let short = self
-            .rec
-            .commit
-            .as_ref()
-            .map(|c| c.short().to_string())
-            .unwrap_or_default();
+        let short = self.rec.short_commit().to_string();
         for (record, error) in records {
             if let Some(e) = error {
                 self.fail(e, None);

@@ -68,6 +68,27 @@ fn start(deployment_controller: bool) -> Option<ControlPlane> {
     }
 }
 
+/// A test binary that aborted (a stack overflow, SIGKILL) never ran its exit hook: stop
+/// the control planes of test processes that no longer exist.
+fn clean_up_after_dead_runs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("berth-test-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = ControlPlane::down(&e.path());
+        }
+    }
+}
+
 extern "C" fn stop() {
     if let Ok(dirs) = STATE_DIRS.lock() {
         for dir in dirs.iter() {
