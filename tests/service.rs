@@ -119,6 +119,14 @@ impl NotifySocket {
         }
     }
 
+    /// How many `WATCHDOG=1` pings arrive within `window`.
+    fn pings(&self, window: Duration) -> usize {
+        self.collect(window)
+            .iter()
+            .filter(|m| *m == "WATCHDOG=1")
+            .count()
+    }
+
     /// Every message within `window`.
     fn collect(&self, window: Duration) -> Vec<String> {
         let end = Instant::now() + window;
@@ -399,11 +407,7 @@ async fn watchdog_pings_stop_when_an_app_loop_is_stuck() {
     // Healthy: pings keep coming.
     let daemon = Daemon::start(&setup.config, &env);
     notify.until(Duration::from_secs(30), |m| m == "READY=1");
-    let pings = notify
-        .collect(Duration::from_secs(3))
-        .iter()
-        .filter(|m| *m == "WATCHDOG=1")
-        .count();
+    let pings = notify.pings(Duration::from_secs(3));
     assert!(pings >= 4, "{pings} pings in 3s at a 1s watchdog");
     drop(daemon);
 
@@ -420,21 +424,13 @@ async fn watchdog_pings_stop_when_an_app_loop_is_stuck() {
     ];
     let _daemon = Daemon::start(&setup.config, &env);
     notify.until(Duration::from_secs(30), |m| m == "READY=1");
-    let early = notify
-        .collect(Duration::from_secs(2))
-        .iter()
-        .filter(|m| *m == "WATCHDOG=1")
-        .count();
+    let early = notify.pings(Duration::from_secs(2));
     assert!(
         early >= 1,
         "pings while the sync is younger than sync_timeout"
     );
     let _ = notify.collect(Duration::from_secs(2));
-    let late = notify
-        .collect(Duration::from_secs(3))
-        .iter()
-        .filter(|m| *m == "WATCHDOG=1")
-        .count();
+    let late = notify.pings(Duration::from_secs(3));
     assert_eq!(late, 0, "no pings once the stuck sync passed sync_timeout");
 }
 
