@@ -334,17 +334,7 @@ async fn notify_status_reload_metrics_and_webhook() {
     repo.write("cm.yaml", &config_map("one", "2"));
     repo.commit("second");
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    common::wait_for(
-        &maps,
-        "one",
-        Duration::from_secs(20),
-        |c: Option<&ConfigMap>| {
-            c.and_then(|c| c.data.as_ref()?.get("value").cloned())
-                .as_deref()
-                == Some("2")
-        },
-    )
-    .await;
+    common::wait_for_value(&maps, "one", "2", Duration::from_secs(20)).await;
 
     // SIGHUP with a valid file that adds an app: it syncs without a restart.
     let other = Repo::new();
@@ -468,17 +458,7 @@ async fn with_leader_election_one_host_applies_and_the_other_takes_over() {
     // Both run; only the holder applies.
     repo.write("cm.yaml", &config_map("led", "2"));
     repo.commit("second");
-    common::wait_for(
-        &maps,
-        "led",
-        Duration::from_secs(20),
-        |c: Option<&ConfigMap>| {
-            c.and_then(|c| c.data.as_ref()?.get("value").cloned())
-                .as_deref()
-                == Some("2")
-        },
-    )
-    .await;
+    common::wait_for_value(&maps, "led", "2", Duration::from_secs(20)).await;
     assert!(hosts[1].history().is_empty(), "the standby applied nothing");
     assert!(hosts[0]
         .history()
@@ -491,17 +471,7 @@ async fn with_leader_election_one_host_applies_and_the_other_takes_over() {
     let killed = Instant::now();
     repo.write("cm.yaml", &config_map("led", "3"));
     repo.commit("third");
-    common::wait_for(
-        &maps,
-        "led",
-        Duration::from_secs(30),
-        |c: Option<&ConfigMap>| {
-            c.and_then(|c| c.data.as_ref()?.get("value").cloned())
-                .as_deref()
-                == Some("3")
-        },
-    )
-    .await;
+    common::wait_for_value(&maps, "led", "3", Duration::from_secs(30)).await;
     eprintln!(
         "failover: applied by the standby {:?} after the holder died",
         killed.elapsed()

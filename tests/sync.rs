@@ -264,17 +264,12 @@ fn writes_since(
     namespace: &str,
     inventory: &str,
 ) -> usize {
-    let log = std::fs::read_to_string(cp.dir.join("audit.log")).unwrap_or_default();
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    cp.audit_events(since)
+        .iter()
         .filter(|e| {
-            let at = e["requestReceivedTimestamp"]
-                .as_str()
-                .and_then(|t| t.parse::<jiff::Timestamp>().ok());
             let verb = e["verb"].as_str().unwrap_or("");
             let obj = &e["objectRef"];
-            at.is_some_and(|t| t >= since)
-                && matches!(verb, "create" | "update" | "patch" | "delete")
+            matches!(verb, "create" | "update" | "patch" | "delete")
                 && (obj["namespace"] == namespace || obj["name"] == inventory)
         })
         .count()
@@ -419,17 +414,7 @@ async fn berth_run_syncs_a_new_commit_within_a_second() {
     repo.write("cm.yaml", &config_map("live", "2"));
     repo.commit("second");
     let committed = Instant::now();
-    common::wait_for(
-        &maps,
-        "live",
-        Duration::from_secs(10),
-        |c: Option<&ConfigMap>| {
-            c.and_then(|c| c.data.as_ref()?.get("value").cloned())
-                .as_deref()
-                == Some("2")
-        },
-    )
-    .await;
+    common::wait_for_value(&maps, "live", "2", Duration::from_secs(10)).await;
     let latency = committed.elapsed();
     eprintln!("commit-to-applied latency: {latency:?}");
     assert!(latency < Duration::from_secs(5), "took {latency:?}");

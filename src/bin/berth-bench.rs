@@ -131,17 +131,12 @@ fn requests_for(
     verbs: Option<&[&str]>,
     resources: Option<&[&str]>,
 ) -> usize {
-    let log = std::fs::read_to_string(cp.dir.join("audit.log")).unwrap_or_default();
-    let ids: BTreeSet<String> = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    let ids: BTreeSet<String> = cp
+        .audit_events(since)
+        .into_iter()
         .filter(|e| {
-            let at = e["requestReceivedTimestamp"]
-                .as_str()
-                .and_then(|t| t.parse::<jiff::Timestamp>().ok());
             let verb = e["verb"].as_str().unwrap_or("");
-            at.is_some_and(|t| t >= since)
-                && e["userAgent"].as_str().unwrap_or("").starts_with(agent)
+            e["userAgent"].as_str().unwrap_or("").starts_with(agent)
                 && verbs.is_none_or(|v| v.contains(&verb))
                 && resources
                     .is_none_or(|r| r.contains(&e["objectRef"]["resource"].as_str().unwrap_or("")))
@@ -157,6 +152,18 @@ const READS: &[&str] = &["get", "list", "watch"];
 const TRACKED: &[&str] = &["deployments", "replicasets"];
 
 impl Bench {
+    /// `kubectl apply --server-side` of a file, then `kubectl rollout status` of it.
+    fn kubectl_apply_and_wait(&self, file: &Path, deployment: &str) -> Result<()> {
+        run(self
+            .kubectl()
+            .args(["apply", "--server-side", "-f"])
+            .arg(file))?;
+        run(self
+            .kubectl()
+            .args(["rollout", "status", deployment, "--timeout", "120s"]))?;
+        Ok(())
+    }
+
     fn kubectl(&self) -> Command {
         let mut c = Command::new("kubectl");
         c.env("KUBECONFIG", &self.cp.kubeconfig);
@@ -493,23 +500,11 @@ impl Bench {
         // The peer: kubectl applies the same change to a twin and waits with rollout status.
         let twin = self.work.join("twin.yaml");
         std::fs::write(&twin, deployment("web:1", "twin"))?;
-        run(self
-            .kubectl()
-            .args(["apply", "--server-side", "-f"])
-            .arg(&twin))?;
-        run(self
-            .kubectl()
-            .args(["rollout", "status", "deployment/twin", "--timeout", "120s"]))?;
+        self.kubectl_apply_and_wait(&twin, "deployment/twin")?;
         std::fs::write(&twin, deployment("web:2", "twin"))?;
         let since = jiff::Timestamp::now();
         let start = Instant::now();
-        run(self
-            .kubectl()
-            .args(["apply", "--server-side", "-f"])
-            .arg(&twin))?;
-        run(self
-            .kubectl()
-            .args(["rollout", "status", "deployment/twin", "--timeout", "120s"]))?;
+        self.kubectl_apply_and_wait(&twin, "deployment/twin")?;
         let kubectl_time = start.elapsed().as_secs_f64();
         std::thread::sleep(Duration::from_millis(300));
         let kubectl_all = requests(&self.cp, since, "kubectl/", None);

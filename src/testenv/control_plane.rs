@@ -69,6 +69,21 @@ impl ControlPlane {
         client_for(&self.kubeconfig).await
     }
 
+    /// The audit log's events received at or after `since` (request metadata: verb,
+    /// objectRef, userAgent, auditID), for counting what a client sent.
+    pub fn audit_events(&self, since: jiff::Timestamp) -> Vec<serde_json::Value> {
+        let log = fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| {
+                e["requestReceivedTimestamp"]
+                    .as_str()
+                    .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                    .is_some_and(|t| t >= since)
+            })
+            .collect()
+    }
+
     /// Stops every process recorded in `dir` (only those whose command line names `dir`)
     /// and removes the folder.
     ///

@@ -142,6 +142,26 @@ where
     }
 }
 
+/// Waits until ConfigMap `name` holds `want` under the key `value`.
+pub async fn wait_for_value(
+    maps: &Api<k8s_openapi::api::core::v1::ConfigMap>,
+    name: &str,
+    want: &str,
+    timeout: Duration,
+) {
+    wait_for(
+        maps,
+        name,
+        timeout,
+        |c: Option<&k8s_openapi::api::core::v1::ConfigMap>| {
+            c.and_then(|c| c.data.as_ref()?.get("value").cloned())
+                .as_deref()
+                == Some(want)
+        },
+    )
+    .await;
+}
+
 /// A local git repository the tests commit to.
 pub struct Repo {
     pub dir: tempfile::TempDir,
