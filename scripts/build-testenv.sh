@@ -6,6 +6,9 @@ set -euo pipefail
 out=${1:?usage: build-testenv.sh OUT_DIR}
 mkdir -p "$out"
 sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+start=$SECONDS
+# Progress goes to stderr; stdout carries only the folder, printed last.
+step() { echo "build-testenv [$(( (SECONDS - start) / 60 )) min]: $*" >&2; }
 
 # The deb-src line uses the same Debian mirror as the existing deb lines.
 mirror=$(grep -hoE 'https?://[^ ]+/debian/?$' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null | head -1 || true)
@@ -19,6 +22,7 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
 fi
+step "1/4 apt-get install golang-go rsync etcd-server make (needs root once)"
 $sudo apt-get update -qq
 $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
   golang-go rsync etcd-server make golang-github-modern-go-reflect2-dev >/dev/null
@@ -26,6 +30,7 @@ $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
+step "2/4 apt-get source kubernetes (~34 MB)"
 apt-get source --download-only kubernetes >/dev/null
 tar xzf kubernetes_*.orig.tar.gz
 cd kubernetes-*/
@@ -35,8 +40,10 @@ mkdir -p .go/src/k8s.io && ln -sfn ../../.. .go/src/k8s.io/kubernetes
 # custom resource. reflect2 1.0.2, from Debian, is the upstream fix.
 rm -rf vendor/github.com/modern-go/reflect2
 cp -r /usr/share/gocode/src/github.com/modern-go/reflect2 vendor/github.com/modern-go/reflect2
+step "3/4 make kube-apiserver kube-controller-manager (about 7 minutes on 2 cores)"
 GOPATH=$PWD/.go CGO_ENABLED=0 HOME=$(mktemp -d) \
   make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" >/dev/null
+step "4/4 installing into $out"
 install -m 0755 _output/bin/kube-apiserver _output/bin/kube-controller-manager "$out/"
 install -m 0755 /usr/bin/etcd "$out/etcd"
 echo "$out"

@@ -143,6 +143,7 @@ pub fn status_line(r: &SyncRecord) -> String {
         Outcome::Succeeded => format!("{}: synced {commit} ({} changed)", r.app, r.changes()),
         Outcome::NoChange => format!("{}: synced {commit} (no change)", r.app),
         Outcome::Held => format!("{}: held at {commit}", r.app),
+        Outcome::RolledBack => format!("{}: rolled back, held at {commit}", r.app),
         Outcome::Failed | Outcome::Interrupted => {
             format!("{}: {} at {commit}", r.app, r.outcome.as_str())
         }

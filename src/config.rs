@@ -253,13 +253,12 @@ pub enum OnFailure {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read config file {}: {source}", path.display())]
+    #[error("cannot read config file {}: {}", path.display(), io_message(error))]
     Read {
         /// The file.
         path: PathBuf,
-        /// What the OS said.
-        #[source]
-        source: std::io::Error,
+        /// What the OS said (shown in the message, so not also as its source).
+        error: std::io::Error,
     },
     /// The text is not valid TOML or does not fit the schema.
     #[error("{}{line}:{column}: {key}: {message}", file_prefix(file))]
@@ -276,7 +275,7 @@ pub enum ConfigError {
         message: String,
     },
     /// The configuration parses but does not make sense.
-    #[error("{}invalid configuration:{}", file_prefix(file), Problems(problems))]
+    #[error("{}", Problems { file, problems })]
     Invalid {
         /// The file, once known.
         file: Option<PathBuf>,
@@ -292,16 +291,41 @@ pub struct Problem {
     pub key: String,
     /// What is wrong, and what to do.
     pub message: String,
+    /// Line and column of the key's value, once the text is known ([`load`]).
+    pub at: Option<(usize, usize)>,
 }
 
-struct Problems<'a>(&'a [Problem]);
+/// One line a problem, as compilers print them: `berth.toml:7:8: app[1].name: …`.
+struct Problems<'a> {
+    file: &'a Option<PathBuf>,
+    problems: &'a [Problem],
+}
 
 impl fmt::Display for Problems<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for p in self.0 {
-            write!(f, "\n  {}: {}", p.key, p.message)?;
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            match (self.file, p.at) {
+                (Some(file), Some((line, column))) => {
+                    write!(f, "{}:{line}:{column}: ", file.display())?
+                }
+                (Some(file), None) => write!(f, "{}: ", file.display())?,
+                (None, _) => write!(f, "invalid configuration: ")?,
+            }
+            write!(f, "{}: {}", p.key, p.message)?;
         }
         Ok(())
+    }
+}
+
+/// The OS's words without the `(os error 2)` that only programmers read.
+pub fn io_message(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" (os error ") {
+        Some(at) => text[..at].to_string(),
+        None => text,
     }
 }
 
@@ -312,6 +336,18 @@ fn file_prefix(file: &Option<PathBuf>) -> String {
 }
 
 impl ConfigError {
+    /// Adds each problem's line and column, found in the text by its key path.
+    fn located(mut self, text: &str) -> Self {
+        if let ConfigError::Invalid { problems, .. } = &mut self {
+            if let Ok(doc) = toml::de::DeTable::parse(text) {
+                for p in problems.iter_mut() {
+                    p.at = locate(doc.get_ref(), &p.key).map(|span| line_column(text, span.start));
+                }
+            }
+        }
+        self
+    }
+
     fn in_file(mut self, path: &Path) -> Self {
         match &mut self {
             ConfigError::Parse { file, .. } | ConfigError::Invalid { file, .. } => {
@@ -332,7 +368,9 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     let de = toml::Deserializer::parse(text).map_err(|e| toml_error(text, String::new(), &e))?;
     serde_path_to_error::deserialize(de).map_err(|e| {
         let mut key = e.path().to_string();
-        if let Some(field) = unknown_field(e.inner().message()) {
+        if let Some(field) = unknown_field(e.inner().message())
+            .filter(|f| key != *f && !key.ends_with(&format!(".{f}")))
+        {
             key = if key == "." || key.is_empty() {
                 field.to_string()
             } else {
@@ -349,12 +387,14 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
 /// The file cannot be read, or [`parse`] or [`Config::validate`] fails; the error names
 /// the file.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
     let config = parse(&text).map_err(|e| e.in_file(path))?;
-    config.validate().map_err(|e| e.in_file(path))?;
+    config
+        .validate()
+        .map_err(|e| e.located(&text).in_file(path))?;
     Ok(config)
 }
 
@@ -374,6 +414,31 @@ fn toml_error(text: &str, key: String, e: &toml::de::Error) -> ConfigError {
         column,
         message: e.message().trim().to_string(),
     }
+}
+
+/// The span of the value at a key path such as `app[1].rollout.timeout`.
+fn locate(doc: &toml::de::DeTable<'_>, key: &str) -> Option<std::ops::Range<usize>> {
+    use toml::de::DeValue;
+    let mut table = doc;
+    let mut span = None;
+    for segment in key.split('.') {
+        let (name, index) = match segment.split_once('[') {
+            Some((name, rest)) => (name, rest.trim_end_matches(']').parse::<usize>().ok()),
+            None => (segment, None),
+        };
+        let (_, mut value) = table.iter().find(|(k, _)| k.get_ref().as_ref() == name)?;
+        if let Some(i) = index {
+            let DeValue::Array(items) = value.get_ref() else {
+                return None;
+            };
+            value = items.get(i)?;
+        }
+        span = Some(value.span());
+        if let DeValue::Table(inner) = value.get_ref() {
+            table = inner;
+        }
+    }
+    span
 }
 
 fn unknown_field(message: &str) -> Option<&str> {
@@ -396,7 +461,13 @@ impl Config {
     /// [`ConfigError::Invalid`] listing every problem found.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut problems = Vec::new();
-        let mut problem = |key: String, message: String| problems.push(Problem { key, message });
+        let mut problem = |key: String, message: String| {
+            problems.push(Problem {
+                key,
+                message,
+                at: None,
+            })
+        };
         let agent = &self.agent;
         if agent.interval.is_zero() {
             problem("agent.interval".into(), "must be more than 0s".into());

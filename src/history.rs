@@ -53,6 +53,8 @@ pub enum Outcome {
     NoChange,
     /// Shutdown stopped it part way.
     Interrupted,
+    /// `berth rollback` restored an earlier revision of a Deployment.
+    RolledBack,
     /// The commit's rollout failed before and berth waits for a new one (never written
     /// to the history: it would repeat every interval).
     Held,
@@ -66,6 +68,7 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::NoChange => "no-change",
             Outcome::Interrupted => "interrupted",
+            Outcome::RolledBack => "rolled-back",
             Outcome::Held => "held",
         }
     }
@@ -305,19 +308,26 @@ pub struct RollbackRecord {
     pub rollout: FollowedRollout,
 }
 
-/// The commit whose sync rolled out `revision` of a Deployment, newest record first.
-pub fn commit_of_revision(
+/// The commit whose sync first rolled out the pod template with hash `hash` of a
+/// Deployment, newest record first. Revision numbers cannot say it: a rollback moves an
+/// old template to a new revision number. Manual rollbacks are left out, as their commit
+/// is the one the app was held at, not the one the template came from.
+pub fn commit_of_template(
     records: &[SyncRecord],
     deployment: &ObjectKey,
-    revision: i64,
+    hash: &str,
 ) -> Option<String> {
-    records.iter().rev().find_map(|r| {
-        r.rollouts
-            .iter()
-            .any(|ro| &ro.deployment == deployment && ro.rollout.revision == Some(revision))
-            .then(|| r.commit.as_ref().map(|c| c.sha.clone()))
-            .flatten()
-    })
+    records
+        .iter()
+        .rev()
+        .filter(|r| r.outcome != Outcome::RolledBack)
+        .find_map(|r| {
+            r.rollouts
+                .iter()
+                .any(|ro| &ro.deployment == deployment && ro.hash_to == hash)
+                .then(|| r.commit.as_ref().map(|c| c.sha.clone()))
+                .flatten()
+        })
 }
 
 impl SyncRecord {

@@ -44,3 +44,12 @@ pub mod service;
 pub mod source;
 pub mod sync;
 pub mod testenv;
+
+/// `1 object`, `2 objects`: counts in messages read as English.
+pub fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("{n} {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}

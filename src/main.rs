@@ -51,7 +51,17 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(&cli);
+    if !matches!(
+        cli.command,
+        Command::Run | Command::Sync(_) | Command::Rollback(_)
+    ) {
+        // A reader that closes the pipe early (`berth history | head -1`) ends the
+        // command quietly, as it does git and kubectl. Commands that write to the cluster
+        // keep going and print through `cli::say`, which drops what nobody reads.
+        // SAFETY: restoring the default disposition of one signal before any thread runs.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
+    let log_format = init_logging(&cli);
     let result = match cli.command {
         Command::Run => runtime().and_then(|rt| rt.block_on(cli::run::run(&cli.config))),
         Command::Reload => cli::run::reload(&cli.config),
@@ -74,7 +84,12 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // One format per stream: with JSON logs, the last error is a JSON line too.
+            if log_format == LogFormat::Json {
+                tracing::error!(target: "berth", error = format!("{e:#}"), "failed");
+            } else {
+                eprintln!("error: {e:#}");
+            }
             ExitCode::FAILURE
         }
     }
@@ -83,7 +98,12 @@ fn main() -> ExitCode {
 /// The daemon logs what it does; one-shot commands print it and log only problems.
 /// Under systemd (`$JOURNAL_STREAM`) `auto` writes native journald entries, whose fields
 /// (`APP=`, `COMMIT=`, `OUTCOME=`, …) `journalctl -u berth APP=guestbook` filters on.
-fn init_logging(cli: &Cli) {
+///
+/// Only berth's own events are logged unless `RUST_LOG` asks for more: its dependencies'
+/// lines (kube's "failed with status 500" for a dry run berth reports itself) would say
+/// the same thing twice, less clearly. Colour only when stderr is a terminal.
+fn init_logging(cli: &Cli) -> LogFormat {
+    use std::io::IsTerminal;
     use tracing_subscriber::prelude::*;
     let daemon = matches!(cli.command, Command::Run);
     let configured = || {
@@ -101,9 +121,14 @@ fn init_logging(cli: &Cli) {
         f => f,
     };
     let level = if daemon { "info" } else { "warn" };
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into());
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| format!("off,berth={level}").into());
     let registry = tracing_subscriber::registry().with(filter);
+    let text = || {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+    };
     match format {
         LogFormat::Json => registry
             .with(
@@ -116,14 +141,11 @@ fn init_logging(cli: &Cli) {
             Ok(journald) => registry
                 .with(journald.with_syslog_identifier("berth".into()))
                 .init(),
-            Err(_) => registry
-                .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
-                .init(),
+            Err(_) => registry.with(text()).init(),
         },
-        _ => registry
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
-            .init(),
+        _ => registry.with(text()).init(),
     }
+    format
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

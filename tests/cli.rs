@@ -96,3 +96,144 @@ fn validate_renders_each_app_from_dir() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("app guestbook: 4 objects from examples/guestbook (1 ConfigMap, 1 Deployment, 1 Namespace, 1 Service)"), "{out}");
 }
+
+/// Writes `text` as `name` in a fresh folder; returns the folder and the file's path.
+fn config_file(name: &str, text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, text.replace("STATE", &dir.path().display().to_string())).unwrap();
+    let path = path.display().to_string();
+    (dir, path)
+}
+
+#[test]
+fn config_errors_name_file_line_and_key_once() {
+    let (_dir, path) = config_file(
+        "bad.toml",
+        "[[app]]\nname = \"a\"\nrepo = \"x\"\n[[app]]\nname = \"a\"\nrepo = \"y\"\n",
+    );
+    let (code, _, err) = berth(&["validate", "--config", &path]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err.trim(),
+        format!("error: {path}:5:8: app[1].name: duplicate app name \"a\": app names must be unique")
+    );
+
+    let (_dir, path) = config_file("typo.toml", "[[app]]\nname = \"a\"\nrepo = \"x\"\nprnue = true\n");
+    let (code, _, err) = berth(&["validate", "--config", &path]);
+    assert_eq!(code, 1);
+    assert!(err.contains(&format!("{path}:4:1: app[0].prnue: unknown field `prnue`")), "{err}");
+
+    let (code, _, err) = berth(&["validate", "--config", "/nonexistent/berth.toml"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err.trim(),
+        "error: cannot read config file /nonexistent/berth.toml: No such file or directory"
+    );
+
+    let (_dir, path) = config_file(
+        "kube.toml",
+        "[agent]\nstate_dir = \"STATE\"\n[cluster]\nkubeconfig = \"/nonexistent/kubeconfig\"\n[[app]]\nname = \"a\"\nrepo = \"x\"\n",
+    );
+    let (code, _, err) = berth(&["sync", "--config", &path]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("cannot read kubeconfig /nonexistent/kubeconfig: No such file or directory (check [cluster] kubeconfig)"),
+        "{err}"
+    );
+    assert!(!err.contains("'\""), "a path quoted twice: {err}");
+}
+
+#[test]
+fn validate_says_a_local_repository_path_does_not_exist() {
+    let (dir, path) = config_file(
+        "berth.toml",
+        "[agent]\nstate_dir = \"STATE\"\n[[app]]\nname = \"a\"\nrepo = \"/nonexistent/repo\"\n",
+    );
+    // A stale cached checkout is not rendered in its place.
+    std::fs::create_dir_all(dir.path().join("repos/a")).unwrap();
+    std::fs::write(
+        dir.path().join("repos/a/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: stale\n",
+    )
+    .unwrap();
+    let (code, out, _) = berth(&["validate", "--config", &path]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("config") && out.contains("ok (1 app)"), "{out}");
+    assert!(
+        out.contains("app a: repository path /nonexistent/repo does not exist"),
+        "{out}"
+    );
+}
+
+#[test]
+fn history_refuses_an_unknown_app_and_takes_an_id_prefix() {
+    let (dir, path) = config_file(
+        "berth.toml",
+        "[agent]\nstate_dir = \"STATE\"\n[[app]]\nname = \"web\"\nrepo = \"x\"\n",
+    );
+    let (code, out, err) = berth(&["history", "nosuch", "--config", &path]);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(out, "");
+    assert!(err.contains("no app named \"nosuch\" in the configuration (apps: web)"), "{err}");
+
+    write_history(dir.path(), "web", &["m0a1", "m0a2", "m0b1"]);
+    let (code, out, err) = berth(&["history", "show", "m0b", "--config", &path]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("ID:        m0b1\n"), "{out}");
+    let (code, _, err) = berth(&["history", "show", "m0a", "--config", &path]);
+    assert_eq!(code, 1);
+    assert!(err.contains("\"m0a\" is the start of 2 record ids (m0a1, m0a2)"), "{err}");
+    let (code, _, err) = berth(&["history", "show", "zz", "--config", &path]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no sync record \"zz\""), "{err}");
+}
+
+/// Records of `app` with these ids, a second apart.
+fn write_history(state: &std::path::Path, app: &str, ids: &[&str]) {
+    let log = berth::history::HistoryLog::new(state);
+    for (i, id) in ids.iter().enumerate() {
+        let at = jiff::Timestamp::from_second(1_700_000_000 + i as i64).unwrap();
+        let record: berth::history::SyncRecord = serde_json::from_value(serde_json::json!({
+            "id": id, "app": app, "trigger": "cli", "started_at": at, "finished_at": at,
+            "duration_ms": 1200, "commit": null, "previous_commit": null,
+            "outcome": "no-change", "unchanged": 3,
+        }))
+        .unwrap();
+        log.append(&record).unwrap();
+    }
+}
+
+#[test]
+fn a_closed_pipe_ends_commands_quietly() {
+    let (dir, path) = config_file(
+        "berth.toml",
+        "[agent]\nstate_dir = \"STATE\"\n[[app]]\nname = \"web\"\nrepo = \"x\"\n",
+    );
+    // More than a pipe's buffer, so the writer meets the closed pipe.
+    let ids: Vec<String> = (0..2000).map(|i| format!("id{i:05}")).collect();
+    write_history(
+        dir.path(),
+        "web",
+        &ids.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    for args in ["history --json --limit 5000", "history --limit 5000"] {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "\"$BERTH\" {args} --config \"$CONFIG\" | head -1 >/dev/null; echo \"exit ${{PIPESTATUS[0]}}\""
+            ))
+            .env("BERTH", env!("CARGO_BIN_EXE_berth"))
+            .env("CONFIG", &path)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr, "", "berth {args}: nothing on stderr");
+        // Ended by SIGPIPE (128 + 13), as git and kubectl are; never a panic (101).
+        assert!(
+            stdout.trim() == "exit 141" || stdout.trim() == "exit 0",
+            "berth {args}: {stdout}"
+        );
+    }
+}

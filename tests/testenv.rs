@@ -230,3 +230,77 @@ async fn ready_after_delays_readiness() {
         "ready after {waited:?}, expected at least 3s"
     );
 }
+
+/// `scripts/demo` evaluates what `berth-testenv up` prints: on a fresh machine, where the
+/// control plane is built first, nothing but `export` lines may reach stdout. A stand-in
+/// build (noisy on stdout, as apt and make are) copies the real binaries into the cache.
+#[test]
+fn up_prints_only_exports_while_building_the_control_plane() {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let Some(real) = berth::testenv::assets::find() else {
+        assert!(!ci, "control plane binaries not found");
+        eprintln!("SKIPPED: control plane binaries not found");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let stand_in = tmp.path().join("build");
+    std::fs::write(
+        &stand_in,
+        format!(
+            "#!/bin/sh\necho 'Reading package lists...'\necho 'make: building kube-apiserver'\nmkdir -p \"$1\" && cp {0}/etcd {0}/kube-apiserver {0}/kube-controller-manager \"$1\"/\necho \"$1\"\n",
+            real.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &stand_in,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let dir = tmp.path().join("cp");
+    let testenv = |args: &[&str], build: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_berth-testenv"))
+            .args(args)
+            .arg("--dir")
+            .arg(&dir)
+            .env_remove("KUBEBUILDER_ASSETS")
+            .env("XDG_CACHE_HOME", tmp.path().join("cache"))
+            .env("BERTH_TESTENV_BUILD", build)
+            .output()
+            .expect("run berth-testenv")
+    };
+
+    let failing = tmp.path().join("fail");
+    std::fs::write(
+        &failing,
+        "#!/bin/sh\necho 'E: Unable to locate package'\nexit 100\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &failing,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let out = testenv(&["up"], &failing);
+    assert!(!out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("E: Unable to locate package"), "{err}");
+    assert!(err.contains("building them failed"), "{err}");
+
+    let out = testenv(&["up"], &stand_in);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let down = testenv(&["down"], &stand_in);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(down.status.success());
+    assert!(!stdout.is_empty());
+    for line in stdout.lines() {
+        assert!(
+            line.starts_with("export "),
+            "not an export line on stdout: {line:?}"
+        );
+    }
+    assert!(stderr.contains("Reading package lists..."), "{stderr}");
+    assert!(stderr.contains("building the control plane"), "{stderr}");
+}

@@ -7,7 +7,7 @@ use berth::config;
 use berth::history::{HistoryLog, Outcome, SyncRecord};
 use berth::sync::describe;
 
-use super::sync::counts;
+use super::sync::{counts, select};
 
 /// Arguments of `berth history`.
 #[derive(clap::Args)]
@@ -24,7 +24,7 @@ pub struct Args {
     #[arg(long, value_parser = humantime::parse_duration)]
     pub since: Option<std::time::Duration>,
     /// Only records with this outcome.
-    #[arg(long, value_parser = ["succeeded", "failed", "no-change", "interrupted"])]
+    #[arg(long, value_parser = ["succeeded", "failed", "no-change", "interrupted", "rolled-back"])]
     pub outcome: Option<String>,
     /// Print JSON lines instead of a table.
     #[arg(long)]
@@ -49,14 +49,11 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     let log = HistoryLog::new(&config.agent.state_dir);
     let records = match &args.app {
-        Some(app) => log.read(app)?,
+        Some(app) => log.read(&select(&config.apps, std::slice::from_ref(app))?[0].name)?,
         None => log.read_all()?,
     };
     if let Some(Show::Show { id, json }) = &args.show {
-        let Some(r) = records.iter().find(|r| &r.id == id) else {
-            eprintln!("error: no sync record {id:?}; `berth history` lists the ids");
-            return Ok(ExitCode::FAILURE);
-        };
+        let r = find_record(&records, id)?;
         if *json {
             println!("{}", serde_json::to_string_pretty(r)?);
         } else {
@@ -87,6 +84,27 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         print!("{}", records_table(&selected, now));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The record with id `id`, or the one record whose id starts with it (as git takes a
+/// unique prefix of a commit's SHA).
+fn find_record<'r>(records: &'r [SyncRecord], id: &str) -> anyhow::Result<&'r SyncRecord> {
+    if let Some(r) = records.iter().find(|r| r.id == id) {
+        return Ok(r);
+    }
+    let matching: Vec<&SyncRecord> = records.iter().filter(|r| r.id.starts_with(id)).collect();
+    match matching.as_slice() {
+        [one] => Ok(one),
+        [] => anyhow::bail!("no sync record {id:?}; `berth history` lists the ids"),
+        many => anyhow::bail!(
+            "{id:?} is the start of {} record ids ({}): give more of it",
+            many.len(),
+            many.iter()
+                .map(|r| r.id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 fn age(now: jiff::Timestamp, r: &SyncRecord) -> std::time::Duration {

@@ -8,3 +8,10 @@ pub mod run;
 pub mod status;
 pub mod sync;
 pub mod validate;
+
+/// Prints one line of a command that writes to the cluster: a closed stdout (`berth sync
+/// | head -1`) must not stop a sync half way, so what nobody reads is dropped.
+pub fn say(line: impl std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
+}

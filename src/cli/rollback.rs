@@ -34,14 +34,14 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         to_revision: args.to_revision,
         wait: !args.no_wait,
     };
-    let print = |line: &str| println!("{}: {line}", app.name);
-    let record = syncer.rollback(app, &request, &print).await;
+    let print = |line: &str| super::say(format_args!("{}: {line}", app.name));
+    let record = syncer.rollback(app, &request, &print).await?;
     if let Some(note) = &record.note {
-        println!("note: {note}");
+        super::say(format_args!("note: {note}"));
     }
-    println!("{}", summary(&record));
+    super::say(summary(&record));
     Ok(match record.outcome {
-        Outcome::Succeeded | Outcome::NoChange => ExitCode::SUCCESS,
+        Outcome::RolledBack | Outcome::NoChange => ExitCode::SUCCESS,
         _ => ExitCode::FAILURE,
     })
 }

@@ -22,27 +22,28 @@ pub struct Args {
     pub apps: Vec<String>,
 }
 
-/// Runs `berth status`.
+/// Runs `berth status`. The last sync of each app comes from the local history; when the
+/// cluster cannot be reached, that part is still shown and the command says so.
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
-    let client = client::connect(&config.cluster).await?;
+    let selected = select(&config.apps, &args.apps)?;
     let log = HistoryLog::new(&config.agent.state_dir);
     let now = jiff::Timestamp::now();
+    let live = tokio::time::timeout(CLUSTER_TIMEOUT, live(&config, &selected))
+        .await
+        .unwrap_or_else(|_| {
+            Err(anyhow::anyhow!(
+                "no answer within {}s",
+                CLUSTER_TIMEOUT.as_secs()
+            ))
+        });
     let mut apps = vec![["APP", "COMMIT", "OUTCOME", "AGE", "HELD"].map(String::from)];
-    let mut deployments = vec![[
-        "APP",
-        "DEPLOYMENT",
-        "REVISION",
-        "READY",
-        "UP-TO-DATE",
-        "PHASE",
-    ]
-    .map(String::from)];
-    for app in select(&config.apps, &args.apps)? {
+    for (i, app) in selected.iter().enumerate() {
         let last = log.read(&app.name)?.pop();
-        let inv = inventory::load(&client, &config.agent.inventory_namespace, &app.name)
-            .await?
-            .unwrap_or_default();
+        let held = match &live {
+            Ok(live) => live.held[i].clone().unwrap_or_else(|| "-".into()),
+            Err(_) => "?".into(),
+        };
         apps.push([
             app.name.clone(),
             last.as_ref()
@@ -59,11 +60,56 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
                     )
                 })
                 .unwrap_or_else(|| "-".into()),
-            inv.held
-                .as_ref()
-                .map(|h| h.reason.clone())
-                .unwrap_or_else(|| "-".into()),
+            held,
         ]);
+    }
+    print!("{}", table(&apps));
+    match live {
+        Ok(live) => {
+            if live.deployments.len() > 1 {
+                println!();
+                print!("{}", table(&live.deployments));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!(
+                "error: the cluster is unavailable ({e:#}): held apps and Deployments are not shown; the table above is the local history (check [cluster] in {})",
+                config_path.display()
+            );
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// How long `berth status` waits for the cluster before showing the local part alone.
+const CLUSTER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// What the cluster says of the apps: why each is held, and a row per Deployment.
+struct Live {
+    held: Vec<Option<String>>,
+    deployments: Vec<[String; 6]>,
+}
+
+async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::Result<Live> {
+    let client = client::connect(&config.cluster).await?;
+    let mut live = Live {
+        held: Vec::new(),
+        deployments: vec![[
+            "APP",
+            "DEPLOYMENT",
+            "REVISION",
+            "READY",
+            "UP-TO-DATE",
+            "PHASE",
+        ]
+        .map(String::from)],
+    };
+    for app in apps {
+        let inv = inventory::load(&client, &config.agent.inventory_namespace, &app.name)
+            .await?
+            .unwrap_or_default();
+        live.held.push(inv.held.as_ref().map(|h| h.reason.clone()));
         for key in inv
             .objects
             .iter()
@@ -75,7 +121,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
                 .get_opt(&key.name)
                 .await?
             else {
-                deployments.push([
+                live.deployments.push([
                     app.name.clone(),
                     format!("{ns}/{}", key.name),
                     "-".into(),
@@ -96,7 +142,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
                 .unwrap_or_else(|| "-".into());
             let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
             let status = d.status.as_ref();
-            deployments.push([
+            live.deployments.push([
                 app.name.clone(),
                 format!("{ns}/{}", key.name),
                 revision,
@@ -112,10 +158,5 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             ]);
         }
     }
-    print!("{}", table(&apps));
-    if deployments.len() > 1 {
-        println!();
-        print!("{}", table(&deployments));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(live)
 }

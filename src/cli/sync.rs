@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use berth::config::{self, AppConfig};
 use berth::history::{Outcome, SyncRecord, Trigger};
+use berth::plural;
 use berth::sync::{SyncOptions, Syncer};
 
 /// Arguments of `berth sync`.
@@ -41,7 +42,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         let shutdown = shutdown.clone();
         let syncer = &syncer;
         async move {
-            let print = move |line: &str| println!("{name}: {line}");
+            let print = move |line: &str| super::say(format_args!("{name}: {line}"));
             syncer
                 .sync(
                     app,
@@ -59,7 +60,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let records = futures::future::join_all(syncs).await;
     let mut ok = true;
     for r in &records {
-        println!("{}", summary(r));
+        super::say(summary(r));
         ok &= matches!(
             r.outcome,
             Outcome::Succeeded | Outcome::NoChange | Outcome::Held
@@ -96,16 +97,21 @@ pub fn summary(r: &SyncRecord) -> String {
     let secs = r.duration_ms as f64 / 1000.0;
     match r.outcome {
         Outcome::NoChange => format!(
-            "{}: no change at {commit} ({} objects, {secs:.1}s)",
-            r.app, r.unchanged
+            "{}: no change at {commit} ({}, {secs:.1}s)",
+            r.app,
+            plural(r.unchanged, "object")
         ),
         Outcome::Succeeded => format!("{}: synced {commit} in {secs:.1}s: {}", r.app, counts(r)),
         Outcome::Held => format!("{}: held at {commit}: nothing applied", r.app),
+        Outcome::RolledBack => format!(
+            "{}: rolled back in {secs:.1}s; held at commit {commit}",
+            r.app
+        ),
         Outcome::Failed | Outcome::Interrupted => format!(
-            "{}: {} at {commit} after {secs:.1}s with {} error(s); details: berth history show {}",
+            "{}: {} at {commit} after {secs:.1}s with {}; details: berth history show {}",
             r.app,
             r.outcome.as_str().to_uppercase(),
-            r.errors.len(),
+            plural(r.errors.len(), "error"),
             r.id
         ),
     }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use berth::config::{self, AppConfig, Config};
 use berth::manifest::{Builder, BuiltinScopes, Limits, Manifest};
+use berth::source::git;
 
 /// Arguments of `berth validate`.
 #[derive(clap::Args)]
@@ -20,9 +21,9 @@ pub struct Args {
 pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     println!(
-        "config {}: ok ({} apps)",
+        "config {}: ok ({})",
         config_path.display(),
-        config.apps.len()
+        berth::plural(config.apps.len(), "app")
     );
     let limits = Limits {
         max_file_size: config.agent.max_file_size,
@@ -30,6 +31,17 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     };
     let mut failed = false;
     for app in &config.apps {
+        if let (None, Some(path)) = (&args.dir, git::local_path(&app.repo)) {
+            if !path.exists() {
+                failed = true;
+                println!(
+                    "app {}: repository path {} does not exist",
+                    app.name,
+                    path.display()
+                );
+                continue;
+            }
+        }
         let Some(root) = args.dir.clone().or_else(|| local_checkout(&config, app)) else {
             println!(
                 "app {}: skipped, no local checkout (run `berth sync {0}` first, or pass --dir)",
@@ -42,9 +54,9 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             .and_then(|b| Ok(b.render()?));
         match rendered {
             Ok(manifests) => println!(
-                "app {}: {} objects from {} ({})",
+                "app {}: {} from {} ({})",
                 app.name,
-                manifests.len(),
+                berth::plural(manifests.len(), "object"),
                 root.display(),
                 kinds(&manifests)
             ),
@@ -63,13 +75,10 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
 
 /// The repository itself when it is a local path, else the agent's cached checkout.
 fn local_checkout(config: &Config, app: &AppConfig) -> Option<PathBuf> {
-    let local = app.repo.strip_prefix("file://").unwrap_or(&app.repo);
-    let candidates = [
-        (!app.repo.contains("://") || app.repo.starts_with("file://"))
-            .then(|| PathBuf::from(local)),
-        Some(config.agent.state_dir.join("repos").join(&app.name)),
-    ];
-    candidates.into_iter().flatten().find(|p| p.is_dir())
+    match git::local_path(&app.repo) {
+        Some(local) => local.is_dir().then_some(local),
+        None => Some(config.agent.state_dir.join("repos").join(&app.name)).filter(|p| p.is_dir()),
+    }
 }
 
 fn kinds(manifests: &[Manifest]) -> String {

@@ -17,8 +17,16 @@ pub async fn connect(cluster: &ClusterConfig) -> Result<kube::Client, ClusterErr
     };
     let config = match &cluster.kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .map_err(|e| ClusterError::Connect(format!("{}: {e}", path.display())))?;
+            let kc = Kubeconfig::read_from(path).map_err(|e| {
+                ClusterError::Connect(match e {
+                    kube::config::KubeconfigError::ReadConfig(io, _) => format!(
+                        "cannot read kubeconfig {}: {} (check [cluster] kubeconfig)",
+                        path.display(),
+                        crate::config::io_message(&io)
+                    ),
+                    e => format!("{}: {e}", path.display()),
+                })
+            })?;
             kube::Config::from_custom_kubeconfig(kc, &options)
                 .await
                 .map_err(|e| ClusterError::Connect(format!("{}: {e}", path.display())))?

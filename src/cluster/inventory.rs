@@ -56,6 +56,12 @@ pub struct Held {
 }
 
 impl Inventory {
+    /// Why commit `sha` is held, when it is: a held app skips only the commit it was held
+    /// at; a new commit is applied. `berth sync` and `berth plan` both ask this.
+    pub fn held_at(&self, sha: &str) -> Option<&Held> {
+        self.held.as_ref().filter(|h| h.commit == sha)
+    }
+
     /// The entries by object.
     pub fn by_key(&self) -> HashMap<&ObjectKey, &Entry> {
         self.objects.iter().map(|e| (&e.key, e)).collect()

@@ -29,6 +29,12 @@ pub enum SourceError {
         /// What went wrong.
         message: String,
     },
+    /// A local repository path that does not exist.
+    #[error("cannot fetch {}: the path does not exist (check the app's repo)", path.display())]
+    NoSuchPath {
+        /// The absolute path.
+        path: PathBuf,
+    },
     /// The ref does not exist on the remote (any more).
     #[error("{what} not found in {url} (deleted, or never pushed?)")]
     RefNotFound {
@@ -159,6 +165,9 @@ pub fn fetch_and_checkout(
     state_dir: &Path,
     previous: Option<&str>,
 ) -> Result<Checkout, SourceError> {
+    if let Some(path) = local_path(&app.repo).filter(|p| !p.exists()) {
+        return Err(SourceError::NoSuchPath { path });
+    }
     let cache = state_dir.join("repos").join(&app.name);
     match fetch_into(app, &cache, previous) {
         Err(SourceError::Cache { .. }) => {

@@ -69,7 +69,10 @@ impl Run<'_> {
     ) -> Result<(), Stop> {
         let Validated { first, mut late } = self.validate(writes).await?;
         let count = writes.len() + deferred.len();
-        (self.report)(&format!("dry run passed; applying {count} objects"));
+        (self.report)(&format!(
+            "dry run passed; applying {}",
+            crate::plural(count, "object")
+        ));
         self.apply(writes, &first).await?;
         self.wait_for_crds(writes, &first).await?;
         if !deferred.is_empty() {

@@ -12,7 +12,7 @@ use crate::cluster::apply::{apply_all, Target};
 use crate::cluster::inventory::Held;
 use crate::config::AppConfig;
 use crate::history::{
-    commit_of_revision, Outcome, RolloutOutcome, RolloutRecord, SyncRecord, Trigger,
+    commit_of_template, Outcome, RolloutOutcome, RolloutRecord, SyncRecord, Trigger,
 };
 use crate::manifest::{ObjectKey, LABEL_APP};
 use crate::rollout::revisions::{self, Revisions};
@@ -30,14 +30,37 @@ pub struct RollbackRequest<'a> {
     pub wait: bool,
 }
 
+/// A rollback refused before anything was written (no such Deployment or revision):
+/// nothing is recorded in the history.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct RollbackRefused(String);
+
+/// How a manual rollback ended early.
+enum Ended {
+    /// Failed part way: recorded.
+    Failed,
+    /// Refused before anything was written: not recorded.
+    Refused(String),
+}
+
+impl From<Stop> for Ended {
+    fn from(_: Stop) -> Self {
+        Ended::Failed
+    }
+}
+
 impl Syncer {
     /// Rolls a Deployment of `app` back and records it in the history.
+    ///
+    /// # Errors
+    /// The app manages no such Deployment, or it has no such revision.
     pub async fn rollback(
         &self,
         app: &AppConfig,
         request: &RollbackRequest<'_>,
         report: Report<'_>,
-    ) -> SyncRecord {
+    ) -> Result<SyncRecord, RollbackRefused> {
         let (_stop, shutdown) = watch::channel(false);
         let clock = std::time::Instant::now();
         let mut run = Run::new(
@@ -49,17 +72,18 @@ impl Syncer {
         );
         run.rec.outcome = match run.manual_rollback(request).await {
             Ok(outcome) => outcome,
-            Err(_) => Outcome::Failed,
+            Err(Ended::Refused(message)) => return Err(RollbackRefused(message)),
+            Err(Ended::Failed) => Outcome::Failed,
         };
         run.rec.finished_at = jiff::Timestamp::now();
         run.rec.duration_ms = clock.elapsed().as_millis() as u64;
         self.record(&run.rec);
-        run.rec
+        Ok(run.rec)
     }
 }
 
 impl Run<'_> {
-    async fn manual_rollback(&mut self, request: &RollbackRequest<'_>) -> Result<Outcome, Stop> {
+    async fn manual_rollback(&mut self, request: &RollbackRequest<'_>) -> Result<Outcome, Ended> {
         let mut inventory = self.load_inventory().await?;
         let key = self.find_deployment(
             &inventory
@@ -112,7 +136,7 @@ impl Run<'_> {
         };
         let manifests = self.render(&checkout, &kinds)?;
         let Some(manifest) = manifests.into_iter().find(|m| m.key() == key) else {
-            return Err(self.stop(format!(
+            return Err(Ended::Refused(format!(
                 "Deployment {} is not in the local checkout of app {}: run `berth sync {}` first",
                 key_name(&key),
                 self.app.name,
@@ -131,11 +155,11 @@ impl Run<'_> {
             .pop();
         let applied = match applied {
             Some(Ok(obj)) => obj,
-            Some(Err(e)) => return Err(self.stop(e.to_string())),
-            None => return Err(self.stop("no apply result".into())),
+            Some(Err(e)) => return Err(self.stop(e.to_string()).into()),
+            None => return Err(self.stop("no apply result".into()).into()),
         };
         let records = self.syncer.history.read(&self.app.name).unwrap_or_default();
-        let commit = commit_of_revision(&records, &key, target.revision);
+        let commit = commit_of_template(&records, &key, &target.hash);
         let message =
             rollback::message(&key_name(&key), current, target.revision, commit.as_deref());
         (self.report)(&message);
@@ -197,9 +221,10 @@ impl Run<'_> {
             rollback: None,
         });
         match outcome {
-            RolloutOutcome::Complete => Ok(Outcome::Succeeded),
-            RolloutOutcome::Interrupted => Ok(Outcome::Succeeded),
-            _ => Err(self.stop("the rollback's rollout did not complete".into())),
+            RolloutOutcome::Complete | RolloutOutcome::Interrupted => Ok(Outcome::RolledBack),
+            _ => Err(self
+                .stop("the rollback's rollout did not complete".into())
+                .into()),
         }
     }
 
@@ -209,7 +234,7 @@ impl Run<'_> {
     }
 
     /// The managed Deployment named `name` or `namespace/name`.
-    fn find_deployment(&mut self, managed: &[ObjectKey], name: &str) -> Result<ObjectKey, Stop> {
+    fn find_deployment(&self, managed: &[ObjectKey], name: &str) -> Result<ObjectKey, Ended> {
         let (ns, name) = match name.split_once('/') {
             Some((ns, n)) => (Some(ns), n),
             None => (None, name),
@@ -221,17 +246,17 @@ impl Run<'_> {
             .collect();
         match found.as_slice() {
             [one] => Ok((*one).clone()),
-            [] => Err(self.stop(format!("app {} manages no Deployment {name:?} ({LABEL_APP}={}); `berth status {}` lists them", self.app.name, self.app.name, self.app.name))),
-            _ => Err(self.stop(format!("several Deployments are named {name:?}: give it as NAMESPACE/NAME"))),
+            [] => Err(Ended::Refused(format!("app {} manages no Deployment {name:?} ({LABEL_APP}={}); `berth status {}` lists them", self.app.name, self.app.name, self.app.name))),
+            _ => Err(Ended::Refused(format!("several Deployments are named {name:?}: give it as NAMESPACE/NAME"))),
         }
     }
 
     fn pick_revision<'r>(
-        &mut self,
+        &self,
         key: &ObjectKey,
         revisions: &'r Revisions,
         to: Option<i64>,
-    ) -> Result<&'r revisions::ReplicaSetInfo, Stop> {
+    ) -> Result<&'r revisions::ReplicaSetInfo, Ended> {
         let known: Vec<String> = revisions
             .new
             .iter()
@@ -246,7 +271,7 @@ impl Run<'_> {
             let what = to.map_or("an earlier revision".to_string(), |n| {
                 format!("revision {n}")
             });
-            self.stop(format!(
+            Ended::Refused(format!(
                 "Deployment {} has no {what} (revisions: {})",
                 key_name(key),
                 known.join(", ")

@@ -12,7 +12,7 @@ mod manual;
 mod preview;
 mod rollouts;
 
-pub use manual::RollbackRequest;
+pub use manual::{RollbackRefused, RollbackRequest};
 pub use preview::{PlannedObject, Preview};
 
 use std::collections::HashSet;
@@ -255,11 +255,7 @@ impl<'a> Run<'a> {
             plan,
         } = self.prepare().await?;
         let sha = checkout.commit.sha.clone();
-        if let Some(held) = inventory
-            .held
-            .as_ref()
-            .filter(|h| h.commit == sha && !self.options.force)
-        {
+        if let Some(held) = inventory.held_at(&sha).filter(|_| !self.options.force) {
             let note = format!(
                 "held: {}; waiting for a new commit (berth sync --force retries this one)",
                 held.reason
@@ -274,8 +270,8 @@ impl<'a> Run<'a> {
         {
             self.rec.unchanged = plan.planned.len();
             (self.report)(&format!(
-                "no change: {} objects match {}",
-                plan.planned.len(),
+                "no change: {} match {}",
+                crate::plural(plan.planned.len(), "object"),
                 checkout.commit.short()
             ));
             return Ok(Outcome::NoChange);
@@ -442,7 +438,10 @@ impl<'a> Run<'a> {
         };
         match builder.render() {
             Ok(manifests) => {
-                (self.report)(&format!("rendered {} objects", manifests.len()));
+                (self.report)(&format!(
+                    "rendered {}",
+                    crate::plural(manifests.len(), "object")
+                ));
                 Ok(manifests)
             }
             Err(errors) => {
@@ -463,8 +462,8 @@ impl<'a> Run<'a> {
         {
             self.fail(
                 format!(
-                    "the commit holds no objects: refusing to prune all {} objects of app {} (set allow_empty = true if that is what you want)",
-                    inventory.objects.len(),
+                    "the commit holds no objects: refusing to prune all {} of app {} (set allow_empty = true if that is what you want)",
+                    crate::plural(inventory.objects.len(), "object"),
                     self.app.name
                 ),
                 None,

@@ -81,7 +81,10 @@ impl Syncer {
             errors: Vec::new(),
         };
         if let Ok(prepared) = run.prepare().await {
-            preview.held = prepared.inventory.held.as_ref().map(|h| h.reason.clone());
+            preview.held = prepared
+                .inventory
+                .held_at(&prepared.checkout.commit.sha)
+                .map(|h| h.reason.clone());
             let plan = prepared.plan;
             let (same, mut writes) = split_writes(plan.planned);
             preview.unchanged = same.len();

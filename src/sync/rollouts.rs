@@ -9,7 +9,7 @@ use super::{describe, Run, Write};
 use crate::cluster::apply::{apply_all, Target};
 use crate::config::{OnFailure, RolloutEngine};
 use crate::history::{
-    commit_of_revision, FollowedRollout, RollbackRecord, RolloutOutcome, RolloutRecord,
+    commit_of_template, FollowedRollout, RollbackRecord, RolloutOutcome, RolloutRecord,
 };
 use crate::manifest::ObjectKey;
 use crate::rollout::engine::{Engine, EngineError};
@@ -199,7 +199,7 @@ impl Run<'_> {
             .ok_or("no apply result")?
             .map_err(|e| format!("rollback failed: {e}"))?;
         let records = self.syncer.history.read(&self.app.name).unwrap_or_default();
-        let commit = commit_of_revision(&records, &key, target.revision);
+        let commit = commit_of_template(&records, &key, &target.hash);
         let message = rollback::message(
             &key_name(&key),
             failed.rollout.revision,
