@@ -101,7 +101,11 @@ fn validate_renders_each_app_from_dir() {
 fn config_file(name: &str, text: &str) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(name);
-    std::fs::write(&path, text.replace("STATE", &dir.path().display().to_string())).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("STATE", &dir.path().display().to_string()),
+    )
+    .unwrap();
     let path = path.display().to_string();
     (dir, path)
 }
@@ -116,13 +120,21 @@ fn config_errors_name_file_line_and_key_once() {
     assert_eq!(code, 1);
     assert_eq!(
         err.trim(),
-        format!("error: {path}:5:8: app[1].name: duplicate app name \"a\": app names must be unique")
+        format!(
+            "error: {path}:5:8: app[1].name: duplicate app name \"a\": app names must be unique"
+        )
     );
 
-    let (_dir, path) = config_file("typo.toml", "[[app]]\nname = \"a\"\nrepo = \"x\"\nprnue = true\n");
+    let (_dir, path) = config_file(
+        "typo.toml",
+        "[[app]]\nname = \"a\"\nrepo = \"x\"\nprnue = true\n",
+    );
     let (code, _, err) = berth(&["validate", "--config", &path]);
     assert_eq!(code, 1);
-    assert!(err.contains(&format!("{path}:4:1: app[0].prnue: unknown field `prnue`")), "{err}");
+    assert!(
+        err.contains(&format!("{path}:4:1: app[0].prnue: unknown field `prnue`")),
+        "{err}"
+    );
 
     let (code, _, err) = berth(&["validate", "--config", "/nonexistent/berth.toml"]);
     assert_eq!(code, 1);
@@ -159,7 +171,10 @@ fn validate_says_a_local_repository_path_does_not_exist() {
     .unwrap();
     let (code, out, _) = berth(&["validate", "--config", &path]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("config") && out.contains("ok (1 app)"), "{out}");
+    assert!(
+        out.contains("config") && out.contains("ok (1 app)"),
+        "{out}"
+    );
     assert!(
         out.contains("app a: repository path /nonexistent/repo does not exist"),
         "{out}"
@@ -175,7 +190,10 @@ fn history_refuses_an_unknown_app_and_takes_an_id_prefix() {
     let (code, out, err) = berth(&["history", "nosuch", "--config", &path]);
     assert_eq!(code, 1, "{out}");
     assert_eq!(out, "");
-    assert!(err.contains("no app named \"nosuch\" in the configuration (apps: web)"), "{err}");
+    assert!(
+        err.contains("no app named \"nosuch\" in the configuration (apps: web)"),
+        "{err}"
+    );
 
     write_history(dir.path(), "web", &["m0a1", "m0a2", "m0b1"]);
     let (code, out, err) = berth(&["history", "show", "m0b", "--config", &path]);
@@ -183,7 +201,10 @@ fn history_refuses_an_unknown_app_and_takes_an_id_prefix() {
     assert!(out.starts_with("ID:        m0b1\n"), "{out}");
     let (code, _, err) = berth(&["history", "show", "m0a", "--config", &path]);
     assert_eq!(code, 1);
-    assert!(err.contains("\"m0a\" is the start of 2 record ids (m0a1, m0a2)"), "{err}");
+    assert!(
+        err.contains("\"m0a\" is the start of 2 record ids (m0a1, m0a2)"),
+        "{err}"
+    );
     let (code, _, err) = berth(&["history", "show", "zz", "--config", &path]);
     assert_eq!(code, 1);
     assert!(err.contains("no sync record \"zz\""), "{err}");
@@ -236,4 +257,31 @@ fn a_closed_pipe_ends_commands_quietly() {
             "berth {args}: {stdout}"
         );
     }
+}
+
+#[test]
+fn status_shows_the_local_history_when_the_cluster_is_down() {
+    let (dir, path) = config_file(
+        "berth.toml",
+        "[agent]\nstate_dir = \"STATE\"\n[cluster]\nkubeconfig = \"STATE/kubeconfig\"\n[[app]]\nname = \"web\"\nrepo = \"x\"\n",
+    );
+    // Port 1 on loopback: nothing listens, the connection is refused at once.
+    std::fs::write(
+        dir.path().join("kubeconfig"),
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: down\n  cluster: {server: \"https://127.0.0.1:1\", insecure-skip-tls-verify: true}\nusers:\n- name: u\n  user: {token: t}\ncontexts:\n- name: down\n  context: {cluster: down, user: u}\ncurrent-context: down\n",
+    )
+    .unwrap();
+    write_history(dir.path(), "web", &["m0a1"]);
+    let (code, out, err) = berth(&["status", "--config", &path]);
+    assert_eq!(code, 1, "{out}{err}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("web"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(row.split_whitespace().nth(2), Some("no-change"), "{out}");
+    assert!(err.contains("the cluster is unavailable"), "{err}");
+    assert!(
+        err.contains("the table above is the local history"),
+        "{err}"
+    );
 }

@@ -275,3 +275,86 @@ async fn halt_leaves_a_failed_rollout_as_it_is() {
     let (_, out, _) = setup.berth(&["sync"]);
     assert!(out.contains("the app is halted"), "{out}");
 }
+
+/// What `berth rollback` and the history say: a mistyped rollback is refused and recorded
+/// nowhere; a real one is an outcome of its own; `plan` and `sync` agree on what is held;
+/// a later automatic rollback credits the commit the restored template came from, even
+/// though the manual rollback gave that template a new revision number.
+#[tokio::test]
+async fn rollbacks_say_what_happened() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "say-rollback").await;
+    let repo = Repo::new();
+    let deadline = "  progressDeadlineSeconds: 4\n";
+    repo.write("web.yaml", &deployment("web:1", "", deadline));
+    let first = repo.commit("web 1");
+    let setup = Setup::new(cp, "say", &repo, &ns, "");
+    assert_eq!(setup.berth(&["sync"]).0, 0);
+    repo.write("web.yaml", &deployment("web:2", "", deadline));
+    let second = repo.commit("web 2");
+    assert_eq!(setup.berth(&["sync"]).0, 0);
+    let recorded = setup.history().len();
+
+    let (code, out, err) = setup.berth(&["rollback", "say", "nosuch"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        err.contains("app say manages no Deployment \"nosuch\""),
+        "{err}"
+    );
+    let (code, _, err) = setup.berth(&["rollback", "say", "web", "--to-revision", "99"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(&format!(
+            "Deployment {ns}/web has no revision 99 (revisions: 2, 1)"
+        )),
+        "{err}"
+    );
+    assert_eq!(
+        setup.history().len(),
+        recorded,
+        "a refused rollback records nothing"
+    );
+    assert_eq!(image(&client, &ns).await, "web:2");
+
+    let (code, out, err) = setup.berth(&["rollback", "say", "web"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("say: rolled back in"), "{out}");
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::RolledBack);
+    let (_, table, _) = setup.berth(&["history"]);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(&record.id))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains("rolled-back"), "{table}");
+    assert_eq!(image(&client, &ns).await, "web:1");
+
+    // Held at the current commit: plan and sync both say so.
+    let (_, plan, _) = setup.berth(&["plan"]);
+    assert!(plan.contains("held:"), "{plan}");
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("held at"), "{out}");
+
+    // A new commit is not held: plan says it will be applied, and sync applies it. Its
+    // rollout fails and is rolled back to revision 3, the template of the first commit.
+    repo.write("web.yaml", &deployment("web:broken", NEVER, deadline));
+    repo.commit("broken web");
+    let (_, plan, _) = setup.berth(&["plan"]);
+    assert!(!plan.contains("held:"), "{plan}");
+    assert!(plan.contains("configure"), "{plan}");
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!(
+            "rolled back Deployment {ns}/web from revision 4 to 3 (commit {})",
+            &first[..7]
+        )),
+        "credits the first commit, not {}: {out}",
+        &second[..7]
+    );
+    assert_eq!(image(&client, &ns).await, "web:1");
+}

@@ -557,3 +557,55 @@ async fn an_empty_commit_prunes_nothing_and_annotated_objects_are_kept() {
         "{out}"
     );
 }
+
+/// What a user reads when things go wrong: a repository path that is gone is named as
+/// such; a refused dry run is berth's own line alone, without the client library's log
+/// lines or colour codes, and `--log-format json` keeps stderr JSON.
+#[tokio::test]
+async fn failures_are_reported_once_in_plain_words() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "plain-words").await;
+    let repo = Repo::new();
+    repo.write(
+        "invalid.yaml",
+        &deployment("invalid", "nginx").replace("replicas: 1", "replicas: -1"),
+    );
+    repo.commit("invalid field");
+    let setup = Setup::new(cp, "plain-words", &repo, &ns, "");
+
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("dry run refused Deployment"), "{out}");
+    assert!(!err.contains("kube_client"), "library log lines: {err}");
+    assert!(
+        !err.contains('\u{1b}') && !out.contains('\u{1b}'),
+        "colour codes: {err}"
+    );
+    assert!(out.contains("with 1 error;"), "{out}");
+
+    let (code, _, err) = setup.berth(&["sync", "--log-format", "json"]);
+    assert_eq!(code, 1);
+    for line in err.lines() {
+        assert!(
+            serde_json::from_str::<serde_json::Value>(line).is_ok(),
+            "not JSON on stderr: {line}"
+        );
+    }
+
+    let gone = repo.dir.path().to_path_buf();
+    drop(repo);
+    assert!(!gone.exists());
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!(
+            "cannot fetch {}: the path does not exist",
+            gone.display()
+        )),
+        "{out}"
+    );
+    assert!(!out.contains("unsupported URL protocol"), "{out}");
+}
