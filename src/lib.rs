@@ -26,6 +26,7 @@
 //! - [`source`]: git fetch and checkout, ssh host keys, repository watches;
 //! - [`manifest`]: the Visitor pipeline that turns a checkout into manifests;
 //! - [`plan`]: what a sync writes, keeps and prunes (pure);
+//! - [`diff`]: `berth plan`'s per-object diffs, Secret values masked (pure);
 //! - [`cluster`]: client, discovery, apply, inventory, prune;
 //! - [`sync`]: one sync of one app, step by step;
 //! - [`history`]: the sync history log;
@@ -36,6 +37,7 @@
 pub mod agent;
 pub mod cluster;
 pub mod config;
+pub mod diff;
 pub mod history;
 pub mod manifest;
 pub mod plan;

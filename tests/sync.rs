@@ -609,3 +609,86 @@ async fn failures_are_reported_once_in_plain_words() {
     );
     assert!(!out.contains("unsupported URL protocol"), "{out}");
 }
+
+/// `berth plan` shows field by field what a sync changes: the live object against the
+/// server's dry-run answer, so defaulted fields are no change; Secret values never shown.
+#[tokio::test]
+async fn plan_shows_a_diff_of_each_changed_object() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "plan-diff").await;
+    let secret = |password: &str| {
+        format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\nstringData:\n  user: admin\n  password: {password}\n")
+    };
+    let repo = Repo::new();
+    repo.write("web.yaml", &deployment("web", "nginx:1.25"));
+    repo.write("db.yaml", &secret("s3cr3t-one"));
+    repo.commit("first");
+    let setup = Setup::new(cp, "plan-diff", &repo, &ns, "");
+    assert_eq!(setup.berth(&["sync"]).0, 0);
+
+    repo.write("web.yaml", &deployment("web", "nginx:1.26"));
+    repo.write("db.yaml", &secret("s3cr3t-two"));
+    repo.write("new.yaml", &config_map("new", "1"));
+    repo.commit("second");
+    let (code, out, err) = setup.berth(&["plan"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let changed: Vec<&str> = out
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| {
+            (l.starts_with('-') || l.starts_with('+'))
+                && !l.starts_with("---")
+                && !l.starts_with("+++")
+        })
+        .collect();
+    assert!(changed.contains(&"-        image: nginx:1.25"), "{out}");
+    assert!(changed.contains(&"+        image: nginx:1.26"), "{out}");
+    assert!(
+        changed.contains(&"+  name: new"),
+        "a created object is all added: {out}"
+    );
+    assert!(out.contains("--- live deployment.apps/web"), "{out}");
+    for hidden in [
+        "resourceVersion",
+        "managedFields",
+        "s3cr3t",
+        "czNjcjN0",
+        "YWRtaW4=",
+    ] {
+        assert!(!out.contains(hidden), "{hidden} in {out}");
+    }
+    assert!(changed.contains(&"+  password: '*** (after)'"), "{out}");
+    // Server-defaulted fields are in both sides, so they are no change.
+    assert!(
+        !changed
+            .iter()
+            .any(|l| l.contains("imagePullPolicy") || l.contains("terminationMessagePath")),
+        "{out}"
+    );
+
+    let (code, json, _) = setup.berth(&["plan", "-o", "json"]);
+    assert_eq!(code, 0);
+    let plan: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    let web = plan["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"] == "web")
+        .unwrap_or_else(|| panic!("{json}"));
+    assert!(
+        web["diff"]
+            .as_str()
+            .unwrap()
+            .contains("+        image: nginx:1.26"),
+        "{json}"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    assert_eq!(
+        image(&deployments, "web").await,
+        "nginx:1.25",
+        "plan writes nothing"
+    );
+}

@@ -60,6 +60,9 @@ fn text(p: &Preview) -> String {
     }
     for o in &p.objects {
         out += &format!("  {}\n", o.line());
+        for line in o.diff.iter().flat_map(|d| d.lines()) {
+            out += &format!("    {line}\n");
+        }
     }
     out += &format!("  {} unchanged\n", p.unchanged);
     for d in &p.deployments {

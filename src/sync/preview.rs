@@ -2,11 +2,11 @@
 //! for each Deployment whose template changes, the revision and the predicted steps.
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::Api;
+use kube::api::{Api, DynamicObject};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use super::{describe, split_writes, Report, Run, Syncer};
+use super::{describe, split_writes, Report, Run, Syncer, Write};
 use crate::config::AppConfig;
 use crate::history::{CommitInfo, Trigger};
 use crate::manifest::ObjectKey;
@@ -24,6 +24,10 @@ pub struct PlannedObject {
     /// Why, when not obvious.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// A unified diff from the live object to the server's dry-run answer (Secret values
+    /// masked); `None` for prunes and objects the dry run could not check yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
 }
 
 impl PlannedObject {
@@ -60,6 +64,30 @@ pub struct Preview {
 }
 
 impl Syncer {
+    /// The diff of one write: the live object (read now; absent when it is created)
+    /// against the dry run's answer. A read that fails shows as a note in the diff.
+    async fn diff(&self, w: &Write, planned: &DynamicObject) -> Option<String> {
+        let m = &w.target.manifest;
+        let resource = &w.target.resolved.resource;
+        let api: Api<DynamicObject> = match m.namespace().filter(|_| w.target.resolved.namespaced) {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
+            None => Api::all_with(self.client.clone(), resource),
+        };
+        let live = match w.existing() {
+            Some(Some(_)) => match api.get_opt(m.name()).await {
+                Ok(live) => live,
+                Err(e) => return Some(format!("(cannot read the live object to diff: {e})\n")),
+            },
+            _ => None,
+        };
+        let as_json = |o: &DynamicObject| serde_json::to_value(o).unwrap_or_default();
+        crate::diff::object_diff(
+            live.as_ref().map(as_json).as_ref(),
+            &as_json(planned),
+            &describe(&m.key()),
+        )
+    }
+
     /// Plans a sync of `app` against the cluster without writing anything.
     pub async fn preview(&self, app: &AppConfig, report: Report<'_>) -> Preview {
         let (_stop, shutdown) = watch::channel(false);
@@ -101,10 +129,15 @@ impl Syncer {
                     }
                     _ => None,
                 };
+                let diff = match &w.dry_run {
+                    Some(planned) => self.diff(w, planned).await,
+                    None => None,
+                };
                 preview.objects.push(PlannedObject {
                     key: w.target.manifest.key(),
                     action,
                     note,
+                    diff,
                 });
                 if let Some(plan) = self.predict_deployment(w).await {
                     preview.deployments.push(plan);
@@ -116,6 +149,7 @@ impl Syncer {
                     key: m.key(),
                     action: "create",
                     note,
+                    diff: None,
                 });
             }
             if app.prune {
@@ -124,6 +158,7 @@ impl Syncer {
                         key: e.key.clone(),
                         action: "prune",
                         note: None,
+                        diff: None,
                     });
                 }
             }
