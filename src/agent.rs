@@ -25,6 +25,7 @@ use crate::service::http::{self, Endpoint, Hook};
 use crate::service::lease::{self, Elector};
 use crate::service::metrics::Metrics;
 use crate::service::notify::{watchdog_period, Notifier};
+use crate::shutdown::{self, stopped, Signal};
 use crate::source::{git, watch as repo_watch};
 use crate::sync::{SyncOptions, Syncer};
 
@@ -33,15 +34,10 @@ const DEBOUNCE: Duration = Duration::from_millis(50);
 /// How often idle app loops prove they are alive, and the status line is refreshed.
 const TICK: Duration = Duration::from_secs(1);
 
-/// Resolves once shutdown is asked for (or its sender is gone).
-pub async fn stopped(shutdown: &mut watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|stop| *stop).await.map(|_| ());
-}
-
 /// What the process tells the agent.
 pub struct Signals {
     /// Turns true on SIGTERM / SIGINT.
-    pub shutdown: watch::Receiver<bool>,
+    pub shutdown: Signal,
     /// One message per SIGHUP.
     pub reload: mpsc::Receiver<()>,
 }
@@ -234,7 +230,7 @@ async fn start_http(
     config: &Config,
     metrics: &Arc<Metrics>,
     syncer: &Syncer,
-    shutdown: &watch::Receiver<bool>,
+    shutdown: &Signal,
 ) -> Result<Option<Arc<Endpoint>>, AgentError> {
     if config.agent.listen == "off" {
         return Ok(None);
@@ -257,11 +253,7 @@ async fn start_http(
 }
 
 /// Pings the watchdog while every app loop is alive, and refreshes `STATUS=`.
-async fn watchdog(
-    shared: Arc<Shared>,
-    sync_timeout: Duration,
-    mut shutdown: watch::Receiver<bool>,
-) {
+async fn watchdog(shared: Arc<Shared>, sync_timeout: Duration, mut shutdown: Signal) {
     let period = watchdog_period();
     let every = period.map_or(TICK * 10, |p| (p / 2).min(TICK * 10));
     let mut warned = false;
@@ -331,7 +323,7 @@ impl Agent {
         if let Ok(mut hearts) = self.shared.hearts.lock() {
             hearts.insert(app.name.clone(), heart.clone());
         }
-        let (stop, stopping) = watch::channel(false);
+        let (stop, stopping) = shutdown::channel();
         let mut tasks = Vec::new();
         if app.rollout.engine == RolloutEngine::Agent {
             let syncer = self.shared.syncer();
@@ -497,7 +489,7 @@ async fn app_loop(
     interval: Duration,
     jitter: Duration,
     mut triggers: mpsc::Receiver<Trigger>,
-    mut stop: watch::Receiver<bool>,
+    mut stop: Signal,
     heart: Arc<Heartbeat>,
 ) {
     let log = |line: &str| tracing::info!(app = %app.name, "{line}");

@@ -43,6 +43,7 @@ pub mod manifest;
 pub mod plan;
 pub mod rollout;
 pub mod service;
+pub mod shutdown;
 pub mod source;
 pub mod sync;
 pub mod testenv;

@@ -23,7 +23,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     .context("the cluster did not answer within 30s (check [cluster] in the configuration)")?
     .context("the cluster is not reachable (check [cluster] in the configuration)")?;
     tracing::info!(server = %version.git_version, "connected to the cluster");
-    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let (stop, shutdown) = berth::shutdown::channel();
     let (reload_tx, reload) = tokio::sync::mpsc::channel(1);
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;

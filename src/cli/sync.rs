@@ -30,7 +30,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     let apps = select(&config.apps, &args.apps)?;
     let syncer = Syncer::connect(&config, false).await?;
-    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let (stop, shutdown) = berth::shutdown::channel();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
             eprintln!("interrupted: finishing the current step…");

@@ -21,6 +21,7 @@ use super::hash::{template_hash, POD_TEMPLATE_HASH};
 use super::predict::view;
 use super::revisions::{selector, REVISION};
 use super::steps::{self, DeploymentView, Pass, ReplicaSetView, Strategy};
+use crate::shutdown::{stopped, Signal};
 
 /// Marks the ReplicaSets the engine created; any other owned ReplicaSet means another
 /// controller is at work.
@@ -725,7 +726,7 @@ impl Engine {
 /// The daemon's engine for one app: drives every Deployment labelled
 /// `berth.dev/app=<app>`, for as long as berth runs. A restarted berth picks up a rollout
 /// where the last one stopped, from the state in the cluster.
-pub async fn supervise(engine: Engine, app: String, shutdown: tokio::sync::watch::Receiver<bool>) {
+pub async fn supervise(engine: Engine, app: String, shutdown: Signal) {
     let deployments: Api<Deployment> = Api::all(engine.client.clone());
     let labelled =
         watcher::Config::default().labels(&format!("{}={app}", crate::manifest::LABEL_APP));
@@ -735,7 +736,7 @@ pub async fn supervise(engine: Engine, app: String, shutdown: tokio::sync::watch
     let mut stop = shutdown.clone();
     loop {
         let event = tokio::select! {
-            () = crate::agent::stopped(&mut stop) => break,
+            () = stopped(&mut stop) => break,
             event = events.next() => match event { Some(e) => e, None => break },
         };
         let (d, gone) = match event {
@@ -762,7 +763,7 @@ pub async fn supervise(engine: Engine, app: String, shutdown: tokio::sync::watch
         running.insert(
             key,
             tokio::spawn(async move {
-                if let Err(e) = engine.drive(&ns, &name, crate::agent::stopped(&mut stop)).await {
+                if let Err(e) = engine.drive(&ns, &name, stopped(&mut stop)).await {
                     tracing::error!(deployment = %format!("{ns}/{name}"), error = %e, "berth's rollout engine stopped");
                 }
             }),

@@ -14,11 +14,11 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
-use tokio::sync::watch as shutdown_watch;
 
 use super::revisions::select;
 use super::status::{phase, Phase};
 use crate::history::{FollowedRollout, RolloutOutcome, TimelineStep};
+use crate::shutdown::{stopped, Signal};
 
 /// Timeline steps kept per rollout (the first and the last ones survive a long rollout).
 const MAX_STEPS: usize = 500;
@@ -52,7 +52,7 @@ pub async fn follow(
     name: &str,
     generation: i64,
     timeout: Duration,
-    shutdown: &shutdown_watch::Receiver<bool>,
+    shutdown: &Signal,
     report: &(dyn Fn(&str) + Send + Sync),
 ) -> FollowedRollout {
     let one = [Follow {
@@ -71,7 +71,7 @@ pub async fn follow_many(
     client: &kube::Client,
     follows: &[Follow],
     timeout: Duration,
-    shutdown: &shutdown_watch::Receiver<bool>,
+    shutdown: &Signal,
     report: &(dyn Fn(&Follow, &str) + Send + Sync),
 ) -> Vec<FollowedRollout> {
     let started_at = Timestamp::now();
@@ -88,7 +88,7 @@ pub async fn follow_many(
     let mut shutdown = shutdown.clone();
     let outcome = tokio::select! {
         done = tokio::time::timeout(timeout, t.run(events, report)) => done.map_or(RolloutOutcome::TimedOut, |()| RolloutOutcome::Failed),
-        () = crate::agent::stopped(&mut shutdown) => RolloutOutcome::Interrupted,
+        () = stopped(&mut shutdown) => RolloutOutcome::Interrupted,
     };
     t.finish(outcome, started_at, timeout)
 }

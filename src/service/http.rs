@@ -15,10 +15,11 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use sha2::Sha256;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use super::metrics::Metrics;
 use crate::history::Trigger;
+use crate::shutdown::{stopped, Signal};
 
 /// Largest webhook body read.
 pub const MAX_BODY: usize = 1 << 20;
@@ -43,14 +44,10 @@ pub struct Endpoint {
 }
 
 /// Serves until `shutdown` turns true.
-pub async fn serve(
-    listener: TcpListener,
-    endpoint: Arc<Endpoint>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+pub async fn serve(listener: TcpListener, endpoint: Arc<Endpoint>, mut shutdown: Signal) {
     loop {
         let (stream, _) = tokio::select! {
-            () = crate::agent::stopped(&mut shutdown) => return,
+            () = stopped(&mut shutdown) => return,
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {

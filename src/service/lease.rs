@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::shutdown::{stopped, Signal};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -101,7 +102,7 @@ impl Elector {
 
     /// Runs rounds every third of the lease duration, publishing leadership, until
     /// `shutdown`; then releases the Lease.
-    pub async fn run(self, leader: watch::Sender<bool>, mut shutdown: watch::Receiver<bool>) {
+    pub async fn run(self, leader: watch::Sender<bool>, mut shutdown: Signal) {
         let period = self.duration / 3;
         loop {
             let holding = match self.round().await {
@@ -117,7 +118,7 @@ impl Elector {
                 changed
             });
             tokio::select! {
-                () = crate::agent::stopped(&mut shutdown) => break,
+                () = stopped(&mut shutdown) => break,
                 () = tokio::time::sleep(period) => {}
             }
         }

@@ -4,7 +4,6 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
-use tokio::sync::watch;
 
 use super::rollouts::key_name;
 use super::{Report, Run, Stop, Syncer};
@@ -18,6 +17,7 @@ use crate::manifest::{ObjectKey, LABEL_APP};
 use crate::rollout::revisions::{self, Revisions};
 use crate::rollout::rollback;
 use crate::rollout::track::{self, Follow};
+use crate::shutdown;
 use crate::source::git;
 
 /// What to roll back.
@@ -61,7 +61,7 @@ impl Syncer {
         request: &RollbackRequest<'_>,
         report: Report<'_>,
     ) -> Result<SyncRecord, RollbackRefused> {
-        let (_stop, shutdown) = watch::channel(false);
+        let (_stop, shutdown) = shutdown::channel();
         let clock = std::time::Instant::now();
         let mut run = Run::new(
             self,

@@ -19,7 +19,6 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use kube::api::DynamicObject;
-use tokio::sync::watch;
 
 use crate::cluster::apply::{observed, ApplySettings, Target};
 use crate::cluster::discovery::ClusterKinds;
@@ -29,6 +28,7 @@ use crate::config::{AgentConfig, AppConfig};
 use crate::history::{new_id, HistoryLog, ObjectAction, Outcome, RecordError, SyncRecord, Trigger};
 use crate::manifest::{Builder, Limits, Manifest, ObjectKey};
 use crate::plan::{self, Change, Plan};
+use crate::shutdown::{self, Signal};
 use crate::source::git::{self, Checkout};
 
 /// Where progress lines go: the terminal for `berth sync`, the log for the daemon.
@@ -75,7 +75,7 @@ struct Run<'a> {
     syncer: &'a Syncer,
     app: &'a AppConfig,
     options: SyncOptions,
-    shutdown: &'a watch::Receiver<bool>,
+    shutdown: &'a Signal,
     report: Report<'a>,
     rec: SyncRecord,
 }
@@ -149,7 +149,7 @@ impl Syncer {
         &self,
         app: &AppConfig,
         options: SyncOptions,
-        shutdown: &watch::Receiver<bool>,
+        shutdown: &Signal,
         report: Report<'_>,
     ) -> SyncRecord {
         let clock = Instant::now();
@@ -198,7 +198,7 @@ impl<'a> Run<'a> {
         syncer: &'a Syncer,
         app: &'a AppConfig,
         options: SyncOptions,
-        shutdown: &'a watch::Receiver<bool>,
+        shutdown: &'a Signal,
         report: Report<'a>,
     ) -> Self {
         let started = jiff::Timestamp::now();
@@ -350,7 +350,7 @@ impl<'a> Run<'a> {
     }
 
     fn interrupted(&self) -> Result<(), Stop> {
-        if *self.shutdown.borrow() {
+        if shutdown::is_stopped(self.shutdown) {
             Err(Stop::Interrupted)
         } else {
             Ok(())

@@ -4,7 +4,6 @@
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DynamicObject};
 use serde::Serialize;
-use tokio::sync::watch;
 
 use super::{describe, split_writes, Report, Run, Syncer, Write};
 use crate::config::AppConfig;
@@ -12,6 +11,7 @@ use crate::history::{CommitInfo, Trigger};
 use crate::manifest::ObjectKey;
 use crate::rollout::predict::{predict, DeploymentPlan};
 use crate::rollout::revisions::{self, Revisions};
+use crate::shutdown;
 
 /// One object in a plan.
 #[derive(Debug, Clone, Serialize)]
@@ -90,7 +90,7 @@ impl Syncer {
 
     /// Plans a sync of `app` against the cluster without writing anything.
     pub async fn preview(&self, app: &AppConfig, report: Report<'_>) -> Preview {
-        let (_stop, shutdown) = watch::channel(false);
+        let (_stop, shutdown) = shutdown::channel();
         let mut run = Run::new(
             self,
             app,

@@ -16,6 +16,7 @@ use crate::rollout::engine::{Engine, EngineError};
 use crate::rollout::revisions::{self, Revisions};
 use crate::rollout::track::Follow;
 use crate::rollout::{rollback, track};
+use crate::shutdown::{self, stopped};
 
 /// What the rollouts of a sync came to.
 #[derive(Default)]
@@ -266,17 +267,17 @@ impl Run<'_> {
         let Some(engine) = self.engine() else {
             return Ok(following.await);
         };
-        let (done, stopped) = tokio::sync::watch::channel(false);
+        let (done, following_done) = shutdown::channel();
         let following = async move {
             let followed = following.await;
             let _ = done.send(true);
             followed
         };
         let drives = follows.iter().map(|f| {
-            let (engine, mut stopped) = (engine.clone(), stopped.clone());
+            let (engine, mut done) = (engine.clone(), following_done.clone());
             async move {
                 engine
-                    .drive(&f.namespace, &f.name, crate::agent::stopped(&mut stopped))
+                    .drive(&f.namespace, &f.name, stopped(&mut done))
                     .await
             }
         });

@@ -1,0 +1,44 @@
+//! Shutdown, as mini-redis does it: one signal, made where the process learns of it
+//! (`berth run`'s SIGTERM/SIGINT, `berth sync`'s Ctrl-C) and handed down to every task,
+//! which asks it between steps. No task imports the one that started it to learn this.
+
+use tokio::sync::watch;
+
+/// What a task holds: `true` once shutdown is asked for.
+pub type Signal = watch::Receiver<bool>;
+
+/// What the owner keeps: `send(true)` asks every holder of a [`Signal`] to stop.
+pub type Trigger = watch::Sender<bool>;
+
+/// A new signal, not yet given.
+pub fn channel() -> (Trigger, Signal) {
+    watch::channel(false)
+}
+
+/// Resolves once shutdown is asked for (or its trigger is gone).
+pub async fn stopped(signal: &mut Signal) {
+    let _ = signal.wait_for(|stop| *stop).await.map(|_| ());
+}
+
+/// True once shutdown is asked for: for checks between steps.
+pub fn is_stopped(signal: &Signal) -> bool {
+    *signal.borrow()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn stopped_resolves_on_the_trigger_or_when_it_is_dropped() {
+        let (trigger, mut signal) = channel();
+        assert!(!is_stopped(&signal));
+        trigger.send(true).unwrap();
+        stopped(&mut signal).await;
+        assert!(is_stopped(&signal));
+
+        let (trigger, mut signal) = channel();
+        drop(trigger);
+        stopped(&mut signal).await;
+    }
+}
