@@ -8,6 +8,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -342,9 +343,21 @@ impl SyncRecord {
     }
 }
 
-/// A new record id: the start time in milliseconds, base 36 (sorts by time).
+/// A new record id: the start time in milliseconds, then three characters that tell
+/// apart records started in the same millisecond (by this process, or another one), all
+/// base 36, so ids sort by time.
 pub fn new_id(at: Timestamp) -> String {
-    let mut n = at.as_millisecond().max(0) as u64;
+    static SEQUENCE: AtomicU32 = AtomicU32::new(0);
+    const SUFFIX_SPACE: u64 = 36 * 36 * 36;
+    let sequence = u64::from(SEQUENCE.fetch_add(1, Ordering::Relaxed));
+    let salt = u64::from(std::process::id()).wrapping_mul(7919);
+    let suffix = salt.wrapping_add(sequence) % SUFFIX_SPACE + SUFFIX_SPACE;
+    let mut id = base36(at.as_millisecond().max(0) as u64);
+    id.push_str(&base36(suffix)[1..]);
+    id
+}
+
+fn base36(mut n: u64) -> String {
     let mut digits = Vec::new();
     while n > 0 {
         digits.push(b"0123456789abcdefghijklmnopqrstuvwxyz"[(n % 36) as usize]);
@@ -637,5 +650,13 @@ mod tests {
         let a = new_id(Timestamp::from_millisecond(1_700_000_000_000).unwrap());
         let b = new_id(Timestamp::from_millisecond(1_700_000_000_001).unwrap());
         assert!(a < b && a.len() == b.len(), "{a} {b}");
+    }
+
+    #[test]
+    fn ids_of_the_same_millisecond_differ() {
+        let at = Timestamp::from_millisecond(1_700_000_000_000).unwrap();
+        let ids: std::collections::HashSet<String> = (0..1000).map(|_| new_id(at)).collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(ids.iter().all(|id| id.len() == 11), "{ids:?}");
     }
 }

@@ -692,3 +692,37 @@ async fn plan_shows_a_diff_of_each_changed_object() {
         "plan writes nothing"
     );
 }
+
+/// Two apps synced by one `berth sync` start in the same millisecond: their records still
+/// have distinct ids, and `berth history show` finds each.
+#[tokio::test]
+async fn two_apps_of_one_sync_have_distinct_record_ids() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "two-ids").await;
+    let repo = Repo::new();
+    repo.write("one/a.yaml", &config_map("a", "1"));
+    repo.write("two/b.yaml", &config_map("b", "1"));
+    repo.commit("two apps");
+    let setup = Setup::new(cp, "one", &repo, &ns, "path = \"one\"");
+    let mut config = std::fs::read_to_string(&setup.config).unwrap();
+    config += &format!(
+        "[[app]]\nname = \"two\"\nrepo = \"{}\"\nnamespace = \"{ns}\"\npath = \"two\"\n",
+        repo.dir.path().display()
+    );
+    std::fs::write(&setup.config, config).unwrap();
+
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let log = berth::history::HistoryLog::new(setup.state.path());
+    let records = log.read_all().unwrap();
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert_ne!(records[0].id, records[1].id);
+    for r in &records {
+        let (code, out, err) = setup.berth(&["history", "show", &r.id]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains(&format!("App:       {}", r.app)), "{out}");
+    }
+}
