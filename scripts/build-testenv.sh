@@ -31,7 +31,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 step "2/4 apt-get source kubernetes (~34 MB)"
-apt-get source --download-only kubernetes >/dev/null
+# As root, apt would warn that it cannot drop to its sandbox user in a mktemp folder.
+sandbox=(); [ "$(id -u)" = 0 ] && sandbox=(-o APT::Sandbox::User=root)
+apt-get "${sandbox[@]}" source --download-only kubernetes >/dev/null
 tar xzf kubernetes_*.orig.tar.gz
 cd kubernetes-*/
 mkdir -p .go/src/k8s.io && ln -sfn ../../.. .go/src/k8s.io/kubernetes
