@@ -5,7 +5,6 @@ use std::process::ExitCode;
 
 use berth::config;
 use berth::history::{HistoryLog, Outcome, SyncRecord};
-use berth::sync::describe;
 
 use super::sync::{counts, select};
 
@@ -200,7 +199,7 @@ fn show(r: &SyncRecord) -> String {
         out += &format!(
             "  {:<11}{}{source}{note}\n",
             o.action.as_str(),
-            describe(&o.key)
+            o.key.kubectl()
         );
     }
     for ro in &r.rollouts {
@@ -222,7 +221,7 @@ fn rollout_text(ro: &berth::history::RolloutRecord) -> String {
     let rev = |r: Option<i64>| r.map_or("-".to_string(), |r| r.to_string());
     let mut out = format!(
         "Rollout:   {} ({} engine): revision {} → {}, {}\n           ReplicaSet {} → {}, images {} → {}\n",
-        describe(&ro.deployment),
+        ro.deployment.kubectl(),
         ro.engine,
         rev(ro.revision_from),
         rev(ro.rollout.revision),

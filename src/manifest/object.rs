@@ -61,6 +61,31 @@ pub struct ObjectKey {
     pub name: String,
 }
 
+impl ObjectKey {
+    /// kubectl's way of naming it in progress lines: `deployment.apps/web -n shop`.
+    pub fn kubectl(&self) -> String {
+        let kind = self.kind.to_lowercase();
+        let what = if self.group.is_empty() {
+            kind
+        } else {
+            format!("{kind}.{}", self.group)
+        };
+        match &self.namespace {
+            Some(ns) => format!("{what}/{} -n {ns}", self.name),
+            None => format!("{what}/{}", self.name),
+        }
+    }
+
+    /// `shop/web`, or `web` for a cluster-scoped object: after a kind already named.
+    pub fn qualified_name(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{ns}/{}", self.name),
+            None => self.name.clone(),
+        }
+    }
+}
+
+/// The one naming of objects in errors: `Deployment shop/web`.
 impl fmt::Display for ObjectKey {
     /// `Deployment default/web`, `Namespace guestbook`, `Certificate.cert-manager.io ns/x`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

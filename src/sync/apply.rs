@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::runtime::wait::{await_condition, conditions};
 
-use super::{describe, Run, Stop, Write};
+use super::{Run, Stop, Write};
 use crate::cluster::apply::{apply_all, stage, Target};
 use crate::cluster::inventory;
 use crate::history::{Action, ObjectAction};
@@ -147,7 +147,7 @@ impl Run<'_> {
             }
             (self.report)(&format!(
                 "{} {}{}",
-                describe(&key),
+                key.kubectl(),
                 action.as_str(),
                 note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()
             ));

@@ -5,7 +5,6 @@
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 
-use super::rollouts::key_name;
 use super::{Report, Run, Stop, Syncer};
 use crate::cluster::apply::{apply_all, Target};
 use crate::cluster::inventory::Held;
@@ -105,16 +104,18 @@ impl Run<'_> {
             .and_then(|sha| git::commit_at(&cache, sha));
         let ns = key.namespace.clone().unwrap_or_else(|| "default".into());
         let api: Api<Deployment> = Api::namespaced(self.syncer.client.clone(), &ns);
-        let live = api
-            .get(&key.name)
-            .await
-            .map_err(|e| self.stop(format!("cannot read Deployment {}: {e}", key_name(&key))))?;
+        let live = api.get(&key.name).await.map_err(|e| {
+            self.stop(format!(
+                "cannot read Deployment {}: {e}",
+                key.qualified_name()
+            ))
+        })?;
         let revisions = revisions::list(&self.syncer.client, &live)
             .await
             .map_err(|e| {
                 self.stop(format!(
                     "cannot list the ReplicaSets of {}: {e}",
-                    key_name(&key)
+                    key.qualified_name()
                 ))
             })?;
         let target = self.pick_revision(&key, &revisions, request.to_revision)?;
@@ -138,7 +139,7 @@ impl Run<'_> {
         let Some(manifest) = manifests.into_iter().find(|m| m.key() == key) else {
             return Err(Ended::Refused(format!(
                 "Deployment {} is not in the local checkout of app {}: run `berth sync {}` first",
-                key_name(&key),
+                key.qualified_name(),
                 self.app.name,
                 self.app.name
             )));
@@ -160,8 +161,12 @@ impl Run<'_> {
         };
         let records = self.syncer.history.read(&self.app.name).unwrap_or_default();
         let commit = commit_of_template(&records, &key, &target.hash);
-        let message =
-            rollback::message(&key_name(&key), current, target.revision, commit.as_deref());
+        let message = rollback::message(
+            &key.qualified_name(),
+            current,
+            target.revision,
+            commit.as_deref(),
+        );
         (self.report)(&message);
         let short = inventory
             .commit
@@ -273,7 +278,7 @@ impl Run<'_> {
             });
             Ended::Refused(format!(
                 "Deployment {} has no {what} (revisions: {})",
-                key_name(key),
+                key.qualified_name(),
                 known.join(", ")
             ))
         })

@@ -561,7 +561,7 @@ impl<'a> Run<'a> {
                 .as_ref()
                 .map(|n| format!(" ({n})"))
                 .unwrap_or_default();
-            (self.report)(&format!("{} {}{note}", describe(&r.key), r.action.as_str()));
+            (self.report)(&format!("{} {}{note}", r.key.kubectl(), r.action.as_str()));
             self.rec.objects.push(ObjectAction {
                 key: r.key,
                 action: r.action,
@@ -641,19 +641,5 @@ fn next_inventory(old: &Inventory, same: Option<&[ObjectKey]>, writes: &[Write])
         } else {
             None
         },
-    }
-}
-
-/// `deployment.apps/web`, kubectl's way of naming an object; the namespace follows.
-pub fn describe(key: &ObjectKey) -> String {
-    let kind = key.kind.to_lowercase();
-    let what = if key.group.is_empty() {
-        kind
-    } else {
-        format!("{kind}.{}", key.group)
-    };
-    match &key.namespace {
-        Some(ns) => format!("{what}/{} -n {ns}", key.name),
-        None => format!("{what}/{}", key.name),
     }
 }

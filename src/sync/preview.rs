@@ -5,7 +5,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DynamicObject};
 use serde::Serialize;
 
-use super::{describe, split_writes, Report, Run, Syncer, Write};
+use super::{split_writes, Report, Run, Syncer, Write};
 use crate::config::AppConfig;
 use crate::history::{CommitInfo, Trigger};
 use crate::manifest::ObjectKey;
@@ -38,7 +38,7 @@ impl PlannedObject {
             .as_ref()
             .map(|n| format!(" ({n})"))
             .unwrap_or_default();
-        format!("{} {}{note}", describe(&self.key), self.action)
+        format!("{} {}{note}", self.key.kubectl(), self.action)
     }
 }
 
@@ -84,7 +84,7 @@ impl Syncer {
         crate::diff::object_diff(
             live.as_ref().map(as_json).as_ref(),
             &as_json(planned),
-            &describe(&m.key()),
+            &m.key().kubectl(),
         )
     }
 

@@ -5,7 +5,7 @@ use futures::future::join_all;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 
-use super::{describe, Run, Write};
+use super::{Run, Write};
 use crate::cluster::apply::{apply_all, Target};
 use crate::config::{OnFailure, RolloutEngine};
 use crate::history::{
@@ -97,7 +97,7 @@ impl Run<'_> {
                 let key = record.deployment.clone();
                 let mut message = format!(
                     "rollout of Deployment {} {}: {}",
-                    key_name(&key),
+                    key.qualified_name(),
                     record.rollout.outcome.as_str(),
                     record.rollout.message
                 );
@@ -178,7 +178,7 @@ impl Run<'_> {
         revisions: &Revisions,
         failed: &RolloutRecord,
     ) -> Result<Option<RollbackRecord>, String> {
-        let prefix = describe(&w.target.manifest.key());
+        let prefix = w.target.manifest.key().kubectl();
         let report = |line: &str| (self.report)(&format!("{prefix}: {line}"));
         let Some(target) = failed
             .revision_from
@@ -202,7 +202,7 @@ impl Run<'_> {
         let records = self.syncer.history.read(&self.app.name).unwrap_or_default();
         let commit = commit_of_template(&records, &key, &target.hash);
         let message = rollback::message(
-            &key_name(&key),
+            &key.qualified_name(),
             failed.rollout.revision,
             target.revision,
             commit.as_deref(),
@@ -348,13 +348,6 @@ impl Run<'_> {
 }
 
 /// `namespace/name`.
-pub(crate) fn key_name(key: &ObjectKey) -> String {
-    match &key.namespace {
-        Some(ns) => format!("{ns}/{}", key.name),
-        None => key.name.clone(),
-    }
-}
-
 async fn current_revisions(client: &kube::Client, ns: &str, name: &str) -> Revisions {
     let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
     match api.get(name).await {
