@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use berth::cluster::{client, inventory};
 use berth::config;
 use berth::history::HistoryLog;
-use berth::rollout::revisions::REVISION;
+use berth::rollout::revisions::revision_of;
 use berth::rollout::status::phase;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
@@ -133,13 +133,7 @@ async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::R
             };
             let generation = d.metadata.generation.unwrap_or(0);
             let (p, _) = phase(&d, generation);
-            let revision = d
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(REVISION))
-                .cloned()
-                .unwrap_or_else(|| "-".into());
+            let revision = revision_of(&d.metadata).map_or("-".into(), |r| r.to_string());
             let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
             let status = d.status.as_ref();
             live.deployments.push([

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use super::conditions::{self, condition, set_condition, FOUND_NEW_RS, NEW_RS_CREATED};
 use super::hash::{template_hash, POD_TEMPLATE_HASH};
 use super::predict::view;
-use super::revisions::{selector, REVISION};
+use super::revisions::{self, replica_set_template, revision_of, selector, Owned, REVISION};
 use super::steps::{self, DeploymentView, Pass, ReplicaSetView, Strategy};
 use crate::shutdown::{stopped, Signal};
 
@@ -100,17 +100,7 @@ fn annotation<'a>(rs: &'a ReplicaSet, key: &str) -> Option<&'a str> {
 }
 
 fn revision(rs: &ReplicaSet) -> i64 {
-    annotation(rs, REVISION)
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(0)
-}
-
-fn rs_template(rs: &ReplicaSet) -> Value {
-    rs.spec
-        .as_ref()
-        .and_then(|s| s.template.as_ref())
-        .map(|t| serde_json::to_value(t).unwrap_or_default())
-        .unwrap_or_default()
+    revision_of(&rs.metadata).unwrap_or(0)
 }
 
 /// The step math's view of a ReplicaSet.
@@ -179,20 +169,12 @@ impl Engine {
             .list(&ListParams::default().labels(&selector(&d)))
             .await
             .map_err(request(format!("listing the ReplicaSets of {ns}/{dname}")))?;
-        let uid = d.metadata.uid.clone();
-        let mut owned: Vec<ReplicaSet> = list
-            .items
-            .into_iter()
-            .filter(|rs| {
-                rs.metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
-            })
-            .collect();
-        if let Some(foreign) = owned
+        let Owned {
+            template, new, old, ..
+        } = revisions::owned(&d, list.items);
+        if let Some(foreign) = new
             .iter()
+            .chain(&old)
             .find(|rs| annotation(rs, ENGINE_ANNOTATION).is_none())
         {
             return Err(EngineError::Foreign {
@@ -200,27 +182,11 @@ impl Engine {
                 replica_set: rs_name(foreign),
             });
         }
-        owned.sort_by_key(|rs| {
-            (
-                rs.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                rs_name(rs),
-            )
-        });
-        let template = d
-            .spec
-            .as_ref()
-            .map(|s| serde_json::to_value(&s.template).unwrap_or_default())
-            .unwrap_or_default();
-        let hash = template_hash(&template, None);
-        let new = owned
-            .iter()
-            .position(|rs| template_hash(&rs_template(rs), None) == hash)
-            .map(|i| owned.remove(i));
         Ok(World {
             d,
             template,
             new,
-            olds: owned,
+            olds: old,
         })
     }
 
@@ -445,7 +411,7 @@ impl Engine {
                     .flatten()
                     .any(|o| Some(&o.uid) == d.metadata.uid.as_ref());
                 if ours
-                    && template_hash(&rs_template(&existing), None)
+                    && template_hash(&replica_set_template(&existing), None)
                         == template_hash(&w.template, None)
                 {
                     w.new = Some(existing); // a stale read: it is ours already
@@ -648,12 +614,7 @@ impl Engine {
             .map(revision)
             .filter(|r| *r > 0)
             .map(|r| r.to_string());
-        let current_revision =
-            w.d.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(REVISION))
-                .cloned();
+        let current_revision = revision_of(&w.d.metadata).map(|r| r.to_string());
         let next = conditions::deadline_at(&w.d, &status);
         if w.d.status.as_ref() == Some(&status)
             && (revision.is_none() || revision == current_revision)

@@ -5,6 +5,7 @@
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 
@@ -66,8 +67,28 @@ fn template_json<T: serde::Serialize>(t: &T) -> Value {
     serde_json::to_value(t).unwrap_or(Value::Null)
 }
 
-/// Splits a Deployment's ReplicaSets into new and old (pure).
-pub fn select(deployment: &Deployment, replica_sets: Vec<ReplicaSet>) -> Revisions {
+/// The revision a Deployment or ReplicaSet is annotated with, when it is.
+pub fn revision_of(meta: &ObjectMeta) -> Option<i64> {
+    meta.annotations.as_ref()?.get(REVISION)?.parse().ok()
+}
+
+/// A Deployment's ReplicaSets as its controller sees them: only those it controls (by
+/// owner uid), split into the new one — whose template hashes as the Deployment's does —
+/// and the old ones, oldest first (ties by name). The one selection both readers
+/// ([`select`]) and berth's own engine use.
+pub struct Owned {
+    /// The Deployment's pod template as JSON.
+    pub template: Value,
+    /// Its hash.
+    pub hash: String,
+    /// The ReplicaSet whose template matches.
+    pub new: Option<ReplicaSet>,
+    /// The others, oldest first.
+    pub old: Vec<ReplicaSet>,
+}
+
+/// Splits `replica_sets` as [`Owned`] says (pure).
+pub fn owned(deployment: &Deployment, replica_sets: Vec<ReplicaSet>) -> Owned {
     let uid = deployment.metadata.uid.as_deref();
     let template = deployment
         .spec
@@ -75,8 +96,8 @@ pub fn select(deployment: &Deployment, replica_sets: Vec<ReplicaSet>) -> Revisio
         .map(|s| template_json(&s.template))
         .unwrap_or(Value::Null);
     let hash = template_hash(&template, None);
-    let mut owned: Vec<ReplicaSetInfo> = replica_sets
-        .iter()
+    let mut old: Vec<ReplicaSet> = replica_sets
+        .into_iter()
         .filter(|rs| {
             rs.metadata
                 .owner_references
@@ -84,39 +105,53 @@ pub fn select(deployment: &Deployment, replica_sets: Vec<ReplicaSet>) -> Revisio
                 .flatten()
                 .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
         })
-        .map(info)
         .collect();
-    owned.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
-    let new = owned
+    old.sort_by_key(|rs| {
+        (
+            rs.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            rs.metadata.name.clone(),
+        )
+    });
+    let new = old
         .iter()
-        .position(|rs| rs.hash == hash)
-        .map(|i| owned.remove(i));
-    owned.sort_by_key(|rs| std::cmp::Reverse(rs.revision));
-    Revisions {
+        .position(|rs| template_hash(&replica_set_template(rs), None) == hash)
+        .map(|i| old.remove(i));
+    Owned {
+        template,
         hash,
         new,
-        old: owned,
+        old,
+    }
+}
+
+/// A ReplicaSet's pod template as JSON (`null` when it has none).
+pub fn replica_set_template(rs: &ReplicaSet) -> Value {
+    rs.spec
+        .as_ref()
+        .and_then(|s| s.template.as_ref())
+        .map(template_json)
+        .unwrap_or(Value::Null)
+}
+
+/// Splits a Deployment's ReplicaSets into new and old, old newest revision first (pure).
+pub fn select(deployment: &Deployment, replica_sets: Vec<ReplicaSet>) -> Revisions {
+    let Owned { hash, new, old, .. } = owned(deployment, replica_sets);
+    let mut old: Vec<ReplicaSetInfo> = old.iter().map(info).collect();
+    old.sort_by_key(|rs| std::cmp::Reverse(rs.revision));
+    Revisions {
+        hash,
+        new: new.as_ref().map(info),
+        old,
     }
 }
 
 /// Reads one ReplicaSet.
 pub fn info(rs: &ReplicaSet) -> ReplicaSetInfo {
-    let template = rs
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.as_ref())
-        .map(template_json)
-        .unwrap_or(Value::Null);
+    let template = replica_set_template(rs);
     let status = rs.status.as_ref();
     ReplicaSetInfo {
         name: rs.metadata.name.clone().unwrap_or_default(),
-        revision: rs
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(REVISION))
-            .and_then(|r| r.parse().ok())
-            .unwrap_or(0),
+        revision: revision_of(&rs.metadata).unwrap_or(0),
         hash: template_hash(&template, None),
         images: images(&template),
         replicas: rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),

@@ -112,11 +112,7 @@ impl Write {
 
     /// From the dry run: a Deployment's revision before this sync.
     fn existing_revision(&self) -> Option<i64> {
-        let annotations = self.dry_run.as_ref()?.metadata.annotations.as_ref()?;
-        annotations
-            .get(crate::rollout::revisions::REVISION)?
-            .parse()
-            .ok()
+        crate::rollout::revisions::revision_of(&self.dry_run.as_ref()?.metadata)
     }
 }
 
