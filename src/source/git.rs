@@ -155,6 +155,12 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// The app's repository cache (a git repository, its commit checked out):
+/// `state_dir/repos/<app>`.
+pub fn cache_dir(state_dir: &Path, app: &str) -> PathBuf {
+    state_dir.join("repos").join(app)
+}
+
 /// Fetches the app's ref and checks out its commit; `previous` is the commit of the last
 /// successful sync, checked for ancestry.
 ///
@@ -168,7 +174,7 @@ pub fn fetch_and_checkout(
     if let Some(path) = local_path(&app.repo).filter(|p| !p.exists()) {
         return Err(SourceError::NoSuchPath { path });
     }
-    let cache = state_dir.join("repos").join(&app.name);
+    let cache = cache_dir(state_dir, &app.name);
     match fetch_into(app, &cache, previous) {
         Err(SourceError::Cache { .. }) => {
             tracing::warn!(app = %app.name, cache = %cache.display(), "repository cache is unreadable; cloning again");

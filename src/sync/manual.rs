@@ -5,17 +5,15 @@
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 
+use super::rollouts::Restored;
 use super::{Report, Run, Stop, Syncer};
-use crate::cluster::apply::{apply_all, Target};
+use crate::cluster::apply::Target;
 use crate::cluster::inventory::Held;
 use crate::config::AppConfig;
-use crate::history::{
-    commit_of_template, Outcome, RolloutOutcome, RolloutRecord, SyncRecord, Trigger,
-};
+use crate::history::{Outcome, RolloutOutcome, RolloutRecord, SyncRecord, Trigger};
 use crate::manifest::{ObjectKey, LABEL_APP};
 use crate::rollout::revisions::{self, Revisions};
-use crate::rollout::rollback;
-use crate::rollout::track::{self, Follow};
+use crate::rollout::track;
 use crate::shutdown;
 use crate::source::git;
 
@@ -92,12 +90,7 @@ impl Run<'_> {
                 .collect::<Vec<_>>(),
             request.deployment,
         )?;
-        let cache = self
-            .syncer
-            .agent
-            .state_dir
-            .join("repos")
-            .join(&self.app.name);
+        let cache = git::cache_dir(&self.syncer.agent.state_dir, &self.app.name);
         self.rec.commit = inventory
             .commit
             .as_deref()
@@ -147,26 +140,12 @@ impl Run<'_> {
         let resolved = kinds
             .require(&manifest)
             .map_err(|e| self.stop(e.to_string()))?;
-        let restore = Target {
-            manifest: rollback::manifest(&manifest, target),
-            resolved,
-        };
-        let applied = apply_all(&self.syncer.client, &self.settings(), &[&restore], false)
+        let Restored {
+            applied, message, ..
+        } = self
+            .restore(&Target { manifest, resolved }, current, target)
             .await
-            .pop();
-        let applied = match applied {
-            Some(Ok(obj)) => obj,
-            Some(Err(e)) => return Err(self.stop(e.to_string()).into()),
-            None => return Err(self.stop("no apply result".into()).into()),
-        };
-        let records = self.syncer.history.read(&self.app.name).unwrap_or_default();
-        let commit = commit_of_template(&records, &key, &target.hash);
-        let message = rollback::message(
-            &key.qualified_name(),
-            current,
-            target.revision,
-            commit.as_deref(),
-        );
+            .map_err(|e| self.stop(e))?;
         (self.report)(&message);
         let short = inventory
             .commit
@@ -195,16 +174,9 @@ impl Run<'_> {
         .await
         .map_err(|e| self.stop(e.to_string()))?;
         let rollout = if request.wait {
-            let generation = applied.metadata.generation.unwrap_or(0);
-            let follow = Follow {
-                namespace: ns.clone(),
-                name: key.name.clone(),
-                generation,
-            };
-            self.follow_and_drive(&[follow])
+            self.follow_one(&applied, &key)
                 .await
-                .map_err(|e| self.stop(e.to_string()))?
-                .remove(0)
+                .map_err(|e| self.stop(e))?
         } else {
             track::not_followed(target.revision)
         };

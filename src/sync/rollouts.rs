@@ -3,7 +3,7 @@
 
 use futures::future::join_all;
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::Api;
+use kube::api::{Api, DynamicObject};
 
 use super::{Run, Write};
 use crate::cluster::apply::{apply_all, Target};
@@ -13,7 +13,7 @@ use crate::history::{
 };
 use crate::manifest::ObjectKey;
 use crate::rollout::engine::{Engine, EngineError};
-use crate::rollout::revisions::{self, Revisions};
+use crate::rollout::revisions::{self, ReplicaSetInfo, Revisions};
 use crate::rollout::track::Follow;
 use crate::rollout::{rollback, track};
 use crate::shutdown::{self, stopped};
@@ -188,38 +188,15 @@ impl Run<'_> {
             report("no earlier revision to roll back to: left as it is");
             return Ok(None);
         };
-        let m = &w.target.manifest;
-        let key = m.key();
-        let restore = Target {
-            manifest: rollback::manifest(m, target),
-            resolved: w.target.resolved.clone(),
-        };
-        let applied = apply_all(&self.syncer.client, &self.settings(), &[&restore], false)
-            .await
-            .pop()
-            .ok_or("no apply result")?
-            .map_err(|e| format!("rollback failed: {e}"))?;
-        let records = self.syncer.history.read(&self.app.name).unwrap_or_default();
-        let commit = commit_of_template(&records, &key, &target.hash);
-        let message = rollback::message(
-            &key.qualified_name(),
-            failed.rollout.revision,
-            target.revision,
-            commit.as_deref(),
-        );
+        let Restored {
+            applied,
+            commit,
+            message,
+        } = self
+            .restore(&w.target, failed.rollout.revision, target)
+            .await?;
         report(&message);
-        let generation = applied.metadata.generation.unwrap_or(0);
-        let ns = m.namespace().unwrap_or("default");
-        let follow = Follow {
-            namespace: ns.to_string(),
-            name: m.name().to_string(),
-            generation,
-        };
-        let rollout = self
-            .follow_and_drive(&[follow])
-            .await
-            .map_err(|e| e.to_string())?
-            .remove(0);
+        let rollout = self.follow_one(&applied, &w.target.manifest.key()).await?;
         Ok(Some(RollbackRecord {
             to_revision: target.revision,
             commit,
@@ -229,7 +206,64 @@ impl Run<'_> {
     }
 }
 
+/// What restoring an earlier revision's template did.
+pub(super) struct Restored {
+    /// The Deployment as applied.
+    pub applied: DynamicObject,
+    /// The commit whose sync first rolled that template out, when the history knows it.
+    pub commit: Option<String>,
+    /// "rolled back Deployment shop/web from revision 3 to 2 (commit abc1234)".
+    pub message: String,
+}
+
 impl Run<'_> {
+    /// Applies the template of revision `to` to `target`'s Deployment, as `kubectl
+    /// rollout undo` does: the one rollback, of the failure policy and of `berth rollback`.
+    pub(super) async fn restore(
+        &self,
+        target: &Target,
+        from: Option<i64>,
+        to: &ReplicaSetInfo,
+    ) -> Result<Restored, String> {
+        let key = target.manifest.key();
+        let restore = Target {
+            manifest: rollback::manifest(&target.manifest, to),
+            resolved: target.resolved.clone(),
+        };
+        let applied = apply_all(&self.syncer.client, &self.settings(), &[&restore], false)
+            .await
+            .pop()
+            .ok_or("no apply result")?
+            .map_err(|e| format!("rollback failed: {e}"))?;
+        let records = self.syncer.history.read(&self.app.name).unwrap_or_default();
+        let commit = commit_of_template(&records, &key, &to.hash);
+        let message =
+            rollback::message(&key.qualified_name(), from, to.revision, commit.as_deref());
+        Ok(Restored {
+            applied,
+            commit,
+            message,
+        })
+    }
+
+    /// Follows the rollout of one Deployment just written.
+    pub(super) async fn follow_one(
+        &self,
+        applied: &DynamicObject,
+        key: &ObjectKey,
+    ) -> Result<FollowedRollout, String> {
+        let follow = Follow {
+            namespace: key.namespace.clone().unwrap_or_else(|| "default".into()),
+            name: key.name.clone(),
+            generation: applied.metadata.generation.unwrap_or(0),
+        };
+        Ok(self
+            .follow_and_drive(&[follow])
+            .await
+            .map_err(|e| e.to_string())?
+            .remove(0))
+    }
+
     pub(super) fn engine_name(&self) -> &'static str {
         match self.app.rollout.engine {
             RolloutEngine::Cluster => "cluster",
