@@ -8,6 +8,8 @@ pub mod discovery;
 pub mod inventory;
 pub mod prune;
 
+use serde::{Deserialize, Serialize};
+
 use crate::manifest::{ObjectKey, Origin};
 
 /// Errors talking to the cluster. Object errors name the object and its origin.
@@ -55,4 +57,41 @@ pub enum ClusterError {
         /// What is wrong.
         message: String,
     },
+}
+
+/// What a sync did to one object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// It did not exist and was created.
+    Created,
+    /// It existed and changed.
+    Configured,
+    /// It existed and did not change.
+    Unchanged,
+    /// It was deleted because git no longer holds it.
+    Pruned,
+    /// Git no longer holds it but it was kept (taken over, or `berth.dev/prune: "false"`).
+    Kept,
+    /// Applying or pruning it failed.
+    Failed,
+}
+
+impl Action {
+    /// The word shown in output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Created => "created",
+            Action::Configured => "configured",
+            Action::Unchanged => "unchanged",
+            Action::Pruned => "pruned",
+            Action::Kept => "kept",
+            Action::Failed => "failed",
+        }
+    }
+
+    /// True for actions that wrote to the cluster.
+    pub fn is_change(self) -> bool {
+        matches!(self, Action::Created | Action::Configured | Action::Pruned)
+    }
 }

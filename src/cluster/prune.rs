@@ -10,8 +10,8 @@ use kube::api::{Api, DeleteParams, DynamicObject};
 use super::apply::api_message;
 use super::discovery::ClusterKinds;
 use super::inventory::{Entry, LiveObject, ANNOTATION_PRUNE};
+use super::Action;
 use super::ClusterError;
-use crate::history::Action;
 use crate::manifest::{ObjectKey, LABEL_APP};
 
 /// What happened to one prune candidate.

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
 
-use crate::history::{Action, Outcome, SyncRecord};
+use crate::cluster::Action;
+use crate::history::{Outcome, SyncRecord};
 
 const SYNC_BUCKETS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
 const FETCH_BUCKETS: [f64; 8] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];

@@ -14,8 +14,8 @@ use git2::{
 };
 
 use super::known_hosts;
+use super::CommitInfo;
 use crate::config::{AppConfig, DEFAULT_KNOWN_HOSTS};
-use crate::history::CommitInfo;
 
 /// Errors of the git source. Every message names the repository with its credentials
 /// redacted.

@@ -5,3 +5,26 @@
 pub mod git;
 pub mod known_hosts;
 pub mod watch;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+/// The commit a sync worked on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitInfo {
+    /// Full SHA.
+    pub sha: String,
+    /// `Name <email>`.
+    pub author: String,
+    /// Commit time.
+    pub time: Timestamp,
+    /// First line of the message.
+    pub subject: String,
+}
+
+impl CommitInfo {
+    /// The first 7 characters of the SHA.
+    pub fn short(&self) -> &str {
+        &self.sha[..self.sha.len().min(7)]
+    }
+}

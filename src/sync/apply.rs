@@ -10,7 +10,8 @@ use kube::runtime::wait::{await_condition, conditions};
 use super::{Run, Stop, Write};
 use crate::cluster::apply::{apply_all, stage, Target};
 use crate::cluster::inventory;
-use crate::history::{Action, ObjectAction};
+use crate::cluster::Action;
+use crate::history::ObjectAction;
 use crate::manifest::Manifest;
 use crate::plan::Change;
 

@@ -7,11 +7,12 @@ use serde::Serialize;
 
 use super::{split_writes, Report, Run, Syncer, Write};
 use crate::config::AppConfig;
-use crate::history::{CommitInfo, Trigger};
+use crate::history::Trigger;
 use crate::manifest::ObjectKey;
 use crate::rollout::predict::{predict, DeploymentPlan};
 use crate::rollout::revisions::{self, Revisions};
 use crate::shutdown;
+use crate::source::CommitInfo;
 
 /// One object in a plan.
 #[derive(Debug, Clone, Serialize)]

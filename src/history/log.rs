@@ -1,0 +1,189 @@
+//! The JSON Lines log of [`SyncRecord`]s, one file per app.
+//!
+//! Each record is appended with a single `write` and an `fsync`, so a crash leaves at most
+//! a torn last line; readers skip it, and the next append starts on a fresh line.
+//! Retention (by count and by age) rewrites the file to a temporary name and renames it.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use super::{Outcome, SyncRecord};
+
+/// History errors.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    /// The file could not be read or written.
+    #[error("history file {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A record could not be encoded.
+    #[error("cannot encode a history record: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+/// The history folder of an agent.
+#[derive(Debug, Clone)]
+pub struct HistoryLog {
+    dir: PathBuf,
+}
+
+impl HistoryLog {
+    /// The log in `state_dir/history`.
+    pub fn new(state_dir: &Path) -> Self {
+        HistoryLog {
+            dir: state_dir.join("history"),
+        }
+    }
+
+    fn file(&self, app: &str) -> PathBuf {
+        self.dir.join(format!("{app}.jsonl"))
+    }
+
+    /// Appends one record with a single write and an fsync.
+    ///
+    /// # Errors
+    /// The file cannot be written.
+    pub fn append(&self, record: &SyncRecord) -> Result<(), HistoryError> {
+        let path = self.file(&record.app);
+        let io = |source| HistoryError::Io {
+            path: path.clone(),
+            source,
+        };
+        fs::create_dir_all(&self.dir).map_err(io)?;
+        let mut line = serde_json::to_vec(record)?;
+        line.push(b'\n');
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(&path)
+            .map_err(io)?;
+        if !ends_with_newline(&mut file).map_err(io)? {
+            line.insert(0, b'\n'); // after a torn line, start afresh
+        }
+        file.write_all(&line).map_err(io)?;
+        file.sync_data().map_err(io)
+    }
+
+    /// The records of one app, oldest first; a torn or unreadable line is skipped.
+    ///
+    /// # Errors
+    /// The file exists but cannot be read.
+    pub fn read(&self, app: &str) -> Result<Vec<SyncRecord>, HistoryError> {
+        let path = self.file(app);
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(HistoryError::Io { path, source }),
+        };
+        Ok(parse_lines(&text))
+    }
+
+    /// The records of every app, oldest first.
+    ///
+    /// # Errors
+    /// The folder or a file cannot be read.
+    pub fn read_all(&self) -> Result<Vec<SyncRecord>, HistoryError> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(HistoryError::Io {
+                    path: self.dir.clone(),
+                    source,
+                })
+            }
+        };
+        let mut all = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(app) = name.strip_suffix(".jsonl") {
+                all.extend(self.read(app)?);
+            }
+        }
+        all.sort_by_key(|r| r.started_at);
+        Ok(all)
+    }
+
+    /// The last record of an app whose outcome is one of `outcomes`.
+    ///
+    /// # Errors
+    /// The file cannot be read.
+    pub fn last(
+        &self,
+        app: &str,
+        outcomes: &[Outcome],
+    ) -> Result<Option<SyncRecord>, HistoryError> {
+        Ok(self
+            .read(app)?
+            .into_iter()
+            .rev()
+            .find(|r| outcomes.contains(&r.outcome)))
+    }
+
+    /// Keeps the newest `keep` records of an app that are younger than `max_age`.
+    ///
+    /// # Errors
+    /// The file cannot be rewritten.
+    pub fn retain(&self, app: &str, keep: usize, max_age: Duration) -> Result<(), HistoryError> {
+        let records = self.read(app)?;
+        let cutoff = Timestamp::now()
+            .checked_sub(
+                jiff::SignedDuration::try_from(max_age).unwrap_or(jiff::SignedDuration::MAX),
+            )
+            .unwrap_or(Timestamp::MIN);
+        let fresh: Vec<&SyncRecord> = records.iter().filter(|r| r.started_at >= cutoff).collect();
+        let kept = &fresh[fresh.len().saturating_sub(keep)..];
+        if kept.len() == records.len() {
+            return Ok(());
+        }
+        let path = self.file(app);
+        let tmp = path.with_extension("jsonl.tmp");
+        let io = |source| HistoryError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut text = Vec::new();
+        for r in kept {
+            text.extend(serde_json::to_vec(r)?);
+            text.push(b'\n');
+        }
+        let mut file = File::create(&tmp).map_err(io)?;
+        file.write_all(&text).map_err(io)?;
+        file.sync_data().map_err(io)?;
+        fs::rename(&tmp, &path).map_err(io)
+    }
+}
+
+fn ends_with_newline(file: &mut File) -> std::io::Result<bool> {
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(true);
+    }
+    file.seek(SeekFrom::Start(len - 1))?;
+    let mut last = [0u8];
+    file.read_exact(&mut last)?;
+    Ok(last[0] == b'\n')
+}
+
+fn parse_lines(text: &str) -> Vec<SyncRecord> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| match serde_json::from_str(l) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::warn!(error = %e, "skipping an unreadable history line (torn by a crash?)");
+                None
+            }
+        })
+        .collect()
+}

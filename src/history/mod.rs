@@ -1,0 +1,145 @@
+//! The sync history: one [`SyncRecord`] per sync attempt, kept in a JSON Lines log in
+//! `state_dir/history/<app>.jsonl`.
+//!
+//! [`record`] is the schema of one record; it composes the types of the steps that made
+//! its parts (the commit from [`source`](crate::source), object actions from
+//! [`cluster`](crate::cluster), rollout timelines from [`rollout::track`](crate::rollout::track)).
+//! [`log`] appends, reads and trims the log file.
+
+pub mod log;
+pub mod record;
+
+pub use crate::cluster::Action;
+pub use crate::rollout::track::{FollowedRollout, RolloutOutcome, TimelineStep};
+pub use crate::source::CommitInfo;
+pub use log::{HistoryError, HistoryLog};
+pub use record::{
+    commit_of_template, new_id, ObjectAction, Outcome, RecordError, RollbackRecord, RolloutRecord,
+    SyncRecord, Trigger,
+};
+
+#[cfg(test)]
+mod tests {
+    use std::fs::OpenOptions;
+    use std::io::Write;
+    use std::time::Duration;
+
+    use jiff::Timestamp;
+
+    use super::*;
+    use crate::manifest::ObjectKey;
+
+    fn record(app: &str, id: &str, outcome: Outcome, at: Timestamp) -> SyncRecord {
+        SyncRecord {
+            id: id.into(),
+            app: app.into(),
+            trigger: Trigger::Cli,
+            started_at: at,
+            finished_at: at,
+            duration_ms: 5,
+            commit: None,
+            previous_commit: None,
+            history_rewritten: None,
+            outcome,
+            unchanged: 0,
+            objects: vec![ObjectAction {
+                key: ObjectKey {
+                    group: "apps".into(),
+                    kind: "Deployment".into(),
+                    namespace: Some("shop".into()),
+                    name: "web".into(),
+                },
+                action: Action::Configured,
+                source: Some("web.yaml:1 (document 1)".into()),
+                note: None,
+            }],
+            errors: vec![],
+            rollouts: vec![],
+            note: None,
+            fetch_ms: None,
+            requests: 0,
+        }
+    }
+
+    #[test]
+    fn append_and_read_round_trip() {
+        let d = tempfile::tempdir().unwrap();
+        let log = HistoryLog::new(d.path());
+        let now = Timestamp::now();
+        log.append(&record("shop", "a", Outcome::Succeeded, now))
+            .unwrap();
+        log.append(&record("shop", "b", Outcome::Failed, now))
+            .unwrap();
+        let got = log.read("shop").unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[1].outcome, Outcome::Failed);
+        assert_eq!(got[0].changes(), 1);
+        let last_ok = log.last("shop", &[Outcome::Succeeded]).unwrap().unwrap();
+        assert_eq!(last_ok.id, "a");
+    }
+
+    #[test]
+    fn a_torn_last_line_is_skipped_and_later_appends_stay_readable() {
+        let d = tempfile::tempdir().unwrap();
+        let log = HistoryLog::new(d.path());
+        let now = Timestamp::now();
+        log.append(&record("shop", "a", Outcome::Succeeded, now))
+            .unwrap();
+        let path = d.path().join("history/shop.jsonl");
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"id\":\"torn\",\"app\":\"sh").unwrap();
+        assert_eq!(log.read("shop").unwrap().len(), 1);
+        log.append(&record("shop", "c", Outcome::Succeeded, now))
+            .unwrap();
+        let ids: Vec<String> = log
+            .read("shop")
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(ids, ["a", "c"]);
+    }
+
+    #[test]
+    fn retention_by_count_and_age() {
+        let d = tempfile::tempdir().unwrap();
+        let log = HistoryLog::new(d.path());
+        let now = Timestamp::now();
+        let old = now
+            .checked_sub(jiff::SignedDuration::from_hours(48))
+            .unwrap();
+        log.append(&record("shop", "old", Outcome::Succeeded, old))
+            .unwrap();
+        for id in ["a", "b", "c"] {
+            log.append(&record("shop", id, Outcome::Succeeded, now))
+                .unwrap();
+        }
+        log.retain("shop", 10, Duration::from_secs(24 * 3600))
+            .unwrap();
+        assert_eq!(log.read("shop").unwrap().len(), 3);
+        log.retain("shop", 2, Duration::from_secs(24 * 3600))
+            .unwrap();
+        let ids: Vec<String> = log
+            .read("shop")
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(ids, ["b", "c"]);
+    }
+
+    #[test]
+    fn ids_sort_by_time() {
+        let a = new_id(Timestamp::from_millisecond(1_700_000_000_000).unwrap());
+        let b = new_id(Timestamp::from_millisecond(1_700_000_000_001).unwrap());
+        assert!(a < b && a.len() == b.len(), "{a} {b}");
+    }
+
+    #[test]
+    fn ids_of_the_same_millisecond_differ() {
+        let at = Timestamp::from_millisecond(1_700_000_000_000).unwrap();
+        let ids: std::collections::HashSet<String> = (0..1000).map(|_| new_id(at)).collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(ids.iter().all(|id| id.len() == 11), "{ids:?}");
+    }
+}
