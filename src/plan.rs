@@ -46,6 +46,41 @@ pub struct Plan {
     pub prune: Vec<Entry>,
 }
 
+/// Splits planned objects into the unchanged ones (by key) and those to write.
+pub fn split(planned: Vec<Planned>) -> (Vec<ObjectKey>, Vec<Planned>) {
+    let (same, changed): (Vec<Planned>, Vec<Planned>) =
+        planned.into_iter().partition(|p| p.change == Change::Same);
+    (
+        same.into_iter().map(|p| p.target.manifest.key()).collect(),
+        changed,
+    )
+}
+
+/// The inventory after a sync's writes. With `same` (a complete apply): the unchanged
+/// entries and everything `written`, and the app no longer held. Without (a failed
+/// apply): the old entries, those `written` updated, so that nothing applied is ever
+/// forgotten, and held as it was.
+pub fn next_inventory(
+    old: &Inventory,
+    same: Option<&[ObjectKey]>,
+    written: Vec<Entry>,
+) -> Inventory {
+    let written_keys: HashSet<&ObjectKey> = written.iter().map(|e| &e.key).collect();
+    let keep =
+        |e: &&Entry| !written_keys.contains(&e.key) && same.is_none_or(|s| s.contains(&e.key));
+    let mut objects: Vec<Entry> = old.objects.iter().filter(keep).cloned().collect();
+    objects.extend(written);
+    Inventory {
+        commit: old.commit.clone(),
+        objects,
+        held: if same.is_none() {
+            old.held.clone()
+        } else {
+            None
+        },
+    }
+}
+
 impl Plan {
     /// True when nothing needs a write request.
     pub fn is_no_op(&self) -> bool {
@@ -293,5 +328,58 @@ mod tests {
         .unwrap();
         assert_eq!(p.planned.len(), 1);
         assert_eq!(p.deferred[0].name(), "w");
+    }
+
+    #[test]
+    fn split_keeps_the_unchanged_apart() {
+        let (a, b) = (cm("a", "1"), cm("b", "1"));
+        let planned = |m: &Manifest, change| Planned {
+            target: Target {
+                manifest: m.clone(),
+                resolved: resolve(m).unwrap(),
+            },
+            change,
+            digest: digest(m),
+        };
+        let (same, changed) = split(vec![planned(&a, Change::Same), planned(&b, Change::New)]);
+        assert_eq!(same, [a.key()]);
+        assert_eq!(changed.len(), 1);
+        assert_eq!(changed[0].target.manifest.key(), b.key());
+    }
+
+    #[test]
+    fn next_inventory_after_a_complete_and_a_failed_apply() {
+        let (kept, written, dropped) = (cm("kept", "1"), cm("written", "2"), cm("dropped", "1"));
+        let old = Inventory {
+            commit: Some("old".into()),
+            objects: vec![
+                entry(&kept, "rv1"),
+                entry(&written, "rv1"),
+                entry(&dropped, "rv1"),
+            ],
+            held: Some(crate::cluster::inventory::Held {
+                commit: "old".into(),
+                reason: "rolled back".into(),
+            }),
+        };
+        let fresh = entry(&written, "rv9");
+
+        // Complete: the unchanged and the written; the rest (prune candidates) go; not held.
+        let next = next_inventory(&old, Some(&[kept.key()]), vec![fresh.clone()]);
+        assert_eq!(next.objects, [entry(&kept, "rv1"), fresh.clone()]);
+        assert_eq!(next.held, None);
+        assert_eq!(
+            next.commit.as_deref(),
+            Some("old"),
+            "the caller sets the new commit"
+        );
+
+        // Failed part way: nothing forgotten, what was written updated, held as it was.
+        let next = next_inventory(&old, None, vec![fresh.clone()]);
+        assert_eq!(
+            next.objects,
+            [entry(&kept, "rv1"), entry(&dropped, "rv1"), fresh]
+        );
+        assert_eq!(next.held, old.held);
     }
 }

@@ -27,10 +27,6 @@ pub(super) struct Validated {
 const CRD_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Run<'_> {
-    /// Dry-runs every object that can be checked before the first write, then applies
-    /// stage by stage. Objects in a namespace this commit creates, and objects of kinds a
-    /// CRD of this commit defines, can only be checked once stage 0 is applied: they are
-    /// dry-run right after it, before any other write.
     /// Dry-runs every object that can be checked before the first write. Objects in a
     /// namespace, or of a kind, that this commit creates can only be checked once stage 0
     /// (Namespaces, CRDs) is applied: they come back as `late`.

@@ -15,7 +15,6 @@ mod rollouts;
 pub use manual::{RollbackRefused, RollbackRequest};
 pub use preview::{PlannedObject, Preview};
 
-use std::collections::HashSet;
 use std::time::Instant;
 
 use kube::api::DynamicObject;
@@ -243,36 +242,22 @@ impl<'a> Run<'a> {
         })
     }
 
+    /// One sync, as Flux's reconcile reads: prepare → skip when held or unchanged →
+    /// validate and apply → roll out → prune → record (the inventory here, the history
+    /// record in [`Syncer::sync`]). Each step records its errors and stops what follows:
+    /// a broken commit writes nothing and prunes nothing.
     async fn steps(&mut self) -> Result<Outcome, Stop> {
+        let prepared = self.prepare().await?;
+        if let Some(outcome) = self.skip(&prepared) {
+            return Ok(outcome);
+        }
+        self.interrupted()?;
         let Prepared {
             inventory,
             checkout,
             kinds,
             plan,
-        } = self.prepare().await?;
-        let sha = checkout.commit.sha.clone();
-        if let Some(held) = inventory.held_at(&sha).filter(|_| !self.options.force) {
-            let note = format!(
-                "held: {}; waiting for a new commit (berth sync --force retries this one)",
-                held.reason
-            );
-            (self.report)(&note);
-            self.rec.note = Some(note);
-            return Ok(Outcome::Held);
-        }
-        if plan.is_no_op()
-            && inventory.commit.as_deref() == Some(sha.as_str())
-            && inventory.held.is_none()
-        {
-            self.rec.unchanged = plan.planned.len();
-            (self.report)(&format!(
-                "no change: {} match {}",
-                crate::plural(plan.planned.len(), "object"),
-                checkout.commit.short()
-            ));
-            return Ok(Outcome::NoChange);
-        }
-        self.interrupted()?;
+        } = prepared;
         let Plan {
             planned,
             deferred,
@@ -281,54 +266,113 @@ impl<'a> Run<'a> {
         let (same, mut writes) = split_writes(planned);
         self.rec.unchanged = same.len();
         if let Err(stop) = self.validate_and_apply(&mut writes, deferred).await {
-            let partial = next_inventory(&inventory, None, &writes);
+            let partial = plan::next_inventory(&inventory, None, written(&writes));
             self.store_inventory(&inventory, &partial).await;
             return Err(stop);
         }
-        let mut next = next_inventory(&inventory, Some(&same), &writes);
-        next.commit = Some(sha.clone());
-        let rollouts = self.rollouts(&writes).await;
-        for e in next
-            .objects
-            .iter_mut()
-            .filter(|e| rollouts.rolled_back.contains(&e.key))
-        {
-            e.digest = "rolled-back".into(); // never equal to git's: a forced sync re-applies it
-        }
-        if let Some(reason) = rollouts.held {
-            next.held = Some(Held {
-                commit: sha,
-                reason,
-            });
-            self.store_inventory(&inventory, &next).await;
-            return Err(Stop::Failed);
-        }
-        if rollouts.interrupted {
-            self.store_inventory(&inventory, &next).await;
-            return Err(Stop::Interrupted);
-        }
-        // Shutdown between apply and prune: what was applied is recorded, the prune waits.
-        let prune_skipped = self.app.prune && !prune.is_empty() && self.interrupted().is_err();
-        if self.app.prune && !prune.is_empty() && !prune_skipped {
-            let kept_back = self.prune(&kinds, &prune).await;
-            if !kept_back.is_empty() {
-                next.objects.extend(kept_back);
-                next.commit = inventory.commit.clone();
-            }
-        }
-        if prune_skipped {
-            next.objects.extend(prune);
-            next.commit = inventory.commit.clone();
-        }
+        let mut next = plan::next_inventory(&inventory, Some(&same), written(&writes));
+        next.commit = Some(checkout.commit.sha.clone());
+        let rolled_out = self
+            .roll_out(&writes, &mut next, &checkout.commit.sha)
+            .await;
+        let pruned = match rolled_out {
+            Ok(()) => self.prune_step(&kinds, prune, &inventory, &mut next).await,
+            Err(stop) => Err(stop),
+        };
         self.store_inventory(&inventory, &next).await;
-        if prune_skipped {
-            return Err(Stop::Interrupted);
-        }
+        pruned?;
         if self.rec.errors.is_empty() {
             Ok(Outcome::Succeeded)
         } else {
             Err(Stop::Failed)
         }
+    }
+
+    /// A commit held after a failed rollout is not applied again unless forced; a commit
+    /// already applied, with nothing changed or drifted, sends no write at all.
+    fn skip(&mut self, prepared: &Prepared) -> Option<Outcome> {
+        let Prepared {
+            inventory,
+            checkout,
+            plan,
+            ..
+        } = prepared;
+        let sha = checkout.commit.sha.as_str();
+        if let Some(held) = inventory.held_at(sha).filter(|_| !self.options.force) {
+            let note = format!(
+                "held: {}; waiting for a new commit (berth sync --force retries this one)",
+                held.reason
+            );
+            (self.report)(&note);
+            self.rec.note = Some(note);
+            return Some(Outcome::Held);
+        }
+        if plan.is_no_op() && inventory.commit.as_deref() == Some(sha) && inventory.held.is_none() {
+            self.rec.unchanged = plan.planned.len();
+            (self.report)(&format!(
+                "no change: {} match {}",
+                crate::plural(plan.planned.len(), "object"),
+                checkout.commit.short()
+            ));
+            return Some(Outcome::NoChange);
+        }
+        None
+    }
+
+    /// Follows the rollouts of the Deployments written and applies the failure policy: a
+    /// rolled-back or halted commit holds the app, and its rolled-back entries never match
+    /// git again (so a forced sync re-applies them).
+    async fn roll_out(
+        &mut self,
+        writes: &[Write],
+        next: &mut Inventory,
+        sha: &str,
+    ) -> Result<(), Stop> {
+        let rollouts = self.rollouts(writes).await;
+        for e in next
+            .objects
+            .iter_mut()
+            .filter(|e| rollouts.rolled_back.contains(&e.key))
+        {
+            e.digest = "rolled-back".into();
+        }
+        if let Some(reason) = rollouts.held {
+            next.held = Some(Held {
+                commit: sha.to_string(),
+                reason,
+            });
+            return Err(Stop::Failed);
+        }
+        if rollouts.interrupted {
+            return Err(Stop::Interrupted);
+        }
+        Ok(())
+    }
+
+    /// Prunes what the commit no longer holds (with `prune = true`). Entries whose deletion
+    /// failed stay in the inventory with the old commit, so the next sync tries again; a
+    /// shutdown before the prune leaves every candidate to the next sync.
+    async fn prune_step(
+        &mut self,
+        kinds: &ClusterKinds,
+        candidates: Vec<Entry>,
+        old: &Inventory,
+        next: &mut Inventory,
+    ) -> Result<(), Stop> {
+        if !self.app.prune || candidates.is_empty() {
+            return Ok(());
+        }
+        if let Err(stop) = self.interrupted() {
+            next.objects.extend(candidates);
+            next.commit = old.commit.clone();
+            return Err(stop);
+        }
+        let kept_back = self.prune(kinds, &candidates).await;
+        if !kept_back.is_empty() {
+            next.objects.extend(kept_back);
+            next.commit = old.commit.clone();
+        }
+        Ok(())
     }
 
     fn fail(&mut self, message: String, source: Option<String>) {
@@ -590,52 +634,32 @@ impl<'a> Run<'a> {
 
 /// Splits planned objects into the unchanged ones (by key) and those to write.
 fn split_writes(planned: Vec<crate::plan::Planned>) -> (Vec<ObjectKey>, Vec<Write>) {
-    let mut same = Vec::new();
-    let mut writes = Vec::new();
-    for p in planned {
-        match p.change {
-            Change::Same => same.push(p.target.manifest.key()),
-            change => writes.push(Write {
-                target: p.target,
-                change,
-                digest: p.digest,
-                dry_run: None,
-                applied: None,
-            }),
-        }
-    }
+    let (same, changed) = plan::split(planned);
+    let writes = changed
+        .into_iter()
+        .map(|p| Write {
+            target: p.target,
+            change: p.change,
+            digest: p.digest,
+            dry_run: None,
+            applied: None,
+        })
+        .collect();
     (same, writes)
 }
 
-/// The inventory after the writes: with `same` (a complete apply), the unchanged entries
-/// and everything written; without (a failed apply), the old entries updated with what was
-/// written, so that nothing applied is ever forgotten.
-fn next_inventory(old: &Inventory, same: Option<&[ObjectKey]>, writes: &[Write]) -> Inventory {
-    let written: HashSet<ObjectKey> = writes
+/// The inventory entries of what was applied.
+fn written(writes: &[Write]) -> Vec<Entry> {
+    writes
         .iter()
-        .filter(|w| w.applied.is_some())
-        .map(|w| w.target.manifest.key())
-        .collect();
-    let keep = |e: &&Entry| !written.contains(&e.key) && same.is_none_or(|s| s.contains(&e.key));
-    let mut objects: Vec<Entry> = old.objects.iter().filter(keep).cloned().collect();
-    for w in writes {
-        if let Some(obj) = &w.applied {
-            objects.push(Entry {
+        .filter_map(|w| {
+            let obj = w.applied.as_ref()?;
+            Some(Entry {
                 key: w.target.manifest.key(),
                 api_version: w.target.manifest.api_version().to_string(),
                 digest: w.digest.clone(),
                 observed: observed(&obj.metadata),
-            });
-        }
-    }
-    Inventory {
-        commit: old.commit.clone(),
-        objects,
-        // A failed apply keeps the app as held as it was; a complete one is a fresh start.
-        held: if same.is_none() {
-            old.held.clone()
-        } else {
-            None
-        },
-    }
+            })
+        })
+        .collect()
 }
