@@ -1,6 +1,8 @@
 //! `berth-bench`: berth beside its peers on one local control plane, each case repeated,
 //! printed as a markdown table (median, min, max, ratio to the peer) and written to
-//! `docs/benchmarks.md`. Run it with `scripts/bench` (a release build).
+//! `docs/benchmarks.md`. Run it with `scripts/bench` (`cargo bench --bench berth-bench`:
+//! a release build). It is a bench target, not a binary, so `cargo install` does not ship
+//! it; `cargo test --all-targets` only checks that it builds.
 //!
 //! Cases: cold apply of 1000 objects (vs `kubectl apply --server-side` and plain `kubectl
 //! apply`, plus the apiserver's ceiling); no-change resync (wall time, write requests);
@@ -558,12 +560,18 @@ fn machine() -> String {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let out = std::env::args()
-        .nth(1)
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs bench targets
+    // without it, and must not start a ten-minute benchmark.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args.iter().any(|a| a == "--bench") {
+        eprintln!("berth-bench runs under `cargo bench --bench berth-bench` (scripts/bench)");
+        return Ok(());
+    }
+    let out = args
+        .iter()
+        .find(|a| !a.starts_with("--"))
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("docs/benchmarks.md"));
-    let exe = std::env::current_exe()?;
-    let bin = exe.parent().context("binary folder")?;
     let work = std::env::temp_dir().join(format!("berth-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;
     let started = Instant::now();
@@ -571,14 +579,14 @@ async fn main() -> Result<()> {
         dir: work.join("cp"),
         bin: assets::ensure()?,
         deployment_controller: true,
-        kubelet: Some(bin.join("berth-testenv")),
+        kubelet: Some(PathBuf::from(env!("CARGO_BIN_EXE_berth-testenv"))),
     })
     .await?;
     let client = cp.client().await?;
     let mut b = Bench {
         cp,
         work: work.clone(),
-        berth: bin.join("berth"),
+        berth: PathBuf::from(env!("CARGO_BIN_EXE_berth")),
         rows: Vec::new(),
         notes: Vec::new(),
     };
