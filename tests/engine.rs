@@ -11,7 +11,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use berth::history::{RolloutOutcome, TimelineStep};
-use berth::rollout::engine::Engine;
+use berth::rollout::engine::{follow_driving, Engine};
 use berth::rollout::hash::POD_TEMPLATE_HASH;
 use berth::rollout::predict::view;
 use berth::rollout::revisions::{self, REVISION};
@@ -250,42 +250,31 @@ async fn apply(api: &Api<Deployment>, m: &Value) -> i64 {
     d.metadata.generation.unwrap_or(0)
 }
 
-/// Follows a rollout; with an engine, the engine drives it meanwhile.
+/// Follows a rollout; with an engine, the engine drives it meanwhile (the product's own
+/// follow loop).
 async fn follow(
     client: &kube::Client,
     ns: &str,
     generation: i64,
     engine: Option<&Engine>,
 ) -> berth::history::FollowedRollout {
-    let (_stop, shutdown) = tokio::sync::watch::channel(false);
-    let follow = track::follow(
-        client,
-        ns,
-        "app",
+    let (_stop, shutdown) = berth::shutdown::channel();
+    let one = [track::Follow {
+        namespace: ns.into(),
+        name: "app".into(),
         generation,
+    }];
+    follow_driving(
+        client,
+        &one,
         Duration::from_secs(90),
         &shutdown,
-        &|_| {},
-    );
-    match engine {
-        None => follow.await,
-        Some(engine) => {
-            let (done, stopped) = tokio::sync::oneshot::channel::<()>();
-            let following = async move {
-                let f = follow.await;
-                let _ = done.send(());
-                f
-            };
-            let (f, driven) = tokio::join!(
-                following,
-                engine.drive(ns, "app", async move {
-                    let _ = stopped.await;
-                })
-            );
-            driven.expect("the engine drives it");
-            f
-        }
-    }
+        engine,
+        &|_, _| {},
+    )
+    .await
+    .expect("the engine drives it")
+    .remove(0)
 }
 
 /// Polls `check` until it holds (or panics after `timeout`), the engine driving meanwhile.

@@ -12,11 +12,10 @@ use crate::history::{
     commit_of_template, FollowedRollout, RollbackRecord, RolloutOutcome, RolloutRecord,
 };
 use crate::manifest::ObjectKey;
-use crate::rollout::engine::{Engine, EngineError};
+use crate::rollout::engine::{follow_driving, Engine, EngineError};
 use crate::rollout::revisions::{self, ReplicaSetInfo, Revisions};
+use crate::rollout::rollback;
 use crate::rollout::track::Follow;
-use crate::rollout::{rollback, track};
-use crate::shutdown::{self, stopped};
 
 /// What the rollouts of a sync came to.
 #[derive(Default)]
@@ -291,33 +290,16 @@ impl Run<'_> {
                 f.name, f.namespace
             ))
         };
-        let following = track::follow_many(
+        let engine = self.engine();
+        follow_driving(
             &self.syncer.client,
             follows,
             self.app.rollout.timeout,
             self.shutdown,
+            engine.as_ref(),
             &report,
-        );
-        let Some(engine) = self.engine() else {
-            return Ok(following.await);
-        };
-        let (done, following_done) = shutdown::channel();
-        let following = async move {
-            let followed = following.await;
-            let _ = done.send(true);
-            followed
-        };
-        let drives = follows.iter().map(|f| {
-            let (engine, mut done) = (engine.clone(), following_done.clone());
-            async move {
-                engine
-                    .drive(&f.namespace, &f.name, stopped(&mut done))
-                    .await
-            }
-        });
-        let (followed, driven) = tokio::join!(following, join_all(drives));
-        driven.into_iter().collect::<Result<Vec<()>, _>>()?;
-        Ok(followed)
+        )
+        .await
     }
 
     /// With `engine = "agent"`: refuses, before anything is written, Deployments whose

@@ -1,0 +1,205 @@
+//! One pass of the engine: the Deployment controller's `syncDeployment` (reference
+//! §2–§7), and the status and conditions it writes.
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{DeploymentStatus, ReplicaSet};
+use kube::api::Patch;
+use serde_json::json;
+
+use super::{
+    annotation, complete, replicas, request, revision, rs_name, rs_view, Engine, EngineError,
+    World, DESIRED,
+};
+use crate::rollout::conditions::{self, condition, set_condition, FOUND_NEW_RS, NEW_RS_CREATED};
+use crate::rollout::hash::template_hash;
+use crate::rollout::predict::view;
+use crate::rollout::revisions::{revision_of, REVISION};
+use crate::rollout::steps::{self, DeploymentView, Pass, ReplicaSetView, Strategy};
+
+impl Engine {
+    /// One `syncDeployment` pass over Deployment `ns/name`. Returns when it must run again
+    /// even if nothing changes (the progress deadline).
+    ///
+    /// # Errors
+    /// [`EngineError::Foreign`] (nothing written), or a failed request.
+    pub async fn pass(&self, ns: &str, name: &str) -> Result<Option<Timestamp>, EngineError> {
+        let Some(d) = self.get(ns, name).await? else {
+            return Ok(None);
+        };
+        let mut w = self.read(d).await?;
+        let now = Timestamp::now();
+        if w.d.metadata.deletion_timestamp.is_some() {
+            let status = self.status_only(&w, now);
+            return self.write_status(&w, status).await;
+        }
+        let v = view(&w.d);
+        let paused = w.d.spec.as_ref().and_then(|s| s.paused).unwrap_or(false);
+        let scaling = w.new.iter().chain(&w.olds).any(|rs| {
+            replicas(rs) > 0
+                && annotation(rs, DESIRED)
+                    .and_then(|a| a.parse::<i32>().ok())
+                    .is_some_and(|n| n != v.replicas)
+        });
+        let was_complete = complete(&w.d);
+        if paused || scaling {
+            if self.sync_revision(&mut w).await? {
+                return Ok(Some(now));
+            }
+            self.scale_proportionally(&mut w, &v).await?;
+            if paused {
+                self.cleanup(&w).await?;
+            }
+            let status = self.status_only(&w, now);
+            return self.write_status(&w, status).await;
+        }
+        let mut progressing_reason = None;
+        // sync_revision is a no-op without a new ReplicaSet.
+        if self.sync_revision(&mut w).await? {
+            return Ok(Some(now));
+        }
+        let pass = match v.strategy {
+            Strategy::RollingUpdate { .. } => {
+                let olds: Vec<ReplicaSetView> = w.olds.iter().map(rs_view).collect();
+                let new_name = self.new_name(&w);
+                steps::rolling_pass(&v, w.new.as_ref().map(rs_view).as_ref(), &olds, &new_name)
+            }
+            Strategy::Recreate => {
+                let olds: Vec<ReplicaSetView> = w.olds.iter().map(rs_view).collect();
+                let running = w
+                    .olds
+                    .iter()
+                    .map(|rs| rs.status.as_ref().map_or(0, |s| s.replicas))
+                    .sum::<i32>()
+                    > 0;
+                steps::recreate_pass(&v, w.new.as_ref().map(rs_view).as_ref(), &olds, running)
+            }
+        };
+        match self.execute(&mut w, &v, &pass).await? {
+            Some(reason) => progressing_reason = Some(reason),
+            None if w.new.is_some() && conditions::progress_deadline(&w.d).is_some() => {
+                let has =
+                    w.d.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Progressing"));
+                if !has {
+                    progressing_reason = Some(FOUND_NEW_RS);
+                }
+            }
+            None => {}
+        }
+        if pass.is_empty() && was_complete {
+            self.cleanup(&w).await?;
+        }
+        let mut d = w.d.clone();
+        if let (Some(reason), Some(new), Some(_)) = (
+            progressing_reason,
+            &w.new,
+            conditions::progress_deadline(&w.d),
+        ) {
+            let verb = if reason == NEW_RS_CREATED {
+                "Created new"
+            } else {
+                "Found new"
+            };
+            let status = d.status.get_or_insert_with(DeploymentStatus::default);
+            let mut cs = status.conditions.take().unwrap_or_default();
+            set_condition(
+                &mut cs,
+                condition(
+                    "Progressing",
+                    "True",
+                    reason,
+                    format!("{verb} replica set {:?}", rs_name(new)),
+                    now,
+                ),
+            );
+            status.conditions = Some(cs);
+        }
+        let all: Vec<&ReplicaSet> = w.olds.iter().chain(&w.new).collect();
+        let mut status = conditions::rollout_status(&d, &all, w.new.as_ref(), now);
+        let mut cs = status.conditions.take().unwrap_or_default();
+        conditions::pause_conditions(&d, &mut cs, now);
+        status.conditions = Some(cs);
+        self.write_status(&w, status).await
+    }
+
+    pub(super) fn new_name(&self, w: &World) -> String {
+        let collisions = w.d.status.as_ref().and_then(|s| s.collision_count);
+        format!(
+            "{}-{}",
+            w.d.metadata.name.as_deref().unwrap_or(""),
+            template_hash(&w.template, collisions)
+        )
+    }
+
+    pub(super) fn status_only(&self, w: &World, now: Timestamp) -> DeploymentStatus {
+        let all: Vec<&ReplicaSet> = w.olds.iter().chain(&w.new).collect();
+        let mut status = conditions::calculate_status(&w.d, &all, w.new.as_ref(), now);
+        let mut cs = status.conditions.take().unwrap_or_default();
+        conditions::pause_conditions(&w.d, &mut cs, now);
+        status.conditions = Some(cs);
+        status
+    }
+
+    /// Creates the new ReplicaSet and scales, as the pass says. Returns the Progressing
+    /// reason to set when the new ReplicaSet was created.
+    pub(super) async fn execute(
+        &self,
+        w: &mut World,
+        v: &DeploymentView,
+        pass: &Pass,
+    ) -> Result<Option<&'static str>, EngineError> {
+        let mut reason = None;
+        if let Some(size) = pass.create {
+            if !self.create(w, v, size).await? {
+                return Ok(None); // a hash collision: the next pass uses a new name
+            }
+            reason = Some(NEW_RS_CREATED);
+        }
+        for s in &pass.scales {
+            let target = w
+                .new
+                .iter_mut()
+                .chain(w.olds.iter_mut())
+                .find(|rs| rs_name(rs) == s.name);
+            if let Some(rs) = target {
+                self.scale(rs, s.to, v).await?;
+            }
+        }
+        Ok(reason)
+    }
+
+    /// Writes the status (and the Deployment's revision annotation) when it changed;
+    /// returns when to look again for the progress deadline.
+    pub(super) async fn write_status(
+        &self,
+        w: &World,
+        status: DeploymentStatus,
+    ) -> Result<Option<Timestamp>, EngineError> {
+        let revision = w
+            .new
+            .as_ref()
+            .map(revision)
+            .filter(|r| *r > 0)
+            .map(|r| r.to_string());
+        let current_revision = revision_of(&w.d.metadata).map(|r| r.to_string());
+        let next = conditions::deadline_at(&w.d, &status);
+        if w.d.status.as_ref() == Some(&status)
+            && (revision.is_none() || revision == current_revision)
+        {
+            return Ok(next);
+        }
+        let mut patch = json!({"status": status});
+        if let Some(r) = revision {
+            patch["metadata"] = json!({"annotations": {REVISION: r}});
+        }
+        let ns = w.d.metadata.namespace.clone().unwrap_or_default();
+        let dname = w.d.metadata.name.clone().unwrap_or_default();
+        self.deployments(&ns)
+            .patch_status(&dname, &self.params(), &Patch::Merge(&patch))
+            .await
+            .map_err(request(format!("writing the status of {ns}/{dname}")))?;
+        Ok(next)
+    }
+}

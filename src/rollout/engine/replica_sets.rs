@@ -1,0 +1,270 @@
+//! The ReplicaSet writes of a pass: create the hash-named new one (or reuse one after a
+//! collision), scale by the rolling and proportional rules, carry the revision over, and
+//! clean up old revisions beyond the history limit.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use kube::api::{DeleteParams, Patch, PostParams};
+use serde_json::json;
+
+use super::{
+    annotation, replicas, request, revision, rs_name, rs_view, Engine, EngineError, World, DESIRED,
+    ENGINE_ANNOTATION, HISTORY, MAX, SKIPPED,
+};
+use crate::rollout::hash::{template_hash, POD_TEMPLATE_HASH};
+use crate::rollout::revisions::{replica_set_template, REVISION};
+use crate::rollout::steps::{self, DeploymentView, Pass, ReplicaSetView};
+
+impl Engine {
+    /// Creates the new ReplicaSet (`getNewReplicaSet`, create branch). False after a hash
+    /// collision, which bumps `status.collisionCount`.
+    pub(super) async fn create(
+        &self,
+        w: &mut World,
+        v: &DeploymentView,
+        size: i32,
+    ) -> Result<bool, EngineError> {
+        let d = &w.d;
+        let ns = d.metadata.namespace.clone().unwrap_or_default();
+        let rs_name = self.new_name(w);
+        let hash = rs_name.rsplit('-').next().unwrap_or_default().to_string();
+        let max_old = w.olds.iter().map(revision).max().unwrap_or(0);
+        let mut template = w.template.clone();
+        template["metadata"]["labels"][POD_TEMPLATE_HASH] = json!(hash);
+        let mut selector =
+            serde_json::to_value(d.spec.as_ref().map(|s| s.selector.clone())).unwrap_or_default();
+        selector["matchLabels"][POD_TEMPLATE_HASH] = json!(hash);
+        let mut annotations: BTreeMap<String, String> = d
+            .metadata
+            .annotations
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(k, _)| !SKIPPED.contains(&k.as_str()))
+            .collect();
+        annotations.insert(REVISION.into(), (max_old + 1).to_string());
+        annotations.insert(DESIRED.into(), v.replicas.to_string());
+        annotations.insert(MAX.into(), (v.replicas + steps::max_surge(v)).to_string());
+        annotations.insert(ENGINE_ANNOTATION.into(), "agent".into());
+        let rs: ReplicaSet = serde_json::from_value(json!({
+            "metadata": {
+                "name": rs_name, "namespace": ns, "labels": template["metadata"]["labels"], "annotations": annotations,
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": d.metadata.name,
+                    "uid": d.metadata.uid, "controller": true, "blockOwnerDeletion": true}],
+            },
+            "spec": {"replicas": size, "minReadySeconds": d.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0),
+                "selector": selector, "template": template},
+        }))
+        .map_err(|e| request("building the new ReplicaSet")(kube::Error::SerdeError(e)))?;
+        match self
+            .replica_sets(&ns)
+            .create(
+                &PostParams {
+                    field_manager: Some(self.field_manager.clone()),
+                    ..Default::default()
+                },
+                &rs,
+            )
+            .await
+        {
+            Ok(created) => {
+                w.new = Some(created);
+                Ok(true)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let existing = self
+                    .replica_sets(&ns)
+                    .get(&rs_name)
+                    .await
+                    .map_err(request(format!("reading ReplicaSet {rs_name}")))?;
+                let ours = existing
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| Some(&o.uid) == d.metadata.uid.as_ref());
+                if ours
+                    && template_hash(&replica_set_template(&existing), None)
+                        == template_hash(&w.template, None)
+                {
+                    w.new = Some(existing); // a stale read: it is ours already
+                    return Ok(true);
+                }
+                let count = d
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.collision_count)
+                    .unwrap_or(0)
+                    + 1;
+                self.deployments(&ns)
+                    .patch_status(
+                        d.metadata.name.as_deref().unwrap_or(""),
+                        &self.params(),
+                        &Patch::Merge(json!({"status": {"collisionCount": count}})),
+                    )
+                    .await
+                    .map_err(request("recording a hash collision"))?;
+                Ok(false)
+            }
+            Err(e) => Err(request(format!("creating ReplicaSet {rs_name}"))(e)),
+        }
+    }
+
+    /// `scaleReplicaSet`: size and the desired/max annotations.
+    pub(super) async fn scale(
+        &self,
+        rs: &mut ReplicaSet,
+        to: i32,
+        v: &DeploymentView,
+    ) -> Result<(), EngineError> {
+        let ns = rs.metadata.namespace.clone().unwrap_or_default();
+        let patch = json!({
+            "metadata": {"annotations": {DESIRED: v.replicas.to_string(), MAX: (v.replicas + steps::max_surge(v)).to_string()}},
+            "spec": {"replicas": to},
+        });
+        *rs = self
+            .replica_sets(&ns)
+            .patch(&rs_name(rs), &self.params(), &Patch::Merge(&patch))
+            .await
+            .map_err(request(format!("scaling ReplicaSet {}", rs_name(rs))))?;
+        Ok(())
+    }
+
+    /// Keeps the new ReplicaSet's revision above every old one (a reused template gets
+    /// max + 1 and remembers its old number). True when it wrote: the pass ends there.
+    pub(super) async fn sync_revision(&self, w: &mut World) -> Result<bool, EngineError> {
+        let Some(new) = &w.new else { return Ok(false) };
+        let max_old = w.olds.iter().map(revision).max().unwrap_or(0);
+        let current = revision(new);
+        let min_ready =
+            w.d.spec
+                .as_ref()
+                .and_then(|s| s.min_ready_seconds)
+                .unwrap_or(0);
+        let min_ready_differs = new
+            .spec
+            .as_ref()
+            .and_then(|s| s.min_ready_seconds)
+            .unwrap_or(0)
+            != min_ready;
+        if current > max_old && !min_ready_differs {
+            return Ok(false);
+        }
+        let mut annotations = serde_json::Map::new();
+        if current <= max_old {
+            annotations.insert(REVISION.into(), json!((max_old + 1).to_string()));
+            if current > 0 {
+                let history = annotation(new, HISTORY)
+                    .map(|h| format!("{h},{current}"))
+                    .unwrap_or_else(|| current.to_string());
+                annotations.insert(HISTORY.into(), json!(history));
+            }
+        }
+        let patch = json!({"metadata": {"annotations": annotations}, "spec": {"minReadySeconds": min_ready}});
+        let ns = new.metadata.namespace.clone().unwrap_or_default();
+        let updated = self
+            .replica_sets(&ns)
+            .patch(&rs_name(new), &self.params(), &Patch::Merge(&patch))
+            .await
+            .map_err(request(format!("updating ReplicaSet {}", rs_name(new))))?;
+        w.new = Some(updated);
+        Ok(true)
+    }
+
+    /// Proportional scaling (paused Deployments and scaling events).
+    pub(super) async fn scale_proportionally(
+        &self,
+        w: &mut World,
+        v: &DeploymentView,
+    ) -> Result<(), EngineError> {
+        let saturated = w.new.as_ref().is_some_and(|rs| {
+            replicas(rs) == v.replicas
+                && annotation(rs, DESIRED).and_then(|a| a.parse().ok()) == Some(v.replicas)
+                && rs
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.available_replicas)
+                    .unwrap_or(0)
+                    == v.replicas
+        });
+        let olds: Vec<ReplicaSetView> = w.olds.iter().map(rs_view).collect();
+        let status_replicas = w.d.status.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+        let scales = steps::proportional_scale(
+            v,
+            w.new.as_ref().map(rs_view).as_ref(),
+            &olds,
+            saturated,
+            status_replicas,
+        );
+        let pass = Pass {
+            create: None,
+            scales,
+            waiting_for_old_pods: false,
+        };
+        self.execute(w, v, &pass).await?;
+        // Annotations follow the new size even where the size stays.
+        let want = v.replicas.to_string();
+        for rs in w.new.iter_mut().chain(w.olds.iter_mut()) {
+            if replicas(rs) > 0 && annotation(rs, DESIRED) != Some(want.as_str()) {
+                let to = replicas(rs);
+                self.scale(rs, to, v).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `cleanupDeployment`: old ReplicaSets beyond revisionHistoryLimit, oldest revision
+    /// first, only those already scaled to zero.
+    pub(super) async fn cleanup(&self, w: &World) -> Result<(), EngineError> {
+        let Some(limit) =
+            w.d.spec
+                .as_ref()
+                .and_then(|s| s.revision_history_limit)
+                .or(Some(10))
+                .filter(|l| *l != i32::MAX)
+        else {
+            return Ok(());
+        };
+        let mut cleanable: Vec<&ReplicaSet> = w
+            .olds
+            .iter()
+            .filter(|rs| rs.metadata.deletion_timestamp.is_none())
+            .collect();
+        let diff = cleanable.len() as i64 - i64::from(limit);
+        if diff <= 0 {
+            return Ok(());
+        }
+        cleanable.sort_by_key(|rs| {
+            (
+                revision(rs),
+                rs.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                rs_name(rs),
+            )
+        });
+        for rs in cleanable.into_iter().take(diff as usize) {
+            let status = rs.status.clone().unwrap_or_default();
+            if status.replicas != 0
+                || replicas(rs) != 0
+                || rs.metadata.generation > status.observed_generation
+            {
+                continue;
+            }
+            let ns = rs.metadata.namespace.clone().unwrap_or_default();
+            match self
+                .replica_sets(&ns)
+                .delete(&rs_name(rs), &DeleteParams::background())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    return Err(request(format!("deleting old ReplicaSet {}", rs_name(rs)))(
+                        e,
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
