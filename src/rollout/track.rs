@@ -45,26 +45,6 @@ enum Seen {
     Nothing,
 }
 
-/// Follows one rollout. Progress lines go to `report`.
-pub async fn follow(
-    client: &kube::Client,
-    namespace: &str,
-    name: &str,
-    generation: i64,
-    timeout: Duration,
-    shutdown: &Signal,
-    report: &(dyn Fn(&str) + Send + Sync),
-) -> FollowedRollout {
-    let one = [Follow {
-        namespace: namespace.into(),
-        name: name.into(),
-        generation,
-    }];
-    follow_many(client, &one, timeout, shutdown, &|_, line| report(line))
-        .await
-        .remove(0)
-}
-
 /// Follows several rollouts at once; results in the order of `follows`. Progress lines
 /// go to `report` with the rollout they belong to.
 pub async fn follow_many(
