@@ -1,15 +1,19 @@
-//! One sync of one app, end to end, as named steps:
-//! inventory → fetch → discover → render → plan → validate (dry run) → apply (staged) →
-//! prune → inventory → record. Each step is its own function; a failed step records its
-//! errors and stops the sync before anything later runs — a broken commit writes nothing
-//! and prunes nothing.
+//! One sync of one app, as named steps (see [`Syncer::sync`] and `docs/architecture.md`):
+//! prepare ([`prepare`]: inventory, fetch, discover, render, plan) → skip when held or
+//! unchanged → validate and apply ([`apply`]: dry run, staged server-side apply) → roll
+//! out ([`rollouts`]: follow, failure policy, rollback) → prune and store the inventory
+//! ([`prune`]) → record the history. A failed step records its errors and stops what
+//! follows — a broken commit writes nothing and prunes nothing.
 //!
-//! [`apply`] holds the validate-and-apply steps, [`rollouts`] following changed
-//! Deployments and the failure policy.
+//! [`preview`] is `berth plan` (a sync that stops after the dry run); [`manual`] is
+//! `berth rollback`.
 
 mod apply;
 mod manual;
+mod prepare;
 mod preview;
+mod prune;
+
 mod rollouts;
 
 pub use manual::{RollbackRefused, RollbackRequest};
@@ -21,14 +25,14 @@ use kube::api::DynamicObject;
 
 use crate::cluster::apply::{observed, ApplySettings, Target};
 use crate::cluster::discovery::ClusterKinds;
-use crate::cluster::inventory::{self, Entry, Held, Inventory};
-use crate::cluster::{prune, ClusterError};
+use crate::cluster::inventory::{Entry, Held, Inventory};
+use crate::cluster::ClusterError;
 use crate::config::{AgentConfig, AppConfig};
-use crate::history::{new_id, HistoryLog, ObjectAction, Outcome, RecordError, SyncRecord, Trigger};
-use crate::manifest::{Builder, Limits, Manifest, ObjectKey};
+use crate::history::{new_id, HistoryLog, Outcome, RecordError, SyncRecord, Trigger};
+use crate::manifest::ObjectKey;
 use crate::plan::{self, Change, Plan};
 use crate::shutdown::{self, Signal};
-use crate::source::git::{self, Checkout};
+use crate::source::git::Checkout;
 
 /// Where progress lines go: the terminal for `berth sync`, the log for the daemon.
 pub type Report<'a> = &'a (dyn Fn(&str) + Send + Sync);
@@ -226,22 +230,6 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Everything before the first write: inventory, fetch, discovery, render, plan.
-    async fn prepare(&mut self) -> Result<Prepared, Stop> {
-        let inventory = self.load_inventory().await?;
-        let checkout = self.fetch(inventory.commit.clone()).await?;
-        let kinds = self.discover().await?;
-        let manifests = self.render(&checkout, &kinds)?;
-        self.guard_empty(&manifests, &inventory)?;
-        let plan = self.plan(manifests, &kinds, &inventory).await?;
-        Ok(Prepared {
-            inventory,
-            checkout,
-            kinds,
-            plan,
-        })
-    }
-
     /// One sync, as Flux's reconcile reads: prepare → skip when held or unchanged →
     /// validate and apply → roll out → prune → record (the inventory here, the history
     /// record in [`Syncer::sync`]). Each step records its errors and stops what follows:
@@ -349,32 +337,6 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    /// Prunes what the commit no longer holds (with `prune = true`). Entries whose deletion
-    /// failed stay in the inventory with the old commit, so the next sync tries again; a
-    /// shutdown before the prune leaves every candidate to the next sync.
-    async fn prune_step(
-        &mut self,
-        kinds: &ClusterKinds,
-        candidates: Vec<Entry>,
-        old: &Inventory,
-        next: &mut Inventory,
-    ) -> Result<(), Stop> {
-        if !self.app.prune || candidates.is_empty() {
-            return Ok(());
-        }
-        if let Err(stop) = self.interrupted() {
-            next.objects.extend(candidates);
-            next.commit = old.commit.clone();
-            return Err(stop);
-        }
-        let kept_back = self.prune(kinds, &candidates).await;
-        if !kept_back.is_empty() {
-            next.objects.extend(kept_back);
-            next.commit = old.commit.clone();
-        }
-        Ok(())
-    }
-
     fn fail(&mut self, message: String, source: Option<String>) {
         (self.report)(&format!("error: {message}"));
         self.rec.errors.push(RecordError { message, source });
@@ -397,237 +359,11 @@ impl<'a> Run<'a> {
         }
     }
 
-    async fn load_inventory(&mut self) -> Result<Inventory, Stop> {
-        let ns = &self.syncer.agent.inventory_namespace;
-        match inventory::load(&self.syncer.client, ns, &self.app.name).await {
-            Ok(inv) => {
-                let inv = inv.unwrap_or_default();
-                self.rec.previous_commit = inv.commit.clone();
-                Ok(inv)
-            }
-            Err(e) => {
-                self.fail_cluster(e);
-                Err(Stop::Failed)
-            }
-        }
-    }
-
-    async fn fetch(&mut self, previous: Option<String>) -> Result<Checkout, Stop> {
-        let app = self.app.clone();
-        let state_dir = self.syncer.agent.state_dir.clone();
-        (self.report)(&format!(
-            "fetching {}",
-            git::redact_url(&git::remote_url(&app.repo))
-        ));
-        let clock = Instant::now();
-        let fetched = tokio::task::spawn_blocking(move || {
-            git::fetch_and_checkout(&app, &state_dir, previous.as_deref())
-        })
-        .await;
-        self.rec.fetch_ms = Some(clock.elapsed().as_millis() as u64);
-        match fetched {
-            Ok(Ok(checkout)) => {
-                let c = &checkout.commit;
-                (self.report)(&format!(
-                    "commit {} {:?} by {}",
-                    c.short(),
-                    c.subject,
-                    c.author
-                ));
-                if let Some(note) = &checkout.history_rewritten {
-                    (self.report)(&format!("warning: {note}"));
-                }
-                self.rec.commit = Some(c.clone());
-                self.rec.history_rewritten = checkout.history_rewritten.clone();
-                Ok(checkout)
-            }
-            Ok(Err(e)) => {
-                self.fail(
-                    format!("{e}; the cluster keeps its last applied state"),
-                    None,
-                );
-                Err(Stop::Failed)
-            }
-            Err(e) => {
-                self.fail(format!("the fetch task failed: {e}"), None);
-                Err(Stop::Failed)
-            }
-        }
-    }
-
-    async fn discover(&mut self) -> Result<ClusterKinds, Stop> {
-        ClusterKinds::discover(&self.syncer.client)
-            .await
-            .map_err(|e| {
-                self.fail_cluster(e);
-                Stop::Failed
-            })
-    }
-
-    fn render(&mut self, checkout: &Checkout, kinds: &ClusterKinds) -> Result<Vec<Manifest>, Stop> {
-        let limits = Limits {
-            max_file_size: self.syncer.agent.max_file_size,
-            max_app_size: self.syncer.agent.max_app_size,
-        };
-        let builder = match Builder::for_app(self.app, &checkout.dir, limits, kinds) {
-            Ok(b) => b,
-            Err(e) => {
-                self.fail(format!("invalid glob in app {}: {e}", self.app.name), None);
-                return Err(Stop::Failed);
-            }
-        };
-        match builder.render() {
-            Ok(manifests) => {
-                (self.report)(&format!(
-                    "rendered {}",
-                    crate::plural(manifests.len(), "object")
-                ));
-                Ok(manifests)
-            }
-            Err(errors) => {
-                for e in errors.into_vec() {
-                    self.fail(e.to_string(), None);
-                }
-                (self.report)("render failed: nothing was written");
-                Err(Stop::Failed)
-            }
-        }
-    }
-
-    fn guard_empty(&mut self, manifests: &[Manifest], inventory: &Inventory) -> Result<(), Stop> {
-        if manifests.is_empty()
-            && !inventory.objects.is_empty()
-            && self.app.prune
-            && !self.app.allow_empty
-        {
-            self.fail(
-                format!(
-                    "the commit holds no objects: refusing to prune all {} of app {} (set allow_empty = true if that is what you want)",
-                    crate::plural(inventory.objects.len(), "object"),
-                    self.app.name
-                ),
-                None,
-            );
-            return Err(Stop::Failed);
-        }
-        Ok(())
-    }
-
-    async fn plan(
-        &mut self,
-        manifests: Vec<Manifest>,
-        kinds: &ClusterKinds,
-        inventory: &Inventory,
-    ) -> Result<Plan, Stop> {
-        let resources = manifests
-            .iter()
-            .filter_map(|m| Some((kinds.resolve(m)?, m.namespace().map(str::to_string))))
-            .chain(inventory.objects.iter().filter_map(|e| {
-                Some((
-                    kinds.resolve_kind(&e.api_version, &e.key.kind)?,
-                    e.key.namespace.clone(),
-                ))
-            }));
-        let live = match inventory::live_objects(
-            &self.syncer.client,
-            resources.collect::<Vec<_>>(),
-            &self.app.name,
-        )
-        .await
-        {
-            Ok(live) => live,
-            Err(e) => {
-                self.fail_cluster(e);
-                return Err(Stop::Failed);
-            }
-        };
-        match plan::plan(manifests, |m| kinds.resolve(m), inventory, &live) {
-            Ok(plan) => Ok(plan),
-            Err(errors) => {
-                errors.into_iter().for_each(|e| self.fail_cluster(e));
-                Err(Stop::Failed)
-            }
-        }
-    }
-
     fn settings(&self) -> ApplySettings {
         ApplySettings {
             field_manager: self.syncer.agent.field_manager.clone(),
             force: self.app.force_conflicts,
             concurrency: self.syncer.agent.concurrency,
-        }
-    }
-
-    /// Prunes the candidates; returns the entries that must stay in the inventory
-    /// (their deletion failed, or the live objects could not be listed).
-    async fn prune(&mut self, kinds: &ClusterKinds, candidates: &[Entry]) -> Vec<Entry> {
-        let resources: Vec<_> = candidates
-            .iter()
-            .filter_map(|e| {
-                Some((
-                    kinds.resolve_kind(&e.api_version, &e.key.kind)?,
-                    e.key.namespace.clone(),
-                ))
-            })
-            .collect();
-        let live =
-            match inventory::live_objects(&self.syncer.client, resources, &self.app.name).await {
-                Ok(live) => live,
-                Err(e) => {
-                    self.fail_cluster(e);
-                    return candidates.to_vec();
-                }
-            };
-        let client = &self.syncer.client;
-        let concurrency = self.syncer.agent.concurrency;
-        self.rec.requests += candidates.len() as u64;
-        let results = prune::prune(
-            client,
-            kinds,
-            &self.app.name,
-            candidates,
-            &live,
-            concurrency,
-        )
-        .await;
-        let mut kept_back = Vec::new();
-        for (entry, r) in candidates.iter().zip(results) {
-            if let Some(e) = r.error {
-                kept_back.push(entry.clone());
-                self.fail_cluster(e);
-            }
-            let note = r
-                .note
-                .as_ref()
-                .map(|n| format!(" ({n})"))
-                .unwrap_or_default();
-            (self.report)(&format!("{} {}{note}", r.key.kubectl(), r.action.as_str()));
-            self.rec.objects.push(ObjectAction {
-                key: r.key,
-                action: r.action,
-                source: None,
-                note: r.note,
-            });
-        }
-        kept_back
-    }
-
-    async fn store_inventory(&mut self, old: &Inventory, next: &Inventory) {
-        if old == next {
-            return;
-        }
-        self.rec.requests += 1;
-        let agent = &self.syncer.agent;
-        if let Err(e) = inventory::store(
-            &self.syncer.client,
-            &agent.inventory_namespace,
-            &self.app.name,
-            &agent.field_manager,
-            next,
-        )
-        .await
-        {
-            self.fail_cluster(e);
         }
     }
 }

@@ -1,0 +1,191 @@
+//! The first step of a sync, before any write: the last inventory, the fetch, discovery,
+//! the render through the manifest pipeline, the refusal to prune everything, and the
+//! plan against the live objects.
+
+use std::time::Instant;
+
+use super::{Prepared, Run, Stop};
+use crate::cluster::discovery::ClusterKinds;
+use crate::cluster::inventory::{self, Inventory};
+use crate::manifest::{Builder, Limits, Manifest};
+use crate::plan::{self, Plan};
+use crate::source::git::{self, Checkout};
+
+impl Run<'_> {
+    /// Everything before the first write: inventory, fetch, discovery, render, plan.
+    pub(super) async fn prepare(&mut self) -> Result<Prepared, Stop> {
+        let inventory = self.load_inventory().await?;
+        let checkout = self.fetch(inventory.commit.clone()).await?;
+        let kinds = self.discover().await?;
+        let manifests = self.render(&checkout, &kinds)?;
+        self.guard_empty(&manifests, &inventory)?;
+        let plan = self.plan(manifests, &kinds, &inventory).await?;
+        Ok(Prepared {
+            inventory,
+            checkout,
+            kinds,
+            plan,
+        })
+    }
+
+    pub(super) async fn load_inventory(&mut self) -> Result<Inventory, Stop> {
+        let ns = &self.syncer.agent.inventory_namespace;
+        match inventory::load(&self.syncer.client, ns, &self.app.name).await {
+            Ok(inv) => {
+                let inv = inv.unwrap_or_default();
+                self.rec.previous_commit = inv.commit.clone();
+                Ok(inv)
+            }
+            Err(e) => {
+                self.fail_cluster(e);
+                Err(Stop::Failed)
+            }
+        }
+    }
+
+    pub(super) async fn fetch(&mut self, previous: Option<String>) -> Result<Checkout, Stop> {
+        let app = self.app.clone();
+        let state_dir = self.syncer.agent.state_dir.clone();
+        (self.report)(&format!(
+            "fetching {}",
+            git::redact_url(&git::remote_url(&app.repo))
+        ));
+        let clock = Instant::now();
+        let fetched = tokio::task::spawn_blocking(move || {
+            git::fetch_and_checkout(&app, &state_dir, previous.as_deref())
+        })
+        .await;
+        self.rec.fetch_ms = Some(clock.elapsed().as_millis() as u64);
+        match fetched {
+            Ok(Ok(checkout)) => {
+                let c = &checkout.commit;
+                (self.report)(&format!(
+                    "commit {} {:?} by {}",
+                    c.short(),
+                    c.subject,
+                    c.author
+                ));
+                if let Some(note) = &checkout.history_rewritten {
+                    (self.report)(&format!("warning: {note}"));
+                }
+                self.rec.commit = Some(c.clone());
+                self.rec.history_rewritten = checkout.history_rewritten.clone();
+                Ok(checkout)
+            }
+            Ok(Err(e)) => {
+                self.fail(
+                    format!("{e}; the cluster keeps its last applied state"),
+                    None,
+                );
+                Err(Stop::Failed)
+            }
+            Err(e) => {
+                self.fail(format!("the fetch task failed: {e}"), None);
+                Err(Stop::Failed)
+            }
+        }
+    }
+
+    pub(super) async fn discover(&mut self) -> Result<ClusterKinds, Stop> {
+        ClusterKinds::discover(&self.syncer.client)
+            .await
+            .map_err(|e| {
+                self.fail_cluster(e);
+                Stop::Failed
+            })
+    }
+
+    pub(super) fn render(
+        &mut self,
+        checkout: &Checkout,
+        kinds: &ClusterKinds,
+    ) -> Result<Vec<Manifest>, Stop> {
+        let limits = Limits {
+            max_file_size: self.syncer.agent.max_file_size,
+            max_app_size: self.syncer.agent.max_app_size,
+        };
+        let builder = match Builder::for_app(self.app, &checkout.dir, limits, kinds) {
+            Ok(b) => b,
+            Err(e) => {
+                self.fail(format!("invalid glob in app {}: {e}", self.app.name), None);
+                return Err(Stop::Failed);
+            }
+        };
+        match builder.render() {
+            Ok(manifests) => {
+                (self.report)(&format!(
+                    "rendered {}",
+                    crate::plural(manifests.len(), "object")
+                ));
+                Ok(manifests)
+            }
+            Err(errors) => {
+                for e in errors.into_vec() {
+                    self.fail(e.to_string(), None);
+                }
+                (self.report)("render failed: nothing was written");
+                Err(Stop::Failed)
+            }
+        }
+    }
+
+    pub(super) fn guard_empty(
+        &mut self,
+        manifests: &[Manifest],
+        inventory: &Inventory,
+    ) -> Result<(), Stop> {
+        if manifests.is_empty()
+            && !inventory.objects.is_empty()
+            && self.app.prune
+            && !self.app.allow_empty
+        {
+            self.fail(
+                format!(
+                    "the commit holds no objects: refusing to prune all {} of app {} (set allow_empty = true if that is what you want)",
+                    crate::plural(inventory.objects.len(), "object"),
+                    self.app.name
+                ),
+                None,
+            );
+            return Err(Stop::Failed);
+        }
+        Ok(())
+    }
+
+    pub(super) async fn plan(
+        &mut self,
+        manifests: Vec<Manifest>,
+        kinds: &ClusterKinds,
+        inventory: &Inventory,
+    ) -> Result<Plan, Stop> {
+        let resources = manifests
+            .iter()
+            .filter_map(|m| Some((kinds.resolve(m)?, m.namespace().map(str::to_string))))
+            .chain(inventory.objects.iter().filter_map(|e| {
+                Some((
+                    kinds.resolve_kind(&e.api_version, &e.key.kind)?,
+                    e.key.namespace.clone(),
+                ))
+            }));
+        let live = match inventory::live_objects(
+            &self.syncer.client,
+            resources.collect::<Vec<_>>(),
+            &self.app.name,
+        )
+        .await
+        {
+            Ok(live) => live,
+            Err(e) => {
+                self.fail_cluster(e);
+                return Err(Stop::Failed);
+            }
+        };
+        match plan::plan(manifests, |m| kinds.resolve(m), inventory, &live) {
+            Ok(plan) => Ok(plan),
+            Err(errors) => {
+                errors.into_iter().for_each(|e| self.fail_cluster(e));
+                Err(Stop::Failed)
+            }
+        }
+    }
+}
