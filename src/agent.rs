@@ -49,7 +49,7 @@ pub enum AgentError {
     #[error("cannot listen on {address} (agent.listen): {source}")]
     Listen {
         /// The address.
-        address: String,
+        address: std::net::SocketAddr,
         /// What the OS said.
         #[source]
         source: std::io::Error,
@@ -232,16 +232,12 @@ async fn start_http(
     syncer: &Syncer,
     shutdown: &Signal,
 ) -> Result<Option<Arc<Endpoint>>, AgentError> {
-    if config.agent.listen == "off" {
+    let Some(address) = config.agent.listen else {
         return Ok(None);
-    }
-    let address = config.agent.listen.clone();
-    let listener = tokio::net::TcpListener::bind(&address)
+    };
+    let listener = tokio::net::TcpListener::bind(address)
         .await
-        .map_err(|source| AgentError::Listen {
-            address: address.clone(),
-            source,
-        })?;
+        .map_err(|source| AgentError::Listen { address, source })?;
     let endpoint = Arc::new(Endpoint {
         metrics: metrics.clone(),
         hooks: RwLock::new(HashMap::new()),

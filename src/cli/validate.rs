@@ -25,10 +25,7 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         config_path.display(),
         berth::plural(config.apps.len(), "app")
     );
-    let limits = Limits {
-        max_file_size: config.agent.max_file_size,
-        max_app_size: config.agent.max_app_size,
-    };
+    let limits = Limits::of(&config.agent);
     let mut failed = false;
     for app in &config.apps {
         if let (None, Some(path)) = (&args.dir, git::local_path(&app.repo)) {

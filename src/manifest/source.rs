@@ -22,6 +22,16 @@ pub struct Limits {
     pub max_app_size: u64,
 }
 
+impl Limits {
+    /// The caps `[agent]` sets (`max_file_size`, `max_app_size`).
+    pub fn of(agent: &crate::config::AgentConfig) -> Limits {
+        Limits {
+            max_file_size: agent.max_file_size,
+            max_app_size: agent.max_app_size,
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {

@@ -15,7 +15,7 @@ use git2::{
 
 use super::known_hosts;
 use super::CommitInfo;
-use crate::config::{AppConfig, DEFAULT_KNOWN_HOSTS};
+use crate::config::{AppConfig, GitRef, DEFAULT_KNOWN_HOSTS};
 
 /// Errors of the git source. Every message names the repository with its credentials
 /// redacted.
@@ -84,35 +84,32 @@ struct Want {
     what: String,
 }
 
-fn want(app: &AppConfig) -> Want {
-    if let Some(tag) = &app.tag {
-        Want {
+fn want(git_ref: GitRef<'_>) -> Want {
+    match git_ref {
+        GitRef::Tag(tag) => Want {
             refspec: format!("+refs/tags/{tag}:refs/tags/{tag}"),
             remote_ref: Some(format!("refs/tags/{tag}")),
             local_ref: format!("refs/tags/{tag}"),
             what: format!("tag {tag}"),
-        }
-    } else if let Some(commit) = &app.commit {
-        Want {
+        },
+        GitRef::Commit(commit) => Want {
             refspec: "+refs/heads/*:refs/remotes/origin/*".into(),
             remote_ref: None,
             local_ref: String::new(),
             what: format!("commit {commit}"),
-        }
-    } else if let Some(branch) = &app.branch {
-        Want {
+        },
+        GitRef::Branch(branch) => Want {
             refspec: format!("+refs/heads/{branch}:refs/remotes/origin/{branch}"),
             remote_ref: Some(format!("refs/heads/{branch}")),
             local_ref: format!("refs/remotes/origin/{branch}"),
             what: format!("branch {branch}"),
-        }
-    } else {
-        Want {
+        },
+        GitRef::DefaultBranch => Want {
             refspec: "+HEAD:refs/remotes/origin/HEAD".into(),
             remote_ref: Some("HEAD".into()),
             local_ref: "refs/remotes/origin/HEAD".into(),
             what: "the default branch (HEAD)".into(),
-        }
+        },
     }
 }
 
@@ -197,7 +194,7 @@ fn fetch_into(
         message: e.message().to_string(),
     };
     let repo = open_cache(cache, &url).map_err(cache_err)?;
-    let want = want(app);
+    let want = want(app.git_ref());
     let mut remote = repo.find_remote("origin").map_err(cache_err)?;
     let mut options = FetchOptions::new();
     options
@@ -225,11 +222,11 @@ fn fetch_into(
             });
         }
     }
-    let oid = match &app.commit {
-        Some(sha) => Oid::from_str(sha)
+    let oid = match app.git_ref() {
+        GitRef::Commit(sha) => Oid::from_str(sha)
             .ok()
             .filter(|o| repo.find_commit(*o).is_ok()),
-        None => repo.refname_to_id(&want.local_ref).ok(),
+        _ => repo.refname_to_id(&want.local_ref).ok(),
     };
     let Some(oid) = oid else {
         return Err(SourceError::RefNotFound {

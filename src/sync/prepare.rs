@@ -100,10 +100,7 @@ impl Run<'_> {
         checkout: &Checkout,
         kinds: &ClusterKinds,
     ) -> Result<Vec<Manifest>, Stop> {
-        let limits = Limits {
-            max_file_size: self.syncer.agent.max_file_size,
-            max_app_size: self.syncer.agent.max_app_size,
-        };
+        let limits = Limits::of(&self.syncer.agent);
         let builder = match Builder::for_app(self.app, &checkout.dir, limits, kinds) {
             Ok(b) => b,
             Err(e) => {

@@ -4,9 +4,15 @@
 //! Every error names the key path (`app[1].rollout.timeout`) and, once loaded from a file,
 //! the file and line.
 
-use std::collections::HashSet;
-use std::fmt;
-use std::path::{Component, Path, PathBuf};
+mod error;
+mod validate;
+
+pub use error::{io_message, ConfigError, Problem};
+use error::{toml_error, unknown_field};
+pub use validate::{check_repo_path, is_dns_label};
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
@@ -61,8 +67,10 @@ pub struct AgentConfig {
     /// Sync history records older than this are dropped.
     #[serde(deserialize_with = "duration")]
     pub history_max_age: Duration,
-    /// Address of the HTTP endpoint (health, metrics, webhooks); `off` disables it.
-    pub listen: String,
+    /// Address of the HTTP endpoint (health, metrics, webhooks); `None` (`"off"` in the
+    /// file) disables it.
+    #[serde(deserialize_with = "listen")]
+    pub listen: Option<SocketAddr>,
     /// A sync running longer than this counts as stuck: the systemd watchdog stops.
     #[serde(deserialize_with = "duration")]
     pub sync_timeout: Duration,
@@ -89,7 +97,7 @@ impl Default for AgentConfig {
             inventory_namespace: "berth-system".to_string(),
             history_keep: 1000,
             history_max_age: Duration::from_secs(90 * 24 * 3600),
-            listen: "127.0.0.1:9464".to_string(),
+            listen: Some(SocketAddr::from(([127, 0, 0, 1], 9464))),
             sync_timeout: Duration::from_secs(30 * 60),
             leader_election: false,
             lease_name: "berth".to_string(),
@@ -175,6 +183,32 @@ pub struct AppConfig {
     pub rollout: RolloutConfig,
 }
 
+/// Which commit of its repository an app follows (validation allows at most one of
+/// `branch`, `tag` and `commit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GitRef<'a> {
+    /// The remote's default branch (its `HEAD`).
+    DefaultBranch,
+    /// A branch's newest commit.
+    Branch(&'a str),
+    /// The commit a tag names.
+    Tag(&'a str),
+    /// One commit, by its full SHA.
+    Commit(&'a str),
+}
+
+impl AppConfig {
+    /// The ref this app follows.
+    pub fn git_ref(&self) -> GitRef<'_> {
+        match (&self.tag, &self.commit, &self.branch) {
+            (Some(tag), _, _) => GitRef::Tag(tag),
+            (None, Some(sha), _) => GitRef::Commit(sha),
+            (None, None, Some(branch)) => GitRef::Branch(branch),
+            (None, None, None) => GitRef::DefaultBranch,
+        }
+    }
+}
+
 /// `[app.auth]`: how to authenticate to the repository. Secrets come from files or
 /// environment variables, never from the configuration itself.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -249,116 +283,6 @@ pub enum OnFailure {
     Continue,
 }
 
-/// A configuration problem.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read config file {}: {}", path.display(), io_message(error))]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// What the OS said (shown in the message, so not also as its source).
-        error: std::io::Error,
-    },
-    /// The text is not valid TOML or does not fit the schema.
-    #[error("{}{line}:{column}: {key}: {message}", file_prefix(file))]
-    Parse {
-        /// The file, once known.
-        file: Option<PathBuf>,
-        /// The key path, e.g. `app[0].rollout.timeout`.
-        key: String,
-        /// 1-based line.
-        line: usize,
-        /// 1-based column.
-        column: usize,
-        /// What is wrong.
-        message: String,
-    },
-    /// The configuration parses but does not make sense.
-    #[error("{}", Problems { file, problems })]
-    Invalid {
-        /// The file, once known.
-        file: Option<PathBuf>,
-        /// Every problem found.
-        problems: Vec<Problem>,
-    },
-}
-
-/// One problem found by [`Config::validate`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// The key path, e.g. `app[1].name`.
-    pub key: String,
-    /// What is wrong, and what to do.
-    pub message: String,
-    /// Line and column of the key's value, once the text is known ([`load`]).
-    pub at: Option<(usize, usize)>,
-}
-
-/// One line a problem, as compilers print them: `berth.toml:7:8: app[1].name: …`.
-struct Problems<'a> {
-    file: &'a Option<PathBuf>,
-    problems: &'a [Problem],
-}
-
-impl fmt::Display for Problems<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, p) in self.problems.iter().enumerate() {
-            if i > 0 {
-                writeln!(f)?;
-            }
-            match (self.file, p.at) {
-                (Some(file), Some((line, column))) => {
-                    write!(f, "{}:{line}:{column}: ", file.display())?
-                }
-                (Some(file), None) => write!(f, "{}: ", file.display())?,
-                (None, _) => write!(f, "invalid configuration: ")?,
-            }
-            write!(f, "{}: {}", p.key, p.message)?;
-        }
-        Ok(())
-    }
-}
-
-/// The OS's words without the `(os error 2)` that only programmers read.
-pub fn io_message(e: &std::io::Error) -> String {
-    let text = e.to_string();
-    match text.rfind(" (os error ") {
-        Some(at) => text[..at].to_string(),
-        None => text,
-    }
-}
-
-fn file_prefix(file: &Option<PathBuf>) -> String {
-    file.as_ref()
-        .map(|f| format!("{}:", f.display()))
-        .unwrap_or_default()
-}
-
-impl ConfigError {
-    /// Adds each problem's line and column, found in the text by its key path.
-    fn located(mut self, text: &str) -> Self {
-        if let ConfigError::Invalid { problems, .. } = &mut self {
-            if let Ok(doc) = toml::de::DeTable::parse(text) {
-                for p in problems.iter_mut() {
-                    p.at = locate(doc.get_ref(), &p.key).map(|span| line_column(text, span.start));
-                }
-            }
-        }
-        self
-    }
-
-    fn in_file(mut self, path: &Path) -> Self {
-        match &mut self {
-            ConfigError::Parse { file, .. } | ConfigError::Invalid { file, .. } => {
-                *file = Some(path.to_path_buf())
-            }
-            ConfigError::Read { .. } => {}
-        }
-        self
-    }
-}
-
 /// Parses configuration text. Does not validate it: see [`Config::validate`].
 ///
 /// # Errors
@@ -398,237 +322,23 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     Ok(config)
 }
 
-fn toml_error(text: &str, key: String, e: &toml::de::Error) -> ConfigError {
-    let (line, column) = e
-        .span()
-        .map(|span| line_column(text, span.start))
-        .unwrap_or((1, 1));
-    ConfigError::Parse {
-        file: None,
-        key: if key.is_empty() || key == "." {
-            "(top level)".to_string()
-        } else {
-            key
-        },
-        line,
-        column,
-        message: e.message().trim().to_string(),
-    }
-}
-
-/// The span of the value at a key path such as `app[1].rollout.timeout`.
-fn locate(doc: &toml::de::DeTable<'_>, key: &str) -> Option<std::ops::Range<usize>> {
-    use toml::de::DeValue;
-    let mut table = doc;
-    let mut span = None;
-    for segment in key.split('.') {
-        let (name, index) = match segment.split_once('[') {
-            Some((name, rest)) => (name, rest.trim_end_matches(']').parse::<usize>().ok()),
-            None => (segment, None),
-        };
-        let (_, mut value) = table.iter().find(|(k, _)| k.get_ref().as_ref() == name)?;
-        if let Some(i) = index {
-            let DeValue::Array(items) = value.get_ref() else {
-                return None;
-            };
-            value = items.get(i)?;
-        }
-        span = Some(value.span());
-        if let DeValue::Table(inner) = value.get_ref() {
-            table = inner;
-        }
-    }
-    span
-}
-
-fn unknown_field(message: &str) -> Option<&str> {
-    let rest = message.strip_prefix("unknown field `")?;
-    rest.split('`').next()
-}
-
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-    (line, column)
-}
-
 impl Config {
-    /// Checks what the schema cannot: unique DNS-label app names, one ref per app, paths
-    /// that stay inside the repository, globs that compile, sensible durations and sizes.
-    ///
-    /// # Errors
-    /// [`ConfigError::Invalid`] listing every problem found.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let mut problems = Vec::new();
-        let mut problem = |key: String, message: String| {
-            problems.push(Problem {
-                key,
-                message,
-                at: None,
-            })
-        };
-        let agent = &self.agent;
-        if agent.interval.is_zero() {
-            problem("agent.interval".into(), "must be more than 0s".into());
-        }
-        if agent.field_manager.trim().is_empty() {
-            problem("agent.field_manager".into(), "must not be empty".into());
-        }
-        if agent.listen != "off" && agent.listen.parse::<std::net::SocketAddr>().is_err() {
-            problem(
-                "agent.listen".into(),
-                format!(
-                    "{:?} is not an address like 127.0.0.1:9464 (or \"off\")",
-                    agent.listen
-                ),
-            );
-        }
-        if agent.lease_duration < Duration::from_secs(3) {
-            problem("agent.lease_duration".into(), "must be at least 3s".into());
-        }
-        if agent.concurrency == 0 {
-            problem("agent.concurrency".into(), "must be at least 1".into());
-        }
-        if !is_dns_label(&agent.inventory_namespace) {
-            problem(
-                "agent.inventory_namespace".into(),
-                format!(
-                    "{:?} is not a valid namespace name",
-                    agent.inventory_namespace
-                ),
-            );
-        }
-        if agent.max_file_size == 0 || agent.max_app_size == 0 {
-            problem(
-                "agent.max_file_size".into(),
-                "size caps must be more than 0".into(),
-            );
-        }
-        let mut seen = HashSet::new();
-        for (i, app) in self.apps.iter().enumerate() {
-            let key = |k: &str| format!("app[{i}].{k}");
-            if !is_dns_label(&app.name) {
-                problem(
-                    key("name"),
-                    format!(
-                        "{:?} is not a DNS label (lower-case letters, digits and '-', at most 63)",
-                        app.name
-                    ),
-                );
-            } else if !seen.insert(app.name.as_str()) {
-                problem(
-                    key("name"),
-                    format!(
-                        "duplicate app name {:?}: app names must be unique",
-                        app.name
-                    ),
-                );
-            }
-            if app.repo.trim().is_empty() {
-                problem(key("repo"), "must not be empty".into());
-            }
-            let refs = [&app.branch, &app.tag, &app.commit];
-            if refs.iter().filter(|r| r.is_some()).count() > 1 {
-                problem(
-                    key("branch"),
-                    "give at most one of branch, tag and commit".into(),
-                );
-            }
-            if let Some(c) = &app.commit {
-                if c.len() != 40 || !c.chars().all(|ch| ch.is_ascii_hexdigit()) {
-                    problem(
-                        key("commit"),
-                        format!("{c:?} is not a full 40-character commit SHA"),
-                    );
-                }
-            }
-            if app.path.is_empty() {
-                problem(key("path"), "give at least one path".into());
-            }
-            for p in &app.path {
-                if let Err(message) = check_repo_path(p) {
-                    problem(key("path"), message);
-                }
-            }
-            for (k, globs) in [
-                ("include", &app.include),
-                ("exclude", &app.exclude),
-                ("include_objects", &app.include_objects),
-                ("exclude_objects", &app.exclude_objects),
-            ] {
-                for g in globs {
-                    if let Err(e) = globset::Glob::new(g) {
-                        problem(key(k), format!("invalid glob {g:?}: {}", e.kind()));
-                    }
-                }
-            }
-            if !is_dns_label(&app.namespace) {
-                problem(
-                    key("namespace"),
-                    format!("{:?} is not a valid namespace name", app.namespace),
-                );
-            }
-            if app.auth.password_file.is_some() && app.auth.password_env.is_some() {
-                problem(
-                    key("auth.password_file"),
-                    "give password_file or password_env, not both".into(),
-                );
-            }
-            if app.rollout.timeout.is_zero() {
-                problem(key("rollout.timeout"), "must be more than 0s".into());
-            }
-        }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(ConfigError::Invalid {
-                file: None,
-                problems,
-            })
-        }
-    }
-
     /// The app of that name.
     pub fn app(&self, name: &str) -> Option<&AppConfig> {
         self.apps.iter().find(|a| a.name == name)
     }
 }
 
-/// Checks that a configured path is relative and never climbs out of the repository.
-///
-/// # Errors
-/// A message naming the path and why it is refused.
-pub fn check_repo_path(p: &str) -> Result<(), String> {
-    let path = Path::new(p);
-    let mut depth: usize = 0;
-    for c in path.components() {
-        match c {
-            Component::Normal(_) => depth += 1,
-            Component::CurDir => {}
-            Component::ParentDir => {
-                depth = depth
-                    .checked_sub(1)
-                    .ok_or_else(|| format!("{p:?} escapes the repository root"))?;
-            }
-            Component::RootDir | Component::Prefix(_) => {
-                return Err(format!(
-                    "{p:?} is absolute: paths are relative to the repository root"
-                ))
-            }
-        }
+fn listen<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let text = String::deserialize(d)?;
+    if text == "off" {
+        return Ok(None);
     }
-    Ok(())
-}
-
-/// True for an RFC 1123 DNS label: what app names and namespaces must be.
-pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
+    text.parse().map(Some).map_err(|_| {
+        serde::de::Error::custom(format!(
+            "{text:?} is not an address like 127.0.0.1:9464 (or \"off\")"
+        ))
+    })
 }
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
@@ -732,7 +442,7 @@ repo = "https://example.com/guestbook.git"
 
     #[test]
     fn the_shipped_example_config_is_valid_and_complete() {
-        let text = include_str!("../config/berth.toml");
+        let text = include_str!("../../config/berth.toml");
         let c = parse(text).unwrap();
         c.validate().unwrap();
         let app = &c.apps[0];

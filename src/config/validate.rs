@@ -1,0 +1,193 @@
+//! [`Config::validate`]: what the schema cannot check, one function per section, every
+//! problem collected (not only the first) with its key path.
+
+use std::collections::HashSet;
+use std::path::{Component, Path};
+use std::time::Duration;
+
+use super::{AgentConfig, AppConfig, Config, ConfigError, Problem};
+
+/// The problems found so far.
+#[derive(Default)]
+struct Problems(Vec<Problem>);
+
+impl Problems {
+    fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem {
+            key: key.into(),
+            message: message.into(),
+            at: None,
+        });
+    }
+}
+
+impl Config {
+    /// Checks what the schema cannot: unique DNS-label app names, one ref per app, paths
+    /// that stay inside the repository, globs that compile, sensible durations and sizes.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] listing every problem found.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut problems = Problems::default();
+        agent(&self.agent, &mut problems);
+        let mut names = HashSet::new();
+        for (i, app) in self.apps.iter().enumerate() {
+            let key = |k: &str| format!("app[{i}].{k}");
+            if is_dns_label(&app.name) && !names.insert(app.name.as_str()) {
+                problems.add(
+                    key("name"),
+                    format!(
+                        "duplicate app name {:?}: app names must be unique",
+                        app.name
+                    ),
+                );
+            }
+            app_identity(app, &key, &mut problems);
+            app_source(app, &key, &mut problems);
+            app_files(app, &key, &mut problems);
+            if app.rollout.timeout.is_zero() {
+                problems.add(key("rollout.timeout"), "must be more than 0s");
+            }
+        }
+        if problems.0.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid {
+                file: None,
+                problems: problems.0,
+            })
+        }
+    }
+}
+
+/// `[agent]`.
+fn agent(agent: &AgentConfig, problems: &mut Problems) {
+    if agent.interval.is_zero() {
+        problems.add("agent.interval", "must be more than 0s");
+    }
+    if agent.field_manager.trim().is_empty() {
+        problems.add("agent.field_manager", "must not be empty");
+    }
+    if agent.lease_duration < Duration::from_secs(3) {
+        problems.add("agent.lease_duration", "must be at least 3s");
+    }
+    if agent.concurrency == 0 {
+        problems.add("agent.concurrency", "must be at least 1");
+    }
+    if !is_dns_label(&agent.inventory_namespace) {
+        problems.add(
+            "agent.inventory_namespace",
+            format!(
+                "{:?} is not a valid namespace name",
+                agent.inventory_namespace
+            ),
+        );
+    }
+    if agent.max_file_size == 0 || agent.max_app_size == 0 {
+        problems.add("agent.max_file_size", "size caps must be more than 0");
+    }
+}
+
+/// An app's name and namespace.
+fn app_identity(app: &AppConfig, key: &dyn Fn(&str) -> String, problems: &mut Problems) {
+    if !is_dns_label(&app.name) {
+        problems.add(
+            key("name"),
+            format!(
+                "{:?} is not a DNS label (lower-case letters, digits and '-', at most 63)",
+                app.name
+            ),
+        );
+    }
+    if !is_dns_label(&app.namespace) {
+        problems.add(
+            key("namespace"),
+            format!("{:?} is not a valid namespace name", app.namespace),
+        );
+    }
+}
+
+/// An app's repository, ref and credentials.
+fn app_source(app: &AppConfig, key: &dyn Fn(&str) -> String, problems: &mut Problems) {
+    if app.repo.trim().is_empty() {
+        problems.add(key("repo"), "must not be empty");
+    }
+    let refs = [&app.branch, &app.tag, &app.commit];
+    if refs.iter().filter(|r| r.is_some()).count() > 1 {
+        problems.add(key("branch"), "give at most one of branch, tag and commit");
+    }
+    if let Some(c) = &app.commit {
+        if c.len() != 40 || !c.chars().all(|ch| ch.is_ascii_hexdigit()) {
+            problems.add(
+                key("commit"),
+                format!("{c:?} is not a full 40-character commit SHA"),
+            );
+        }
+    }
+    if app.auth.password_file.is_some() && app.auth.password_env.is_some() {
+        problems.add(
+            key("auth.password_file"),
+            "give password_file or password_env, not both",
+        );
+    }
+}
+
+/// An app's paths and globs.
+fn app_files(app: &AppConfig, key: &dyn Fn(&str) -> String, problems: &mut Problems) {
+    if app.path.is_empty() {
+        problems.add(key("path"), "give at least one path");
+    }
+    for p in &app.path {
+        if let Err(message) = check_repo_path(p) {
+            problems.add(key("path"), message);
+        }
+    }
+    for (k, globs) in [
+        ("include", &app.include),
+        ("exclude", &app.exclude),
+        ("include_objects", &app.include_objects),
+        ("exclude_objects", &app.exclude_objects),
+    ] {
+        for g in globs {
+            if let Err(e) = globset::Glob::new(g) {
+                problems.add(key(k), format!("invalid glob {g:?}: {}", e.kind()));
+            }
+        }
+    }
+}
+
+/// Checks that a configured path is relative and never climbs out of the repository.
+///
+/// # Errors
+/// A message naming the path and why it is refused.
+pub fn check_repo_path(p: &str) -> Result<(), String> {
+    let path = Path::new(p);
+    let mut depth: usize = 0;
+    for c in path.components() {
+        match c {
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            Component::ParentDir => {
+                depth = depth
+                    .checked_sub(1)
+                    .ok_or_else(|| format!("{p:?} escapes the repository root"))?;
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(format!(
+                    "{p:?} is absolute: paths are relative to the repository root"
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// True for an RFC 1123 DNS label: what app names and namespaces must be.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
