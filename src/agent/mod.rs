@@ -5,10 +5,13 @@
 //! restart; an invalid file keeps the running configuration), the HTTP endpoint, leader
 //! election, and for apps with `rollout.engine = "agent"` the engine's supervisor.
 //! Shutdown is passed in and fanned out to every task.
+//!
+//! Here: starting the daemon, its HTTP endpoint and the watchdog; [`apps`] holds the app
+//! tasks (start, stop, reload) and each app's loop.
 
-use std::collections::hash_map::RandomState;
+mod apps;
+
 use std::collections::{BTreeMap, HashMap};
-use std::hash::BuildHasher;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -18,16 +21,15 @@ use jiff::Timestamp;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::config::{self, AppConfig, Config, RolloutEngine};
-use crate::history::{Outcome, SyncRecord, Trigger};
-use crate::rollout::engine::{supervise, Engine};
-use crate::service::http::{self, Endpoint, Hook};
+use crate::config::{AppConfig, Config};
+use crate::history::{Outcome, SyncRecord};
+use crate::service::http::{self, Endpoint};
 use crate::service::lease::{self, Elector};
 use crate::service::metrics::Metrics;
 use crate::service::notify::{watchdog_period, Notifier};
-use crate::shutdown::{self, stopped, Signal};
-use crate::source::{git, watch as repo_watch};
-use crate::sync::{SyncOptions, Syncer};
+use crate::shutdown::{stopped, Signal};
+use crate::sync::Syncer;
+use apps::Agent;
 
 /// How long after a ref change or webhook the sync starts, so the rest of a push lands.
 const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -278,254 +280,4 @@ async fn watchdog(shared: Arc<Shared>, sync_timeout: Duration, mut shutdown: Sig
             warned = true;
         }
     }
-}
-
-struct Agent {
-    config_path: PathBuf,
-    config: Config,
-    shared: Arc<Shared>,
-    apps: BTreeMap<String, AppTask>,
-}
-
-impl Agent {
-    fn start_all(&mut self) {
-        for app in self.config.apps.clone() {
-            self.start(app);
-        }
-    }
-
-    fn start(&mut self, app: AppConfig) {
-        let (trigger, triggers) = mpsc::channel(4);
-        let watcher = git::local_path(&app.repo).and_then(|path| {
-            let (tx, mut rx) = mpsc::channel(1);
-            let forward = trigger.clone();
-            tokio::spawn(async move {
-                while rx.recv().await.is_some() {
-                    let _ = forward.try_send(Trigger::Notify);
-                }
-            });
-            repo_watch::watch_refs(&path, tx)
-                .inspect_err(|e| tracing::warn!(app = %app.name, path = %path.display(), error = %e, "cannot watch the local repository; syncing on the interval only"))
-                .ok()
-        });
-        if let Some(endpoint) = &self.shared.endpoint {
-            let secret = webhook_secret(&app);
-            if let Ok(mut hooks) = endpoint.hooks.write() {
-                hooks.insert(app.name.clone(), Hook { secret, trigger });
-            }
-        }
-        let heart = Arc::new(Heartbeat::default());
-        heart.beat();
-        if let Ok(mut hearts) = self.shared.hearts.lock() {
-            hearts.insert(app.name.clone(), heart.clone());
-        }
-        let (stop, stopping) = shutdown::channel();
-        let mut tasks = Vec::new();
-        if app.rollout.engine == RolloutEngine::Agent {
-            let syncer = self.shared.syncer();
-            let engine = Engine {
-                client: syncer.client.clone(),
-                field_manager: self.config.agent.field_manager.clone(),
-            };
-            tasks.push(tokio::spawn(supervise(
-                engine,
-                app.name.clone(),
-                stopping.clone(),
-            )));
-        }
-        let (interval, jitter) = (self.config.agent.interval, self.config.agent.jitter);
-        tasks.push(tokio::spawn(app_loop(
-            app.clone(),
-            self.shared.clone(),
-            interval,
-            jitter,
-            triggers,
-            stopping,
-            heart,
-        )));
-        self.apps.insert(
-            app.name.clone(),
-            AppTask {
-                app,
-                stop,
-                tasks,
-                _watcher: watcher,
-            },
-        );
-    }
-
-    async fn stop(&mut self, name: &str) {
-        if let Some(task) = self.apps.remove(name) {
-            let _ = task.stop.send(true);
-            for t in task.tasks {
-                let _ = t.await;
-            }
-        }
-        if let Ok(mut hearts) = self.shared.hearts.lock() {
-            hearts.remove(name);
-        }
-        if let Some(endpoint) = &self.shared.endpoint {
-            if let Ok(mut hooks) = endpoint.hooks.write() {
-                hooks.remove(name);
-            }
-        }
-        if let Ok(mut status) = self.shared.status.lock() {
-            status.remove(name);
-        }
-    }
-
-    async fn stop_all(&mut self) {
-        let names: Vec<String> = self.apps.keys().cloned().collect();
-        for name in &names {
-            if let Some(task) = self.apps.get(name) {
-                let _ = task.stop.send(true); // all at once, then wait
-            }
-        }
-        for name in names {
-            self.stop(&name).await;
-        }
-    }
-
-    /// SIGHUP: a valid new configuration replaces the running one app by app; an invalid
-    /// one is refused and the running one stays.
-    async fn reload(&mut self) {
-        self.shared.notifier.send("RELOADING=1");
-        match config::load(&self.config_path) {
-            Err(e) => {
-                tracing::error!(error = %e, "configuration reload refused; the running configuration stays")
-            }
-            Ok(new) => self.apply(new).await,
-        }
-        self.shared.notifier.send("READY=1");
-    }
-
-    async fn apply(&mut self, new: Config) {
-        let leading = !self.apps.is_empty() || self.config.apps.is_empty();
-        if new.cluster != self.config.cluster || new.agent != self.config.agent {
-            match Syncer::connect(&new, true).await {
-                Ok(syncer) => {
-                    if let Ok(mut s) = self.shared.syncer.write() {
-                        *s = Arc::new(syncer);
-                    }
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "configuration reload refused: the new cluster settings do not work; the running configuration stays");
-                    return;
-                }
-            }
-            self.stop_all().await;
-            self.config = new;
-            if leading {
-                self.start_all();
-            }
-            tracing::info!(
-                apps = self.config.apps.len(),
-                "configuration reloaded: agent or cluster settings changed, every app restarted"
-            );
-            return;
-        }
-        let wanted: BTreeMap<String, AppConfig> = new
-            .apps
-            .iter()
-            .map(|a| (a.name.clone(), a.clone()))
-            .collect();
-        let (mut added, mut removed, mut changed) = (0, 0, 0);
-        let running: Vec<String> = self.apps.keys().cloned().collect();
-        for name in running {
-            match wanted.get(&name) {
-                None => {
-                    self.stop(&name).await;
-                    removed += 1;
-                }
-                Some(app) if self.apps.get(&name).is_some_and(|t| &t.app != app) => {
-                    self.stop(&name).await;
-                    self.start(app.clone());
-                    changed += 1;
-                }
-                Some(_) => {}
-            }
-        }
-        self.config = new;
-        if leading {
-            let new_apps: Vec<AppConfig> = wanted
-                .into_values()
-                .filter(|a| !self.apps.contains_key(&a.name))
-                .collect();
-            for app in new_apps {
-                self.start(app);
-                added += 1;
-            }
-        }
-        tracing::info!(added, removed, changed, "configuration reloaded");
-    }
-}
-
-fn webhook_secret(app: &AppConfig) -> Option<Vec<u8>> {
-    let read = match (&app.webhook_secret_file, &app.webhook_secret_env) {
-        (Some(path), _) => {
-            std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
-        }
-        (None, Some(var)) => {
-            std::env::var(var).map_err(|_| format!("environment variable {var} is not set"))
-        }
-        (None, None) => return None,
-    };
-    match read {
-        Ok(s) => Some(s.trim().as_bytes().to_vec()),
-        Err(e) => {
-            tracing::error!(app = %app.name, error = %e, "cannot read the webhook secret: the webhook is off");
-            None
-        }
-    }
-}
-
-async fn app_loop(
-    app: AppConfig,
-    shared: Arc<Shared>,
-    interval: Duration,
-    jitter: Duration,
-    mut triggers: mpsc::Receiver<Trigger>,
-    mut stop: Signal,
-    heart: Arc<Heartbeat>,
-) {
-    let log = |line: &str| tracing::info!(app = %app.name, "{line}");
-    let mut trigger = Trigger::Interval;
-    loop {
-        heart.busy(true);
-        let record = shared
-            .syncer()
-            .sync(&app, SyncOptions::new(trigger), &stop, &log)
-            .await;
-        heart.busy(false);
-        shared.metrics.observe(&record);
-        if let Ok(mut status) = shared.status.lock() {
-            status.insert(app.name.clone(), (status_line(&record), record.finished_at));
-        }
-        shared.publish_status();
-        let wake = tokio::time::Instant::now() + interval + random_below(jitter);
-        trigger = loop {
-            tokio::select! {
-                () = tokio::time::sleep_until(wake) => break Trigger::Interval,
-                Some(t) = triggers.recv() => {
-                    tokio::time::sleep(DEBOUNCE).await;
-                    while triggers.try_recv().is_ok() {}
-                    break t;
-                }
-                () = stopped(&mut stop) => return,
-                () = tokio::time::sleep(TICK) => heart.beat(),
-            }
-        };
-        if *stop.borrow() {
-            return;
-        }
-    }
-}
-
-/// A random duration in `[0, max)`.
-fn random_below(max: Duration) -> Duration {
-    let nanos = max.as_nanos() as u64;
-    if nanos == 0 {
-        return Duration::ZERO;
-    }
-    Duration::from_nanos(RandomState::new().hash_one(std::time::Instant::now()) % nanos)
 }
