@@ -146,6 +146,25 @@ impl ManifestError {
         }
     }
 
+    /// The file (and document) it belongs to: the first of several.
+    pub fn origin(&self) -> Option<String> {
+        match self {
+            ManifestError::Read { path, .. }
+            | ManifestError::NotFound { path }
+            | ManifestError::NotUtf8 { path, .. }
+            | ManifestError::FileTooLarge { path, .. }
+            | ManifestError::AppTooLarge { path, .. }
+            | ManifestError::OutsideRoot { path, .. }
+            | ManifestError::EscapesRoot { path } => Some(path.clone()),
+            ManifestError::Syntax { origin, .. }
+            | ManifestError::NotAnObject { origin, .. }
+            | ManifestError::MissingField { origin, .. }
+            | ManifestError::Invalid { origin, .. } => Some(origin.to_string()),
+            ManifestError::Duplicate { second, .. } => Some(second.to_string()),
+            ManifestError::Many(errors) => errors.first().and_then(ManifestError::origin),
+        }
+    }
+
     /// The single errors this one holds.
     pub fn into_vec(self) -> Vec<ManifestError> {
         match self {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::runtime::wait::{await_condition, conditions};
 
-use super::{Run, Stop, Write};
+use super::{Run, Stop, SyncError, Write};
 use crate::cluster::apply::{apply_all, stage, Target};
 use crate::cluster::inventory;
 use crate::cluster::Action;
@@ -96,7 +96,7 @@ impl Run<'_> {
                 Ok(obj) => writes[i].dry_run = Some(obj),
                 Err(e) => {
                     failed = true;
-                    self.fail_cluster(e);
+                    self.fail(e);
                 }
             }
         }
@@ -134,7 +134,7 @@ impl Run<'_> {
                 }
                 Err(e) => {
                     failed = true;
-                    self.fail_cluster(e);
+                    self.fail(e);
                     (Action::Failed, None)
                 }
             };
@@ -174,15 +174,11 @@ impl Run<'_> {
                 tokio::time::timeout(CRD_TIMEOUT, established).await,
                 Ok(Ok(Some(_)))
             ) {
-                self.fail(
-                    format!(
-                        "{}: CustomResourceDefinition {} did not become Established within {}s",
-                        m.origin,
-                        m.name(),
-                        CRD_TIMEOUT.as_secs()
-                    ),
-                    Some(m.origin.to_string()),
-                );
+                self.fail(SyncError::CrdNotEstablished {
+                    origin: m.origin.clone(),
+                    name: m.name().to_string(),
+                    timeout: CRD_TIMEOUT,
+                });
                 return Err(Stop::Failed);
             }
         }
@@ -212,7 +208,7 @@ impl Run<'_> {
                         applied: None,
                     });
                 }
-                Err(e) => self.fail_cluster(e),
+                Err(e) => self.fail(e),
             }
         }
         if !self.rec.errors.is_empty() {

@@ -6,9 +6,10 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 
 use super::rollouts::Restored;
-use super::{Report, Run, Stop, Syncer};
+use super::{Report, Run, Stop, SyncError, Syncer};
 use crate::cluster::apply::Target;
 use crate::cluster::inventory::Held;
+use crate::cluster::ClusterError;
 use crate::config::AppConfig;
 use crate::history::{Outcome, RolloutOutcome, RolloutRecord, SyncRecord, Trigger};
 use crate::manifest::{ObjectKey, LABEL_APP};
@@ -97,19 +98,19 @@ impl Run<'_> {
             .and_then(|sha| git::commit_at(&cache, sha));
         let ns = key.namespace.clone().unwrap_or_else(|| "default".into());
         let api: Api<Deployment> = Api::namespaced(self.syncer.client.clone(), &ns);
-        let live = api.get(&key.name).await.map_err(|e| {
-            self.stop(format!(
-                "cannot read Deployment {}: {e}",
-                key.qualified_name()
-            ))
+        let live = api.get(&key.name).await.map_err(|source| {
+            self.stop(ClusterError::Request {
+                what: format!("cannot read Deployment {}", key.qualified_name()),
+                source,
+            })
         })?;
         let revisions = revisions::list(&self.syncer.client, &live)
             .await
-            .map_err(|e| {
-                self.stop(format!(
-                    "cannot list the ReplicaSets of {}: {e}",
-                    key.qualified_name()
-                ))
+            .map_err(|source| {
+                self.stop(ClusterError::Request {
+                    what: format!("cannot list the ReplicaSets of {}", key.qualified_name()),
+                    source,
+                })
             })?;
         let target = self.pick_revision(&key, &revisions, request.to_revision)?;
         let current = revisions.new.as_ref().map(|rs| rs.revision);
@@ -137,15 +138,13 @@ impl Run<'_> {
                 self.app.name
             )));
         };
-        let resolved = kinds
-            .require(&manifest)
-            .map_err(|e| self.stop(e.to_string()))?;
+        let resolved = kinds.require(&manifest).map_err(|e| self.stop(e))?;
         let Restored {
             applied, message, ..
         } = self
             .restore(&Target { manifest, resolved }, current, target)
             .await
-            .map_err(|e| self.stop(e))?;
+            .map_err(|e| self.stop(SyncError::Rollout(e)))?;
         (self.report)(&message);
         let short = inventory
             .commit
@@ -172,11 +171,11 @@ impl Run<'_> {
             &inventory,
         )
         .await
-        .map_err(|e| self.stop(e.to_string()))?;
+        .map_err(|e| self.stop(e))?;
         let rollout = if request.wait {
             self.follow_one(&applied, &key)
                 .await
-                .map_err(|e| self.stop(e))?
+                .map_err(|e| self.stop(SyncError::Rollout(e)))?
         } else {
             track::not_followed(target.revision)
         };
@@ -200,13 +199,15 @@ impl Run<'_> {
         match outcome {
             RolloutOutcome::Complete | RolloutOutcome::Interrupted => Ok(Outcome::RolledBack),
             _ => Err(self
-                .stop("the rollback's rollout did not complete".into())
+                .stop(SyncError::Rollout(
+                    "the rollback's rollout did not complete".into(),
+                ))
                 .into()),
         }
     }
 
-    fn stop(&mut self, message: String) -> Stop {
-        self.fail(message, None);
+    fn stop(&mut self, e: impl Into<SyncError>) -> Stop {
+        self.fail(e);
         Stop::Failed
     }
 

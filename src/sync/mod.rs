@@ -9,6 +9,7 @@
 //! `berth rollback`.
 
 mod apply;
+mod error;
 mod manual;
 mod prepare;
 mod preview;
@@ -16,6 +17,7 @@ mod prune;
 
 mod rollouts;
 
+pub use error::SyncError;
 pub use manual::{RollbackRefused, RollbackRequest};
 pub use preview::{PlannedObject, Preview};
 
@@ -337,18 +339,15 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    fn fail(&mut self, message: String, source: Option<String>) {
+    /// Records an error of this sync (and says it).
+    fn fail(&mut self, e: impl Into<SyncError>) {
+        let e = e.into();
+        let message = e.to_string();
         (self.report)(&format!("error: {message}"));
-        self.rec.errors.push(RecordError { message, source });
-    }
-
-    fn fail_cluster(&mut self, e: ClusterError) {
-        let source = match &e {
-            ClusterError::UnknownKind { origin, .. } => Some(origin.to_string()),
-            ClusterError::Object { origin, .. } => Some(origin.clone()),
-            _ => None,
-        };
-        self.fail(e.to_string(), source);
+        self.rec.errors.push(RecordError {
+            message,
+            source: e.origin(),
+        });
     }
 
     fn interrupted(&self) -> Result<(), Stop> {

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use super::{Prepared, Run, Stop};
+use super::{Prepared, Run, Stop, SyncError};
 use crate::cluster::discovery::ClusterKinds;
 use crate::cluster::inventory::{self, Inventory};
 use crate::manifest::{Builder, Limits, Manifest};
@@ -37,7 +37,7 @@ impl Run<'_> {
                 Ok(inv)
             }
             Err(e) => {
-                self.fail_cluster(e);
+                self.fail(e);
                 Err(Stop::Failed)
             }
         }
@@ -73,14 +73,11 @@ impl Run<'_> {
                 Ok(checkout)
             }
             Ok(Err(e)) => {
-                self.fail(
-                    format!("{e}; the cluster keeps its last applied state"),
-                    None,
-                );
+                self.fail(SyncError::Fetch { source: e });
                 Err(Stop::Failed)
             }
             Err(e) => {
-                self.fail(format!("the fetch task failed: {e}"), None);
+                self.fail(SyncError::FetchTask(e));
                 Err(Stop::Failed)
             }
         }
@@ -90,7 +87,7 @@ impl Run<'_> {
         ClusterKinds::discover(&self.syncer.client)
             .await
             .map_err(|e| {
-                self.fail_cluster(e);
+                self.fail(e);
                 Stop::Failed
             })
     }
@@ -104,7 +101,10 @@ impl Run<'_> {
         let builder = match Builder::for_app(self.app, &checkout.dir, limits, kinds) {
             Ok(b) => b,
             Err(e) => {
-                self.fail(format!("invalid glob in app {}: {e}", self.app.name), None);
+                self.fail(SyncError::Glob {
+                    app: self.app.name.clone(),
+                    source: e,
+                });
                 return Err(Stop::Failed);
             }
         };
@@ -118,7 +118,7 @@ impl Run<'_> {
             }
             Err(errors) => {
                 for e in errors.into_vec() {
-                    self.fail(e.to_string(), None);
+                    self.fail(e);
                 }
                 (self.report)("render failed: nothing was written");
                 Err(Stop::Failed)
@@ -136,14 +136,10 @@ impl Run<'_> {
             && self.app.prune
             && !self.app.allow_empty
         {
-            self.fail(
-                format!(
-                    "the commit holds no objects: refusing to prune all {} of app {} (set allow_empty = true if that is what you want)",
-                    crate::plural(inventory.objects.len(), "object"),
-                    self.app.name
-                ),
-                None,
-            );
+            self.fail(SyncError::EmptyCommit {
+                app: self.app.name.clone(),
+                objects: inventory.objects.len(),
+            });
             return Err(Stop::Failed);
         }
         Ok(())
@@ -173,14 +169,14 @@ impl Run<'_> {
         {
             Ok(live) => live,
             Err(e) => {
-                self.fail_cluster(e);
+                self.fail(e);
                 return Err(Stop::Failed);
             }
         };
         match plan::plan(manifests, |m| kinds.resolve(m), inventory, &live) {
             Ok(plan) => Ok(plan),
             Err(errors) => {
-                errors.into_iter().for_each(|e| self.fail_cluster(e));
+                errors.into_iter().for_each(|e| self.fail(e));
                 Err(Stop::Failed)
             }
         }

@@ -50,7 +50,7 @@ impl Run<'_> {
             match inventory::live_objects(&self.syncer.client, resources, &self.app.name).await {
                 Ok(live) => live,
                 Err(e) => {
-                    self.fail_cluster(e);
+                    self.fail(e);
                     return candidates.to_vec();
                 }
             };
@@ -70,7 +70,7 @@ impl Run<'_> {
         for (entry, r) in candidates.iter().zip(results) {
             if let Some(e) = r.error {
                 kept_back.push(entry.clone());
-                self.fail_cluster(e);
+                self.fail(e);
             }
             let note = r
                 .note
@@ -103,7 +103,7 @@ impl Run<'_> {
         )
         .await
         {
-            self.fail_cluster(e);
+            self.fail(e);
         }
     }
 }

@@ -5,7 +5,7 @@ use futures::future::join_all;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DynamicObject};
 
-use super::{Run, Write};
+use super::{Run, SyncError, Write};
 use crate::cluster::apply::{apply_all, Target};
 use crate::config::{OnFailure, RolloutEngine};
 use crate::history::{
@@ -86,7 +86,7 @@ impl Run<'_> {
         let short = self.rec.short_commit().to_string();
         for (record, error) in records {
             if let Some(e) = error {
-                self.fail(e, None);
+                self.fail(SyncError::Rollout(e));
             }
             let failed = matches!(
                 record.rollout.outcome,
@@ -104,7 +104,7 @@ impl Run<'_> {
                     message = format!("{message}; {}", rb.message);
                     result.rolled_back.push(key);
                 }
-                self.fail(message, None);
+                self.fail(SyncError::Rollout(message));
                 result.held = match self.app.rollout.on_failure {
                     OnFailure::Rollback => Some(format!(
                         "the rollout of commit {short} failed and was rolled back"
@@ -324,10 +324,10 @@ impl Run<'_> {
                 .check_ownership(m.namespace().unwrap_or("default"), m.name())
                 .await
             {
-                self.fail(
-                    format!("{e}; nothing was written"),
-                    Some(m.origin.to_string()),
-                );
+                self.fail(SyncError::EngineRefused {
+                    origin: m.origin.clone(),
+                    source: e,
+                });
                 refused = true;
             }
         }

@@ -1,0 +1,87 @@
+//! What can go wrong in a sync. Every variant carries its context (the file, the object,
+//! the app) and keeps its cause as `source`; [`SyncError::origin`] is the file a history
+//! record's error points at.
+
+use std::time::Duration;
+
+use crate::cluster::ClusterError;
+use crate::manifest::{ManifestError, Origin};
+use crate::rollout::engine::EngineError;
+use crate::source::git::SourceError;
+
+/// An error of one sync step, as recorded in the history.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// The repository could not be fetched or checked out.
+    #[error("{source}; the cluster keeps its last applied state")]
+    Fetch {
+        /// Why.
+        #[source]
+        source: SourceError,
+    },
+    /// The fetch's task died (a panic in git2).
+    #[error("the fetch task failed: {0}")]
+    FetchTask(#[source] tokio::task::JoinError),
+    /// An app's include/exclude glob does not compile.
+    #[error("invalid glob in app {app}: {source}")]
+    Glob {
+        /// The app.
+        app: String,
+        /// The glob's error.
+        #[source]
+        source: globset::Error,
+    },
+    /// The commit does not render: its file, document and object are in the message.
+    #[error(transparent)]
+    Render(#[from] ManifestError),
+    /// A request to the cluster failed, or the cluster refused an object.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// A commit with no objects would prune every object of the app.
+    #[error("the commit holds no objects: refusing to prune all {} of app {app} (set allow_empty = true if that is what you want)", crate::plural(*objects, "object"))]
+    EmptyCommit {
+        /// The app.
+        app: String,
+        /// How many objects it manages.
+        objects: usize,
+    },
+    /// A CustomResourceDefinition of the commit was not Established in time.
+    #[error("{origin}: CustomResourceDefinition {name} did not become Established within {}s", timeout.as_secs())]
+    CrdNotEstablished {
+        /// Where the CRD came from.
+        origin: Origin,
+        /// Its name.
+        name: String,
+        /// How long berth waited.
+        timeout: Duration,
+    },
+    /// berth's engine refused a Deployment (another controller made its ReplicaSets).
+    #[error("{source}; nothing was written")]
+    EngineRefused {
+        /// Where the Deployment came from.
+        origin: Origin,
+        /// The engine's refusal.
+        #[source]
+        source: EngineError,
+    },
+    /// A rollout failed, timed out or could not be followed (the message says which, and
+    /// what the failure policy did).
+    #[error("{0}")]
+    Rollout(String),
+}
+
+impl SyncError {
+    /// The file (and document) the error belongs to, when it belongs to one.
+    pub fn origin(&self) -> Option<String> {
+        match self {
+            SyncError::Render(e) => e.origin(),
+            SyncError::Cluster(ClusterError::UnknownKind { origin, .. }) => {
+                Some(origin.to_string())
+            }
+            SyncError::Cluster(ClusterError::Object { origin, .. }) => Some(origin.clone()),
+            SyncError::CrdNotEstablished { origin, .. }
+            | SyncError::EngineRefused { origin, .. } => Some(origin.to_string()),
+            _ => None,
+        }
+    }
+}
