@@ -2,34 +2,46 @@
 //! binary.
 //!
 //! ```text
-//! trigger ─ interval · notify · webhook · `berth sync`
+//! trigger ─ interval · notify · webhook · `berth sync`          agent, cli
 //!    │
-//! source      git: fetch the ref, check out commit C
+//! prepare     inventory · fetch commit C · discovery · render · plan
 //!    │
-//! pipeline    manifest::Builder — paths → decode → flatten → filter → decorate → unique
-//!    │        → error policy                                      ⇒ Vec<Manifest>
-//! plan        discovery · stages · diff against the inventory · pod-template hashes
+//! skip        held at C, or C unchanged and nothing drifted → no write
 //!    │
-//! validate    server-side dry-run of every object; any failure → nothing is written
-//!    │
+//! validate    server-side dry run of every object; any failure → nothing is written
 //! apply       server-side apply, stage by stage
 //!    │
-//! rollout     follow each changed Deployment until complete, failed or timed out
+//! roll out    follow each changed Deployment; on failure roll back, halt or continue
 //!    │
-//! prune       delete what the last inventory had and this commit does not
+//! prune       delete what the last inventory had and C does not
 //!    │
-//! record      inventory · history record · logs
+//! record      inventory · history record · log line
 //! ```
 //!
+//! The stages, by function (`docs/architecture.md` has the whole table):
+//! - one sync: [`sync::Syncer::sync`], its steps in [`sync`];
+//! - fetch: [`source::git::fetch_and_checkout`];
+//! - render: [`manifest::Builder::render`];
+//! - plan: [`plan::plan`], then [`plan::split`] and [`plan::next_inventory`];
+//! - validate and apply: [`cluster::apply::apply_all`];
+//! - roll out: [`rollout::engine::follow_driving`], revisions by
+//!   [`rollout::revisions::owned`];
+//! - prune: [`cluster::prune::prune`];
+//! - record: [`cluster::inventory::store`] and [`history::HistoryLog::append`].
+//!
 //! Modules:
-//! - [`config`]: the TOML configuration (`parse`, `load`, `validate`);
+//! - [`config`]: the TOML configuration, validated settings and their errors;
+//! - [`shutdown`]: the one shutdown signal every task takes;
 //! - [`source`]: git fetch and checkout, ssh host keys, repository watches;
 //! - [`manifest`]: the Visitor pipeline that turns a checkout into manifests;
+//! - [`cluster`]: client, discovery, apply, inventory, prune;
+//! - [`rollout`]: template hashes, revisions, step math, status, following, berth's own
+//!   engine, rollback;
 //! - [`plan`]: what a sync writes, keeps and prunes (pure);
 //! - [`diff`]: `berth plan`'s per-object diffs, Secret values masked (pure);
-//! - [`cluster`]: client, discovery, apply, inventory, prune;
-//! - [`sync`]: one sync of one app, step by step;
-//! - [`history`]: the sync history log;
+//! - [`history`]: the sync record and its JSON Lines log;
+//! - [`sync`]: one sync of one app, step by step; `berth plan` and `berth rollback`;
+//! - [`service`]: systemd notify and watchdog, the HTTP endpoint, the leader Lease;
 //! - [`agent`]: the daemon's tasks and triggers;
 //! - [`testenv`]: a real local control plane (etcd, kube-apiserver,
 //!   kube-controller-manager) and the kubelet stand-in, for tests, benchmarks and demos.

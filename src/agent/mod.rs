@@ -6,7 +6,7 @@
 //! election, and for apps with `rollout.engine = "agent"` the engine's supervisor.
 //! Shutdown is passed in and fanned out to every task.
 //!
-//! Here: starting the daemon, its HTTP endpoint and the watchdog; [`apps`] holds the app
+//! Here: starting the daemon, its HTTP endpoint and the watchdog; `apps.rs` holds the app
 //! tasks (start, stop, reload) and each app's loop.
 
 mod apps;

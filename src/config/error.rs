@@ -39,14 +39,14 @@ pub enum ConfigError {
     },
 }
 
-/// One problem found by [`Config::validate`].
+/// One problem found by [`Config::validate`](super::Config::validate).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     /// The key path, e.g. `app[1].name`.
     pub key: String,
     /// What is wrong, and what to do.
     pub message: String,
-    /// Line and column of the key's value, once the text is known ([`load`]).
+    /// Line and column of the key's value, once the text is known ([`load`](super::load)).
     pub at: Option<(usize, usize)>,
 }
 

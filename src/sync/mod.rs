@@ -1,11 +1,11 @@
 //! One sync of one app, as named steps (see [`Syncer::sync`] and `docs/architecture.md`):
-//! prepare ([`prepare`]: inventory, fetch, discover, render, plan) → skip when held or
-//! unchanged → validate and apply ([`apply`]: dry run, staged server-side apply) → roll
-//! out ([`rollouts`]: follow, failure policy, rollback) → prune and store the inventory
-//! ([`prune`]) → record the history. A failed step records its errors and stops what
+//! prepare (`prepare.rs`: inventory, fetch, discover, render, plan) → skip when held or
+//! unchanged → validate and apply (`apply.rs`: dry run, staged server-side apply) → roll
+//! out (`rollouts.rs`: follow, failure policy, rollback) → prune and store the inventory
+//! (`prune.rs`) → record the history. A failed step records its errors and stops what
 //! follows — a broken commit writes nothing and prunes nothing.
 //!
-//! [`preview`] is `berth plan` (a sync that stops after the dry run); [`manual`] is
+//! `preview.rs` is `berth plan` (a sync that stops after the dry run); `manual.rs` is
 //! `berth rollback`.
 
 mod apply;

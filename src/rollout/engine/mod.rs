@@ -5,8 +5,8 @@
 //! revisions, write the status and conditions — and [`Engine::drive`] runs passes on every
 //! change it watches. All state lives in the cluster, so a restarted berth carries on.
 //!
-//! Here: the engine, its errors and how it reads a Deployment's world; [`pass`] is one
-//! `syncDeployment`; [`replica_sets`] the ReplicaSet writes it makes; [`driver`] runs
+//! Here: the engine, its errors and how it reads a Deployment's world; `pass.rs` is one
+//! `syncDeployment`; `replica_sets.rs` the ReplicaSet writes it makes; `driver.rs` runs
 //! passes on every change, for one rollout or for every Deployment of an app.
 
 mod driver;
