@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use berth::manifest::builder::globs;
+use berth::config::compile_globs;
 use berth::manifest::source::{PathSource, Stdin};
 use berth::manifest::{Builder, BuiltinScopes, ErrorPolicy, Input, Limits, Manifest};
 
@@ -49,8 +49,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         namespace: args.namespace,
         app: args.app,
         commit: None,
-        include_objects: globs(&args.include_objects).context("--include-objects")?,
-        exclude_objects: globs(&args.exclude_objects).context("--exclude-objects")?,
+        include_objects: compile_globs(&args.include_objects).context("--include-objects")?,
+        exclude_objects: compile_globs(&args.exclude_objects).context("--exclude-objects")?,
         policy: if args.fail_fast {
             ErrorPolicy::FailFast
         } else {

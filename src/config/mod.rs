@@ -13,8 +13,10 @@ pub use validate::{check_repo_path, is_dns_label};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Duration;
 
+use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Deserializer};
 
 /// Where `berth` looks for its configuration when neither `--config` nor `BERTH_CONFIG`
@@ -149,16 +151,16 @@ pub struct AppConfig {
     pub path: Vec<String>,
     /// Only files matching one of these globs (relative to the repository root) are read.
     #[serde(default)]
-    pub include: Vec<String>,
+    pub include: Globs,
     /// Files matching one of these globs are skipped.
     #[serde(default)]
-    pub exclude: Vec<String>,
+    pub exclude: Globs,
     /// Only objects whose `Kind/name` matches one of these globs are kept.
     #[serde(default)]
-    pub include_objects: Vec<String>,
+    pub include_objects: Globs,
     /// Objects whose `Kind/name` matches one of these globs are dropped.
     #[serde(default)]
-    pub exclude_objects: Vec<String>,
+    pub exclude_objects: Globs,
     /// Namespace for namespaced objects that name none.
     #[serde(default = "default_namespace")]
     pub namespace: String,
@@ -181,6 +183,66 @@ pub struct AppConfig {
     /// How changed Deployments are rolled out.
     #[serde(default)]
     pub rollout: RolloutConfig,
+}
+
+/// Glob patterns as written, compiled once on first use (by validation, at the latest)
+/// and kept: every sync of the app shares the compiled set.
+#[derive(Debug, Clone, Default)]
+pub struct Globs {
+    patterns: Vec<String>,
+    compiled: OnceLock<Result<Option<GlobSet>, globset::Error>>,
+}
+
+impl Globs {
+    /// Patterns to compile.
+    pub fn new(patterns: Vec<String>) -> Self {
+        Globs {
+            patterns,
+            compiled: OnceLock::new(),
+        }
+    }
+
+    /// The patterns as written.
+    pub fn patterns(&self) -> &[String] {
+        &self.patterns
+    }
+
+    /// The compiled set (a copy of the one compiled); `None` when there are no patterns.
+    ///
+    /// # Errors
+    /// The first pattern that is not a valid glob.
+    pub fn set(&self) -> Result<Option<GlobSet>, globset::Error> {
+        self.compiled
+            .get_or_init(|| compile_globs(&self.patterns))
+            .clone()
+    }
+}
+
+impl PartialEq for Globs {
+    fn eq(&self, other: &Self) -> bool {
+        self.patterns == other.patterns
+    }
+}
+
+impl<'de> Deserialize<'de> for Globs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Vec::<String>::deserialize(d).map(Globs::new)
+    }
+}
+
+/// Compiles globs; `None` for an empty list.
+///
+/// # Errors
+/// The first invalid glob.
+pub fn compile_globs(patterns: &[String]) -> Result<Option<GlobSet>, globset::Error> {
+    if patterns.is_empty() {
+        return Ok(None);
+    }
+    let mut set = GlobSetBuilder::new();
+    for p in patterns {
+        set.add(Glob::new(p)?);
+    }
+    set.build().map(Some)
 }
 
 /// Which commit of its repository an app follows (validation allows at most one of

@@ -148,10 +148,15 @@ fn app_files(app: &AppConfig, key: &dyn Fn(&str) -> String, problems: &mut Probl
         ("include_objects", &app.include_objects),
         ("exclude_objects", &app.exclude_objects),
     ] {
-        for g in globs {
-            if let Err(e) = globset::Glob::new(g) {
-                problems.add(key(k), format!("invalid glob {g:?}: {}", e.kind()));
-            }
+        if let Err(e) = globs.set() {
+            problems.add(
+                key(k),
+                format!(
+                    "invalid glob {:?}: {}",
+                    e.glob().unwrap_or_default(),
+                    e.kind()
+                ),
+            );
         }
     }
 }

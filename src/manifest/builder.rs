@@ -9,7 +9,7 @@
 //! It runs in two passes so that CustomResourceDefinitions anywhere in the commit tell
 //! the namespace decorator the scope of their kinds.
 
-use globset::{Glob, GlobSet, GlobSetBuilder};
+use globset::GlobSet;
 
 use super::decorate::{
     AppLabel, DefaultPortProtocol, IgnoreAnnotated, ObjectGlobs, RequireIdentity, SetNamespace,
@@ -78,15 +78,15 @@ impl<'a> Builder<'a> {
                 root: root.to_path_buf(),
                 prefix: String::new(),
                 paths: app.path.clone(),
-                include: globs(&app.include)?,
-                exclude: globs(&app.exclude)?,
+                include: app.include.set()?,
+                exclude: app.exclude.set()?,
                 limits,
             }),
             namespace: app.namespace.clone(),
             app: Some(app.name.clone()),
             commit: None,
-            include_objects: globs(&app.include_objects)?,
-            exclude_objects: globs(&app.exclude_objects)?,
+            include_objects: app.include_objects.set()?,
+            exclude_objects: app.exclude_objects.set()?,
             policy: ErrorPolicy::CollectAll,
             scopes,
         })
@@ -167,21 +167,6 @@ fn split(r: Result<Vec<Manifest>, ManifestError>) -> (Vec<Manifest>, Vec<Manifes
         Ok(m) => (m, Vec::new()),
         Err(e) => (Vec::new(), e.into_vec()),
     }
-}
-
-/// Compiles globs; `None` for an empty list.
-///
-/// # Errors
-/// The first invalid glob.
-pub fn globs(patterns: &[String]) -> Result<Option<GlobSet>, globset::Error> {
-    if patterns.is_empty() {
-        return Ok(None);
-    }
-    let mut set = GlobSetBuilder::new();
-    for p in patterns {
-        set.add(Glob::new(p)?);
-    }
-    set.build().map(Some)
 }
 
 #[cfg(test)]

@@ -198,16 +198,9 @@ impl Filter for ObjectGlobs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::object::Origin;
+    use crate::manifest::object::test_manifest as m;
     use crate::manifest::scope::BuiltinScopes;
     use serde_json::json;
-
-    fn m(v: Value) -> Manifest {
-        Manifest {
-            object: v.as_object().unwrap().clone(),
-            origin: Origin::file("f.yaml"),
-        }
-    }
 
     #[test]
     fn missing_name_and_generate_name() {

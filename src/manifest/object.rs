@@ -229,15 +229,21 @@ pub fn group_of(api_version: &str) -> &str {
         .unwrap_or("")
 }
 
+/// A manifest from JSON, as the pipeline's unit tests make them.
+#[cfg(test)]
+pub(crate) fn test_manifest(json: Value) -> Manifest {
+    Manifest {
+        object: json.as_object().expect("a JSON object").clone(),
+        origin: Origin::file("f.yaml"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn manifest(json: Value) -> Manifest {
-        Manifest {
-            object: json.as_object().unwrap().clone(),
-            origin: Origin::file("x.yaml"),
-        }
+        test_manifest(json)
     }
 
     #[test]

@@ -226,14 +226,8 @@ pub fn collect(v: &dyn Visitor) -> Result<Vec<Manifest>, ManifestError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::manifest::object::test_manifest as m;
     use serde_json::json;
-
-    fn m(v: Value) -> Manifest {
-        Manifest {
-            object: v.as_object().unwrap().clone(),
-            origin: Origin::file("f.yaml"),
-        }
-    }
 
     fn cm(name: &str) -> Manifest {
         m(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}))
