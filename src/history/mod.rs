@@ -91,13 +91,11 @@ mod tests {
         assert_eq!(log.read("shop").unwrap().len(), 1);
         log.append(&record("shop", "c", Outcome::Succeeded, now))
             .unwrap();
-        let ids: Vec<String> = log
-            .read("shop")
-            .unwrap()
-            .into_iter()
-            .map(|r| r.id)
-            .collect();
-        assert_eq!(ids, ["a", "c"]);
+        assert_eq!(ids(&log, "shop"), ["a", "c"]);
+    }
+
+    fn ids(log: &HistoryLog, app: &str) -> Vec<String> {
+        log.read(app).unwrap().into_iter().map(|r| r.id).collect()
     }
 
     #[test]
@@ -119,13 +117,7 @@ mod tests {
         assert_eq!(log.read("shop").unwrap().len(), 3);
         log.retain("shop", 2, Duration::from_secs(24 * 3600))
             .unwrap();
-        let ids: Vec<String> = log
-            .read("shop")
-            .unwrap()
-            .into_iter()
-            .map(|r| r.id)
-            .collect();
-        assert_eq!(ids, ["b", "c"]);
+        assert_eq!(ids(&log, "shop"), ["b", "c"]);
     }
 
     #[test]
