@@ -15,6 +15,13 @@ pub fn channel() -> (Trigger, Signal) {
     watch::channel(false)
 }
 
+/// A signal that is never given, for one-shot commands that run until done (`berth plan`,
+/// `berth rollback`). Its trigger lives as long as the process.
+pub fn never() -> &'static Signal {
+    static NEVER: std::sync::OnceLock<(Trigger, Signal)> = std::sync::OnceLock::new();
+    &NEVER.get_or_init(channel).1
+}
+
 /// Resolves once shutdown is asked for (or its trigger is gone).
 pub async fn stopped(signal: &mut Signal) {
     let _ = signal.wait_for(|stop| *stop).await.map(|_| ());

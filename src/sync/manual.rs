@@ -11,11 +11,10 @@ use crate::cluster::apply::Target;
 use crate::cluster::inventory::Held;
 use crate::cluster::ClusterError;
 use crate::config::AppConfig;
-use crate::history::{Outcome, RolloutOutcome, RolloutRecord, SyncRecord, Trigger};
+use crate::history::{Outcome, RolloutOutcome, RolloutRecord, SyncRecord};
 use crate::manifest::{ObjectKey, LABEL_APP};
 use crate::rollout::revisions::{self, Revisions};
 use crate::rollout::track;
-use crate::shutdown;
 use crate::source::git;
 
 /// What to roll back.
@@ -59,15 +58,8 @@ impl Syncer {
         request: &RollbackRequest<'_>,
         report: Report<'_>,
     ) -> Result<SyncRecord, RollbackRefused> {
-        let (_stop, shutdown) = shutdown::channel();
         let clock = std::time::Instant::now();
-        let mut run = Run::new(
-            self,
-            app,
-            super::SyncOptions::new(Trigger::Cli),
-            &shutdown,
-            report,
-        );
+        let mut run = Run::for_command(self, app, report);
         run.rec.outcome = match run.manual_rollback(request).await {
             Ok(outcome) => outcome,
             Err(Ended::Refused(message)) => return Err(RollbackRefused(message)),

@@ -195,6 +195,18 @@ impl Syncer {
 }
 
 impl<'a> Run<'a> {
+    /// A run for a one-shot command (`berth plan`, `berth rollback`): started from the
+    /// command line, never interrupted.
+    fn for_command(syncer: &'a Syncer, app: &'a AppConfig, report: Report<'a>) -> Self {
+        Run::new(
+            syncer,
+            app,
+            SyncOptions::new(Trigger::Cli),
+            shutdown::never(),
+            report,
+        )
+    }
+
     fn new(
         syncer: &'a Syncer,
         app: &'a AppConfig,

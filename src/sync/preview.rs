@@ -7,11 +7,9 @@ use serde::Serialize;
 
 use super::{split_writes, Report, Run, Syncer, Write};
 use crate::config::AppConfig;
-use crate::history::Trigger;
 use crate::manifest::ObjectKey;
 use crate::rollout::predict::{predict, DeploymentPlan};
 use crate::rollout::revisions::{self, Revisions};
-use crate::shutdown;
 use crate::source::CommitInfo;
 
 /// One object in a plan.
@@ -91,14 +89,7 @@ impl Syncer {
 
     /// Plans a sync of `app` against the cluster without writing anything.
     pub async fn preview(&self, app: &AppConfig, report: Report<'_>) -> Preview {
-        let (_stop, shutdown) = shutdown::channel();
-        let mut run = Run::new(
-            self,
-            app,
-            super::SyncOptions::new(Trigger::Cli),
-            &shutdown,
-            report,
-        );
+        let mut run = Run::for_command(self, app, report);
         let mut preview = Preview {
             app: app.name.clone(),
             commit: None,
