@@ -37,7 +37,7 @@
 //! - [`cluster`]: client, discovery, apply, inventory, prune;
 //! - [`rollout`]: template hashes, revisions, step math, status, following, berth's own
 //!   engine, rollback;
-//! - [`plan`]: what a sync writes, keeps and prunes (pure);
+//! - [`plan`]: what a sync writes, keeps and prunes, and the inventory's data (pure);
 //! - [`diff`]: `berth plan`'s per-object diffs, Secret values masked (pure);
 //! - [`history`]: the sync record and its JSON Lines log;
 //! - [`sync`]: one sync of one app, step by step; `berth plan` and `berth rollback`;

@@ -4,18 +4,8 @@
 use futures::{stream, StreamExt};
 use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams};
 
-use super::discovery::Resolved;
 use super::ClusterError;
-use crate::manifest::Manifest;
-
-/// A manifest and the resource that serves it.
-#[derive(Debug, Clone)]
-pub struct Target {
-    /// The object.
-    pub manifest: Manifest,
-    /// Its resource and scope.
-    pub resolved: Resolved,
-}
+use crate::plan::Target;
 
 /// How to apply.
 #[derive(Debug, Clone)]

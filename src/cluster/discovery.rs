@@ -6,19 +6,11 @@ use kube::discovery::{ApiCapabilities, Scope as ApiScope};
 
 use super::ClusterError;
 use crate::manifest::{BuiltinScopes, Manifest, Scope, ScopeLookup};
+use crate::plan::{Resolved, UnknownKind};
 
 /// The cluster's kinds.
 pub struct ClusterKinds {
     discovery: kube::Discovery,
-}
-
-/// A manifest's resource and scope.
-#[derive(Debug, Clone)]
-pub struct Resolved {
-    /// The resource (plural, group, version).
-    pub resource: ApiResource,
-    /// True for namespaced kinds.
-    pub namespaced: bool,
 }
 
 impl ClusterKinds {
@@ -61,11 +53,8 @@ impl ClusterKinds {
     /// # Errors
     /// [`ClusterError::UnknownKind`].
     pub fn require(&self, m: &Manifest) -> Result<Resolved, ClusterError> {
-        self.resolve(m).ok_or_else(|| ClusterError::UnknownKind {
-            origin: m.origin.clone(),
-            api_version: m.api_version().to_string(),
-            kind: m.kind().to_string(),
-        })
+        self.resolve(m)
+            .ok_or_else(|| ClusterError::UnknownKind(UnknownKind::of(m)))
     }
 }
 

@@ -1,85 +1,27 @@
 //! The inventory: which objects an app applied (group, kind, namespace, name), with the
 //! digest of what was applied and the version then observed, and the commit. Kept in the
 //! cluster as the ConfigMap `berth-inventory-<app>`, so another host or a reinstall sees it.
+//! Its data types are the plan's ([`crate::plan::Inventory`]); here it is read, written and
+//! held against the live objects.
 
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::apply::observed;
-use super::discovery::Resolved;
 use super::ClusterError;
-use crate::manifest::{Manifest, ObjectKey, LABEL_APP};
+use crate::manifest::{ObjectKey, LABEL_APP};
+use crate::plan::{Inventory, LiveObject, Resolved};
 
 /// Annotation: `"false"` keeps an object when git no longer holds it.
 pub const ANNOTATION_PRUNE: &str = "berth.dev/prune";
 const DATA_KEY: &str = "inventory.json";
 
-/// One applied object.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
-    /// The object.
-    #[serde(flatten)]
-    pub key: ObjectKey,
-    /// Its apiVersion, to find its resource when pruning.
-    pub api_version: String,
-    /// SHA-256 of the applied manifest.
-    pub digest: String,
-    /// Generation or resourceVersion seen right after applying it.
-    pub observed: String,
-}
-
-/// The objects of an app, as of its last (partly) successful sync.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Inventory {
-    /// The commit last applied in full.
-    pub commit: Option<String>,
-    /// The objects.
-    pub objects: Vec<Entry>,
-    /// Set when a commit's rollout failed (rolled back or halted): berth leaves the app
-    /// alone until another commit arrives or a sync is forced.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub held: Option<Held>,
-}
-
-/// Why an app is held.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Held {
-    /// The commit not to apply again.
-    pub commit: String,
-    /// What happened to it.
-    pub reason: String,
-}
-
-impl Inventory {
-    /// Why commit `sha` is held, when it is: a held app skips only the commit it was held
-    /// at; a new commit is applied. `berth sync` and `berth plan` both ask this.
-    pub fn held_at(&self, sha: &str) -> Option<&Held> {
-        self.held.as_ref().filter(|h| h.commit == sha)
-    }
-
-    /// The entries by object.
-    pub fn by_key(&self) -> HashMap<&ObjectKey, &Entry> {
-        self.objects.iter().map(|e| (&e.key, e)).collect()
-    }
-}
-
 /// The name of an app's inventory ConfigMap.
 pub fn name(app: &str) -> String {
     format!("berth-inventory-{app}")
-}
-
-/// SHA-256 of a manifest as it is applied.
-pub fn digest(m: &Manifest) -> String {
-    let bytes = serde_json::to_vec(&m.object).unwrap_or_default();
-    Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// Reads an app's inventory; `None` when it has none yet.
@@ -171,15 +113,6 @@ pub async fn store(
             name(app)
         )))?;
     Ok(())
-}
-
-/// What berth sees of a live object it owns.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LiveObject {
-    /// See [`observed`].
-    pub observed: String,
-    /// `berth.dev/prune: "false"` is set.
-    pub keep: bool,
 }
 
 /// Every object of the given resources that carries `berth.dev/app=<app>`: one list

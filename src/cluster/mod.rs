@@ -10,7 +10,8 @@ pub mod prune;
 
 use serde::{Deserialize, Serialize};
 
-use crate::manifest::{ObjectKey, Origin};
+use crate::manifest::ObjectKey;
+use crate::plan::UnknownKind;
 
 /// Errors talking to the cluster. Object errors name the object and its origin.
 #[derive(Debug, thiserror::Error)]
@@ -28,15 +29,8 @@ pub enum ClusterError {
         source: kube::Error,
     },
     /// The cluster does not serve a kind.
-    #[error("{origin}: unknown kind {kind} in {api_version}: the cluster does not serve it (is its CRD installed?)")]
-    UnknownKind {
-        /// Where the object came from.
-        origin: Origin,
-        /// Its apiVersion.
-        api_version: String,
-        /// Its kind.
-        kind: String,
-    },
+    #[error(transparent)]
+    UnknownKind(#[from] UnknownKind),
     /// The apiserver refused one object (in a dry run or for real).
     #[error("{verb} {key} ({origin}): {message}")]
     Object {

@@ -9,10 +9,11 @@ use kube::api::{Api, DeleteParams, DynamicObject};
 
 use super::apply::api_message;
 use super::discovery::ClusterKinds;
-use super::inventory::{Entry, LiveObject, ANNOTATION_PRUNE};
+use super::inventory::ANNOTATION_PRUNE;
 use super::Action;
 use super::ClusterError;
 use crate::manifest::{ObjectKey, LABEL_APP};
+use crate::plan::{Entry, LiveObject};
 
 /// What happened to one prune candidate.
 #[derive(Debug)]

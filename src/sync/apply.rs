@@ -8,12 +8,12 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::runtime::wait::{await_condition, conditions};
 
 use super::{Run, Stop, SyncError, Write};
-use crate::cluster::apply::{apply_all, stage, Target};
-use crate::cluster::inventory;
+use crate::cluster::apply::{apply_all, stage};
 use crate::cluster::Action;
 use crate::history::ObjectAction;
 use crate::manifest::Manifest;
 use crate::plan::Change;
+use crate::plan::{self, Target};
 
 /// The outcome of [`Run::validate`].
 pub(super) struct Validated {
@@ -198,7 +198,7 @@ impl Run<'_> {
                 Ok(resolved) => {
                     added.push(writes.len());
                     writes.push(Write {
-                        digest: inventory::digest(&m),
+                        digest: plan::digest(&m),
                         target: Target {
                             manifest: m,
                             resolved,

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::cluster::ClusterError;
 use crate::manifest::{ManifestError, Origin};
+use crate::plan::UnknownKind;
 use crate::rollout::engine::EngineError;
 use crate::source::git::SourceError;
 
@@ -34,6 +35,9 @@ pub enum SyncError {
     /// The commit does not render: its file, document and object are in the message.
     #[error(transparent)]
     Render(#[from] ManifestError),
+    /// An object of a kind the cluster does not serve.
+    #[error(transparent)]
+    UnknownKind(#[from] UnknownKind),
     /// A request to the cluster failed, or the cluster refused an object.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
@@ -75,8 +79,8 @@ impl SyncError {
     pub fn origin(&self) -> Option<String> {
         match self {
             SyncError::Render(e) => e.origin(),
-            SyncError::Cluster(ClusterError::UnknownKind { origin, .. }) => {
-                Some(origin.to_string())
+            SyncError::UnknownKind(e) | SyncError::Cluster(ClusterError::UnknownKind(e)) => {
+                Some(e.origin.to_string())
             }
             SyncError::Cluster(ClusterError::Object { origin, .. }) => Some(origin.clone()),
             SyncError::CrdNotEstablished { origin, .. }

@@ -7,12 +7,12 @@ use kube::api::Api;
 
 use super::rollouts::Restored;
 use super::{Report, Run, Stop, SyncError, Syncer};
-use crate::cluster::apply::Target;
-use crate::cluster::inventory::Held;
 use crate::cluster::ClusterError;
 use crate::config::AppConfig;
 use crate::history::{Outcome, RolloutOutcome, RolloutRecord, SyncRecord};
 use crate::manifest::{ObjectKey, LABEL_APP};
+use crate::plan::Held;
+use crate::plan::Target;
 use crate::rollout::revisions::{self, Revisions};
 use crate::rollout::track;
 use crate::source::git;

@@ -25,14 +25,15 @@ use std::time::Instant;
 
 use kube::api::DynamicObject;
 
-use crate::cluster::apply::{observed, ApplySettings, Target};
+use crate::cluster::apply::{observed, ApplySettings};
 use crate::cluster::discovery::ClusterKinds;
-use crate::cluster::inventory::{Entry, Held, Inventory};
 use crate::cluster::ClusterError;
 use crate::config::{AgentConfig, AppConfig};
 use crate::history::{new_id, HistoryLog, Outcome, RecordError, SyncRecord, Trigger};
 use crate::manifest::ObjectKey;
+use crate::plan::Target;
 use crate::plan::{self, Change, Plan};
+use crate::plan::{Entry, Held, Inventory};
 use crate::shutdown::{self, Signal};
 use crate::source::git::Checkout;
 

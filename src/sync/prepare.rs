@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use super::{Prepared, Run, Stop, SyncError};
 use crate::cluster::discovery::ClusterKinds;
-use crate::cluster::inventory::{self, Inventory};
+use crate::cluster::inventory;
 use crate::manifest::{Builder, Limits, Manifest};
+use crate::plan::Inventory;
 use crate::plan::{self, Plan};
 use crate::source::git::{self, Checkout};
 

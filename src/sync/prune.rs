@@ -3,9 +3,10 @@
 
 use super::{Run, Stop};
 use crate::cluster::discovery::ClusterKinds;
-use crate::cluster::inventory::{self, Entry, Inventory};
+use crate::cluster::inventory;
 use crate::cluster::prune;
 use crate::history::ObjectAction;
+use crate::plan::{Entry, Inventory};
 
 impl Run<'_> {
     /// Prunes what the commit no longer holds (with `prune = true`). Entries whose deletion

@@ -6,12 +6,13 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DynamicObject};
 
 use super::{Run, SyncError, Write};
-use crate::cluster::apply::{apply_all, Target};
+use crate::cluster::apply::apply_all;
 use crate::config::{OnFailure, RolloutEngine};
 use crate::history::{
     commit_of_template, FollowedRollout, RollbackRecord, RolloutOutcome, RolloutRecord,
 };
 use crate::manifest::ObjectKey;
+use crate::plan::Target;
 use crate::rollout::engine::{follow_driving, Engine, EngineError};
 use crate::rollout::revisions::{self, ReplicaSetInfo, Revisions};
 use crate::rollout::rollback;

@@ -1,15 +1,59 @@
 //! Planning a sync, without I/O: which rendered objects must be written (new, changed in
 //! git, or drifted in the cluster), which are unchanged, which wait for a CRD of the same
-//! commit, and which inventory entries are prune candidates.
+//! commit, and which inventory entries are prune candidates. Its vocabulary — the
+//! inventory, a resolved target — lives here too, so planning needs no cluster.
 
 use std::collections::{HashMap, HashSet};
 
-use crate::cluster::apply::Target;
-use crate::cluster::discovery::Resolved;
-use crate::cluster::inventory::{digest, Entry, Inventory, LiveObject};
-use crate::cluster::ClusterError;
+mod inventory;
+
+pub use inventory::{digest, Entry, Held, Inventory, LiveObject};
+
+use kube::api::ApiResource;
+
 use crate::manifest::scope::WithCrds;
-use crate::manifest::{Manifest, ObjectKey, ScopeLookup};
+use crate::manifest::{Manifest, ObjectKey, Origin, ScopeLookup};
+
+/// A manifest's resource and scope, as discovery resolves it.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The resource (plural, group, version).
+    pub resource: ApiResource,
+    /// True for namespaced kinds.
+    pub namespaced: bool,
+}
+
+/// A manifest and the resource that serves it.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The object.
+    pub manifest: Manifest,
+    /// Its resource and scope.
+    pub resolved: Resolved,
+}
+
+/// A manifest of a kind the cluster does not serve (and no CRD of the commit defines).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{origin}: unknown kind {kind} in {api_version}: the cluster does not serve it (is its CRD installed?)")]
+pub struct UnknownKind {
+    /// Where the object came from.
+    pub origin: Origin,
+    /// Its apiVersion.
+    pub api_version: String,
+    /// Its kind.
+    pub kind: String,
+}
+
+impl UnknownKind {
+    /// The error for manifest `m`.
+    pub fn of(m: &Manifest) -> Self {
+        UnknownKind {
+            origin: m.origin.clone(),
+            api_version: m.api_version().to_string(),
+            kind: m.kind().to_string(),
+        }
+    }
+}
 
 /// Why an object is written, or not.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,7 +143,7 @@ pub fn plan(
     resolve: impl Fn(&Manifest) -> Option<Resolved>,
     inventory: &Inventory,
     live: &HashMap<ObjectKey, LiveObject>,
-) -> Result<Plan, Vec<ClusterError>> {
+) -> Result<Plan, Vec<UnknownKind>> {
     let crds = WithCrds::new(&manifests, &NoScopes);
     let entries = inventory.by_key();
     let mut plan = Plan::default();
@@ -111,11 +155,7 @@ pub fn plan(
             if crds.scope(m.group(), m.kind()).is_some() {
                 plan.deferred.push(m);
             } else {
-                errors.push(ClusterError::UnknownKind {
-                    origin: m.origin.clone(),
-                    api_version: m.api_version().to_string(),
-                    kind: m.kind().to_string(),
-                });
+                errors.push(UnknownKind::of(&m));
             }
             continue;
         };
@@ -357,7 +397,7 @@ mod tests {
                 entry(&written, "rv1"),
                 entry(&dropped, "rv1"),
             ],
-            held: Some(crate::cluster::inventory::Held {
+            held: Some(Held {
                 commit: "old".into(),
                 reason: "rolled back".into(),
             }),

@@ -1,0 +1,77 @@
+//! The inventory's data: which objects an app applied, with the digest of what was applied
+//! and the version then observed, the commit, and whether the app is held. Stored by
+//! [`cluster::inventory`](crate::cluster::inventory); planned here.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::manifest::{Manifest, ObjectKey};
+
+/// One applied object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The object.
+    #[serde(flatten)]
+    pub key: ObjectKey,
+    /// Its apiVersion, to find its resource when pruning.
+    pub api_version: String,
+    /// SHA-256 of the applied manifest.
+    pub digest: String,
+    /// Generation or resourceVersion seen right after applying it.
+    pub observed: String,
+}
+
+/// The objects of an app, as of its last (partly) successful sync.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inventory {
+    /// The commit last applied in full.
+    pub commit: Option<String>,
+    /// The objects.
+    pub objects: Vec<Entry>,
+    /// Set when a commit's rollout failed (rolled back or halted): berth leaves the app
+    /// alone until another commit arrives or a sync is forced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<Held>,
+}
+
+/// Why an app is held.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    /// The commit not to apply again.
+    pub commit: String,
+    /// What happened to it.
+    pub reason: String,
+}
+
+impl Inventory {
+    /// Why commit `sha` is held, when it is: a held app skips only the commit it was held
+    /// at; a new commit is applied. `berth sync` and `berth plan` both ask this.
+    pub fn held_at(&self, sha: &str) -> Option<&Held> {
+        self.held.as_ref().filter(|h| h.commit == sha)
+    }
+
+    /// The entries by object.
+    pub fn by_key(&self) -> HashMap<&ObjectKey, &Entry> {
+        self.objects.iter().map(|e| (&e.key, e)).collect()
+    }
+}
+
+/// SHA-256 of a manifest as it is applied.
+pub fn digest(m: &Manifest) -> String {
+    let bytes = serde_json::to_vec(&m.object).unwrap_or_default();
+    Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// What berth sees of a live object it owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveObject {
+    /// See [`observed`](crate::cluster::apply::observed).
+    pub observed: String,
+    /// `berth.dev/prune: "false"` is set.
+    pub keep: bool,
+}
