@@ -3,6 +3,9 @@
 //!
 //! Every error names the key path (`app[1].rollout.timeout`) and, once loaded from a file,
 //! the file and line.
+//!
+//! Over 450 lines only with its tests (about 160 lines: the schema's defaults, the shipped
+//! `config/berth.toml`, and each error); the code is about 400.
 
 mod error;
 mod globs;
