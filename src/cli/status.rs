@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use berth::cluster::{client, inventory};
 use berth::config;
 use berth::history::HistoryLog;
+use berth::rollout::phase::phase;
 use berth::rollout::revisions::revision_of;
-use berth::rollout::status::phase;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 

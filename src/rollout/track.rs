@@ -16,8 +16,8 @@ use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
 use serde::{Deserialize, Serialize};
 
+use super::phase::{phase, Phase};
 use super::revisions::select;
-use super::status::{phase, Phase};
 use crate::shutdown::{stopped, Signal};
 
 /// Timeline steps kept per rollout (the first and the last ones survive a long rollout).

@@ -6,12 +6,14 @@
 //! change it watches. All state lives in the cluster, so a restarted berth carries on.
 //!
 //! Here: the engine, its errors and how it reads a Deployment's world; `pass.rs` is one
-//! `syncDeployment`; `replica_sets.rs` the ReplicaSet writes it makes; `driver.rs` runs
+//! `syncDeployment`; `replica_sets.rs` the ReplicaSet writes it makes; [`status`] the status and
+//! conditions it writes (pure); `driver.rs` runs
 //! passes on every change, for one rollout or for every Deployment of an app.
 
 mod driver;
 mod pass;
 mod replica_sets;
+pub mod status;
 
 pub use driver::{follow_driving, supervise};
 

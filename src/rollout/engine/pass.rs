@@ -6,11 +6,11 @@ use k8s_openapi::api::apps::v1::{DeploymentStatus, ReplicaSet};
 use kube::api::Patch;
 use serde_json::json;
 
+use super::status::{self, condition, set_condition, FOUND_NEW_RS, NEW_RS_CREATED};
 use super::{
     annotation, complete, replicas, request, revision, rs_name, rs_view, Engine, EngineError,
     World, DESIRED,
 };
-use crate::rollout::conditions::{self, condition, set_condition, FOUND_NEW_RS, NEW_RS_CREATED};
 use crate::rollout::hash::template_hash;
 use crate::rollout::predict::view;
 use crate::rollout::revisions::{revision_of, REVISION};
@@ -29,8 +29,8 @@ impl Engine {
         let mut w = self.read(d).await?;
         let now = Timestamp::now();
         if w.d.metadata.deletion_timestamp.is_some() {
-            let status = self.status_only(&w, now);
-            return self.write_status(&w, status).await;
+            let new_status = self.status_only(&w, now);
+            return self.write_status(&w, new_status).await;
         }
         let v = view(&w.d);
         let paused = w.d.spec.as_ref().and_then(|s| s.paused).unwrap_or(false);
@@ -49,8 +49,8 @@ impl Engine {
             if paused {
                 self.cleanup(&w).await?;
             }
-            let status = self.status_only(&w, now);
-            return self.write_status(&w, status).await;
+            let new_status = self.status_only(&w, now);
+            return self.write_status(&w, new_status).await;
         }
         let mut progressing_reason = None;
         // sync_revision is a no-op without a new ReplicaSet.
@@ -76,7 +76,7 @@ impl Engine {
         };
         match self.execute(&mut w, &v, &pass).await? {
             Some(reason) => progressing_reason = Some(reason),
-            None if w.new.is_some() && conditions::progress_deadline(&w.d).is_some() => {
+            None if w.new.is_some() && status::progress_deadline(&w.d).is_some() => {
                 let has =
                     w.d.status
                         .as_ref()
@@ -92,18 +92,16 @@ impl Engine {
             self.cleanup(&w).await?;
         }
         let mut d = w.d.clone();
-        if let (Some(reason), Some(new), Some(_)) = (
-            progressing_reason,
-            &w.new,
-            conditions::progress_deadline(&w.d),
-        ) {
+        if let (Some(reason), Some(new), Some(_)) =
+            (progressing_reason, &w.new, status::progress_deadline(&w.d))
+        {
             let verb = if reason == NEW_RS_CREATED {
                 "Created new"
             } else {
                 "Found new"
             };
-            let status = d.status.get_or_insert_with(DeploymentStatus::default);
-            let mut cs = status.conditions.take().unwrap_or_default();
+            let new_status = d.status.get_or_insert_with(DeploymentStatus::default);
+            let mut cs = new_status.conditions.take().unwrap_or_default();
             set_condition(
                 &mut cs,
                 condition(
@@ -114,14 +112,14 @@ impl Engine {
                     now,
                 ),
             );
-            status.conditions = Some(cs);
+            new_status.conditions = Some(cs);
         }
         let all: Vec<&ReplicaSet> = w.olds.iter().chain(&w.new).collect();
-        let mut status = conditions::rollout_status(&d, &all, w.new.as_ref(), now);
-        let mut cs = status.conditions.take().unwrap_or_default();
-        conditions::pause_conditions(&d, &mut cs, now);
-        status.conditions = Some(cs);
-        self.write_status(&w, status).await
+        let mut new_status = status::rollout_status(&d, &all, w.new.as_ref(), now);
+        let mut cs = new_status.conditions.take().unwrap_or_default();
+        status::pause_conditions(&d, &mut cs, now);
+        new_status.conditions = Some(cs);
+        self.write_status(&w, new_status).await
     }
 
     pub(super) fn new_name(&self, w: &World) -> String {
@@ -135,11 +133,11 @@ impl Engine {
 
     pub(super) fn status_only(&self, w: &World, now: Timestamp) -> DeploymentStatus {
         let all: Vec<&ReplicaSet> = w.olds.iter().chain(&w.new).collect();
-        let mut status = conditions::calculate_status(&w.d, &all, w.new.as_ref(), now);
-        let mut cs = status.conditions.take().unwrap_or_default();
-        conditions::pause_conditions(&w.d, &mut cs, now);
-        status.conditions = Some(cs);
-        status
+        let mut new_status = status::calculate_status(&w.d, &all, w.new.as_ref(), now);
+        let mut cs = new_status.conditions.take().unwrap_or_default();
+        status::pause_conditions(&w.d, &mut cs, now);
+        new_status.conditions = Some(cs);
+        new_status
     }
 
     /// Creates the new ReplicaSet and scales, as the pass says. Returns the Progressing
@@ -175,7 +173,7 @@ impl Engine {
     pub(super) async fn write_status(
         &self,
         w: &World,
-        status: DeploymentStatus,
+        new_status: DeploymentStatus,
     ) -> Result<Option<Timestamp>, EngineError> {
         let revision = w
             .new
@@ -184,13 +182,13 @@ impl Engine {
             .filter(|r| *r > 0)
             .map(|r| r.to_string());
         let current_revision = revision_of(&w.d.metadata).map(|r| r.to_string());
-        let next = conditions::deadline_at(&w.d, &status);
-        if w.d.status.as_ref() == Some(&status)
+        let next = status::deadline_at(&w.d, &new_status);
+        if w.d.status.as_ref() == Some(&new_status)
             && (revision.is_none() || revision == current_revision)
         {
             return Ok(next);
         }
-        let mut patch = json!({"status": status});
+        let mut patch = json!({"status": new_status});
         if let Some(r) = revision {
             patch["metadata"] = json!({"annotations": {REVISION: r}});
         }

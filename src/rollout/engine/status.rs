@@ -7,7 +7,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus, ReplicaSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::steps;
+use crate::rollout::steps;
 
 /// Progressing reasons.
 pub const NEW_RS_CREATED: &str = "NewReplicaSetCreated";
@@ -87,7 +87,7 @@ pub fn calculate_status(
         .sum();
     let old = d.status.clone().unwrap_or_default();
     let mut conditions = old.conditions.clone().unwrap_or_default();
-    let view = super::predict::view(d);
+    let view = crate::rollout::predict::view(d);
     let min_available = view.replicas - steps::max_unavailable(&view);
     let available_condition = if available >= min_available {
         condition(
@@ -188,7 +188,7 @@ pub fn rollout_status(
         ),
     };
     if !already_complete {
-        let want = super::predict::view(d).replicas;
+        let want = crate::rollout::predict::view(d).replicas;
         let complete = s.updated_replicas == Some(want)
             && s.replicas == Some(want)
             && s.available_replicas == Some(want)
