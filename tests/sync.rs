@@ -726,3 +726,151 @@ async fn two_apps_of_one_sync_have_distinct_record_ids() {
         assert!(out.contains(&format!("App:       {}", r.app)), "{out}");
     }
 }
+
+/// A kustomize overlay whose base is a sibling folder, as most GitOps repositories are
+/// laid out: rendered by the real kustomize, applied, pruned by generated name; and the
+/// kustomizations berth refuses before kustomize runs.
+#[tokio::test]
+async fn a_kustomize_overlay_syncs_and_prunes_its_generated_config_map() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "kustomize").await;
+    let repo = Repo::new();
+    repo.write(
+        "base/kustomization.yaml",
+        "resources: [deployment.yaml, service.yaml]\nconfigMapGenerator:\n- name: web-config\n  envs: [web.env]\n",
+    );
+    repo.write("base/web.env", "GREETING=hello\n");
+    repo.write(
+        "base/deployment.yaml",
+        &deployment("web", "nginx:1.25").replace(
+            "          ports:\n",
+            "          envFrom:\n            - configMapRef: {name: web-config}\n          ports:\n",
+        ),
+    );
+    repo.write(
+        "base/service.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector: {app: web}\n  ports: [{port: 80, targetPort: 8080}]\n",
+    );
+    let overlay = "resources: [../base]\nnamePrefix: prod-\ncommonLabels: {env: prod}\nimages:\n- name: nginx\n  newTag: \"1.27\"\npatches:\n- path: replicas.yaml\n";
+    repo.write("overlay/kustomization.yaml", overlay);
+    repo.write(
+        "overlay/replicas.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n",
+    );
+    repo.commit("overlay");
+    let setup = Setup::new(
+        cp,
+        "kustomize",
+        &repo,
+        &ns,
+        "path = \"overlay\"\nprune = true",
+    );
+
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let web = deployments.get("prod-web").await.expect("prod-web exists");
+    assert_eq!(image(&deployments, "prod-web").await, "nginx:1.27");
+    assert_eq!(web.spec.as_ref().unwrap().replicas, Some(2));
+    assert_eq!(
+        web.metadata.labels.unwrap().get("env").map(String::as_str),
+        Some("prod")
+    );
+    let generated = |record: &berth::history::SyncRecord, action: Action| -> Vec<String> {
+        record
+            .objects
+            .iter()
+            .filter(|o| o.action == action && o.key.kind == "ConfigMap")
+            .map(|o| o.key.name.clone())
+            .collect()
+    };
+    let first = setup.history().pop().unwrap();
+    let old_config = generated(&first, Action::Created);
+    assert_eq!(old_config.len(), 1, "{first:?}");
+    assert!(
+        old_config[0].starts_with("prod-web-config-"),
+        "{old_config:?}"
+    );
+    let origin = first
+        .objects
+        .iter()
+        .find(|o| o.key.kind == "Deployment")
+        .and_then(|o| o.source.clone())
+        .unwrap_or_default();
+    assert!(origin.starts_with("overlay/kustomization.yaml"), "{origin}");
+
+    // A change to the base's generated configuration: a new ConfigMap, the Deployment
+    // that uses it configured, the Service unchanged, the old ConfigMap pruned.
+    repo.write("base/web.env", "GREETING=bonjour\n");
+    repo.commit("new greeting");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let second = setup.history().pop().unwrap();
+    let new_config = generated(&second, Action::Created);
+    assert_eq!(new_config.len(), 1, "{second:?}");
+    assert_ne!(new_config, old_config);
+    assert_eq!(generated(&second, Action::Pruned), old_config);
+    let configured: Vec<&str> = second
+        .objects
+        .iter()
+        .filter(|o| o.action == Action::Configured)
+        .map(|o| o.key.kind.as_str())
+        .collect();
+    assert_eq!(configured, ["Deployment"], "{second:?}");
+    assert_eq!(second.unchanged, 1, "the Service");
+    assert!(maps.get_opt(&old_config[0]).await.unwrap().is_none());
+    let greeting = maps.get(&new_config[0]).await.unwrap().data.unwrap()["GREETING"].clone();
+    assert_eq!(greeting, "bonjour");
+
+    // Refused before kustomize runs, and nothing written: a generator file outside the
+    // repository, a remote base, a resource that is not there.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.env"), "TOKEN=hunter2\n").unwrap();
+    for (extra, says) in [
+        (
+            format!(
+                "configMapGenerator:\n- name: stolen\n  envs: [{}/secret.env]\n",
+                outside.path().display()
+            ),
+            "configMapGenerator.envs",
+        ),
+        (
+            "resources: [../base, \"github.com/example/repo//deploy?ref=v1\"]\n".to_string(),
+            "remote resource",
+        ),
+        (
+            "resources: [../base, missing.yaml]\n".to_string(),
+            "resources: \"missing.yaml\" does not exist",
+        ),
+    ] {
+        let text = if extra.starts_with("resources:") {
+            overlay.replacen("resources: [../base]\n", &extra, 1)
+        } else {
+            format!("{overlay}{extra}")
+        };
+        repo.write("overlay/kustomization.yaml", &text);
+        repo.write(
+            "overlay/replicas.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 3\n",
+        );
+        repo.commit("refused");
+        let (code, out, _) = setup.berth(&["sync"]);
+        assert_eq!(code, 1, "{out}");
+        assert!(
+            out.contains("overlay/kustomization.yaml") && out.contains(says),
+            "{says}: {out}"
+        );
+        assert!(!out.contains("hunter2"), "{out}");
+        let web = deployments.get("prod-web").await.unwrap();
+        assert_eq!(
+            web.spec.unwrap().replicas,
+            Some(2),
+            "nothing written: {out}"
+        );
+        assert!(maps.get_opt("prod-stolen").await.unwrap().is_none());
+    }
+}

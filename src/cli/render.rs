@@ -5,8 +5,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use berth::config::compile_globs;
+use berth::manifest::kustomize::kustomization_in;
 use berth::manifest::source::{PathSource, Stdin};
-use berth::manifest::{Builder, BuiltinScopes, ErrorPolicy, Input, Limits, Manifest};
+use berth::manifest::{Builder, BuiltinScopes, ErrorPolicy, Input, Kustomize, Limits, Manifest};
 
 /// Arguments of `berth render`.
 #[derive(clap::Args)]
@@ -79,7 +80,14 @@ fn input(path: &Path) -> anyhow::Result<Input> {
     }
     let meta =
         std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let (root, paths) = if meta.is_dir() {
+    let (root, paths) = if meta.is_dir() && kustomization_in(path).is_some() {
+        // A kustomization may reach sibling folders (`../base`): its root is the git
+        // repository it is in.
+        match repository_of(path) {
+            Some((top, rel)) => (top, vec![rel]),
+            None => (path.to_path_buf(), vec![".".to_string()]),
+        }
+    } else if meta.is_dir() {
         (path.to_path_buf(), vec![".".to_string()])
     } else {
         let name = path.file_name().context("a file path needs a file name")?;
@@ -103,7 +111,25 @@ fn input(path: &Path) -> anyhow::Result<Input> {
         include: None,
         exclude: None,
         limits: Limits::default(),
+        kustomize: Some(Kustomize::new(None, DEFAULT_RENDER_TIMEOUT)),
     }))
+}
+
+/// How long `berth render` lets kustomize run (the agent's default `render_timeout`).
+const DEFAULT_RENDER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The git repository holding `dir` (shown relative to the current folder when inside
+/// it), and `dir` relative to it.
+fn repository_of(dir: &Path) -> Option<(PathBuf, String)> {
+    let dir = dir.canonicalize().ok()?;
+    let top = dir.ancestors().find(|a| a.join(".git").exists())?;
+    let rel = dir.strip_prefix(top).ok()?.to_string_lossy().into_owned();
+    let cwd = std::env::current_dir().ok()?.canonicalize().ok()?;
+    let shown = match cwd.strip_prefix(top) {
+        Ok(inner) if inner.as_os_str().is_empty() => PathBuf::from("."),
+        _ => top.to_path_buf(),
+    };
+    Some((shown, if rel.is_empty() { ".".into() } else { rel }))
 }
 
 fn print(manifests: &[Manifest], output: Output) -> std::io::Result<()> {

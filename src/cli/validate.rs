@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use berth::config::{self, AppConfig, Config};
-use berth::manifest::{Builder, BuiltinScopes, Limits, Manifest};
+use berth::manifest::{Builder, BuiltinScopes, Manifest};
 use berth::source::git;
 
 /// Arguments of `berth validate`.
@@ -25,7 +25,6 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         config_path.display(),
         berth::plural(config.apps.len(), "app")
     );
-    let limits = Limits::of(&config.agent);
     let mut failed = false;
     for app in &config.apps {
         if let (None, Some(path)) = (&args.dir, git::local_path(&app.repo)) {
@@ -46,7 +45,7 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             );
             continue;
         };
-        let rendered = Builder::for_app(app, &root, limits, &BuiltinScopes)
+        let rendered = Builder::for_agent(app, &config.agent, &root, &BuiltinScopes)
             .map_err(anyhow::Error::from)
             .and_then(|b| Ok(b.render()?));
         match rendered {

@@ -86,6 +86,13 @@ pub struct AgentConfig {
     /// How long a Lease holds without renewal; another host takes over after that.
     #[serde(deserialize_with = "duration")]
     pub lease_duration: Duration,
+    /// The command that renders a kustomization, run as `COMMAND DIR` (e.g.
+    /// `"kustomize build"`); unset: `kustomize build` when a `kustomize` binary is on
+    /// PATH, else `kubectl kustomize`.
+    pub kustomize: Option<String>,
+    /// How long one kustomize run may take.
+    #[serde(deserialize_with = "duration")]
+    pub render_timeout: Duration,
 }
 
 impl Default for AgentConfig {
@@ -107,6 +114,8 @@ impl Default for AgentConfig {
             leader_election: false,
             lease_name: "berth".to_string(),
             lease_duration: Duration::from_secs(15),
+            kustomize: None,
+            render_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -186,6 +195,27 @@ pub struct AppConfig {
     /// How changed Deployments are rolled out.
     #[serde(default)]
     pub rollout: RolloutConfig,
+    /// How the app's folders are rendered: a folder with a kustomization by kustomize
+    /// (`auto`), every folder as plain manifests (`plain`), or kustomize only.
+    #[serde(default)]
+    pub render: RenderMode,
+    /// Let kustomizations reach remote resources (URLs, git repositories).
+    #[serde(default)]
+    pub allow_remote_bases: bool,
+}
+
+/// How an app's folders are rendered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RenderMode {
+    /// A folder holding `kustomization.yaml` (`.yml`, `Kustomization`) is rendered by
+    /// kustomize; other folders are read as plain manifests.
+    #[default]
+    Auto,
+    /// Every file is a plain manifest, kustomization files included.
+    Plain,
+    /// Every path must be a kustomization.
+    Kustomize,
 }
 
 /// Which commit of its repository an app follows (validation allows at most one of

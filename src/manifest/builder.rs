@@ -16,6 +16,7 @@ use super::decorate::{
     SourceAnnotations,
 };
 use super::error::ManifestError;
+use super::kustomize::Kustomize;
 use super::object::Manifest;
 use super::scope::{ScopeLookup, WithCrds};
 use super::source::{Limits, PathSource, Stdin};
@@ -23,7 +24,7 @@ use super::visitor::{
     collect, ContinueOnError, Decorated, Decorator, Filtered, Flatten, ManifestList, Unique,
     Visitor,
 };
-use crate::config::AppConfig;
+use crate::config::{AgentConfig, AppConfig};
 
 /// What to do with a bad item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +64,8 @@ pub struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
-    /// A builder for one app's paths in a checkout at `root`.
+    /// A builder for one app's paths in a checkout at `root`, with `[agent]`'s defaults
+    /// for kustomize (see [`Builder::for_agent`]).
     ///
     /// # Errors
     /// An invalid glob in the app's settings.
@@ -73,6 +75,25 @@ impl<'a> Builder<'a> {
         limits: Limits,
         scopes: &'a dyn ScopeLookup,
     ) -> Result<Self, globset::Error> {
+        let mut builder = Builder::for_agent(app, &AgentConfig::default(), root, scopes)?;
+        if let Input::Paths(p) = &mut builder.input {
+            p.limits = limits;
+        }
+        Ok(builder)
+    }
+
+    /// A builder for one app's paths in a checkout at `root`, with the agent's size caps
+    /// and kustomize command.
+    ///
+    /// # Errors
+    /// An invalid glob in the app's settings.
+    pub fn for_agent(
+        app: &AppConfig,
+        agent: &AgentConfig,
+        root: &std::path::Path,
+        scopes: &'a dyn ScopeLookup,
+    ) -> Result<Self, globset::Error> {
+        let limits = Limits::of(agent);
         Ok(Builder {
             input: Input::Paths(PathSource {
                 root: root.to_path_buf(),
@@ -81,6 +102,7 @@ impl<'a> Builder<'a> {
                 include: app.include.set()?,
                 exclude: app.exclude.set()?,
                 limits,
+                kustomize: Kustomize::for_app(app, agent),
             }),
             namespace: app.namespace.clone(),
             app: Some(app.name.clone()),
@@ -183,6 +205,7 @@ mod tests {
                 include: None,
                 exclude: None,
                 limits: Limits::default(),
+                kustomize: None,
             }),
             namespace: "shop".into(),
             app: Some("shop".into()),

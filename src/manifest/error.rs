@@ -115,6 +115,15 @@ pub enum ManifestError {
         path: String,
     },
     /// Several errors, collected by the continue-on-error policy.
+    /// A kustomization was refused before kustomize ran, or kustomize failed.
+    #[error("{path}: {message}")]
+    Kustomization {
+        /// The kustomization file, repository-relative.
+        path: String,
+        /// What was refused (the field and the reference) or what kustomize said.
+        message: String,
+    },
+    /// Several errors.
     #[error("{}", Many(.0))]
     Many(Vec<ManifestError>),
 }
@@ -155,7 +164,8 @@ impl ManifestError {
             | ManifestError::FileTooLarge { path, .. }
             | ManifestError::AppTooLarge { path, .. }
             | ManifestError::OutsideRoot { path, .. }
-            | ManifestError::EscapesRoot { path } => Some(path.clone()),
+            | ManifestError::EscapesRoot { path }
+            | ManifestError::Kustomization { path, .. } => Some(path.clone()),
             ManifestError::Syntax { origin, .. }
             | ManifestError::NotAnObject { origin, .. }
             | ManifestError::MissingField { origin, .. }

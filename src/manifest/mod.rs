@@ -5,6 +5,8 @@
 //! - [`visitor`]: the trait and its combinators (flatten, decorate, filter, unique,
 //!   continue-on-error);
 //! - [`source`]: folders, files and stdin, with the path and size safety rules;
+//! - [`kustomize`]: folders holding a kustomization, rendered by the real tool after its
+//!   references are checked;
 //! - [`decode`]: multi-document YAML and JSON streams;
 //! - [`decorate`]: identity checks, default namespace, ownership label, annotations, filters;
 //! - [`scope`]: which kinds are namespaced;
@@ -15,6 +17,7 @@ pub mod builder;
 pub mod decode;
 pub mod decorate;
 pub mod error;
+pub mod kustomize;
 pub mod object;
 pub mod scope;
 pub mod source;
@@ -22,6 +25,7 @@ pub mod visitor;
 
 pub use builder::{Builder, ErrorPolicy, Input};
 pub use error::ManifestError;
+pub use kustomize::Kustomize;
 pub use object::{Manifest, ObjectKey, Origin};
 pub use scope::{BuiltinScopes, Scope, ScopeLookup};
 pub use source::Limits;

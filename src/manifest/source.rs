@@ -11,6 +11,8 @@ use globset::GlobSet;
 
 use super::decode::Stream;
 use super::error::ManifestError;
+use super::kustomize::{kustomization_in, Kustomize};
+use super::object::Manifest;
 use super::visitor::{Flow, Item, Visitor};
 
 /// Size caps that bound the memory one render may use.
@@ -58,6 +60,8 @@ pub struct PathSource {
     pub exclude: Option<GlobSet>,
     /// Size caps.
     pub limits: Limits,
+    /// How folders holding a kustomization are rendered; `None`: as plain manifests.
+    pub kustomize: Option<Kustomize>,
 }
 
 struct Walk<'a> {
@@ -133,6 +137,19 @@ impl Walk<'_> {
             }));
         }
         if resolved.is_dir() {
+            if let Some(k) = &self.source.kustomize {
+                if let Some(file) = kustomization_in(&resolved) {
+                    return self.kustomization(rel, &resolved, file, k, f);
+                }
+                if k.required && named {
+                    return f(Err(ManifestError::Kustomization {
+                        path: shown,
+                        message:
+                            "holds no kustomization.yaml, and the app sets render = \"kustomize\""
+                                .into(),
+                    }));
+                }
+            }
             return self.dir(rel, resolved, f);
         }
         let extension_ok = Path::new(rel)
@@ -181,6 +198,46 @@ impl Walk<'_> {
             self.entry(&child, false, f)?;
         }
         Ok(())
+    }
+
+    /// A folder holding a kustomization: rendered by kustomize, none of its files read.
+    /// Objects' origins name the kustomization file, and the resource file where
+    /// kustomize says (`buildMetadata: [originAnnotations]`).
+    fn kustomization(
+        &mut self,
+        rel: &str,
+        resolved: &Path,
+        file: &str,
+        k: &Kustomize,
+        f: &mut dyn FnMut(Item) -> Flow,
+    ) -> Flow {
+        let file_rel = if rel.is_empty() {
+            file.to_string()
+        } else {
+            format!("{rel}/{file}")
+        };
+        let shown = self.source.display(&file_rel);
+        let budget = self.source.limits.max_app_size.saturating_sub(self.total);
+        let bytes = match k.build(&self.root, resolved, &shown, budget) {
+            Ok(bytes) => bytes,
+            Err(e @ ManifestError::AppTooLarge { .. }) => return Err(e),
+            Err(e) => return f(Err(e)),
+        };
+        self.total += bytes.len() as u64;
+        let dir_shown = self.source.display(rel);
+        Stream {
+            path: shown.clone(),
+            bytes,
+        }
+        .visit(&mut |item| {
+            f(item.map(|mut m| {
+                m.origin.line = 0;
+                if let Some(resource) = kustomize_origin(&m) {
+                    m.origin.path = format!("{} (via {shown})", join(&dir_shown, &resource));
+                }
+                m
+            }))
+        })
     }
 
     fn file(&mut self, path: &Path, shown: String, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
@@ -238,6 +295,32 @@ fn read_capped(file: std::io::Result<impl Read>, limit: u64) -> Result<Vec<u8>, 
         return Err(ReadError::TooLarge(bytes.len() as u64));
     }
     Ok(bytes)
+}
+
+/// The resource file kustomize names in `config.kubernetes.io/origin` (`path: …`),
+/// relative to the kustomization's folder.
+fn kustomize_origin(m: &Manifest) -> Option<String> {
+    let origin = m
+        .object
+        .get("metadata")?
+        .get("annotations")?
+        .get("config.kubernetes.io/origin")?
+        .as_str()?;
+    origin.lines().find_map(|l| {
+        l.trim()
+            .strip_prefix("path:")
+            .map(|p| p.trim().trim_matches(|c| c == '\'' || c == '"').to_string())
+    })
+}
+
+/// `dir/rel` with `..` resolved, for messages.
+fn join(dir: &str, rel: &str) -> String {
+    let joined = if dir.is_empty() || dir == "." {
+        rel.to_string()
+    } else {
+        format!("{dir}/{rel}")
+    };
+    normalize(&joined).unwrap_or(joined)
 }
 
 /// A configured path as `a/b` with `.` and `..` resolved; `None` when it leaves the root
@@ -299,7 +382,58 @@ mod tests {
             include: None,
             exclude: None,
             limits: Limits::default(),
+            kustomize: None,
         }
+    }
+
+    #[test]
+    fn a_folder_with_a_kustomization_is_rendered_by_kustomize_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(
+            root,
+            "base/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: base}\n",
+        );
+        write(root, "app/kustomization.yaml", "resources: [../base]\n");
+        write(root, "base/kustomization.yaml", "resources: [cm.yaml]\n");
+        // What the stand-in "kustomize" prints: one object with kustomize's origin
+        // annotation, one without.
+        write(
+            root,
+            "app/built.out",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  annotations:\n    config.kubernetes.io/origin: |\n      path: ../base/cm.yaml\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n",
+        );
+        write(
+            root,
+            "plain/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n",
+        );
+        let stand_in = Kustomize {
+            command: vec!["sh".into(), "-c".into(), "cat \"$0/built.out\"".into()],
+            ..Kustomize::new(None, std::time::Duration::from_secs(10))
+        };
+        let mut s = source(root, &["app", "plain"]);
+        s.kustomize = Some(stand_in.clone());
+        assert_eq!(
+            run(s).unwrap(),
+            [
+                "base/cm.yaml (via app/kustomization.yaml)",
+                "app/kustomization.yaml",
+                "plain/cm.yaml"
+            ]
+        );
+        // render = "kustomize": a path without a kustomization is an error.
+        let mut s = source(root, &["plain"]);
+        s.kustomize = Some(Kustomize {
+            required: true,
+            ..stand_in
+        });
+        let e = run(s).unwrap_err().to_string();
+        assert!(e.starts_with("plain: holds no kustomization.yaml"), "{e}");
+        // render = "plain": the kustomization file is read as a manifest (and refused).
+        let e = run(source(root, &["app"])).unwrap_err().to_string();
+        assert!(e.contains("app/kustomization.yaml"), "{e}");
     }
 
     fn run(s: PathSource) -> Result<Vec<String>, ManifestError> {

@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::{Prepared, Run, Stop, SyncError};
 use crate::cluster::discovery::ClusterKinds;
 use crate::cluster::inventory;
-use crate::manifest::{Builder, Limits, Manifest};
+use crate::manifest::{Builder, Manifest};
 use crate::plan::Inventory;
 use crate::plan::{self, Plan};
 use crate::source::git::{self, Checkout};
@@ -98,8 +98,7 @@ impl Run<'_> {
         checkout: &Checkout,
         kinds: &ClusterKinds,
     ) -> Result<Vec<Manifest>, Stop> {
-        let limits = Limits::of(&self.syncer.agent);
-        let builder = match Builder::for_app(self.app, &checkout.dir, limits, kinds) {
+        let builder = match Builder::for_agent(self.app, &self.syncer.agent, &checkout.dir, kinds) {
             Ok(b) => b,
             Err(e) => {
                 self.fail(SyncError::Glob {

@@ -1,0 +1,516 @@
+//! Kustomize: a folder holding a kustomization is rendered by the real tool (`kustomize
+//! build`, else `kubectl kustomize`), as Argo CD does; its output then goes through the
+//! same pipeline as any file.
+//!
+//! Before the tool runs, every local reference of every kustomization it will reach
+//! (resources, bases, components, patches, crds, configurations, generator files and
+//! envs, …) is checked: one that resolves outside the repository checkout, through `..` or
+//! a symbolic link, is refused, as is a remote resource unless the app allows them, and a
+//! kustomization that asks for Helm inflation or KRM function / exec plugins (never
+//! enabled). The tool runs in the checkout, with a clean environment and a timeout.
+
+use std::collections::HashSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_yaml::Value;
+
+use super::error::ManifestError;
+use crate::config::{AgentConfig, AppConfig, RenderMode};
+
+/// The file names kustomize looks for in a folder, in its order.
+pub const KUSTOMIZATION_FILES: [&str; 3] =
+    ["kustomization.yaml", "kustomization.yml", "Kustomization"];
+
+/// Fields whose entries are paths (or, for resources-like fields, remote references).
+const RESOURCE_FIELDS: [&str; 3] = ["resources", "bases", "components"];
+const FILE_FIELDS: [&str; 6] = [
+    "crds",
+    "configurations",
+    "patchesStrategicMerge",
+    "transformers",
+    "generators",
+    "validators",
+];
+/// Fields whose entries are objects with a `path`.
+const PATH_OBJECT_FIELDS: [&str; 3] = ["patches", "patchesJson6902", "replacements"];
+/// Helm inflation, never enabled.
+const HELM_FIELDS: [&str; 3] = ["helmCharts", "helmGlobals", "helmChartInflationGenerator"];
+/// Plugin configurations that ask for a KRM function or an exec plugin.
+const FUNCTION_MARKERS: [&str; 3] = [
+    "config.kubernetes.io/function",
+    "config.k8s.io/function",
+    "exec:",
+];
+
+/// How kustomizations are rendered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kustomize {
+    /// The program and its first arguments; the folder is added last.
+    pub command: Vec<String>,
+    /// How long one run may take.
+    pub timeout: Duration,
+    /// Remote resources (URLs, git refs) are allowed.
+    pub allow_remote: bool,
+    /// Every named folder must be a kustomization (`render = "kustomize"`).
+    pub required: bool,
+}
+
+impl Kustomize {
+    /// The configured command (`"kustomize build"`), else `kustomize build` when a
+    /// `kustomize` binary is on PATH, else `kubectl kustomize`.
+    pub fn new(configured: Option<&str>, timeout: Duration) -> Self {
+        let command = match configured {
+            Some(c) => c.split_whitespace().map(str::to_string).collect(),
+            None if on_path("kustomize") => vec!["kustomize".into(), "build".into()],
+            None => vec!["kubectl".into(), "kustomize".into()],
+        };
+        Kustomize {
+            command,
+            timeout,
+            allow_remote: false,
+            required: false,
+        }
+    }
+
+    /// How an app's kustomizations are rendered, or `None` with `render = "plain"`.
+    pub fn for_app(app: &AppConfig, agent: &AgentConfig) -> Option<Self> {
+        (app.render != RenderMode::Plain).then(|| Kustomize {
+            allow_remote: app.allow_remote_bases,
+            required: app.render == RenderMode::Kustomize,
+            ..Kustomize::new(agent.kustomize.as_deref(), agent.render_timeout)
+        })
+    }
+
+    /// Checks the kustomization in `dir` (and every one it reaches), then runs the tool on
+    /// it; returns its output, at most `max_bytes` of it. `root` is the canonical
+    /// repository root; `shown` the kustomization file as errors name it.
+    ///
+    /// # Errors
+    /// [`ManifestError::Kustomization`]: a refused reference, a missing file, the tool's
+    /// failure (with its stderr) or its timeout.
+    pub fn build(
+        &self,
+        root: &Path,
+        dir: &Path,
+        shown: &str,
+        max_bytes: u64,
+    ) -> Result<Vec<u8>, ManifestError> {
+        let mut seen = HashSet::new();
+        self.check(root, dir, shown, &mut seen)?;
+        self.run(root, dir, shown, max_bytes)
+    }
+
+    /// Checks one kustomization and, recursively, the ones it reaches.
+    fn check(
+        &self,
+        root: &Path,
+        dir: &Path,
+        shown: &str,
+        seen: &mut HashSet<PathBuf>,
+    ) -> Result<(), ManifestError> {
+        if !seen.insert(dir.to_path_buf()) {
+            return Ok(());
+        }
+        let refuse = |message: String| ManifestError::Kustomization {
+            path: shown.to_string(),
+            message,
+        };
+        let file = kustomization_in(dir)
+            .ok_or_else(|| refuse("no kustomization.yaml in this folder".into()))?;
+        let text = std::fs::read_to_string(dir.join(file))
+            .map_err(|e| refuse(format!("cannot read it: {e}")))?;
+        let doc: Value =
+            serde_yaml::from_str(&text).map_err(|e| refuse(format!("invalid YAML: {e}")))?;
+        for field in HELM_FIELDS {
+            if doc.get(field).is_some() {
+                return Err(refuse(format!(
+                    "{field}: Helm inflation is not enabled in berth; render the chart into the repository instead"
+                )));
+            }
+        }
+        for (field, entry) in references(&doc) {
+            let remote = is_remote(&entry);
+            if remote && RESOURCE_FIELDS.contains(&field.as_str()) {
+                if self.allow_remote {
+                    continue;
+                }
+                return Err(refuse(format!(
+                    "{field}: remote resource {entry:?} refused (set allow_remote_bases = true in the app to allow it)"
+                )));
+            }
+            if remote {
+                return Err(refuse(format!(
+                    "{field}: {entry:?} is not a path in the repository"
+                )));
+            }
+            let target = dir.join(&entry);
+            let resolved = match target.canonicalize() {
+                Ok(p) => p,
+                Err(_) if target.symlink_metadata().is_ok() => {
+                    return Err(refuse(format!(
+                        "{field}: {entry:?} is a broken symbolic link"
+                    )))
+                }
+                Err(_) => {
+                    return Err(refuse(format!("{field}: {entry:?} does not exist")));
+                }
+            };
+            if !resolved.starts_with(root) {
+                return Err(refuse(format!(
+                    "{field}: {entry:?} resolves outside the repository; refused"
+                )));
+            }
+            if resolved.is_dir() {
+                let inner = kustomization_in(&resolved).ok_or_else(|| {
+                    refuse(format!(
+                        "{field}: {entry:?} is a folder without a kustomization"
+                    ))
+                })?;
+                let inner_shown = relative(root, &resolved.join(inner));
+                self.check(root, &resolved, &inner_shown, seen)?;
+            } else if ["transformers", "generators", "validators"].contains(&field.as_str()) {
+                let config = std::fs::read_to_string(&resolved).unwrap_or_default();
+                if FUNCTION_MARKERS.iter().any(|m| config.contains(m)) {
+                    return Err(refuse(format!(
+                        "{field}: {entry:?} asks for a KRM function or exec plugin; plugins are not enabled in berth"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the tool in the checkout, with a clean environment and the timeout.
+    fn run(
+        &self,
+        root: &Path,
+        dir: &Path,
+        shown: &str,
+        max_bytes: u64,
+    ) -> Result<Vec<u8>, ManifestError> {
+        let fail = |message: String| ManifestError::Kustomization {
+            path: shown.to_string(),
+            message,
+        };
+        let (program, args) = self
+            .command
+            .split_first()
+            .ok_or_else(|| fail("agent.kustomize names no command".into()))?;
+        let mut child = Command::new(program)
+            .args(args)
+            .arg(dir)
+            .current_dir(root)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", std::env::temp_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| fail(format!("cannot run {}: {e}", self.command.join(" "))))?;
+        let stdout = child.stdout.take().map(|out| {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                let _ = out.take(max_bytes + 1).read_to_end(&mut bytes);
+                bytes
+            })
+        });
+        let stderr = child.stderr.take().map(|err| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                let _ = err.take(64 << 10).read_to_string(&mut text);
+                text
+            })
+        });
+        let deadline = Instant::now() + self.timeout;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(fail(format!(
+                        "{} did not finish within {}s (agent.render_timeout)",
+                        self.command.join(" "),
+                        self.timeout.as_secs()
+                    )));
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(fail(format!("waiting for kustomize: {e}"))),
+            }
+        };
+        let output = stdout.and_then(|t| t.join().ok()).unwrap_or_default();
+        let errors = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
+        if !status.success() {
+            let root_prefix = format!("{}/", root.display());
+            let said = errors.trim().replace(&root_prefix, "");
+            return Err(fail(format!(
+                "{} failed ({status}): {said}",
+                self.command.join(" ")
+            )));
+        }
+        if output.len() as u64 > max_bytes {
+            return Err(ManifestError::AppTooLarge {
+                path: shown.to_string(),
+                limit: max_bytes,
+            });
+        }
+        Ok(output)
+    }
+}
+
+/// The kustomization file in `dir`, when it holds one.
+pub fn kustomization_in(dir: &Path) -> Option<&'static str> {
+    KUSTOMIZATION_FILES
+        .into_iter()
+        .find(|f| dir.join(f).is_file())
+}
+
+/// Every local or remote reference of a kustomization, with its field.
+fn references(doc: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let strings = |v: Option<&Value>| -> Vec<String> {
+        v.and_then(Value::as_sequence)
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for field in RESOURCE_FIELDS.into_iter().chain(FILE_FIELDS) {
+        for entry in strings(doc.get(field)) {
+            // An inline patch or plugin configuration is YAML, not a path.
+            if !entry.contains('\n') {
+                out.push((field.to_string(), entry));
+            }
+        }
+    }
+    for field in PATH_OBJECT_FIELDS {
+        for item in doc
+            .get(field)
+            .and_then(Value::as_sequence)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(path) = item.get("path").and_then(Value::as_str) {
+                out.push((field.to_string(), path.to_string()));
+            }
+        }
+    }
+    if let Some(path) = doc
+        .get("openapi")
+        .and_then(|o| o.get("path"))
+        .and_then(Value::as_str)
+    {
+        out.push(("openapi".into(), path.to_string()));
+    }
+    for field in ["configMapGenerator", "secretGenerator"] {
+        for generator in doc
+            .get(field)
+            .and_then(Value::as_sequence)
+            .into_iter()
+            .flatten()
+        {
+            for file in strings(generator.get("files")) {
+                // `key=path` or `path`
+                let path = file.split_once('=').map_or(file.as_str(), |(_, p)| p);
+                out.push((format!("{field}.files"), path.to_string()));
+            }
+            for env in strings(generator.get("envs")) {
+                out.push((format!("{field}.envs"), env));
+            }
+            if let Some(env) = generator.get("env").and_then(Value::as_str) {
+                out.push((format!("{field}.env"), env.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// URLs, git references and go-getter addresses, as kustomize reads them.
+fn is_remote(entry: &str) -> bool {
+    entry.contains("://")
+        || entry.starts_with("git@")
+        || entry.starts_with("github.com/")
+        || entry.starts_with("gitlab.com/")
+        || entry.starts_with("bitbucket.org/")
+        || entry.contains("?ref=")
+        || entry.contains(".git//")
+}
+
+/// `path` relative to `root`, `/`-separated, for messages.
+pub fn relative(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .to_string_lossy()
+        .replace('\\', "/")
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    fn checked(root: &Path, dir: &str, allow_remote: bool) -> Result<(), String> {
+        let root = root.canonicalize().unwrap();
+        let k = Kustomize {
+            allow_remote,
+            ..Kustomize::new(Some("true"), Duration::from_secs(5))
+        };
+        k.check(
+            &root,
+            &root.join(dir),
+            &format!("{dir}/kustomization.yaml"),
+            &mut HashSet::new(),
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn every_reference_of_every_kustomization_is_checked() {
+        let repo = tempfile::tempdir().unwrap();
+        let root = repo.path();
+        write(
+            root,
+            "base/kustomization.yaml",
+            "resources: [deploy.yaml]\n",
+        );
+        write(root, "base/deploy.yaml", "kind: Deployment\n");
+        write(
+            root,
+            "overlay/kustomization.yaml",
+            "resources: [../base]\npatches:\n- path: patch.yaml\nconfigMapGenerator:\n- name: c\n  files: [app.conf=files/app.conf]\n",
+        );
+        write(root, "overlay/patch.yaml", "kind: Deployment\n");
+        write(root, "overlay/files/app.conf", "x=1\n");
+        assert_eq!(checked(root, "overlay", false), Ok(()));
+
+        // A base that is not there is named, with its field.
+        write(
+            root,
+            "missing/kustomization.yaml",
+            "resources: [../nosuch]\n",
+        );
+        let e = checked(root, "missing", false).unwrap_err();
+        assert_eq!(
+            e,
+            "missing/kustomization.yaml: resources: \"../nosuch\" does not exist"
+        );
+
+        // A generator file outside the repository, through `..` or a symbolic link.
+        let outside = tempfile::tempdir().unwrap();
+        write(outside.path(), "passwd", "root:x:0:0\n");
+        write(
+            root,
+            "escape/kustomization.yaml",
+            &format!(
+                "secretGenerator:\n- name: s\n  files: [{}/passwd]\n",
+                outside.path().display()
+            ),
+        );
+        let e = checked(root, "escape", false).unwrap_err();
+        assert!(
+            e.contains("secretGenerator.files") && e.contains("resolves outside the repository"),
+            "{e}"
+        );
+        std::os::unix::fs::symlink(outside.path(), root.join("link")).unwrap();
+        write(
+            root,
+            "linked/kustomization.yaml",
+            "resources: [../link/passwd]\n",
+        );
+        let e = checked(root, "linked", false).unwrap_err();
+        assert!(
+            e.contains("resources: \"../link/passwd\" resolves outside the repository"),
+            "{e}"
+        );
+        write(
+            root,
+            "nested/kustomization.yaml",
+            "resources: [../linked]\n",
+        );
+        let e = checked(root, "nested", false).unwrap_err();
+        assert!(
+            e.starts_with("linked/kustomization.yaml: resources:"),
+            "the inner one is named: {e}"
+        );
+    }
+
+    #[test]
+    fn remote_bases_helm_and_plugins_are_refused() {
+        let repo = tempfile::tempdir().unwrap();
+        let root = repo.path();
+        write(
+            root,
+            "remote/kustomization.yaml",
+            "resources: [\"github.com/org/repo//deploy?ref=v1\"]\n",
+        );
+        let e = checked(root, "remote", false).unwrap_err();
+        assert!(
+            e.contains("remote resource") && e.contains("allow_remote_bases"),
+            "{e}"
+        );
+        assert_eq!(checked(root, "remote", true), Ok(()));
+
+        write(root, "helm/kustomization.yaml", "helmCharts:\n- name: x\n");
+        let e = checked(root, "helm", false).unwrap_err();
+        assert!(
+            e.contains("helmCharts: Helm inflation is not enabled"),
+            "{e}"
+        );
+
+        write(root, "fn/kustomization.yaml", "transformers: [fn.yaml]\n");
+        write(
+            root,
+            "fn/fn.yaml",
+            "kind: X\nmetadata:\n  annotations:\n    config.kubernetes.io/function: |\n      exec:\n        path: ./run.sh\n",
+        );
+        let e = checked(root, "fn", false).unwrap_err();
+        assert!(e.contains("KRM function or exec plugin"), "{e}");
+    }
+
+    #[test]
+    fn the_tool_runs_with_a_timeout_and_its_stderr_is_shown() {
+        let repo = tempfile::tempdir().unwrap();
+        let root = repo.path().canonicalize().unwrap();
+        write(&root, "k/kustomization.yaml", "resources: []\n");
+        let slow = Kustomize {
+            command: vec!["sh".into(), "-c".into(), "sleep 5".into()],
+            ..Kustomize::new(None, Duration::from_millis(200))
+        };
+        let e = slow
+            .run(&root, &root.join("k"), "k/kustomization.yaml", 1 << 20)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("did not finish within 0s (agent.render_timeout)"),
+            "{e}"
+        );
+        let failing = Kustomize::new(Some("ls /nonexistent-berth"), Duration::from_secs(5));
+        let e = failing
+            .run(&root, &root.join("k"), "k/kustomization.yaml", 1 << 20)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("k/kustomization.yaml: ls /nonexistent-berth failed"),
+            "{e}"
+        );
+        assert!(e.contains("No such file or directory"), "{e}");
+    }
+}
