@@ -15,11 +15,17 @@ const SERVER_METADATA: [&str; 6] = [
 ];
 
 /// A unified diff from `live` (`None`: the object is created) to `planned`, or `None`
-/// when they do not differ once the server's bookkeeping is left out.
-pub fn object_diff(live: Option<&Value>, planned: &Value, name: &str) -> Option<String> {
+/// when they do not differ once the server's bookkeeping is left out. Secret values are
+/// masked unless `show_secrets`.
+pub fn object_diff(
+    live: Option<&Value>,
+    planned: &Value,
+    name: &str,
+    show_secrets: bool,
+) -> Option<String> {
     let mut before = live.map(comparable).unwrap_or(Value::Null);
     let mut after = comparable(planned);
-    if is_secret(planned) {
+    if is_secret(planned) && !show_secrets {
         mask_secret(&mut before, &mut after);
     }
     if before == after {
@@ -56,6 +62,21 @@ fn comparable(object: &Value) -> Value {
         }
     }
     object
+}
+
+/// A Secret with every `data` and `stringData` value replaced by `***`, for output
+/// (`berth render`); other objects unchanged.
+pub fn mask_secret_values(object: &mut Value) {
+    if !is_secret(object) {
+        return;
+    }
+    for field in ["data", "stringData"] {
+        if let Some(values) = object.get_mut(field).and_then(Value::as_object_mut) {
+            values
+                .values_mut()
+                .for_each(|v| *v = Value::String("***".into()));
+        }
+    }
 }
 
 fn is_secret(object: &Value) -> bool {
@@ -115,6 +136,7 @@ mod tests {
             Some(&deployment("web:1", "10")),
             &deployment("web:2", "11"),
             "deployment.apps/web",
+            false,
         )
         .expect("a change");
         assert!(
@@ -145,11 +167,12 @@ mod tests {
             object_diff(
                 Some(&deployment("web:1", "10")),
                 &deployment("web:1", "12"),
-                "d"
+                "d",
+                false
             ),
             None
         );
-        let diff = object_diff(None, &deployment("web:1", "1"), "d").unwrap();
+        let diff = object_diff(None, &deployment("web:1", "1"), "d", false).unwrap();
         assert!(diff.starts_with("--- /dev/null\n+++ planned d\n"), "{diff}");
         assert!(diff.contains("+kind: Deployment"), "{diff}");
     }
@@ -160,7 +183,13 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"},
                    "data": {"user": "YWRtaW4=", "password": password}})
         };
-        let diff = object_diff(Some(&secret("czNjcjN0")), &secret("bjN3"), "secret/db").unwrap();
+        let diff = object_diff(
+            Some(&secret("czNjcjN0")),
+            &secret("bjN3"),
+            "secret/db",
+            false,
+        )
+        .unwrap();
         assert!(
             !diff.contains("czNjcjN0") && !diff.contains("bjN3") && !diff.contains("YWRtaW4="),
             "{diff}"
@@ -169,7 +198,7 @@ mod tests {
         assert!(diff.contains("+  password: '*** (after)'"), "{diff}");
         assert!(diff.contains("   user: '***'"), "{diff}");
         assert_eq!(
-            object_diff(Some(&secret("czNjcjN0")), &secret("czNjcjN0"), "s"),
+            object_diff(Some(&secret("czNjcjN0")), &secret("czNjcjN0"), "s", false),
             None
         );
     }

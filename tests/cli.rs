@@ -285,3 +285,37 @@ fn status_shows_the_local_history_when_the_cluster_is_down() {
         "{err}"
     );
 }
+
+#[test]
+fn render_checks_built_in_kinds_and_masks_secret_values() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: \"three\"\n",
+    )
+    .unwrap();
+    let bad = dir.path().join("bad.yaml").display().to_string();
+    let (code, out, err) = berth(&["render", &bad]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        err.contains("bad.yaml:5 (document 2): Deployment web: spec.replicas: invalid type: string, expected i32"),
+        "{err}"
+    );
+
+    let secret = dir.path().join("secret.yaml");
+    std::fs::write(
+        &secret,
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: db}\nstringData: {password: hunter2}\n",
+    )
+    .unwrap();
+    let secret = secret.display().to_string();
+    let (code, out, _) = berth(&["render", &secret]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("password: '***'") && !out.contains("hunter2"),
+        "{out}"
+    );
+    let (code, out, _) = berth(&["render", &secret, "--show-secrets"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("password: hunter2"), "{out}");
+}

@@ -16,6 +16,9 @@ pub struct Args {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Format::Text)]
     pub output: Format,
+    /// Show Secret values in the diffs (masked as `***` otherwise).
+    #[arg(long)]
+    pub show_secrets: bool,
 }
 
 /// How the plan is printed.
@@ -34,7 +37,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let mut ok = true;
     for app in select(&config.apps, &args.apps)? {
         let progress = |line: &str| eprintln!("{}: {line}", app.name);
-        let preview = syncer.preview(app, &progress).await;
+        let preview = syncer.preview(app, args.show_secrets, &progress).await;
         ok &= preview.errors.is_empty();
         match args.output {
             Format::Json => println!("{}", serde_json::to_string(&preview)?),

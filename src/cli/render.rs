@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use berth::config::compile_globs;
+use berth::diff::mask_secret_values;
 use berth::manifest::kustomize::kustomization_in;
 use berth::manifest::source::{PathSource, Stdin};
 use berth::manifest::{Builder, BuiltinScopes, ErrorPolicy, Input, Kustomize, Limits, Manifest};
@@ -32,6 +33,9 @@ pub struct Args {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Output::Yaml)]
     pub output: Output,
+    /// Print Secret values (masked as `***` otherwise).
+    #[arg(long)]
+    pub show_secrets: bool,
 }
 
 /// How objects are printed.
@@ -60,7 +64,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         scopes: &BuiltinScopes,
     };
     match builder.render() {
-        Ok(manifests) => match print(&manifests, args.output) {
+        Ok(manifests) => match print(&manifests, args.output, args.show_secrets) {
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
             result => result.map(|()| ExitCode::SUCCESS).map_err(Into::into),
         },
@@ -132,16 +136,20 @@ fn repository_of(dir: &Path) -> Option<(PathBuf, String)> {
     Some((shown, if rel.is_empty() { ".".into() } else { rel }))
 }
 
-fn print(manifests: &[Manifest], output: Output) -> std::io::Result<()> {
+fn print(manifests: &[Manifest], output: Output, show_secrets: bool) -> std::io::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     for m in manifests {
+        let mut object = serde_json::Value::Object(m.object.clone());
+        if !show_secrets {
+            mask_secret_values(&mut object);
+        }
         match output {
             Output::Yaml => {
-                let yaml = serde_yaml::to_string(&m.object).map_err(std::io::Error::other)?;
+                let yaml = serde_yaml::to_string(&object).map_err(std::io::Error::other)?;
                 write!(out, "---\n# Source: {}\n{yaml}", m.origin)?;
             }
-            Output::Json => writeln!(out, "{}", serde_json::to_string(&m.object)?)?,
+            Output::Json => writeln!(out, "{}", serde_json::to_string(&object)?)?,
         }
     }
     Ok(())

@@ -2,7 +2,8 @@
 //! does in `Do()`, and runs it under the chosen error policy.
 //!
 //! ```text
-//! source (paths | stdin) → stream decode → flatten → require identity      ⇒ raw manifests
+//! source (paths | stdin) → stream decode → flatten → require identity → typed check
+//!                                                                         ⇒ raw manifests
 //! raw → filter (ignore, Kind/name globs) → decorate (namespace, port protocol, label, annotations)
 //!     → unique → error policy                                              ⇒ Vec<Manifest>
 //! ```
@@ -20,6 +21,7 @@ use super::kustomize::Kustomize;
 use super::object::Manifest;
 use super::scope::{ScopeLookup, WithCrds};
 use super::source::{Limits, PathSource, Stdin};
+use super::typed::TypedCheck;
 use super::visitor::{
     collect, ContinueOnError, Decorated, Decorator, Filtered, Flatten, ManifestList, Unique,
     Visitor,
@@ -125,7 +127,7 @@ impl<'a> Builder<'a> {
         };
         let raw_chain = Decorated {
             inner: Flatten(source),
-            decorators: vec![Box::new(RequireIdentity)],
+            decorators: vec![Box::new(RequireIdentity), Box::new(TypedCheck)],
         };
         let (raw, mut errors) = self.run(&raw_chain);
         if self.policy == ErrorPolicy::FailFast && !errors.is_empty() {

@@ -9,6 +9,7 @@
 //!   references are checked;
 //! - [`decode`]: multi-document YAML and JSON streams;
 //! - [`decorate`]: identity checks, default namespace, ownership label, annotations, filters;
+//! - [`typed`]: built-in kinds read into their k8s-openapi types;
 //! - [`scope`]: which kinds are namespaced;
 //! - [`builder`]: assembles the chain for one render;
 //! - [`object`] and [`error`]: the values that cross it.
@@ -21,6 +22,7 @@ pub mod kustomize;
 pub mod object;
 pub mod scope;
 pub mod source;
+pub mod typed;
 pub mod visitor;
 
 pub use builder::{Builder, ErrorPolicy, Input};

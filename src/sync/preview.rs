@@ -65,7 +65,7 @@ pub struct Preview {
 impl Syncer {
     /// The diff of one write: the live object (read now; absent when it is created)
     /// against the dry run's answer. A read that fails shows as a note in the diff.
-    async fn diff(&self, w: &Write, planned: &DynamicObject) -> Option<String> {
+    async fn diff(&self, w: &Write, planned: &DynamicObject, show_secrets: bool) -> Option<String> {
         let m = &w.target.manifest;
         let resource = &w.target.resolved.resource;
         let api: Api<DynamicObject> = match m.namespace().filter(|_| w.target.resolved.namespaced) {
@@ -84,11 +84,18 @@ impl Syncer {
             live.as_ref().map(as_json).as_ref(),
             &as_json(planned),
             &m.key().kubectl(),
+            show_secrets,
         )
     }
 
-    /// Plans a sync of `app` against the cluster without writing anything.
-    pub async fn preview(&self, app: &AppConfig, report: Report<'_>) -> Preview {
+    /// Plans a sync of `app` against the cluster without writing anything; Secret values
+    /// in its diffs are masked unless `show_secrets`.
+    pub async fn preview(
+        &self,
+        app: &AppConfig,
+        show_secrets: bool,
+        report: Report<'_>,
+    ) -> Preview {
         let mut run = Run::for_command(self, app, report);
         let mut preview = Preview {
             app: app.name.clone(),
@@ -122,7 +129,7 @@ impl Syncer {
                     _ => None,
                 };
                 let diff = match &w.dry_run {
-                    Some(planned) => self.diff(w, planned).await,
+                    Some(planned) => self.diff(w, planned, show_secrets).await,
                     None => None,
                 };
                 preview.objects.push(PlannedObject {
