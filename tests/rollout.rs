@@ -358,3 +358,153 @@ async fn rollbacks_say_what_happened() {
     );
     assert_eq!(image(&client, &ns).await, "web:1");
 }
+
+fn stateful_set(annotations: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: db
+spec:
+  serviceName: db
+  replicas: 2
+  selector:
+    matchLabels: {{app: db}}
+  template:
+    metadata:
+      labels: {{app: db}}
+      annotations: {{{annotations}}}
+    spec:
+      containers:
+        - name: db
+          image: postgres:16
+"
+    )
+}
+
+fn daemon_set(annotations: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: agent
+spec:
+  selector:
+    matchLabels: {{app: agent}}
+  template:
+    metadata:
+      labels: {{app: agent}}
+      annotations: {{{annotations}}}
+    spec:
+      containers:
+        - name: agent
+          image: agent:1
+"
+    )
+}
+
+fn job(name: &str, annotations: &str) -> String {
+    format!(
+        "apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {name}
+spec:
+  backoffLimit: 0
+  template:
+    metadata:
+      annotations: {{{annotations}}}
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: migrate
+          image: migrate:1
+"
+    )
+}
+
+const WIDGET_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.health.berth.dev
+spec:
+  group: health.berth.dev
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+";
+
+/// Every kind with a notion of readiness is waited for, not only Deployments: a
+/// StatefulSet, a DaemonSet and a Job are followed to ready and complete; when none of them
+/// gets there, nor a custom resource whose `Ready` condition is False, the sync fails
+/// naming each.
+#[tokio::test]
+async fn statefulsets_daemonsets_jobs_and_custom_resources_are_waited_for() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "health").await;
+    let repo = Repo::new();
+    repo.write("db.yaml", &stateful_set(""));
+    repo.write("agent.yaml", &daemon_set(""));
+    repo.write("migrate.yaml", &job("migrate", ""));
+    repo.commit("workloads");
+    let setup = Setup::new(cp, "health", &repo, &ns, "[app.rollout]\ntimeout = \"30s\"");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let record = setup.history().pop().unwrap();
+    let mut ready: Vec<(&str, &str)> = record
+        .health
+        .iter()
+        .map(|h| (h.key.kind.as_str(), h.outcome.as_str()))
+        .collect();
+    ready.sort();
+    assert_eq!(
+        ready,
+        [
+            ("DaemonSet", "ready"),
+            ("Job", "ready"),
+            ("StatefulSet", "ready")
+        ],
+        "{out}"
+    );
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), &ns);
+    let status = jobs.get("migrate").await.unwrap().status.unwrap();
+    assert_eq!(status.succeeded, Some(1), "{status:?}");
+
+    // None of them gets there: each is named, and the sync fails once the timeout passes.
+    repo.write("db.yaml", &stateful_set(NEVER));
+    repo.write("agent.yaml", &daemon_set(NEVER));
+    repo.write("migrate.yaml", &job("migrate-2", NEVER));
+    repo.write("widget-crd.yaml", WIDGET_CRD);
+    repo.write(
+        "widget.yaml",
+        "apiVersion: health.berth.dev/v1\nkind: Widget\nmetadata:\n  name: w\nspec: {size: 1}\nstatus:\n  conditions:\n    - {type: Ready, status: \"False\", reason: NoBackend, message: no backend answers}\n",
+    );
+    repo.commit("never ready");
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}");
+    for named in [
+        format!("StatefulSet {ns}/db did not become ready within 30s"),
+        format!("DaemonSet {ns}/agent did not become ready within 30s"),
+        format!("Job {ns}/migrate-2 did not become ready within 30s"),
+        format!("Widget.health.berth.dev {ns}/w did not become ready within 30s: Ready=False: NoBackend (no backend answers)"),
+    ] {
+        assert!(out.contains(&named), "missing {named:?} in {out}");
+    }
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Failed);
+    assert!(
+        record.health.iter().all(|h| h.outcome == "timed-out"),
+        "{:?}",
+        record.health
+    );
+}

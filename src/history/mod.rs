@@ -14,8 +14,8 @@ pub use crate::rollout::track::{FollowedRollout, RolloutOutcome, TimelineStep};
 pub use crate::source::CommitInfo;
 pub use log::{HistoryError, HistoryLog};
 pub use record::{
-    commit_of_template, new_id, ObjectAction, Outcome, RecordError, RollbackRecord, RolloutRecord,
-    SyncRecord, Trigger,
+    commit_of_template, new_id, ObjectAction, ObjectHealth, Outcome, RecordError, RollbackRecord,
+    RolloutRecord, SyncRecord, Trigger,
 };
 
 #[cfg(test)]
@@ -58,6 +58,7 @@ mod tests {
             note: None,
             fetch_ms: None,
             requests: 0,
+            health: Vec::new(),
         }
     }
 

@@ -139,6 +139,26 @@ pub struct SyncRecord {
     /// Write requests sent (dry runs, applies, prunes, inventory).
     #[serde(default)]
     pub requests: u64,
+    /// The objects waited for (every kind with a notion of readiness but Deployments,
+    /// whose rollouts are above): how each ended and how long it took.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health: Vec<ObjectHealth>,
+}
+
+/// How an object waited for ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectHealth {
+    /// The object.
+    #[serde(flatten)]
+    pub key: ObjectKey,
+    /// `ready`, `failed`, `timed-out` or `interrupted`.
+    pub outcome: String,
+    /// The last thing its status said.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// How long after the apply it became ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_ms: Option<u64>,
 }
 
 /// A Deployment's rollout in a sync (or a manual rollback).

@@ -24,7 +24,10 @@ pub fn waits_for(group: &str, kind: &str) -> bool {
     !matches!(
         (group, kind),
         ("apps", "Deployment")
-            | ("", "ConfigMap" | "Secret" | "ServiceAccount" | "Namespace" | "Endpoints")
+            | (
+                "",
+                "ConfigMap" | "Secret" | "ServiceAccount" | "Namespace" | "Endpoints"
+            )
             | ("rbac.authorization.k8s.io", _)
             | ("apiextensions.k8s.io", _)
     )
@@ -178,26 +181,40 @@ mod tests {
 
     #[test]
     fn stateful_sets_wait_for_the_update_and_readiness() {
-        let sts = |status: Value| {
-            json!({"metadata": {"generation": 2}, "spec": {"replicas": 3}, "status": status})
-        };
+        let sts = |status: Value| json!({"metadata": {"generation": 2}, "spec": {"replicas": 3}, "status": status});
         assert_eq!(
-            health("apps", "StatefulSet", &sts(json!({"observedGeneration": 1}))),
+            health(
+                "apps",
+                "StatefulSet",
+                &sts(json!({"observedGeneration": 1}))
+            ),
             Health::InProgress("the controller has not seen this generation yet".into())
         );
         assert_eq!(
-            health("apps", "StatefulSet", &sts(json!({"observedGeneration": 2, "readyReplicas": 2,
-                "currentRevision": "a", "updateRevision": "a"}))),
+            health(
+                "apps",
+                "StatefulSet",
+                &sts(json!({"observedGeneration": 2, "readyReplicas": 2,
+                "currentRevision": "a", "updateRevision": "a"}))
+            ),
             Health::InProgress("2 of 3 replicas ready".into())
         );
         assert_eq!(
-            health("apps", "StatefulSet", &sts(json!({"observedGeneration": 2, "readyReplicas": 3,
-                "updatedReplicas": 1, "currentRevision": "a", "updateRevision": "b"}))),
+            health(
+                "apps",
+                "StatefulSet",
+                &sts(json!({"observedGeneration": 2, "readyReplicas": 3,
+                "updatedReplicas": 1, "currentRevision": "a", "updateRevision": "b"}))
+            ),
             Health::InProgress("1 of 3 replicas updated".into())
         );
         assert_eq!(
-            health("apps", "StatefulSet", &sts(json!({"observedGeneration": 2, "readyReplicas": 3,
-                "currentRevision": "b", "updateRevision": "b"}))),
+            health(
+                "apps",
+                "StatefulSet",
+                &sts(json!({"observedGeneration": 2, "readyReplicas": 3,
+                "currentRevision": "b", "updateRevision": "b"}))
+            ),
             Health::Current
         );
         let partitioned = json!({"metadata": {"generation": 1},
@@ -217,21 +234,42 @@ mod tests {
         );
         let job = |c: Value| json!({"status": {"conditions": [c]}});
         assert_eq!(
-            health("batch", "Job", &job(json!({"type": "Complete", "status": "True"}))),
+            health(
+                "batch",
+                "Job",
+                &job(json!({"type": "Complete", "status": "True"}))
+            ),
             Health::Current
         );
         assert_eq!(
-            health("batch", "Job", &job(json!({"type": "Failed", "status": "True",
-                "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}))),
-            Health::Failed("BackoffLimitExceeded: Job has reached the specified backoff limit".into())
+            health(
+                "batch",
+                "Job",
+                &job(json!({"type": "Failed", "status": "True",
+                "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}))
+            ),
+            Health::Failed(
+                "BackoffLimitExceeded: Job has reached the specified backoff limit".into()
+            )
         );
         assert_eq!(
-            health("", "PersistentVolumeClaim", &json!({"status": {"phase": "Pending"}})),
+            health(
+                "",
+                "PersistentVolumeClaim",
+                &json!({"status": {"phase": "Pending"}})
+            ),
             Health::InProgress("phase Pending".into())
         );
-        assert_eq!(health("", "Service", &json!({"spec": {"type": "ClusterIP"}})), Health::Current);
+        assert_eq!(
+            health("", "Service", &json!({"spec": {"type": "ClusterIP"}})),
+            Health::Current
+        );
         assert!(matches!(
-            health("", "Service", &json!({"spec": {"type": "LoadBalancer"}, "status": {}})),
+            health(
+                "",
+                "Service",
+                &json!({"spec": {"type": "LoadBalancer"}, "status": {}})
+            ),
             Health::InProgress(_)
         ));
     }
@@ -240,19 +278,34 @@ mod tests {
     fn custom_resources_follow_kstatus_conditions() {
         let cr = |conditions: Value| json!({"metadata": {"generation": 1}, "status": {"conditions": conditions}});
         assert_eq!(
-            health("example.com", "Widget", &cr(json!([{"type": "Ready", "status": "False",
-                "reason": "Waiting", "message": "no backend"}]))),
+            health(
+                "example.com",
+                "Widget",
+                &cr(json!([{"type": "Ready", "status": "False",
+                "reason": "Waiting", "message": "no backend"}]))
+            ),
             Health::InProgress("Ready=False: Waiting (no backend)".into())
         );
         assert!(matches!(
-            health("example.com", "Widget", &cr(json!([{"type": "Stalled", "status": "True"}]))),
+            health(
+                "example.com",
+                "Widget",
+                &cr(json!([{"type": "Stalled", "status": "True"}]))
+            ),
             Health::Failed(_)
         ));
         assert_eq!(
-            health("example.com", "Widget", &cr(json!([{"type": "Ready", "status": "True"}]))),
+            health(
+                "example.com",
+                "Widget",
+                &cr(json!([{"type": "Ready", "status": "True"}]))
+            ),
             Health::Current
         );
-        assert_eq!(health("example.com", "Widget", &json!({"spec": {}})), Health::Current);
+        assert_eq!(
+            health("example.com", "Widget", &json!({"spec": {}})),
+            Health::Current
+        );
         assert!(waits_for("example.com", "Widget") && !waits_for("apps", "Deployment"));
     }
 }

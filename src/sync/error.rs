@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::cluster::ClusterError;
-use crate::manifest::{ManifestError, Origin};
+use crate::manifest::{ManifestError, ObjectKey, Origin};
 use crate::plan::UnknownKind;
 use crate::rollout::engine::EngineError;
 use crate::source::git::SourceError;
@@ -67,6 +67,16 @@ pub enum SyncError {
         /// The engine's refusal.
         #[source]
         source: EngineError,
+    },
+    /// An applied object failed, or did not become ready in time.
+    #[error("{key} {what}: {reason}")]
+    Unhealthy {
+        /// The object.
+        key: ObjectKey,
+        /// `failed`, or `did not become ready within 5m`.
+        what: String,
+        /// What its status said.
+        reason: String,
     },
     /// A rollout failed, timed out or could not be followed (the message says which, and
     /// what the failure policy did).

@@ -10,6 +10,7 @@
 
 mod apply;
 mod error;
+mod health;
 mod manual;
 mod prepare;
 mod preview;
@@ -241,12 +242,14 @@ impl<'a> Run<'a> {
                 note: None,
                 fetch_ms: None,
                 requests: 0,
+                health: Vec::new(),
             },
         }
     }
 
     /// One sync, as Flux's reconcile reads: prepare → skip when held or unchanged →
-    /// validate and apply → roll out → prune → record (the inventory here, the history
+    /// validate and apply → roll out (and wait for every other kind's health) → prune →
+    /// record (the inventory here, the history
     /// record in [`Syncer::sync`]). Each step records its errors and stops what follows:
     /// a broken commit writes nothing and prunes nothing.
     async fn steps(&mut self) -> Result<Outcome, Stop> {
@@ -278,7 +281,11 @@ impl<'a> Run<'a> {
         let rolled_out = self
             .roll_out(&writes, &mut next, &checkout.commit.sha)
             .await;
-        let pruned = match rolled_out {
+        let healthy = match rolled_out {
+            Ok(()) => self.wait_healthy(&writes, &inventory, &mut next).await,
+            Err(stop) => Err(stop),
+        };
+        let pruned = match healthy {
             Ok(()) => self.prune_step(&kinds, prune, &inventory, &mut next).await,
             Err(stop) => Err(stop),
         };

@@ -2,6 +2,9 @@
 //! patches their status the way a kubelet would (as the kwok project does), which is all
 //! the real Deployment, ReplicaSet and endpoints controllers look at.
 //!
+//! It also registers one Node, `testenv-node`, Ready, so that DaemonSets have somewhere to
+//! run; pods of a Job run to completion (`Succeeded`) instead of staying Running.
+//!
 //! Pod annotations (from the pod template) steer it:
 //! - `testenv.berth.dev/ready: "false"` — Running, never Ready, container waiting in
 //!   `CrashLoopBackOff`;
@@ -14,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -57,6 +60,20 @@ pub async fn run(
     client: kube::Client,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), kube::Error> {
+    register_node(&client).await?;
+    // Heartbeats, as a kubelet sends them: without them the node lifecycle controller
+    // marks the node unreachable after 40 s and DaemonSets stop scheduling on it.
+    let heartbeat = {
+        let client = client.clone();
+        async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                if let Err(e) = register_node(&client).await {
+                    tracing::debug!(error = %e, "node heartbeat failed");
+                }
+            }
+        }
+    };
     let pods: Api<Pod> = Api::all(client.clone());
     let standin = Arc::new(StandIn {
         client,
@@ -75,8 +92,44 @@ pub async fn run(
     });
     tokio::select! {
         result = work => result.map_err(|e| kube::Error::Service(Box::new(e))),
+        () = heartbeat => Ok(()),
         _ = shutdown => Ok(()),
     }
+}
+
+/// The one Node of the stand-in.
+pub const NODE: &str = "testenv-node";
+
+/// Creates the Node (when missing) and marks it Ready.
+async fn register_node(client: &kube::Client) -> Result<(), kube::Error> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    if nodes.get_opt(NODE).await?.is_none() {
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": NODE,
+            "labels": {"kubernetes.io/hostname": NODE, "kubernetes.io/os": "linux"}}}))
+        .expect("a Node");
+        nodes.create(&Default::default(), &node).await?;
+    }
+    let now = Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let status = json!({"status": {
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+            "message": "testenv stand-in", "lastHeartbeatTime": now, "lastTransitionTime": now}],
+        "capacity": {"cpu": "64", "memory": "256Gi", "pods": "1000"},
+        "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "1000"},
+        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+    }});
+    nodes
+        .patch_status(NODE, &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    Ok(())
+}
+
+/// True for a pod a Job made: it runs to completion.
+fn runs_to_completion(pod: &Pod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "Job")
 }
 
 struct StandIn {
@@ -174,6 +227,9 @@ fn is_marked(pod: &Pod, ready: bool) -> bool {
     let Some(status) = &pod.status else {
         return false;
     };
+    if ready && runs_to_completion(pod) {
+        return status.phase.as_deref() == Some("Succeeded");
+    }
     let ready_now = status
         .conditions
         .iter()
@@ -184,6 +240,9 @@ fn is_marked(pod: &Pod, ready: bool) -> bool {
 
 fn status_json(pod: &Pod, ready: bool, ip: &str) -> Value {
     let now = Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    if ready && runs_to_completion(pod) {
+        return completed_json(pod, &now);
+    }
     let flag = if ready { "True" } else { "False" };
     let condition = |type_: &str, status: &str| json!({"type": type_, "status": status, "lastProbeTime": null, "lastTransitionTime": now});
     let containers: Vec<Value> = pod
@@ -213,6 +272,37 @@ fn status_json(pod: &Pod, ready: bool, ip: &str) -> Value {
             condition("Initialized", "True"),
             condition("ContainersReady", flag),
             condition("Ready", flag),
+        ],
+        "containerStatuses": containers,
+    }})
+}
+
+/// A Job's pod that ran and exited 0.
+fn completed_json(pod: &Pod, now: &str) -> Value {
+    let containers: Vec<Value> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .map(|c| {
+            json!({"name": c.name, "image": c.image.clone().unwrap_or_default(),
+                "imageID": "", "ready": false, "started": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                    "startedAt": now, "finishedAt": now}}})
+        })
+        .collect();
+    let condition = |type_: &str, status: &str| {
+        json!({"type": type_, "status": status,
+        "reason": "PodCompleted", "lastProbeTime": null, "lastTransitionTime": now})
+    };
+    json!({"status": {
+        "phase": "Succeeded",
+        "hostIP": "127.0.0.1",
+        "startTime": now,
+        "conditions": [
+            condition("PodScheduled", "True"),
+            condition("Initialized", "True"),
+            condition("ContainersReady", "False"),
+            condition("Ready", "False"),
         ],
         "containerStatuses": containers,
     }})

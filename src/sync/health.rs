@@ -1,0 +1,164 @@
+//! Waiting for the health of every applied object that has a notion of readiness but is
+//! no Deployment (those are followed step by step in `rollouts.rs`): StatefulSets,
+//! DaemonSets, Jobs, claims, load balancers and custom resources with kstatus conditions,
+//! up to the app's `rollout.timeout`. One that fails or times out fails the sync, and the
+//! inventory keeps the previous commit, so the next sync waits again.
+
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DynamicObject};
+
+use super::{Run, Stop, SyncError, Write};
+use crate::history::ObjectHealth;
+use crate::plan::Inventory;
+use crate::rollout::health::{health, waits_for, Health};
+
+/// How often the objects waited for are read again.
+const POLL: Duration = Duration::from_millis(500);
+
+/// One object being waited for.
+struct Waiting<'w> {
+    write: &'w Write,
+    api: Api<DynamicObject>,
+    last: String,
+    ended: Option<ObjectHealth>,
+}
+
+impl Run<'_> {
+    /// Waits until every object waited for is ready, one fails, or the timeout passes.
+    pub(super) async fn wait_healthy(
+        &mut self,
+        writes: &[Write],
+        old: &Inventory,
+        next: &mut Inventory,
+    ) -> Result<(), Stop> {
+        let mut waiting: Vec<Waiting> = writes
+            .iter()
+            .filter(|w| w.applied.is_some())
+            .filter(|w| waits_for(w.target.manifest.group(), w.target.manifest.kind()))
+            .map(|w| {
+                let m = &w.target.manifest;
+                let resource = &w.target.resolved.resource;
+                let api = match m.namespace().filter(|_| w.target.resolved.namespaced) {
+                    Some(ns) => Api::namespaced_with(self.syncer.client.clone(), ns, resource),
+                    None => Api::all_with(self.syncer.client.clone(), resource),
+                };
+                Waiting {
+                    write: w,
+                    api,
+                    last: String::new(),
+                    ended: None,
+                }
+            })
+            .collect();
+        if waiting.is_empty() || !self.options.wait {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let timeout = self.app.rollout.timeout;
+        loop {
+            for w in waiting.iter_mut().filter(|w| w.ended.is_none()) {
+                self.check(w, started).await;
+            }
+            let open = waiting.iter().filter(|w| w.ended.is_none()).count();
+            if open == 0 {
+                break;
+            }
+            let over = if self.interrupted().is_err() {
+                Some("interrupted")
+            } else if started.elapsed() >= timeout {
+                Some("timed-out")
+            } else {
+                None
+            };
+            if let Some(outcome) = over {
+                for w in waiting.iter_mut().filter(|w| w.ended.is_none()) {
+                    w.ended = Some(ended(w, outcome, None));
+                }
+                break;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        let mut failed = false;
+        for w in waiting {
+            let Some(h) = w.ended else { continue };
+            match h.outcome.as_str() {
+                "failed" => {
+                    self.fail(SyncError::Unhealthy {
+                        key: h.key.clone(),
+                        what: "failed".into(),
+                        reason: h.message.clone(),
+                    });
+                    failed = true;
+                }
+                "timed-out" => {
+                    self.fail(SyncError::Unhealthy {
+                        key: h.key.clone(),
+                        what: format!(
+                            "did not become ready within {}",
+                            humantime::format_duration(timeout)
+                        ),
+                        reason: h.message.clone(),
+                    });
+                    failed = true;
+                }
+                _ => {}
+            }
+            self.rec.health.push(h);
+        }
+        if failed || self.interrupted().is_err() {
+            // Not applied in full yet: the next sync applies nothing new and waits again.
+            next.commit = old.commit.clone();
+            return Err(if failed {
+                Stop::Failed
+            } else {
+                Stop::Interrupted
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads one object and notes where it stands; says so when that changed.
+    async fn check(&self, w: &mut Waiting<'_>, started: Instant) {
+        let m = &w.write.target.manifest;
+        let now = match w.api.get_opt(m.name()).await {
+            Ok(Some(obj)) => {
+                let json = serde_json::to_value(&obj).unwrap_or_default();
+                health(m.group(), m.kind(), &json)
+            }
+            Ok(None) => Health::InProgress("not found (deleted meanwhile?)".into()),
+            Err(e) => Health::InProgress(format!("cannot read it: {e}")),
+        };
+        let line = match &now {
+            Health::Current => "ready".to_string(),
+            Health::InProgress(m) => format!("waiting: {m}"),
+            Health::Failed(m) => format!("failed: {m}"),
+        };
+        if line != w.last {
+            (self.report)(&format!("{}: {line}", m.key().kubectl()));
+            w.last = line;
+        }
+        w.ended = match now {
+            Health::Current => Some(ended(w, "ready", Some(started))),
+            Health::Failed(message) => Some(ObjectHealth {
+                message,
+                ..ended(w, "failed", None)
+            }),
+            Health::InProgress(_) => None,
+        };
+    }
+}
+
+/// The record of how waiting for `w` ended.
+fn ended(w: &Waiting<'_>, outcome: &str, ready_since: Option<Instant>) -> ObjectHealth {
+    ObjectHealth {
+        key: w.write.target.manifest.key(),
+        outcome: outcome.into(),
+        message: w
+            .last
+            .strip_prefix("waiting: ")
+            .unwrap_or_default()
+            .to_string(),
+        ready_ms: ready_since.map(|s| s.elapsed().as_millis() as u64),
+    }
+}
