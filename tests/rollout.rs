@@ -479,6 +479,17 @@ async fn statefulsets_daemonsets_jobs_and_custom_resources_are_waited_for() {
     let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), &ns);
     let status = jobs.get("migrate").await.unwrap().status.unwrap();
     assert_eq!(status.succeeded, Some(1), "{status:?}");
+    let health_of = |out: &str, object: &str| -> String {
+        out.lines()
+            .find(|l| l.contains(object))
+            .and_then(|l| l.split_once(object))
+            .map(|(_, rest)| rest.trim().to_string())
+            .unwrap_or_else(|| panic!("no {object} in {out}"))
+    };
+    let (code, out, _) = setup.berth(&["status"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(health_of(&out, &format!("StatefulSet {ns}/db")), "ready");
+    assert_eq!(health_of(&out, &format!("Job {ns}/migrate")), "ready");
 
     // None of them gets there: each is named, and the sync fails once the timeout passes.
     repo.write("db.yaml", &stateful_set(NEVER));

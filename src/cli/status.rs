@@ -4,13 +4,16 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use berth::cluster::discovery::ClusterKinds;
 use berth::cluster::{client, inventory};
 use berth::config;
 use berth::history::HistoryLog;
+use berth::rollout::health::{health, waits_for, Health};
 use berth::rollout::phase::phase;
 use berth::rollout::revisions::revision_of;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
+use kube::api::DynamicObject;
 
 use super::history::{short_age, table};
 use super::sync::select;
@@ -70,6 +73,10 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
                 println!();
                 print!("{}", table(&live.deployments));
             }
+            if live.others.len() > 1 {
+                println!();
+                print!("{}", table(&live.others));
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
@@ -85,15 +92,19 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
 /// How long `berth status` waits for the cluster before showing the local part alone.
 const CLUSTER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// What the cluster says of the apps: why each is held, and a row per Deployment.
+/// What the cluster says of the apps: why each is held, a row per Deployment, and a row
+/// per other object with a notion of readiness (its health, as a sync waits for it).
 struct Live {
     held: Vec<Option<String>>,
     deployments: Vec<[String; 6]>,
+    others: Vec<[String; 3]>,
 }
 
 async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::Result<Live> {
     let client = client::connect(&config.cluster).await?;
+    let kinds = ClusterKinds::discover(&client).await?;
     let mut live = Live {
+        others: vec![["APP", "OBJECT", "HEALTH"].map(String::from)],
         held: Vec::new(),
         deployments: vec![[
             "APP",
@@ -110,6 +121,34 @@ async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::R
             .await?
             .unwrap_or_default();
         live.held.push(inv.held.as_ref().map(|h| h.reason.clone()));
+        for e in inv
+            .objects
+            .iter()
+            .filter(|e| waits_for(&e.key.group, &e.key.kind))
+        {
+            let Some(resolved) = kinds.resolve_kind(&e.api_version, &e.key.kind) else {
+                continue;
+            };
+            let api: Api<DynamicObject> = match &e.key.namespace {
+                Some(ns) if resolved.namespaced => {
+                    Api::namespaced_with(client.clone(), ns, &resolved.resource)
+                }
+                _ => Api::all_with(client.clone(), &resolved.resource),
+            };
+            let shown = match api.get_opt(&e.key.name).await? {
+                None => "missing".to_string(),
+                Some(obj) => {
+                    let json = serde_json::to_value(&obj).unwrap_or_default();
+                    match health(&e.key.group, &e.key.kind, &json) {
+                        Health::Current => "ready".into(),
+                        Health::InProgress(m) => format!("waiting: {m}"),
+                        Health::Failed(m) => format!("failed: {m}"),
+                    }
+                }
+            };
+            live.others
+                .push([app.name.clone(), e.key.to_string(), shown]);
+        }
         for key in inv
             .objects
             .iter()
