@@ -456,6 +456,17 @@ async fn statefulsets_daemonsets_jobs_and_custom_resources_are_waited_for() {
     repo.write("db.yaml", &stateful_set(""));
     repo.write("agent.yaml", &daemon_set(""));
     repo.write("migrate.yaml", &job("migrate", ""));
+    let service = |name: &str, selects: &str| {
+        format!("apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\nspec:\n  selector: {{app: {selects}}}\n  ports: [{{port: 5432}}]\n")
+    };
+    repo.write(
+        "services.yaml",
+        &format!(
+            "{}---\n{}",
+            service("db", "db"),
+            service("nobody", "nobody")
+        ),
+    );
     repo.commit("workloads");
     let setup = Setup::new(cp, "health", &repo, &ns, "[app.rollout]\ntimeout = \"30s\"");
     let (code, out, err) = setup.berth(&["sync"]);
@@ -472,9 +483,22 @@ async fn statefulsets_daemonsets_jobs_and_custom_resources_are_waited_for() {
         [
             ("DaemonSet", "ready"),
             ("Job", "ready"),
+            ("Service", "ready"),
+            ("Service", "ready"),
             ("StatefulSet", "ready")
         ],
         "{out}"
+    );
+    // A Service that selects no ready pod is a warning, not a failure.
+    assert!(
+        out.contains(&format!(
+            "service/nobody -n {ns}: warning: no ready endpoints"
+        )),
+        "{out}"
+    );
+    assert!(
+        !out.contains(&format!("service/db -n {ns}: warning")),
+        "db has endpoints: {out}"
     );
     let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), &ns);
     let status = jobs.get("migrate").await.unwrap().status.unwrap();

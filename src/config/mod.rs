@@ -284,6 +284,9 @@ pub struct RolloutConfig {
     pub timeout: Duration,
     /// What to do when a rollout fails.
     pub on_failure: OnFailure,
+    /// Wait for every Service with a selector to have ready endpoints (otherwise a
+    /// Service without any is only reported as a warning).
+    pub require_endpoints: bool,
 }
 
 impl Default for RolloutConfig {
@@ -292,6 +295,7 @@ impl Default for RolloutConfig {
             engine: RolloutEngine::Cluster,
             timeout: Duration::from_secs(300),
             on_failure: OnFailure::Rollback,
+            require_endpoints: false,
         }
     }
 }

@@ -1,11 +1,13 @@
 //! Waiting for the health of every applied object that has a notion of readiness but is
 //! no Deployment (those are followed step by step in `rollouts.rs`): StatefulSets,
-//! DaemonSets, Jobs, claims, load balancers and custom resources with kstatus conditions,
-//! up to the app's `rollout.timeout`. One that fails or times out fails the sync, and the
+//! DaemonSets, Jobs, claims, load balancers, Services' endpoints (a warning unless
+//! `rollout.require_endpoints`) and custom resources with kstatus conditions, up to the
+//! app's `rollout.timeout`. One that fails or times out fails the sync, and the
 //! inventory keeps the previous commit, so the next sync waits again.
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Endpoints;
 use kube::api::{Api, DynamicObject};
 
 use super::{Run, Stop, SyncError, Write};
@@ -15,6 +17,8 @@ use crate::rollout::health::{health, waits_for, Health};
 
 /// How often the objects waited for are read again.
 const POLL: Duration = Duration::from_millis(500);
+/// How long a Service may take to get endpoints before the warning.
+const ENDPOINTS_GRACE: Duration = Duration::from_secs(5);
 
 /// One object being waited for.
 struct Waiting<'w> {
@@ -22,6 +26,8 @@ struct Waiting<'w> {
     api: Api<DynamicObject>,
     last: String,
     ended: Option<ObjectHealth>,
+    /// A Service with a selector: its endpoints are checked too.
+    selects_pods: bool,
 }
 
 impl Run<'_> {
@@ -48,6 +54,7 @@ impl Run<'_> {
                     api,
                     last: String::new(),
                     ended: None,
+                    selects_pods: false,
                 }
             })
             .collect();
@@ -78,6 +85,12 @@ impl Run<'_> {
                 break;
             }
             tokio::time::sleep(POLL).await;
+        }
+        let all_ready = waiting
+            .iter()
+            .all(|w| w.ended.as_ref().is_some_and(|h| h.outcome == "ready"));
+        if all_ready && !self.app.rollout.require_endpoints {
+            self.warn_without_endpoints(&waiting).await;
         }
         let mut failed = false;
         for w in waiting {
@@ -124,7 +137,21 @@ impl Run<'_> {
         let now = match w.api.get_opt(m.name()).await {
             Ok(Some(obj)) => {
                 let json = serde_json::to_value(&obj).unwrap_or_default();
-                health(m.group(), m.kind(), &json)
+                match health(m.group(), m.kind(), &json) {
+                    Health::Current if selects_pods(m.group(), m.kind(), &json) => {
+                        w.selects_pods = true;
+                        if self.app.rollout.require_endpoints
+                            && !self
+                                .has_endpoints(m.namespace().unwrap_or("default"), m.name())
+                                .await
+                        {
+                            Health::InProgress("no ready endpoints".into())
+                        } else {
+                            Health::Current
+                        }
+                    }
+                    h => h,
+                }
             }
             Ok(None) => Health::InProgress("not found (deleted meanwhile?)".into()),
             Err(e) => Health::InProgress(format!("cannot read it: {e}")),
@@ -147,6 +174,49 @@ impl Run<'_> {
             Health::InProgress(_) => None,
         };
     }
+}
+
+impl Run<'_> {
+    /// Whether a Service has ready endpoints, as kube-proxy would route it.
+    async fn has_endpoints(&self, ns: &str, name: &str) -> bool {
+        let api: Api<Endpoints> = Api::namespaced(self.syncer.client.clone(), ns);
+        api.get_opt(name).await.ok().flatten().is_some_and(|e| {
+            e.subsets
+                .iter()
+                .flatten()
+                .any(|s| s.addresses.as_ref().is_some_and(|a| !a.is_empty()))
+        })
+    }
+
+    /// Once everything else is ready: a Service that still routes to no pod after a few
+    /// seconds (the endpoints controller's moment to catch up) is a warning — its pods may
+    /// be elsewhere, or scaled to zero on purpose.
+    async fn warn_without_endpoints(&self, waiting: &[Waiting<'_>]) {
+        let grace = Instant::now() + ENDPOINTS_GRACE;
+        for w in waiting.iter().filter(|w| w.selects_pods) {
+            let m = &w.write.target.manifest;
+            let ns = m.namespace().unwrap_or("default");
+            let mut routed = self.has_endpoints(ns, m.name()).await;
+            while !routed && Instant::now() < grace && self.interrupted().is_ok() {
+                tokio::time::sleep(POLL).await;
+                routed = self.has_endpoints(ns, m.name()).await;
+            }
+            if !routed {
+                (self.report)(&format!(
+                    "{}: warning: no ready endpoints (set rollout.require_endpoints = true to wait for them)",
+                    m.key().kubectl()
+                ));
+            }
+        }
+    }
+}
+
+/// A Service with a selector: kube-proxy routes it to the ready pods it selects.
+fn selects_pods(group: &str, kind: &str, service: &serde_json::Value) -> bool {
+    (group, kind) == ("", "Service")
+        && service["spec"]["selector"]
+            .as_object()
+            .is_some_and(|s| !s.is_empty())
 }
 
 /// The record of how waiting for `w` ended.

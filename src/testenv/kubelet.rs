@@ -2,8 +2,9 @@
 //! patches their status the way a kubelet would (as the kwok project does), which is all
 //! the real Deployment, ReplicaSet and endpoints controllers look at.
 //!
-//! It also registers one Node, `testenv-node`, Ready, so that DaemonSets have somewhere to
-//! run; pods of a Job run to completion (`Succeeded`) instead of staying Running.
+//! It also registers one Node, `testenv-node`, Ready, and binds every pod to it (there is
+//! no scheduler), so that DaemonSets have somewhere to run and Services get endpoints;
+//! pods of a Job run to completion (`Succeeded`) instead of staying Running.
 //!
 //! Pod annotations (from the pod template) steer it:
 //! - `testenv.berth.dev/ready: "false"` — Running, never Ready, container waiting in
@@ -143,6 +144,12 @@ impl StandIn {
         if pod.metadata.deletion_timestamp.is_some() {
             return;
         }
+        if pod.spec.as_ref().is_none_or(|s| s.node_name.is_none()) {
+            // There is no scheduler: bind the pod to the one node, as the scheduler would;
+            // the watch then brings it back bound. (Endpoints need a pod's node.)
+            self.bind(&pod).await;
+            return;
+        }
         let ready = match readiness(&pod) {
             Readiness::Ready => true,
             Readiness::Never => false,
@@ -184,6 +191,19 @@ impl StandIn {
                 standin.handle(pod).await;
             }
         });
+    }
+
+    async fn bind(&self, pod: &Pod) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace(pod));
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let binding = json!({"apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name}, "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}});
+        if let Err(e) = api
+            .create_subresource::<Value, Value>("binding", &name, &Default::default(), &binding)
+            .await
+        {
+            tracing::debug!(pod = %name, error = %e, "binding failed (pod gone, or bound meanwhile?)");
+        }
     }
 
     async fn patch(&self, pod: &Pod, ready: bool) {
