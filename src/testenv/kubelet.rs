@@ -3,7 +3,8 @@
 //! the real Deployment, ReplicaSet and endpoints controllers look at.
 //!
 //! It also registers one Node, `testenv-node`, Ready, and binds every pod to it (there is
-//! no scheduler), so that DaemonSets have somewhere to run and Services get endpoints;
+//! no scheduler), so that DaemonSets have somewhere to run and Services get endpoints —
+//! and, as a kubelet does, confirms the graceful deletion of the pods bound to it;
 //! pods of a Job run to completion (`Succeeded`) instead of staying Running.
 //!
 //! Pod annotations (from the pod template) steer it:
@@ -20,7 +21,7 @@ use std::time::Duration;
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use serde_json::{json, Value};
 
@@ -142,6 +143,9 @@ struct StandIn {
 impl StandIn {
     async fn handle(self: &Arc<Self>, pod: Pod) {
         if pod.metadata.deletion_timestamp.is_some() {
+            // A bound pod is deleted gracefully: the kubelet confirms once its containers
+            // have stopped. Ours stop at once.
+            self.finish_deletion(&pod).await;
             return;
         }
         if pod.spec.as_ref().is_none_or(|s| s.node_name.is_none()) {
@@ -191,6 +195,20 @@ impl StandIn {
                 standin.handle(pod).await;
             }
         });
+    }
+
+    async fn finish_deletion(&self, pod: &Pod) {
+        if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(NODE) {
+            return;
+        }
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace(pod));
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        if let Err(e) = api
+            .delete(&name, &DeleteParams::default().grace_period(0))
+            .await
+        {
+            tracing::debug!(pod = %name, error = %e, "final delete failed (gone already?)");
+        }
     }
 
     async fn bind(&self, pod: &Pod) {
