@@ -182,41 +182,31 @@ mod tests {
     #[test]
     fn stateful_sets_wait_for_the_update_and_readiness() {
         let sts = |status: Value| json!({"metadata": {"generation": 2}, "spec": {"replicas": 3}, "status": status});
-        assert_eq!(
-            health(
-                "apps",
-                "StatefulSet",
-                &sts(json!({"observedGeneration": 1}))
+        let waiting = |m: &str| Health::InProgress(m.into());
+        for (status, want) in [
+            (
+                json!({"observedGeneration": 1}),
+                waiting("the controller has not seen this generation yet"),
             ),
-            Health::InProgress("the controller has not seen this generation yet".into())
-        );
-        assert_eq!(
-            health(
-                "apps",
-                "StatefulSet",
-                &sts(json!({"observedGeneration": 2, "readyReplicas": 2,
-                "currentRevision": "a", "updateRevision": "a"}))
+            (
+                json!({"observedGeneration": 2, "readyReplicas": 2, "currentRevision": "a", "updateRevision": "a"}),
+                waiting("2 of 3 replicas ready"),
             ),
-            Health::InProgress("2 of 3 replicas ready".into())
-        );
-        assert_eq!(
-            health(
-                "apps",
-                "StatefulSet",
-                &sts(json!({"observedGeneration": 2, "readyReplicas": 3,
-                "updatedReplicas": 1, "currentRevision": "a", "updateRevision": "b"}))
+            (
+                json!({"observedGeneration": 2, "readyReplicas": 3, "updatedReplicas": 1, "currentRevision": "a", "updateRevision": "b"}),
+                waiting("1 of 3 replicas updated"),
             ),
-            Health::InProgress("1 of 3 replicas updated".into())
-        );
-        assert_eq!(
-            health(
-                "apps",
-                "StatefulSet",
-                &sts(json!({"observedGeneration": 2, "readyReplicas": 3,
-                "currentRevision": "b", "updateRevision": "b"}))
+            (
+                json!({"observedGeneration": 2, "readyReplicas": 3, "currentRevision": "b", "updateRevision": "b"}),
+                Health::Current,
             ),
-            Health::Current
-        );
+        ] {
+            assert_eq!(
+                health("apps", "StatefulSet", &sts(status.clone())),
+                want,
+                "{status}"
+            );
+        }
         let partitioned = json!({"metadata": {"generation": 1},
             "spec": {"replicas": 3, "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 2}}},
             "status": {"observedGeneration": 1, "readyReplicas": 3, "updatedReplicas": 1,
