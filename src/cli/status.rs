@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use berth::cluster::discovery::ClusterKinds;
-use berth::cluster::{client, inventory};
+use berth::cluster::{api_for, client, inventory};
 use berth::config;
 use berth::history::HistoryLog;
 use berth::rollout::health::{health, waits_for, Health};
@@ -13,7 +13,6 @@ use berth::rollout::phase::phase;
 use berth::rollout::revisions::revision_of;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
-use kube::api::DynamicObject;
 
 use super::history::{short_age, table};
 use super::sync::select;
@@ -129,12 +128,7 @@ async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::R
             let Some(resolved) = kinds.resolve_kind(&e.api_version, &e.key.kind) else {
                 continue;
             };
-            let api: Api<DynamicObject> = match &e.key.namespace {
-                Some(ns) if resolved.namespaced => {
-                    Api::namespaced_with(client.clone(), ns, &resolved.resource)
-                }
-                _ => Api::all_with(client.clone(), &resolved.resource),
-            };
+            let api = api_for(&client, &resolved, e.key.namespace.as_deref());
             let shown = match api.get_opt(&e.key.name).await? {
                 None => "missing".to_string(),
                 Some(obj) => {

@@ -2,7 +2,7 @@
 //! with one field manager, a bounded number of requests in flight, results in input order.
 
 use futures::{stream, StreamExt};
-use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams};
+use kube::api::{DynamicObject, ObjectMeta, Patch, PatchParams};
 
 use super::ClusterError;
 use crate::plan::Target;
@@ -63,15 +63,7 @@ async fn apply_one(
     dry_run: bool,
 ) -> Result<DynamicObject, ClusterError> {
     let m = &t.manifest;
-    let api: Api<DynamicObject> = if t.resolved.namespaced {
-        Api::namespaced_with(
-            client.clone(),
-            m.namespace().unwrap_or("default"),
-            &t.resolved.resource,
-        )
-    } else {
-        Api::all_with(client.clone(), &t.resolved.resource)
-    };
+    let api = super::api_for(client, &t.resolved, m.namespace());
     let params = PatchParams {
         dry_run,
         force: settings.force,

@@ -11,7 +11,27 @@ pub mod prune;
 use serde::{Deserialize, Serialize};
 
 use crate::manifest::ObjectKey;
-use crate::plan::UnknownKind;
+use kube::api::{Api, DynamicObject};
+
+use crate::plan::{Resolved, UnknownKind};
+
+/// The API of one object's resource: in `namespace` when its kind is namespaced (`default`
+/// when it names none), else cluster-wide.
+pub fn api_for(
+    client: &kube::Client,
+    resolved: &Resolved,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    if resolved.namespaced {
+        Api::namespaced_with(
+            client.clone(),
+            namespace.unwrap_or("default"),
+            &resolved.resource,
+        )
+    } else {
+        Api::all_with(client.clone(), &resolved.resource)
+    }
+}
 
 /// Errors talking to the cluster. Object errors name the object and its origin.
 #[derive(Debug, thiserror::Error)]

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use futures::{stream, StreamExt};
-use kube::api::{Api, DeleteParams, DynamicObject};
+use kube::api::DeleteParams;
 
 use super::apply::api_message;
 use super::discovery::ClusterKinds;
@@ -67,10 +67,7 @@ async fn prune_one(
         );
         return result(Action::Kept, Some(note), None);
     };
-    let api: Api<DynamicObject> = match (&entry.key.namespace, resolved.namespaced) {
-        (Some(ns), true) => Api::namespaced_with(client.clone(), ns, &resolved.resource),
-        _ => Api::all_with(client.clone(), &resolved.resource),
-    };
+    let api = super::api_for(client, &resolved, entry.key.namespace.as_deref());
     let failed = |e: kube::Error| {
         let error = ClusterError::Object {
             verb: "failed to prune",

@@ -401,55 +401,42 @@ mod tests {
         write(root, "overlay/files/app.conf", "x=1\n");
         assert_eq!(checked(root, "overlay", false), Ok(()));
 
-        // A base that is not there is named, with its field.
-        write(
-            root,
-            "missing/kustomization.yaml",
-            "resources: [../nosuch]\n",
-        );
-        let e = checked(root, "missing", false).unwrap_err();
-        assert_eq!(
-            e,
-            "missing/kustomization.yaml: resources: \"../nosuch\" does not exist"
-        );
-
-        // A generator file outside the repository, through `..` or a symbolic link.
+        // Refused, naming the kustomization and the field: a base that is not there, a
+        // generator file outside the repository through an absolute path or a symbolic
+        // link, and a kustomization that reaches such a one (the inner one is named).
         let outside = tempfile::tempdir().unwrap();
         write(outside.path(), "passwd", "root:x:0:0\n");
-        write(
-            root,
-            "escape/kustomization.yaml",
-            &format!(
-                "secretGenerator:\n- name: s\n  files: [{}/passwd]\n",
-                outside.path().display()
-            ),
-        );
-        let e = checked(root, "escape", false).unwrap_err();
-        assert!(
-            e.contains("secretGenerator.files") && e.contains("resolves outside the repository"),
-            "{e}"
-        );
         std::os::unix::fs::symlink(outside.path(), root.join("link")).unwrap();
-        write(
-            root,
-            "linked/kustomization.yaml",
-            "resources: [../link/passwd]\n",
+        let absolute = format!(
+            "secretGenerator:\n- name: s\n  files: [{}/passwd]\n",
+            outside.path().display()
         );
-        let e = checked(root, "linked", false).unwrap_err();
-        assert!(
-            e.contains("resources: \"../link/passwd\" resolves outside the repository"),
-            "{e}"
-        );
-        write(
-            root,
-            "nested/kustomization.yaml",
-            "resources: [../linked]\n",
-        );
-        let e = checked(root, "nested", false).unwrap_err();
-        assert!(
-            e.starts_with("linked/kustomization.yaml: resources:"),
-            "the inner one is named: {e}"
-        );
+        for (dir, text, says) in [
+            (
+                "missing",
+                "resources: [../nosuch]\n",
+                "missing/kustomization.yaml: resources: \"../nosuch\" does not exist",
+            ),
+            (
+                "escape",
+                absolute.as_str(),
+                "escape/kustomization.yaml: secretGenerator.files: ",
+            ),
+            (
+                "linked",
+                "resources: [../link/passwd]\n",
+                "linked/kustomization.yaml: resources: \"../link/passwd\" resolves outside the repository",
+            ),
+            (
+                "nested",
+                "resources: [../linked]\n",
+                "linked/kustomization.yaml: resources: \"../link/passwd\" resolves outside the repository",
+            ),
+        ] {
+            write(root, &format!("{dir}/kustomization.yaml"), text);
+            let e = checked(root, dir, false).unwrap_err();
+            assert!(e.starts_with(says), "{dir}: {e}");
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Endpoints;
 use kube::api::{Api, DynamicObject};
 
 use super::{Run, Stop, SyncError, Write};
+use crate::cluster::api_for;
 use crate::history::ObjectHealth;
 use crate::plan::Inventory;
 use crate::rollout::health::{health, waits_for, Health};
@@ -44,11 +45,7 @@ impl Run<'_> {
             .filter(|w| waits_for(w.target.manifest.group(), w.target.manifest.kind()))
             .map(|w| {
                 let m = &w.target.manifest;
-                let resource = &w.target.resolved.resource;
-                let api = match m.namespace().filter(|_| w.target.resolved.namespaced) {
-                    Some(ns) => Api::namespaced_with(self.syncer.client.clone(), ns, resource),
-                    None => Api::all_with(self.syncer.client.clone(), resource),
-                };
+                let api = api_for(&self.syncer.client, &w.target.resolved, m.namespace());
                 Waiting {
                     write: w,
                     api,

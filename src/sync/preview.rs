@@ -67,11 +67,7 @@ impl Syncer {
     /// against the dry run's answer. A read that fails shows as a note in the diff.
     async fn diff(&self, w: &Write, planned: &DynamicObject, show_secrets: bool) -> Option<String> {
         let m = &w.target.manifest;
-        let resource = &w.target.resolved.resource;
-        let api: Api<DynamicObject> = match m.namespace().filter(|_| w.target.resolved.namespaced) {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
-            None => Api::all_with(self.client.clone(), resource),
-        };
+        let api = crate::cluster::api_for(&self.client, &w.target.resolved, m.namespace());
         let live = match w.existing() {
             Some(Some(_)) => match api.get_opt(m.name()).await {
                 Ok(live) => live,
