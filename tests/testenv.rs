@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use berth::config;
-use berth::manifest::{Builder, BuiltinScopes, Limits, Manifest};
+use berth::manifest::{Builder, BuiltinScopes, Manifest};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
@@ -21,7 +21,7 @@ fn render(dir: &str, namespace: &str) -> Vec<Manifest> {
     .apps
     .remove(0);
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
-    Builder::for_app(&app, &root, Limits::default(), &BuiltinScopes)
+    Builder::for_app(&app, &config::AgentConfig::default(), &root, &BuiltinScopes)
         .expect("globs")
         .render()
         .expect("the example renders")

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use berth::config::compile_globs;
+use berth::config::{compile_globs, AgentConfig};
 use berth::diff::mask_secret_values;
 use berth::manifest::kustomize::kustomization_in;
 use berth::manifest::source::{PathSource, Stdin};
@@ -115,12 +115,9 @@ fn input(path: &Path) -> anyhow::Result<Input> {
         include: None,
         exclude: None,
         limits: Limits::default(),
-        kustomize: Some(Kustomize::new(None, DEFAULT_RENDER_TIMEOUT)),
+        kustomize: Some(Kustomize::new(None, AgentConfig::default().render_timeout)),
     }))
 }
-
-/// How long `berth render` lets kustomize run (the agent's default `render_timeout`).
-const DEFAULT_RENDER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The git repository holding `dir` (shown relative to the current folder when inside
 /// it), and `dir` relative to it.

@@ -101,7 +101,8 @@ struct Live {
 
 async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::Result<Live> {
     let client = client::connect(&config.cluster).await?;
-    let kinds = ClusterKinds::discover(&client).await?;
+    // Discovery only when an app holds a kind beyond Deployments to show.
+    let mut kinds: Option<ClusterKinds> = None;
     let mut live = Live {
         others: vec![["APP", "OBJECT", "HEALTH"].map(String::from)],
         held: Vec::new(),
@@ -125,7 +126,13 @@ async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::R
             .iter()
             .filter(|e| waits_for(&e.key.group, &e.key.kind))
         {
-            let Some(resolved) = kinds.resolve_kind(&e.api_version, &e.key.kind) else {
+            if kinds.is_none() {
+                kinds = Some(ClusterKinds::discover(&client).await?);
+            }
+            let resolved = kinds
+                .as_ref()
+                .and_then(|k| k.resolve_kind(&e.api_version, &e.key.kind));
+            let Some(resolved) = resolved else {
                 continue;
             };
             let api = api_for(&client, &resolved, e.key.namespace.as_deref());

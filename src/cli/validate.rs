@@ -45,7 +45,7 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             );
             continue;
         };
-        let rendered = Builder::for_agent(app, &config.agent, &root, &BuiltinScopes)
+        let rendered = Builder::for_app(app, &config.agent, &root, &BuiltinScopes)
             .map_err(anyhow::Error::from)
             .and_then(|b| Ok(b.render()?));
         match rendered {

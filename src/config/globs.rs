@@ -23,11 +23,6 @@ impl Globs {
         }
     }
 
-    /// The patterns as written.
-    pub fn patterns(&self) -> &[String] {
-        &self.patterns
-    }
-
     /// The compiled set (a copy of the one compiled); `None` when there are no patterns.
     ///
     /// # Errors

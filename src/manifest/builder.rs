@@ -66,36 +66,17 @@ pub struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
-    /// A builder for one app's paths in a checkout at `root`, with `[agent]`'s defaults
-    /// for kustomize (see [`Builder::for_agent`]).
-    ///
-    /// # Errors
-    /// An invalid glob in the app's settings.
-    pub fn for_app(
-        app: &AppConfig,
-        root: &std::path::Path,
-        limits: Limits,
-        scopes: &'a dyn ScopeLookup,
-    ) -> Result<Self, globset::Error> {
-        let mut builder = Builder::for_agent(app, &AgentConfig::default(), root, scopes)?;
-        if let Input::Paths(p) = &mut builder.input {
-            p.limits = limits;
-        }
-        Ok(builder)
-    }
-
     /// A builder for one app's paths in a checkout at `root`, with the agent's size caps
     /// and kustomize command.
     ///
     /// # Errors
     /// An invalid glob in the app's settings.
-    pub fn for_agent(
+    pub fn for_app(
         app: &AppConfig,
         agent: &AgentConfig,
         root: &std::path::Path,
         scopes: &'a dyn ScopeLookup,
     ) -> Result<Self, globset::Error> {
-        let limits = Limits::of(agent);
         Ok(Builder {
             input: Input::Paths(PathSource {
                 root: root.to_path_buf(),
@@ -103,7 +84,7 @@ impl<'a> Builder<'a> {
                 paths: app.path.clone(),
                 include: app.include.set()?,
                 exclude: app.exclude.set()?,
-                limits,
+                limits: Limits::of(agent),
                 kustomize: Kustomize::for_app(app, agent),
             }),
             namespace: app.namespace.clone(),

@@ -51,8 +51,9 @@ const FUNCTION_MARKERS: [&str; 3] = [
 /// How kustomizations are rendered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kustomize {
-    /// The program and its first arguments; the folder is added last.
-    pub command: Vec<String>,
+    /// The program and its first arguments (the folder is added last); `None`: found on
+    /// PATH when a kustomization is first rendered (see [`Kustomize::command`]).
+    pub command: Option<Vec<String>>,
     /// How long one run may take.
     pub timeout: Duration,
     /// Remote resources (URLs, git refs) are allowed.
@@ -62,19 +63,23 @@ pub struct Kustomize {
 }
 
 impl Kustomize {
-    /// The configured command (`"kustomize build"`), else `kustomize build` when a
-    /// `kustomize` binary is on PATH, else `kubectl kustomize`.
+    /// Renders with the configured command (`"kustomize build"`), or the one on PATH.
     pub fn new(configured: Option<&str>, timeout: Duration) -> Self {
-        let command = match configured {
-            Some(c) => c.split_whitespace().map(str::to_string).collect(),
-            None if on_path("kustomize") => vec!["kustomize".into(), "build".into()],
-            None => vec!["kubectl".into(), "kustomize".into()],
-        };
         Kustomize {
-            command,
+            command: configured.map(|c| c.split_whitespace().map(str::to_string).collect()),
             timeout,
             allow_remote: false,
             required: false,
+        }
+    }
+
+    /// The command run: the configured one, else `kustomize build` when a `kustomize`
+    /// binary is on PATH, else `kubectl kustomize`.
+    pub fn command(&self) -> Vec<String> {
+        match &self.command {
+            Some(c) => c.clone(),
+            None if on_path("kustomize") => vec!["kustomize".into(), "build".into()],
+            None => vec!["kubectl".into(), "kustomize".into()],
         }
     }
 
@@ -198,8 +203,9 @@ impl Kustomize {
             path: shown.to_string(),
             message,
         };
-        let (program, args) = self
-            .command
+        let command = self.command();
+        let shown_command = command.join(" ");
+        let (program, args) = command
             .split_first()
             .ok_or_else(|| fail("agent.kustomize names no command".into()))?;
         let mut child = Command::new(program)
@@ -213,7 +219,7 @@ impl Kustomize {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| fail(format!("cannot run {}: {e}", self.command.join(" "))))?;
+            .map_err(|e| fail(format!("cannot run {}: {e}", shown_command)))?;
         let stdout = child.stdout.take().map(|out| {
             std::thread::spawn(move || {
                 let mut bytes = Vec::new();
@@ -237,7 +243,7 @@ impl Kustomize {
                     let _ = child.wait();
                     return Err(fail(format!(
                         "{} did not finish within {}s (agent.render_timeout)",
-                        self.command.join(" "),
+                        shown_command,
                         self.timeout.as_secs()
                     )));
                 }
@@ -250,10 +256,7 @@ impl Kustomize {
         if !status.success() {
             let root_prefix = format!("{}/", root.display());
             let said = errors.trim().replace(&root_prefix, "");
-            return Err(fail(format!(
-                "{} failed ({status}): {said}",
-                self.command.join(" ")
-            )));
+            return Err(fail(format!("{} failed ({status}): {said}", shown_command)));
         }
         if output.len() as u64 > max_bytes {
             return Err(ManifestError::AppTooLarge {
@@ -481,7 +484,7 @@ mod tests {
         let root = repo.path().canonicalize().unwrap();
         write(&root, "k/kustomization.yaml", "resources: []\n");
         let slow = Kustomize {
-            command: vec!["sh".into(), "-c".into(), "sleep 5".into()],
+            command: Some(vec!["sh".into(), "-c".into(), "sleep 5".into()]),
             ..Kustomize::new(None, Duration::from_millis(200))
         };
         let e = slow

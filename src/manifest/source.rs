@@ -413,7 +413,11 @@ mod tests {
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n",
         );
         let stand_in = Kustomize {
-            command: vec!["sh".into(), "-c".into(), "cat \"$0/built.out\"".into()],
+            command: Some(vec![
+                "sh".into(),
+                "-c".into(),
+                "cat \"$0/built.out\"".into(),
+            ]),
             ..Kustomize::new(None, std::time::Duration::from_secs(10))
         };
         let mut s = source(root, &["app", "plain"]);

@@ -59,8 +59,7 @@ impl Decorator for TypedCheck {
 /// Whether `object` reads as a `T`; the error names the field path. Values are never
 /// quoted (a Secret's would be), only the type found and the type expected.
 fn fits<T: DeserializeOwned>(object: &serde_json::Map<String, Value>) -> Result<(), String> {
-    let value = Value::Object(object.clone());
-    match serde_path_to_error::deserialize::<_, T>(value) {
+    match serde_path_to_error::deserialize::<_, T>(object) {
         Ok(_) => Ok(()),
         Err(e) => {
             let path = e.path().to_string();

@@ -25,7 +25,8 @@ const ENDPOINTS_GRACE: Duration = Duration::from_secs(5);
 struct Waiting<'w> {
     write: &'w Write,
     api: Api<DynamicObject>,
-    last: String,
+    /// What its status said last.
+    last: Option<Health>,
     ended: Option<ObjectHealth>,
     /// A Service with a selector: its endpoints are checked too.
     selects_pods: bool,
@@ -49,7 +50,7 @@ impl Run<'_> {
                 Waiting {
                     write: w,
                     api,
-                    last: String::new(),
+                    last: None,
                     ended: None,
                     selects_pods: false,
                 }
@@ -153,14 +154,14 @@ impl Run<'_> {
             Ok(None) => Health::InProgress("not found (deleted meanwhile?)".into()),
             Err(e) => Health::InProgress(format!("cannot read it: {e}")),
         };
-        let line = match &now {
-            Health::Current => "ready".to_string(),
-            Health::InProgress(m) => format!("waiting: {m}"),
-            Health::Failed(m) => format!("failed: {m}"),
-        };
-        if line != w.last {
+        if w.last.as_ref() != Some(&now) {
+            let line = match &now {
+                Health::Current => "ready".to_string(),
+                Health::InProgress(m) => format!("waiting: {m}"),
+                Health::Failed(m) => format!("failed: {m}"),
+            };
             (self.report)(&format!("{}: {line}", m.key().kubectl()));
-            w.last = line;
+            w.last = Some(now.clone());
         }
         w.ended = match now {
             Health::Current => Some(ended(w, "ready", Some(started))),
@@ -221,11 +222,10 @@ fn ended(w: &Waiting<'_>, outcome: &str, ready_since: Option<Instant>) -> Object
     ObjectHealth {
         key: w.write.target.manifest.key(),
         outcome: outcome.into(),
-        message: w
-            .last
-            .strip_prefix("waiting: ")
-            .unwrap_or_default()
-            .to_string(),
+        message: match &w.last {
+            Some(Health::InProgress(m)) => m.clone(),
+            _ => String::new(),
+        },
         ready_ms: ready_since.map(|s| s.elapsed().as_millis() as u64),
     }
 }

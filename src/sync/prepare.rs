@@ -98,7 +98,7 @@ impl Run<'_> {
         checkout: &Checkout,
         kinds: &ClusterKinds,
     ) -> Result<Vec<Manifest>, Stop> {
-        let builder = match Builder::for_agent(self.app, &self.syncer.agent, &checkout.dir, kinds) {
+        let builder = match Builder::for_app(self.app, &self.syncer.agent, &checkout.dir, kinds) {
             Ok(b) => b,
             Err(e) => {
                 self.fail(SyncError::Glob {
