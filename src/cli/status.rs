@@ -119,6 +119,7 @@ async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::R
     for app in apps {
         let inv = inventory::load(&client, &config.agent.inventory_namespace, &app.name)
             .await?
+            .map(|s| s.inventory)
             .unwrap_or_default();
         live.held.push(inv.held.as_ref().map(|h| h.reason.clone()));
         for e in inv

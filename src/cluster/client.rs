@@ -1,8 +1,10 @@
 //! A kube [`Client`](kube::Client) from `[cluster]`: a kubeconfig file and context, the
-//! usual kubeconfig rules, or the in-cluster service account.
+//! usual kubeconfig rules, or the in-cluster service account; every request bounded in
+//! time and retried when it fails transiently ([`super::resilient`]).
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+use super::resilient::{Resilience, ResilientLayer};
 use super::ClusterError;
 use crate::config::ClusterConfig;
 
@@ -44,5 +46,17 @@ pub async fn connect(cluster: &ClusterConfig) -> Result<kube::Client, ClusterErr
         http::header::USER_AGENT,
         http::HeaderValue::from_static(concat!("berth/", env!("CARGO_PKG_VERSION"))),
     ));
-    kube::Client::try_from(config).map_err(|e| ClusterError::Connect(e.to_string()))
+    // Retries are berth's own (see `resilient`): bounded in time, and covering 5xx and
+    // lost connections as well.
+    config.default_retry = false;
+    let resilience = Resilience {
+        request_timeout: cluster.request_timeout,
+        retry_for: cluster.retry_for,
+    };
+    let builder = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| ClusterError::Connect(e.to_string()))?;
+    Ok(builder
+        .with_layer(&tower::buffer::BufferLayer::new(1024))
+        .with_layer(&ResilientLayer(resilience))
+        .build())
 }

@@ -5,6 +5,7 @@
 //! held against the live objects.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -24,6 +25,15 @@ pub fn name(app: &str) -> String {
     format!("berth-inventory-{app}")
 }
 
+/// An inventory as the cluster holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// The inventory.
+    pub inventory: Inventory,
+    /// The ConfigMap's resourceVersion, the precondition of the next write.
+    pub version: String,
+}
+
 /// Reads an app's inventory; `None` when it has none yet.
 ///
 /// # Errors
@@ -32,7 +42,7 @@ pub async fn load(
     client: &kube::Client,
     namespace: &str,
     app: &str,
-) -> Result<Option<Inventory>, ClusterError> {
+) -> Result<Option<Stored>, ClusterError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let cm = api
         .get_opt(&name(app))
@@ -48,23 +58,30 @@ pub async fn load(
         .and_then(|d| d.get(DATA_KEY))
         .map(String::as_str)
         .unwrap_or("{}");
-    serde_json::from_str(text).map(Some).map_err(|e| ClusterError::Inventory {
+    let inventory = serde_json::from_str(text).map_err(|e| ClusterError::Inventory {
         name: format!("{namespace}/{}", name(app)),
         message: format!("unreadable ({e}); delete it to start afresh (berth then prunes nothing until it is rebuilt)"),
-    })
+    })?;
+    Ok(Some(Stored {
+        inventory,
+        version: cm.metadata.resource_version.unwrap_or_default(),
+    }))
 }
 
-/// Writes an app's inventory (server-side apply), creating its namespace when missing.
+/// Writes an app's inventory (server-side apply), creating its namespace when missing;
+/// returns the new resourceVersion. With `version`, the write is refused (409) when the
+/// ConfigMap changed since: another writer's inventory is never overwritten.
 ///
 /// # Errors
-/// A request failed.
+/// A request failed; [`ClusterError::InventoryChanged`] for a changed ConfigMap.
 pub async fn store(
     client: &kube::Client,
     namespace: &str,
     app: &str,
     field_manager: &str,
     inventory: &Inventory,
-) -> Result<(), ClusterError> {
+    version: Option<&str>,
+) -> Result<String, ClusterError> {
     let request = |what: String| move |source| ClusterError::Request { what, source };
     let namespaces: Api<Namespace> = Api::all(client.clone());
     if namespaces
@@ -91,7 +108,7 @@ pub async fn store(
         name: name(app),
         message: e.to_string(),
     })?;
-    let cm = serde_json::json!({
+    let mut cm = serde_json::json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
@@ -101,18 +118,56 @@ pub async fn store(
         },
         "data": {DATA_KEY: data},
     });
-    Api::<ConfigMap>::namespaced(client.clone(), namespace)
+    if let Some(v) = version {
+        cm["metadata"]["resourceVersion"] = v.into();
+    }
+    let what = format!("writing inventory {namespace}/{}", name(app));
+    let written = Api::<ConfigMap>::namespaced(client.clone(), namespace)
         .patch(
             &name(app),
             &PatchParams::apply(field_manager).force(),
             &Patch::Apply(&cm),
         )
         .await
-        .map_err(request(format!(
-            "writing inventory {namespace}/{}",
-            name(app)
-        )))?;
-    Ok(())
+        .map_err(|source| match source {
+            kube::Error::Api(s) if s.code == 409 || (s.code == 404 && version.is_some()) => {
+                ClusterError::InventoryChanged(what.clone())
+            }
+            source => ClusterError::Request {
+                what: what.clone(),
+                source,
+            },
+        })?;
+    Ok(written.metadata.resource_version.unwrap_or_default())
+}
+
+/// The local copy of an app's inventory (`state_dir/inventory/<app>.json`), written after
+/// each successful write to the cluster: the fallback when the ConfigMap is deleted or
+/// made unreadable by hand.
+pub fn local_path(state_dir: &Path, app: &str) -> PathBuf {
+    state_dir.join("inventory").join(format!("{app}.json"))
+}
+
+/// Reads the local copy; `None` when there is none or it cannot be read.
+pub fn load_local(state_dir: &Path, app: &str) -> Option<Inventory> {
+    let text = std::fs::read(local_path(state_dir, app)).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+/// Replaces the local copy (a temporary file renamed over it).
+///
+/// # Errors
+/// The file cannot be written.
+pub fn store_local(state_dir: &Path, app: &str, inventory: &Inventory) -> std::io::Result<()> {
+    let path = local_path(state_dir, app);
+    let dir = path.parent().unwrap_or(state_dir);
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{app}.json.tmp"));
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec(inventory).map_err(std::io::Error::other)?,
+    )?;
+    std::fs::rename(&tmp, &path)
 }
 
 /// Every object of the given resources that carries `berth.dev/app=<app>`: one list

@@ -7,6 +7,7 @@ pub mod client;
 pub mod discovery;
 pub mod inventory;
 pub mod prune;
+pub mod resilient;
 
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +40,9 @@ pub enum ClusterError {
     /// No client could be made.
     #[error("cannot connect to the cluster: {0}")]
     Connect(String),
+    /// The inventory ConfigMap changed (or went) since it was read: another writer.
+    #[error("{0}: the inventory changed since berth read it (another writer)")]
+    InventoryChanged(String),
     /// A request that is not about one object failed.
     #[error("{what}: {source}")]
     Request {

@@ -135,13 +135,31 @@ pub enum LogFormat {
 }
 
 /// `[cluster]`: how to reach the Kubernetes API.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
     /// A kubeconfig file; unset means `$KUBECONFIG`, `~/.kube/config`, then in-cluster.
     pub kubeconfig: Option<PathBuf>,
     /// The kubeconfig context; unset means the current context.
     pub context: Option<String>,
+    /// How long one request (not a watch) may take before it counts as failed.
+    #[serde(deserialize_with = "duration")]
+    pub request_timeout: Duration,
+    /// How long a request failing transiently (429, 5xx, a lost connection, a timeout) is
+    /// retried, with exponential backoff and jitter, before the sync fails.
+    #[serde(deserialize_with = "duration")]
+    pub retry_for: Duration,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            kubeconfig: None,
+            context: None,
+            request_timeout: Duration::from_secs(30),
+            retry_for: Duration::from_secs(60),
+        }
+    }
 }
 
 /// `[[app]]`: one git source and what to do with it.

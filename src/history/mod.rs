@@ -31,17 +31,8 @@ mod tests {
 
     fn record(app: &str, id: &str, outcome: Outcome, at: Timestamp) -> SyncRecord {
         SyncRecord {
-            id: id.into(),
-            app: app.into(),
-            trigger: Trigger::Cli,
-            started_at: at,
-            finished_at: at,
             duration_ms: 5,
-            commit: None,
-            previous_commit: None,
-            history_rewritten: None,
             outcome,
-            unchanged: 0,
             objects: vec![ObjectAction {
                 key: ObjectKey {
                     group: "apps".into(),
@@ -53,12 +44,7 @@ mod tests {
                 source: Some("web.yaml:1 (document 1)".into()),
                 note: None,
             }],
-            errors: vec![],
-            rollouts: vec![],
-            note: None,
-            fetch_ms: None,
-            requests: 0,
-            health: Vec::new(),
+            ..SyncRecord::new(id.into(), app, Trigger::Cli, at, None)
         }
     }
 

@@ -225,6 +225,36 @@ pub fn commit_of_template(
 }
 
 impl SyncRecord {
+    /// A record of an attempt that has just started: failed until it says otherwise.
+    pub fn new(
+        id: String,
+        app: &str,
+        trigger: Trigger,
+        started_at: Timestamp,
+        commit: Option<CommitInfo>,
+    ) -> Self {
+        SyncRecord {
+            id,
+            app: app.to_string(),
+            trigger,
+            started_at,
+            finished_at: started_at,
+            duration_ms: 0,
+            commit,
+            previous_commit: None,
+            history_rewritten: None,
+            outcome: Outcome::Failed,
+            unchanged: 0,
+            objects: Vec::new(),
+            errors: Vec::new(),
+            rollouts: Vec::new(),
+            note: None,
+            fetch_ms: None,
+            requests: 0,
+            health: Vec::new(),
+        }
+    }
+
     /// The commit's short SHA, or `-` before one was resolved.
     pub fn short_commit(&self) -> &str {
         self.commit.as_ref().map_or("-", CommitInfo::short)

@@ -52,6 +52,16 @@ impl Inventory {
         self.held.as_ref().filter(|h| h.commit == sha)
     }
 
+    /// Adds the entries of `others` whose objects it does not hold; returns how many.
+    pub fn adopt(&mut self, others: impl IntoIterator<Item = Entry>) -> usize {
+        let held: std::collections::HashSet<ObjectKey> =
+            self.objects.iter().map(|e| e.key.clone()).collect();
+        let before = self.objects.len();
+        self.objects
+            .extend(others.into_iter().filter(|e| !held.contains(&e.key)));
+        self.objects.len() - before
+    }
+
     /// The entries by object.
     pub fn by_key(&self) -> HashMap<&ObjectKey, &Entry> {
         self.objects.iter().map(|e| (&e.key, e)).collect()

@@ -125,6 +125,32 @@ pub fn next_inventory(
     }
 }
 
+/// The digest of an entry written ahead of its object: it never matches a manifest, so
+/// the object is applied by the next sync if this one dies before it.
+pub const PENDING: &str = "pending";
+
+/// The inventory written before a sync's first write: `old`, plus a pending entry for
+/// each target it does not hold yet.
+pub fn write_ahead<'a>(
+    old: &Inventory,
+    targets: impl IntoIterator<Item = &'a Target>,
+) -> Inventory {
+    let held: HashSet<ObjectKey> = old.objects.iter().map(|e| e.key.clone()).collect();
+    let mut ahead = old.clone();
+    for t in targets {
+        let key = t.manifest.key();
+        if !held.contains(&key) {
+            ahead.objects.push(Entry {
+                key,
+                api_version: t.manifest.api_version().to_string(),
+                digest: PENDING.to_string(),
+                observed: String::new(),
+            });
+        }
+    }
+    ahead
+}
+
 impl Plan {
     /// True when nothing needs a write request.
     pub fn is_no_op(&self) -> bool {
@@ -421,5 +447,48 @@ mod tests {
             [entry(&kept, "rv1"), entry(&dropped, "rv1"), fresh]
         );
         assert_eq!(next.held, old.held);
+    }
+
+    #[test]
+    fn write_ahead_adds_pending_entries_for_new_objects_only() {
+        let (a, b) = (cm("a", "1"), cm("b", "1"));
+        let old = Inventory {
+            commit: Some("c1".into()),
+            objects: vec![entry(&a, "5")],
+            held: None,
+        };
+        let targets: Vec<Target> = [cm("a", "2"), b.clone()]
+            .into_iter()
+            .map(|m| Target {
+                resolved: resolve(&m).unwrap(),
+                manifest: m,
+            })
+            .collect();
+        let ahead = write_ahead(&old, &targets);
+        assert_eq!(
+            ahead.objects[0], old.objects[0],
+            "held entries are untouched"
+        );
+        assert_eq!(ahead.objects.len(), 2);
+        assert_eq!(ahead.objects[1].key, b.key());
+        assert_eq!(ahead.objects[1].digest, PENDING);
+        assert_eq!(ahead.commit, old.commit);
+        assert_eq!(
+            write_ahead(&ahead, &targets),
+            ahead,
+            "nothing new: unchanged"
+        );
+    }
+
+    #[test]
+    fn adopt_keeps_what_is_held_and_adds_the_rest() {
+        let (a, b) = (cm("a", "1"), cm("b", "1"));
+        let mut inv = Inventory {
+            objects: vec![entry(&a, "5")],
+            ..Inventory::default()
+        };
+        let added = inv.adopt([entry(&a, "9"), entry(&b, "7")]);
+        assert_eq!(added, 1);
+        assert_eq!(inv.objects, vec![entry(&a, "5"), entry(&b, "7")]);
     }
 }

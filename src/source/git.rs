@@ -174,6 +174,7 @@ pub fn fetch_and_checkout(
     if let Some(path) = local_path(&app.repo).filter(|p| !p.exists()) {
         return Err(SourceError::NoSuchPath { path });
     }
+    bound_network_waits();
     let cache = cache_dir(state_dir, &app.name);
     match fetch_into(app, &cache, previous) {
         Err(SourceError::Cache { .. }) => {
@@ -183,6 +184,23 @@ pub fn fetch_and_checkout(
         }
         other => other,
     }
+}
+
+/// Every git network operation gives up when the server does not answer: 30 s to connect,
+/// 60 s without a byte read or written (libgit2's server timeouts; set once per process).
+fn bound_network_waits() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: libgit2 global options, set once before this process's first fetch
+        // (call_once keeps any other thread from fetching meanwhile through this path).
+        let set = unsafe {
+            git2::opts::set_server_connect_timeout_in_milliseconds(30_000)
+                .and_then(|()| git2::opts::set_server_timeout_in_milliseconds(60_000))
+        };
+        if let Err(e) = set {
+            tracing::warn!(error = %e, "cannot bound git's network waits");
+        }
+    });
 }
 
 fn fetch_into(

@@ -57,14 +57,16 @@ impl Run<'_> {
         Ok(Validated { first, late })
     }
 
-    /// Validates, then applies stage by stage; the late objects are dry-run right after
-    /// stage 0, before anything else is written.
-    pub(super) async fn validate_and_apply(
+    /// Applies what [`Run::validate`] passed, stage by stage; the late objects are
+    /// dry-run right after stage 0, before anything else is written.
+    pub(super) async fn apply_validated(
         &mut self,
         writes: &mut Vec<Write>,
+        validated: Validated,
         deferred: Vec<Manifest>,
     ) -> Result<(), Stop> {
-        let Validated { first, mut late } = self.validate(writes).await?;
+        let Validated { first, mut late } = validated;
+        self.mark("apply");
         let count = writes.len() + deferred.len();
         (self.report)(&format!(
             "dry run passed; applying {}",

@@ -78,6 +78,21 @@ pub enum SyncError {
         /// What its status said.
         reason: String,
     },
+    /// `state_dir` does not take writes (missing, read-only, full): berth changes nothing
+    /// it could not record.
+    #[error("{what} {}: {source}; nothing was written to the cluster (free space in, or fix the permissions of, [agent] state_dir)", path.display())]
+    State {
+        /// What berth was doing.
+        what: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The history record of a sync that changed the cluster could not be written.
+    #[error("the changes above were made, but their history record could not be written ({0}); free space in [agent] state_dir")]
+    Unrecorded(#[source] crate::history::HistoryError),
     /// A rollout failed, timed out or could not be followed (the message says which, and
     /// what the failure policy did).
     #[error("{0}")]

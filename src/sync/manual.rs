@@ -60,15 +60,21 @@ impl Syncer {
     ) -> Result<SyncRecord, RollbackRefused> {
         let clock = std::time::Instant::now();
         let mut run = Run::for_command(self, app, report);
-        run.rec.outcome = match run.manual_rollback(request).await {
+        let ended = match run.lock().await {
+            Ok(()) => run.manual_rollback(request).await,
+            Err(stop) => Err(stop.into()),
+        };
+        run.rec.outcome = match ended {
             Ok(outcome) => outcome,
-            Err(Ended::Refused(message)) => return Err(RollbackRefused(message)),
+            Err(Ended::Refused(message)) => {
+                if let Some(lock) = run.lock.take() {
+                    lock.finish();
+                }
+                return Err(RollbackRefused(message));
+            }
             Err(Ended::Failed) => Outcome::Failed,
         };
-        run.rec.finished_at = jiff::Timestamp::now();
-        run.rec.duration_ms = clock.elapsed().as_millis() as u64;
-        self.record(&run.rec);
-        Ok(run.rec)
+        Ok(run.end(clock))
     }
 }
 
@@ -147,6 +153,7 @@ impl Run<'_> {
         self.rec.note = Some(format!(
             "manual {message}; berth holds commit {short} so it does not undo this, but the next commit to git rolls forward again: to keep this revision, revert the change in git"
         ));
+        let before = inventory.clone();
         inventory.held = Some(Held {
             commit: inventory.commit.clone().unwrap_or_default(),
             reason: format!("manual {message}"),
@@ -154,16 +161,9 @@ impl Run<'_> {
         for e in inventory.objects.iter_mut().filter(|e| e.key == key) {
             e.digest = "rolled-back".into();
         }
-        let agent = &self.syncer.agent;
-        crate::cluster::inventory::store(
-            &self.syncer.client,
-            &agent.inventory_namespace,
-            &self.app.name,
-            &agent.field_manager,
-            &inventory,
-        )
-        .await
-        .map_err(|e| self.stop(e))?;
+        if !self.store_inventory(&before, &inventory).await {
+            return Err(Ended::Failed);
+        }
         let rollout = if request.wait {
             self.follow_one(&applied, &key)
                 .await

@@ -11,6 +11,7 @@
 mod apply;
 mod error;
 mod health;
+mod lock;
 mod manual;
 mod prepare;
 mod preview;
@@ -19,6 +20,7 @@ mod prune;
 mod rollouts;
 
 pub use error::SyncError;
+pub use lock::{in_flight, Marker};
 pub use manual::{RollbackRefused, RollbackRequest};
 pub use preview::{PlannedObject, Preview};
 
@@ -85,6 +87,10 @@ struct Run<'a> {
     shutdown: &'a Signal,
     report: Report<'a>,
     rec: SyncRecord,
+    /// The app's lock, held from before the first request to after the record.
+    lock: Option<lock::AppLock>,
+    /// The inventory ConfigMap's resourceVersion as last read or written.
+    inventory_version: Option<String>,
 }
 
 impl Syncer {
@@ -157,20 +163,38 @@ impl Syncer {
     ) -> SyncRecord {
         let clock = Instant::now();
         let mut run = Run::new(self, app, options, shutdown, report);
-        run.rec.outcome = match run.steps().await {
+        let ended = match run.lock().await {
+            Ok(()) => run.steps().await,
+            Err(stop) => Err(stop),
+        };
+        run.rec.outcome = match ended {
             Ok(outcome) => outcome,
             Err(Stop::Failed) => Outcome::Failed,
             Err(Stop::Interrupted) => Outcome::Interrupted,
         };
-        run.rec.finished_at = jiff::Timestamp::now();
-        run.rec.duration_ms = clock.elapsed().as_millis() as u64;
-        if run.rec.outcome != Outcome::Held {
-            self.record(&run.rec);
-        }
-        run.rec
+        run.end(clock)
     }
 
-    fn record(&self, rec: &SyncRecord) {
+    /// Appends the record to the history and logs it. A record that cannot be written
+    /// turns the outcome into `failed` (with the reason among its errors): a sync is never
+    /// reported as succeeded when nobody can read what it did.
+    fn record(&self, rec: &mut SyncRecord) {
+        let appended = self.history.append(rec).and_then(|()| {
+            self.history.retain(
+                &rec.app,
+                self.agent.history_keep,
+                self.agent.history_max_age,
+            )
+        });
+        if let Err(e) = appended {
+            rec.outcome = Outcome::Failed;
+            let e = SyncError::Unrecorded(e);
+            rec.errors.push(RecordError {
+                message: e.to_string(),
+                source: None,
+            });
+            tracing::error!(app = %rec.app, error = %e, "cannot write the sync history");
+        }
         let commit = rec.commit.as_ref().map(|c| c.short()).unwrap_or("-");
         tracing::info!(
             app = %rec.app,
@@ -183,16 +207,6 @@ impl Syncer {
             "sync {}",
             rec.outcome.as_str()
         );
-        let appended = self.history.append(rec).and_then(|()| {
-            self.history.retain(
-                &rec.app,
-                self.agent.history_keep,
-                self.agent.history_max_age,
-            )
-        });
-        if let Err(e) = appended {
-            tracing::error!(app = %rec.app, error = %e, "cannot write the sync history");
-        }
     }
 }
 
@@ -224,26 +238,9 @@ impl<'a> Run<'a> {
             options,
             shutdown,
             report,
-            rec: SyncRecord {
-                id: new_id(started),
-                app: app.name.clone(),
-                trigger,
-                started_at: started,
-                finished_at: started,
-                duration_ms: 0,
-                commit: None,
-                previous_commit: None,
-                history_rewritten: None,
-                outcome: Outcome::Failed,
-                unchanged: 0,
-                objects: Vec::new(),
-                errors: Vec::new(),
-                rollouts: Vec::new(),
-                note: None,
-                fetch_ms: None,
-                requests: 0,
-                health: Vec::new(),
-            },
+            rec: SyncRecord::new(new_id(started), &app.name, trigger, started, None),
+            lock: None,
+            inventory_version: None,
         }
     }
 
@@ -271,25 +268,36 @@ impl<'a> Run<'a> {
         } = plan;
         let (same, mut writes) = split_writes(planned);
         self.rec.unchanged = same.len();
-        if let Err(stop) = self.validate_and_apply(&mut writes, deferred).await {
-            let partial = plan::next_inventory(&inventory, None, written(&writes));
-            self.store_inventory(&inventory, &partial).await;
+        self.mark("dry run");
+        let validated = self.validate(&mut writes).await?;
+        let ahead = self.write_ahead(&inventory, &writes).await?;
+        if let Err(stop) = self.apply_validated(&mut writes, validated, deferred).await {
+            let partial = plan::next_inventory(&ahead, None, written(&writes));
+            self.store_inventory(&ahead, &partial).await;
             return Err(stop);
         }
         let mut next = plan::next_inventory(&inventory, Some(&same), written(&writes));
         next.commit = Some(checkout.commit.sha.clone());
+        self.mark("roll out");
         let rolled_out = self
             .roll_out(&writes, &mut next, &checkout.commit.sha)
             .await;
         let healthy = match rolled_out {
-            Ok(()) => self.wait_healthy(&writes, &inventory, &mut next).await,
+            Ok(()) => {
+                self.mark("health");
+                self.wait_healthy(&writes, &inventory, &mut next).await
+            }
             Err(stop) => Err(stop),
         };
         let pruned = match healthy {
-            Ok(()) => self.prune_step(&kinds, prune, &inventory, &mut next).await,
+            Ok(()) => {
+                self.mark("prune");
+                self.prune_step(&kinds, prune, &inventory, &mut next).await
+            }
             Err(stop) => Err(stop),
         };
-        self.store_inventory(&inventory, &next).await;
+        self.mark("inventory");
+        self.store_inventory(&ahead, &next).await;
         pruned?;
         if self.rec.errors.is_empty() {
             Ok(Outcome::Succeeded)
@@ -368,6 +376,80 @@ impl<'a> Run<'a> {
             message,
             source: e.origin(),
         });
+    }
+
+    /// Takes the app's lock (waiting for another process's sync of it), records a sync
+    /// that died holding it, and leaves this sync's marker.
+    async fn lock(&mut self) -> Result<(), Stop> {
+        let state_dir = &self.syncer.agent.state_dir;
+        let acquired =
+            lock::AppLock::acquire(state_dir, &self.app.name, self.shutdown, self.report).await;
+        let state = |what, source| SyncError::State {
+            what,
+            path: lock::path(state_dir, &self.app.name),
+            source,
+        };
+        let (held, left) = match acquired {
+            Ok(Some(acquired)) => acquired,
+            Ok(None) => return Err(Stop::Interrupted),
+            Err(e) => {
+                let e = state("cannot lock the app with", e);
+                self.fail(e);
+                return Err(Stop::Failed);
+            }
+        };
+        // The sync starts when it holds the lock: records of one app never overlap.
+        self.rec.started_at = jiff::Timestamp::now();
+        self.rec.id = new_id(self.rec.started_at);
+        if let Some(mut died) = left.record(&self.app.name) {
+            (self.report)(&format!(
+                "note: {}",
+                died.note.as_deref().unwrap_or_default()
+            ));
+            self.syncer.record(&mut died);
+        }
+        let marked = held.mark(&self.marker("prepare"));
+        self.lock = Some(held);
+        if let Err(e) = marked {
+            let e = state("cannot write", e);
+            self.fail(e);
+            return Err(Stop::Failed);
+        }
+        Ok(())
+    }
+
+    /// Records the run (a held app excepted) and releases the app's lock.
+    fn end(mut self, clock: Instant) -> SyncRecord {
+        self.mark("history");
+        self.rec.finished_at = jiff::Timestamp::now();
+        self.rec.duration_ms = clock.elapsed().as_millis() as u64;
+        if self.rec.outcome != Outcome::Held {
+            self.syncer.record(&mut self.rec);
+        }
+        if let Some(lock) = self.lock.take() {
+            lock.finish();
+        }
+        self.rec
+    }
+
+    fn marker(&self, step: &str) -> Marker {
+        Marker {
+            pid: std::process::id(),
+            id: self.rec.id.clone(),
+            trigger: self.rec.trigger,
+            started_at: self.rec.started_at,
+            step: step.to_string(),
+            commit: self.rec.commit.clone(),
+        }
+    }
+
+    /// Notes the step this sync is in, in its lock file (see [`lock`]).
+    fn mark(&self, step: &str) {
+        if let Some(held) = &self.lock {
+            if let Err(e) = held.mark(&self.marker(step)) {
+                tracing::warn!(app = %self.app.name, error = %e, "cannot note the sync's step");
+            }
+        }
     }
 
     fn interrupted(&self) -> Result<(), Stop> {

@@ -16,10 +16,13 @@ impl Run<'_> {
     /// Everything before the first write: inventory, fetch, discovery, render, plan.
     pub(super) async fn prepare(&mut self) -> Result<Prepared, Stop> {
         let inventory = self.load_inventory().await?;
+        self.mark("fetch");
         let checkout = self.fetch(inventory.commit.clone()).await?;
         let kinds = self.discover().await?;
+        self.mark("render");
         let manifests = self.render(&checkout, &kinds)?;
         self.guard_empty(&manifests, &inventory)?;
+        self.mark("plan");
         let plan = self.plan(manifests, &kinds, &inventory).await?;
         Ok(Prepared {
             inventory,
@@ -29,19 +32,59 @@ impl Run<'_> {
         })
     }
 
+    /// The app's inventory: the cluster's ConfigMap, or berth's local copy when the
+    /// ConfigMap was deleted or made unreadable by hand (entries the ConfigMap lost at the
+    /// same commit are taken from the copy, so they are still pruned when git drops them).
     pub(super) async fn load_inventory(&mut self) -> Result<Inventory, Stop> {
-        let ns = &self.syncer.agent.inventory_namespace;
-        match inventory::load(&self.syncer.client, ns, &self.app.name).await {
-            Ok(inv) => {
-                let inv = inv.unwrap_or_default();
-                self.rec.previous_commit = inv.commit.clone();
-                Ok(inv)
+        let agent = &self.syncer.agent;
+        let ns = &agent.inventory_namespace;
+        let app = &self.app.name;
+        let local = inventory::load_local(&agent.state_dir, app);
+        let name = format!("{ns}/{}", inventory::name(app));
+        let (inv, warning) = match inventory::load(&self.syncer.client, ns, app).await {
+            Ok(Some(stored)) => {
+                self.inventory_version = Some(stored.version);
+                let mut inv = stored.inventory;
+                let adopted = local
+                    .filter(|l| l.commit == inv.commit)
+                    .map_or(0, |l| inv.adopt(l.objects));
+                let warning = (adopted > 0).then(|| format!(
+                    "inventory {name} lacks {} that berth's local copy holds (edited by hand?): keeping track of them",
+                    crate::plural(adopted, "object")
+                ));
+                (inv, warning)
             }
+            Ok(None) => match local {
+                Some(l) if !l.objects.is_empty() => {
+                    let warning = format!(
+                        "inventory {name} is missing (deleted by hand?): carrying on from berth's local copy ({})",
+                        crate::plural(l.objects.len(), "object")
+                    );
+                    (l, Some(warning))
+                }
+                _ => (Inventory::default(), None),
+            },
+            Err(e @ crate::cluster::ClusterError::Inventory { .. }) => match local {
+                Some(l) => {
+                    let warning = format!("{e}: carrying on from berth's local copy");
+                    (l, Some(warning))
+                }
+                None => {
+                    self.fail(e);
+                    return Err(Stop::Failed);
+                }
+            },
             Err(e) => {
                 self.fail(e);
-                Err(Stop::Failed)
+                return Err(Stop::Failed);
             }
+        };
+        if let Some(w) = warning {
+            tracing::warn!(app = %app, "{w}");
+            (self.report)(&format!("warning: {w}"));
         }
+        self.rec.previous_commit = inv.commit.clone();
+        Ok(inv)
     }
 
     pub(super) async fn fetch(&mut self, previous: Option<String>) -> Result<Checkout, Stop> {

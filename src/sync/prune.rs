@@ -5,8 +5,9 @@ use super::{Run, Stop};
 use crate::cluster::discovery::ClusterKinds;
 use crate::cluster::inventory;
 use crate::cluster::prune;
+use crate::cluster::ClusterError;
 use crate::history::ObjectAction;
-use crate::plan::{Entry, Inventory};
+use crate::plan::{self, Entry, Inventory};
 
 impl Run<'_> {
     /// Prunes what the commit no longer holds (with `prune = true`). Entries whose deletion
@@ -89,22 +90,65 @@ impl Run<'_> {
         kept_back
     }
 
-    pub(super) async fn store_inventory(&mut self, old: &Inventory, next: &Inventory) {
+    /// Before the first write: the inventory gains an entry for every object this sync
+    /// may create, so that a crash between the apply and the inventory's update never
+    /// leaves an object berth made but does not know of (it would never be pruned). The
+    /// inventory as it now stands is returned.
+    pub(super) async fn write_ahead(
+        &mut self,
+        old: &Inventory,
+        writes: &[super::Write],
+    ) -> Result<Inventory, Stop> {
+        let ahead = plan::write_ahead(old, writes.iter().map(|w| &w.target));
+        if ahead != *old && !self.store_inventory(old, &ahead).await {
+            return Err(Stop::Failed);
+        }
+        Ok(ahead)
+    }
+
+    /// Stores `next` unless it is `old`, then its local copy; false when that failed (the
+    /// error is recorded). When another writer changed the ConfigMap since it was read,
+    /// it is read again and the entries that writer added are kept: never overwritten.
+    pub(super) async fn store_inventory(&mut self, old: &Inventory, next: &Inventory) -> bool {
         if old == next {
-            return;
+            return true;
         }
-        self.rec.requests += 1;
         let agent = &self.syncer.agent;
-        if let Err(e) = inventory::store(
-            &self.syncer.client,
-            &agent.inventory_namespace,
-            &self.app.name,
-            &agent.field_manager,
-            next,
-        )
-        .await
-        {
-            self.fail(e);
+        let client = &self.syncer.client;
+        let (ns, app) = (&agent.inventory_namespace, &self.app.name);
+        let mut next = next.clone();
+        for attempt in 1..=3 {
+            self.rec.requests += 1;
+            let version = self.inventory_version.as_deref();
+            match inventory::store(client, ns, app, &agent.field_manager, &next, version).await {
+                Ok(version) => {
+                    self.inventory_version = Some(version);
+                    if let Err(e) = inventory::store_local(&agent.state_dir, app, &next) {
+                        tracing::warn!(app = %app, error = %e, "cannot write the inventory's local copy");
+                    }
+                    return true;
+                }
+                Err(ClusterError::InventoryChanged(what)) if attempt < 3 => {
+                    tracing::warn!(app = %app, "{what}: changed by another writer; reading it again");
+                    match inventory::load(client, ns, app).await {
+                        Ok(theirs) => {
+                            self.inventory_version = theirs.as_ref().map(|t| t.version.clone());
+                            let added = theirs.into_iter().flat_map(|t| t.inventory.objects);
+                            let held_before = old.by_key();
+                            next.adopt(added.filter(|e| !held_before.contains_key(&e.key)));
+                        }
+                        Err(e) => {
+                            self.fail(e);
+                            return false;
+                        }
+                    }
+                }
+                Err(e) => {
+                    self.fail(e);
+                    return false;
+                }
+            }
         }
+        false
     }
 }

@@ -84,6 +84,60 @@ impl ControlPlane {
             .collect()
     }
 
+    /// Kills one component (`etcd`, `kube-apiserver`, …) with SIGKILL, as a crash would.
+    ///
+    /// # Errors
+    /// It is not running.
+    pub fn kill(&self, component: &str) -> Result<(), TestenvError> {
+        let pid = self.pid_of(component).ok_or_else(|| TestenvError::Exited {
+            component: "a component",
+            status: format!("{component} is not running"),
+            log: self.dir.join(format!("{component}.log")).display().to_string(),
+        })?;
+        // SAFETY: kill(2) of a pid this control plane started (checked in pid_of).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// Starts a killed component again with the command line it first had (same ports,
+    /// same data), and for the apiserver waits until it is ready again.
+    ///
+    /// # Errors
+    /// It could not start or did not become ready.
+    pub async fn start_again(&self, component: &'static str) -> Result<(), TestenvError> {
+        let line = fs::read_to_string(self.dir.join(format!("{component}.cmd")))
+            .map_err(io(format!("reading how {component} was started")))?;
+        let argv: Vec<String> = serde_json::from_str(&line)
+            .map_err(|e| io("reading a command line")(std::io::Error::other(e)))?;
+        let mut child = spawn(&self.dir, component, Command::new(&argv[0]).args(&argv[1..]))?;
+        if component == "kube-apiserver" {
+            let deadline = Instant::now() + READY_TIMEOUT;
+            while !apiserver_ready(&self.kubeconfig).await {
+                check_running(&mut child, component, &self.dir)?;
+                if Instant::now() > deadline {
+                    return Err(not_ready(component, &self.dir));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// The pid of the running `component`, if this control plane started it.
+    fn pid_of(&self, component: &str) -> Option<i32> {
+        let pids = fs::read_to_string(self.dir.join(PIDS)).ok()?;
+        let marker = self.dir.to_string_lossy().into_owned();
+        pids.lines()
+            .rev()
+            .filter(|l| l.split_whitespace().next() == Some(component))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .find(|&pid| alive(pid) && command_line(pid).is_some_and(|c| c.contains(&marker)))
+    }
+
     /// Stops every process recorded in `dir` (only those whose command line names `dir`)
     /// and removes the folder.
     ///
@@ -136,6 +190,7 @@ pub async fn client_for(kubeconfig: &Path) -> Result<kube::Client, TestenvError>
 async fn start(opts: &UpOptions, dir: &Path) -> Result<ControlPlane, TestenvError> {
     let bin = |name: &str| opts.bin.join(name);
     let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+
     let token = random_hex()?;
     write(
         dir,
@@ -305,10 +360,20 @@ fn kubeconfig_yaml(port: u16, ca: &Path, token: &str) -> String {
 }
 
 /// Starts a process in its own session (so a terminal's Ctrl-C does not reach it), its
-/// output in `<dir>/<name>.log`, its pid appended to `<dir>/pids`.
+/// output in `<dir>/<name>.log`, its pid appended to `<dir>/pids`, its command line in
+/// `<dir>/<name>.cmd` (for [`ControlPlane::start_again`]).
 fn spawn(dir: &Path, name: &'static str, cmd: &mut Command) -> Result<Child, TestenvError> {
-    let log =
-        fs::File::create(dir.join(format!("{name}.log"))).map_err(io("creating a log file"))?;
+    let argv: Vec<String> = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let argv = serde_json::to_string(&argv).unwrap_or_default();
+    write(dir, &format!("{name}.cmd"), &argv)?;
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("{name}.log")))
+        .map_err(io("creating a log file"))?;
     let log2 = log.try_clone().map_err(io("creating a log file"))?;
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
     let child = unsafe {

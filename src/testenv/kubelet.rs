@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::TryStreamExt;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -85,15 +85,19 @@ pub async fn run(
     let events = watcher(pods, watcher::Config::default())
         .default_backoff()
         .applied_objects();
-    let work = events.try_for_each(|pod| {
+    // A lost API server (restarted in the fault tests) is waited out: the watcher's
+    // backoff re-lists once it is back.
+    let work = events.for_each(|pod| {
         let standin = standin.clone();
         async move {
-            standin.handle(pod).await;
-            Ok(())
+            match pod {
+                Ok(pod) => standin.handle(pod).await,
+                Err(e) => tracing::debug!(error = %e, "pod watch failed; retrying"),
+            }
         }
     });
     tokio::select! {
-        result = work => result.map_err(|e| kube::Error::Service(Box::new(e))),
+        () = work => Ok(()),
         () = heartbeat => Ok(()),
         _ = shutdown => Ok(()),
     }

@@ -14,23 +14,31 @@ use berth::testenv::{assets, ControlPlane, UpOptions};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 
+pub mod proxy;
+
 static CONTROL_PLANE: OnceLock<Option<ControlPlane>> = OnceLock::new();
 static WITHOUT_DEPLOYMENT_CONTROLLER: OnceLock<Option<ControlPlane>> = OnceLock::new();
+static FOR_FAULTS: OnceLock<Option<ControlPlane>> = OnceLock::new();
 static STATE_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
 
 /// The shared control plane, or `None` (test skipped) when run by hand without binaries.
 pub fn control_plane() -> Option<&'static ControlPlane> {
-    CONTROL_PLANE.get_or_init(|| start(true)).as_ref()
+    CONTROL_PLANE.get_or_init(|| start(true, "shared")).as_ref()
+}
+
+/// A control plane of its own, for tests that kill and restart its parts.
+pub fn control_plane_for_faults() -> Option<&'static ControlPlane> {
+    FOR_FAULTS.get_or_init(|| start(true, "faults")).as_ref()
 }
 
 /// A second control plane with no Deployment controller (berth's own engine's ground).
 pub fn control_plane_without_deployment_controller() -> Option<&'static ControlPlane> {
     WITHOUT_DEPLOYMENT_CONTROLLER
-        .get_or_init(|| start(false))
+        .get_or_init(|| start(false, "no-deployment-controller"))
         .as_ref()
 }
 
-fn start(deployment_controller: bool) -> Option<ControlPlane> {
+fn start(deployment_controller: bool, role: &str) -> Option<ControlPlane> {
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
     let Some(bin) = assets::find() else {
         let why = "control plane binaries not found: set KUBEBUILDER_ASSETS or run `cargo run --bin berth-testenv -- assets`";
@@ -39,7 +47,7 @@ fn start(deployment_controller: bool) -> Option<ControlPlane> {
         return None;
     };
     let dir = std::env::temp_dir().join(format!(
-        "berth-test-{}-{deployment_controller}",
+        "berth-test-{}-{role}",
         std::process::id()
     ));
     let mut dirs = STATE_DIRS.lock().expect("state dirs");

@@ -1,0 +1,257 @@
+//! Bounded waits and retries for every request to the API server, as one tower layer
+//! under the kube [`Client`](kube::Client): each request (a watch excepted) has a
+//! deadline, and a transient failure — 429 (honouring `Retry-After`), 500, 502, 503, 504,
+//! a refused, reset or closed connection, a timeout — is sent again after an exponential
+//! backoff with jitter, until `retry_for` has passed. Everything berth sends is safe to
+//! repeat: server-side apply and dry runs are idempotent, a repeated delete finds the
+//! object gone, a repeated create finds it there. A watch is not retried here: kube's
+//! watcher re-lists and re-watches with its own backoff.
+
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use http::{Request, Response, StatusCode};
+use kube::client::Body;
+use tower::{BoxError, Layer, Service, ServiceExt};
+
+/// The first backoff; each retry doubles it, up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How long requests may take and how long failing ones are retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resilience {
+    /// One attempt's deadline (watches have none).
+    pub request_timeout: Duration,
+    /// Transient failures are retried until this much time has passed since the first
+    /// attempt.
+    pub retry_for: Duration,
+}
+
+/// The layer that adds [`Resilience`] to a client's service.
+#[derive(Debug, Clone, Copy)]
+pub struct ResilientLayer(pub Resilience);
+
+impl<S> Layer<S> for ResilientLayer {
+    type Service = Resilient<S>;
+
+    fn layer(&self, inner: S) -> Resilient<S> {
+        Resilient {
+            inner,
+            policy: self.0,
+        }
+    }
+}
+
+/// A service that times out and retries its requests (see the module's documentation).
+#[derive(Debug, Clone)]
+pub struct Resilient<S> {
+    inner: S,
+    policy: Resilience,
+}
+
+/// The deadline of one attempt passed.
+#[derive(Debug, thiserror::Error)]
+#[error("no answer from the API server within {0:?}")]
+pub struct TimedOut(Duration);
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, B> Service<Request<Body>> for Resilient<S>
+where
+    S: Service<Request<Body>, Response = Response<B>, Error = BoxError> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = Response<B>;
+    type Error = BoxError;
+    type Future = BoxFuture<Result<Response<B>, BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        // The service made ready by poll_ready takes the first attempt.
+        let fresh = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, fresh);
+        Box::pin(send(ready, self.inner.clone(), req, self.policy))
+    }
+}
+
+async fn send<S, B>(
+    ready: S,
+    mut again: S,
+    req: Request<Body>,
+    policy: Resilience,
+) -> Result<Response<B>, BoxError>
+where
+    S: Service<Request<Body>, Response = Response<B>, Error = BoxError>,
+{
+    let watch = is_watch(&req);
+    let started = Instant::now();
+    let mut ready = Some(ready);
+    let mut next = Some(req);
+    for attempt in 0u32.. {
+        let Some(req) = next.take() else {
+            unreachable!("a request is always kept for the next attempt")
+        };
+        let what = format!("{} {}", req.method(), req.uri().path());
+        next = if watch { None } else { copy(&req) };
+        let call = match ready.take() {
+            Some(mut s) => s.call(req),
+            None => again.ready().await?.call(req),
+        };
+        let result = if watch {
+            call.await
+        } else {
+            match tokio::time::timeout(policy.request_timeout, call).await {
+                Ok(r) => r,
+                Err(_) => Err(Box::new(TimedOut(policy.request_timeout)) as BoxError),
+            }
+        };
+        let (why, server_wait) = match &result {
+            Ok(res) if transient_status(res.status()) => {
+                (res.status().to_string(), retry_after(res.headers()))
+            }
+            Ok(_) => return result,
+            Err(e) if transient_error(e.as_ref()) => (e.to_string(), None),
+            Err(_) => return result,
+        };
+        let wait = server_wait.unwrap_or_else(|| backoff(attempt));
+        if next.is_none() || started.elapsed() + wait > policy.retry_for {
+            return result;
+        }
+        tracing::warn!(request = %what, error = %why, retry_in_ms = wait.as_millis() as u64, attempt = attempt + 1, "API request failed; retrying");
+        tokio::time::sleep(wait).await;
+    }
+    unreachable!("the attempts loop returns")
+}
+
+fn is_watch<T>(req: &Request<T>) -> bool {
+    req.uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
+}
+
+/// A copy of a request whose body is in memory (every request berth sends).
+fn copy(req: &Request<Body>) -> Option<Request<Body>> {
+    let mut copy = Request::new(req.body().try_clone()?);
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    *copy.extensions_mut() = req.extensions().clone();
+    Some(copy)
+}
+
+/// 429 and the 5xx answers a busy, restarting or leader-changing API server gives.
+fn transient_status(status: StatusCode) -> bool {
+    matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS
+            | StatusCode::INTERNAL_SERVER_ERROR
+            | StatusCode::BAD_GATEWAY
+            | StatusCode::SERVICE_UNAVAILABLE
+            | StatusCode::GATEWAY_TIMEOUT
+    )
+}
+
+/// A lost connection or a timeout; not a TLS or configuration error, which would fail
+/// the same way again.
+fn transient_error(e: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind as Kind;
+    let mut cause = Some(e);
+    while let Some(e) = cause {
+        if e.is::<TimedOut>() {
+            return true;
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                Kind::ConnectionRefused
+                    | Kind::ConnectionReset
+                    | Kind::ConnectionAborted
+                    | Kind::BrokenPipe
+                    | Kind::TimedOut
+                    | Kind::UnexpectedEof
+                    | Kind::NotConnected
+            );
+        }
+        if let Some(h) = e.downcast_ref::<hyper::Error>() {
+            if h.is_incomplete_message() || h.is_canceled() || h.is_closed() {
+                return true;
+            }
+        }
+        cause = e.source();
+    }
+    false
+}
+
+/// `Retry-After` in seconds, as the API server sends it with 429.
+fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
+    let secs: u64 = headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(secs.min(MAX_BACKOFF.as_secs() * 6)))
+}
+
+/// Exponential backoff with jitter: a random wait in the upper half of
+/// `FIRST_BACKOFF · 2^attempt`, capped at `MAX_BACKOFF`.
+pub fn backoff(attempt: u32) -> Duration {
+    let full = FIRST_BACKOFF
+        .saturating_mul(1u32 << attempt.min(16))
+        .min(MAX_BACKOFF);
+    let half = full / 2;
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    half + Duration::from_nanos(random % (half.as_nanos() as u64).max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_with_jitter_up_to_the_cap() {
+        for attempt in 0..8 {
+            let full = (FIRST_BACKOFF * 2u32.pow(attempt)).min(MAX_BACKOFF);
+            for _ in 0..20 {
+                let b = backoff(attempt);
+                assert!(b >= full / 2 && b <= full, "attempt {attempt}: {b:?}");
+            }
+        }
+        assert_eq!(backoff(40).max(MAX_BACKOFF), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn watches_are_told_apart() {
+        let req = |uri: &str| Request::get(uri).body(()).unwrap();
+        assert!(is_watch(&req("/api/v1/pods?watch=true&resourceVersion=1")));
+        assert!(!is_watch(&req("/api/v1/pods?labelSelector=watch%3Dtrue")));
+        assert!(!is_watch(&req("/api/v1/pods")));
+    }
+
+    #[test]
+    fn transient_answers_and_errors() {
+        assert!(transient_status(StatusCode::TOO_MANY_REQUESTS));
+        assert!(transient_status(StatusCode::SERVICE_UNAVAILABLE));
+        assert!(!transient_status(StatusCode::CONFLICT));
+        assert!(!transient_status(StatusCode::UNPROCESSABLE_ENTITY));
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(transient_error(&reset));
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        assert!(!transient_error(&denied));
+        assert!(transient_error(&TimedOut(Duration::from_secs(1))));
+        let mut h = http::HeaderMap::new();
+        h.insert(http::header::RETRY_AFTER, "2".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
+    }
+}

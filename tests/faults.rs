@@ -1,0 +1,789 @@
+//! The fault suite: each fault injected at a random point of a sync of a realistic app
+//! (213 objects: 200 ConfigMaps, 3 Deployments rolling out, 10 objects pruned by every
+//! commit), against the real control plane, `BERTH_FAULTS_N` times (default 1), checking
+//! after each that the next sync converges: it exits 0; the cluster holds exactly the
+//! commit's objects; the inventory holds exactly them at that commit; the history parses
+//! and records the faulted attempt; no ConfigMap of the app has a second field manager.
+//!
+//! It prints "n/N survived" per fault; with `BERTH_FAULTS_REPORT=FILE` it writes the
+//! table (`scripts/faults` writes docs/reliability.md). The state folder is a small tmpfs
+//! (so that it can be filled and made read-only), which needs root; without root those
+//! two faults are reported as not run.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{BuildHasher, Hasher};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use berth::history::{HistoryLog, Outcome};
+use berth::testenv::ControlPlane;
+use common::proxy::Proxy;
+use common::Repo;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+
+const APP: &str = "faults";
+const BASE: usize = 200;
+const PER_GENERATION: usize = 10;
+const DEPLOYMENTS: usize = 3;
+const SYNC_TIMEOUT: Duration = Duration::from_secs(240);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    Kill(&'static str),
+    ApiServerRestart,
+    Api429,
+    Api5xx,
+    WatchDrop,
+    EtcdRestart,
+    StateFull,
+    StateReadOnly,
+    InventoryDeleted,
+    InventoryEdited,
+    OtherFieldManager,
+    GitRemoteGone,
+    GitForcePush,
+    GitCacheTruncated,
+    ConcurrentSync,
+    ReloadRemovesApp,
+}
+
+const FAULTS: &[Fault] = &[
+    Fault::Kill("fetch"),
+    Fault::Kill("render"),
+    Fault::Kill("dry run"),
+    Fault::Kill("apply"),
+    Fault::Kill("roll out"),
+    Fault::Kill("prune"),
+    Fault::Kill("history"),
+    Fault::ApiServerRestart,
+    Fault::Api429,
+    Fault::Api5xx,
+    Fault::WatchDrop,
+    Fault::EtcdRestart,
+    Fault::StateFull,
+    Fault::StateReadOnly,
+    Fault::InventoryDeleted,
+    Fault::InventoryEdited,
+    Fault::OtherFieldManager,
+    Fault::GitRemoteGone,
+    Fault::GitForcePush,
+    Fault::GitCacheTruncated,
+    Fault::ConcurrentSync,
+    Fault::ReloadRemovesApp,
+];
+
+impl Fault {
+    fn name(self) -> String {
+        match self {
+            Fault::Kill(step) => format!("SIGKILL of berth during {step}"),
+            Fault::ApiServerRestart => "kube-apiserver killed and restarted".into(),
+            Fault::Api429 => "API server answers 429 for 2-4 s".into(),
+            Fault::Api5xx => "API server answers 503 for 2-4 s".into(),
+            Fault::WatchDrop => "watch connections cut mid-rollout".into(),
+            Fault::EtcdRestart => "etcd killed and restarted".into(),
+            Fault::StateFull => "state_dir full".into(),
+            Fault::StateReadOnly => "state_dir read-only".into(),
+            Fault::InventoryDeleted => "inventory ConfigMap deleted by hand".into(),
+            Fault::InventoryEdited => "inventory ConfigMap edited by hand".into(),
+            Fault::OtherFieldManager => "an owned object changed by another field manager".into(),
+            Fault::GitRemoteGone => "git remote disappears".into(),
+            Fault::GitForcePush => "branch force-pushed to an unrelated history".into(),
+            Fault::GitCacheTruncated => "repository cache truncated".into(),
+            Fault::ConcurrentSync => "`berth sync` while `berth run` syncs the app".into(),
+            Fault::ReloadRemovesApp => "SIGHUP mid-sync removing the app".into(),
+        }
+    }
+}
+
+/// A number in `0..n` (n > 0), from the standard library's random hasher keys.
+fn random(n: u64) -> u64 {
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+        % n.max(1)
+}
+
+struct Lab {
+    cp: &'static ControlPlane,
+    client: kube::Client,
+    repo: Repo,
+    ns: String,
+    _dir: tempfile::TempDir,
+    state: PathBuf,
+    config: PathBuf,
+    proxy: Proxy,
+    tmpfs: bool,
+    generation: usize,
+}
+
+/// What one run of a fault showed.
+struct Tried {
+    /// Where the fault landed (for SIGKILL: the step the marker named).
+    landed: String,
+    /// From the fault's end to the next sync's success.
+    recovery: Duration,
+}
+
+impl Lab {
+    async fn new(cp: &'static ControlPlane) -> Lab {
+        let client = common::client(cp).await;
+        let ns = common::namespace(&client, "faults").await;
+        let proxy = Proxy::start(common::client(cp).await).await;
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir_all(&state).unwrap();
+        let tmpfs = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=48m", "tmpfs"])
+            .arg(&state)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: proxy\n  cluster:\n    server: {}\nusers:\n- name: anyone\n  user: {{}}\ncontexts:\n- name: proxy\n  context:\n    cluster: proxy\n    user: anyone\ncurrent-context: proxy\n",
+                proxy.url
+            ),
+        )
+        .unwrap();
+        let repo = Repo::new();
+        let config = dir.path().join("berth.toml");
+        let lab = Lab {
+            cp,
+            client,
+            repo,
+            ns,
+            _dir: dir,
+            state,
+            config,
+            proxy,
+            tmpfs,
+            generation: 0,
+        };
+        lab.write_config(true);
+        lab
+    }
+
+    fn write_config(&self, with_app: bool) {
+        let app = format!(
+            "[[app]]\nname = \"{APP}\"\nrepo = \"{}\"\nnamespace = \"{}\"\nprune = true\nforce_conflicts = true\n[app.rollout]\ntimeout = \"3m\"\n",
+            self.repo.dir.path().display(),
+            self.ns
+        );
+        std::fs::write(
+            &self.config,
+            format!(
+                "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\nhistory_keep = 100000\n[cluster]\nkubeconfig = \"{}\"\n{}",
+                self.state.display(),
+                dir_of(&self.config).join("kubeconfig").display(),
+                if with_app { app } else { String::new() }
+            ),
+        )
+        .unwrap();
+    }
+
+    /// Commits generation `g` of the app.
+    fn commit(&mut self, g: usize) -> String {
+        self.generation = g;
+        self.write_generation(g);
+        self.repo.commit(&format!("generation {g}"))
+    }
+
+    fn write_generation(&self, g: usize) {
+        let mut base = String::new();
+        for i in 0..BASE {
+            let value = if i % 5 == 0 { g.to_string() } else { "0".into() };
+            base.push_str(&format!(
+                "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: base-{i:03}\ndata:\n  gen: \"{value}\"\n"
+            ));
+        }
+        self.repo.write("base.yaml", &base);
+        let mut gen = String::new();
+        for k in 0..PER_GENERATION {
+            gen.push_str(&format!(
+                "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: gen-{g}-{k}\ndata:\n  k: \"{k}\"\n"
+            ));
+        }
+        self.repo.write("generation.yaml", &gen);
+        let mut deploy = String::new();
+        for d in 0..DEPLOYMENTS {
+            deploy.push_str(&format!(
+                "---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web-{d}\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {{app: web-{d}}}\n  template:\n    metadata:\n      labels: {{app: web-{d}}}\n      annotations: {{gen: \"{g}\"}}\n    spec:\n      containers:\n      - name: web\n        image: registry.example/web:{g}\n"
+            ));
+        }
+        self.repo.write("deployments.yaml", &deploy);
+    }
+
+    fn berth(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_berth"));
+        cmd.args(args).arg("--config").arg(&self.config);
+        cmd
+    }
+
+    fn spawn_sync(&self) -> Child {
+        self.berth(&["sync"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("berth sync")
+    }
+
+    /// `berth sync` to the end: exit code and output.
+    fn sync(&self) -> (i32, String) {
+        finish(self.spawn_sync())
+    }
+
+    fn history(&self) -> Vec<berth::history::SyncRecord> {
+        HistoryLog::new(&self.state).read(APP).expect("the history parses")
+    }
+
+    /// The step of the sync in flight, from its lock file.
+    fn step(&self) -> Option<String> {
+        berth::sync::in_flight(&self.state, APP).map(|m| m.step)
+    }
+
+    /// Waits until the sync in flight is in `step` (false: `child` ended first).
+    fn wait_for_step(&self, child: &mut Child, step: &str) -> bool {
+        let end = Instant::now() + SYNC_TIMEOUT;
+        while Instant::now() < end {
+            if self.step().as_deref() == Some(step) {
+                return true;
+            }
+            if child.try_wait().unwrap().is_some() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        false
+    }
+
+    /// Checks that the cluster, the inventory, the history and the field managers hold
+    /// exactly generation `g` at commit `sha`.
+    async fn converged(&self, g: usize, sha: &str) -> Result<(), String> {
+        let label = ListParams::default().labels(&format!("berth.dev/app={APP}"));
+        let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.ns);
+        let live = maps.list(&label).await.map_err(|e| e.to_string())?;
+        let names: BTreeSet<String> = live
+            .items
+            .iter()
+            .filter_map(|c| c.metadata.name.clone())
+            .collect();
+        let want: BTreeSet<String> = (0..BASE)
+            .map(|i| format!("base-{i:03}"))
+            .chain((0..PER_GENERATION).map(|k| format!("gen-{g}-{k}")))
+            .collect();
+        if names != want {
+            let lost: Vec<_> = want.difference(&names).take(5).collect();
+            let extra: Vec<_> = names.difference(&want).take(5).collect();
+            return Err(format!("ConfigMaps: lost {lost:?}, left {extra:?}"));
+        }
+        for c in &live.items {
+            let name = c.metadata.name.as_deref().unwrap_or_default();
+            let managers: BTreeSet<&str> = c
+                .metadata
+                .managed_fields
+                .iter()
+                .flatten()
+                .filter_map(|m| m.manager.as_deref())
+                .collect();
+            if managers != BTreeSet::from(["berth"]) {
+                return Err(format!("ConfigMap {name} is managed by {managers:?}"));
+            }
+        }
+        let gen0 = live
+            .items
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some("base-000"))
+            .and_then(|c| c.data.as_ref()?.get("gen").cloned());
+        if gen0.as_deref() != Some(&g.to_string()) {
+            return Err(format!("base-000 holds gen {gen0:?}, not {g}"));
+        }
+        let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), &self.ns);
+        for d in deployments.list(&label).await.map_err(|e| e.to_string())? {
+            let image = d
+                .spec
+                .and_then(|s| s.template.spec)
+                .map(|s| s.containers[0].image.clone().unwrap_or_default());
+            if image != Some(format!("registry.example/web:{g}")) {
+                return Err(format!("Deployment image {image:?}, not generation {g}"));
+            }
+        }
+        let inventory: Api<ConfigMap> = Api::namespaced(self.client.clone(), "berth-system");
+        let cm = inventory
+            .get(&format!("berth-inventory-{APP}"))
+            .await
+            .map_err(|e| format!("inventory: {e}"))?;
+        let inv: serde_json::Value =
+            serde_json::from_str(&cm.data.unwrap_or_default()["inventory.json"]).unwrap();
+        if inv["commit"] != sha {
+            return Err(format!("inventory at {}, not {sha}", inv["commit"]));
+        }
+        let held: BTreeSet<String> = inv["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "ConfigMap")
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .collect();
+        if held != want {
+            return Err(format!(
+                "inventory holds {} ConfigMaps, not the commit's {}",
+                held.len(),
+                want.len()
+            ));
+        }
+        let last = self.history().pop().ok_or("no history")?;
+        if last.outcome != Outcome::Succeeded {
+            return Err(format!("last record is {:?}", last.outcome));
+        }
+        Ok(())
+    }
+
+    /// Runs `fault` once: commit the next generation, sync with the fault, then commit
+    /// once more and check that a plain sync converges.
+    async fn try_once(&mut self, fault: Fault) -> Result<Tried, String> {
+        let g = self.generation + 1;
+        let sha = self.commit(g);
+        let before = self.history().len();
+        let mut landed = String::from("-");
+        let mut recorded: Option<String> = None;
+        match fault {
+            Fault::Kill(step) => {
+                let mut child = self.spawn_sync();
+                if !self.wait_for_step(&mut child, step) {
+                    let (code, out) = finish(child);
+                    return Err(format!("the sync ended (exit {code}) before {step}: {out}"));
+                }
+                let max_ms = match step {
+                    "dry run" => 100,
+                    "apply" => 300,
+                    "roll out" => 2000,
+                    "prune" => 30,
+                    "render" => 10,
+                    _ => 0,
+                };
+                std::thread::sleep(Duration::from_millis(random(max_ms + 1)));
+                let marker = berth::sync::in_flight(&self.state, APP);
+                let _ = child.kill();
+                let _ = child.wait();
+                landed = marker.as_ref().map_or("ended".into(), |m| m.step.clone());
+                recorded = marker.map(|m| m.id);
+            }
+            Fault::ApiServerRestart | Fault::EtcdRestart => {
+                let component = if fault == Fault::EtcdRestart {
+                    "etcd"
+                } else {
+                    "kube-apiserver"
+                };
+                let child = self.spawn_sync();
+                std::thread::sleep(Duration::from_millis(200 + random(2500)));
+                landed = self.step().unwrap_or_else(|| "ended".into());
+                self.cp.kill(component).map_err(|e| e.to_string())?;
+                std::thread::sleep(Duration::from_millis(500 + random(1500)));
+                self.cp
+                    .start_again(component)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if component == "etcd" {
+                    self.wait_api_ready().await?;
+                }
+                finish(child);
+            }
+            Fault::Api429 | Fault::Api5xx => {
+                let mut child = self.spawn_sync();
+                let at = ["dry run", "apply", "roll out"][random(3) as usize];
+                self.wait_for_step(&mut child, at);
+                landed = at.into();
+                let answered = self.proxy.answered();
+                self.proxy
+                    .answer(if fault == Fault::Api429 { 429 } else { 503 });
+                std::thread::sleep(Duration::from_millis(2000 + random(2000)));
+                self.proxy.answer(0);
+                let (code, out) = finish(child);
+                if self.proxy.answered() == answered {
+                    landed = "after the sync".into();
+                } else if code != 0 {
+                    return Err(format!("the sync did not ride out the errors: {out}"));
+                }
+            }
+            Fault::WatchDrop => {
+                let mut child = self.spawn_sync();
+                if self.wait_for_step(&mut child, "roll out") {
+                    std::thread::sleep(Duration::from_millis(random(500)));
+                    landed = self.step().unwrap_or_else(|| "ended".into());
+                    self.proxy.cut();
+                }
+                let (code, out) = finish(child);
+                if code != 0 {
+                    return Err(format!("a cut watch failed the sync: {out}"));
+                }
+            }
+            Fault::StateFull | Fault::StateReadOnly => {
+                if fault == Fault::StateFull {
+                    fill(&self.state);
+                } else {
+                    remount(&self.state, "ro");
+                }
+                let (code, out) = self.sync();
+                if fault == Fault::StateFull {
+                    let _ = std::fs::remove_file(self.state.join("filler"));
+                } else {
+                    remount(&self.state, "rw");
+                }
+                if code == 0 || !out.contains("state_dir") {
+                    return Err(format!("exit {code} without naming state_dir: {out}"));
+                }
+                landed = "lock".into();
+                self.converged(g - 1, &self.previous_commit())
+                    .await
+                    .map_err(|e| format!("the refused sync changed the cluster: {e}"))?;
+            }
+            Fault::InventoryDeleted | Fault::InventoryEdited => {
+                let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), "berth-system");
+                let name = format!("berth-inventory-{APP}");
+                if fault == Fault::InventoryDeleted {
+                    api.delete(&name, &DeleteParams::default())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                } else {
+                    let cm = api.get(&name).await.map_err(|e| e.to_string())?;
+                    let mut inv: serde_json::Value =
+                        serde_json::from_str(&cm.data.unwrap()["inventory.json"]).unwrap();
+                    let objects = inv["objects"].as_array_mut().unwrap();
+                    objects.retain(|e| !e["name"].as_str().unwrap().starts_with("gen-"));
+                    let patch = serde_json::json!({"data": {"inventory.json": inv.to_string()}});
+                    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                self.expect_sync("after the inventory was changed by hand")?;
+                self.converged(g, &sha).await?;
+            }
+            Fault::OtherFieldManager => {
+                let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.ns);
+                let patch = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"gen": "intruder"}});
+                maps.patch(
+                    "base-000",
+                    &PatchParams::apply("intruder").force(),
+                    &Patch::Apply(&patch),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+                self.expect_sync("after another field manager changed base-000")?;
+                self.converged(g, &sha).await?;
+            }
+            Fault::GitRemoteGone => {
+                let path = self.repo.dir.path().to_path_buf();
+                let away = path.with_extension("away");
+                std::fs::rename(&path, &away).unwrap();
+                let (code, out) = self.sync();
+                std::fs::rename(&away, &path).unwrap();
+                if code == 0 || !out.contains("does not exist") {
+                    return Err(format!("exit {code}: {out}"));
+                }
+                self.converged(g - 1, &self.previous_commit())
+                    .await
+                    .map_err(|e| format!("the failed fetch changed the cluster: {e}"))?;
+            }
+            Fault::GitForcePush => {
+                self.repo.git(&["checkout", "-q", "--orphan", "rewritten"]);
+                let sha = self.commit(g);
+                self.repo.git(&["branch", "-q", "-M", "main"]);
+                self.expect_sync("after a force-push")?;
+                self.converged(g, &sha).await?;
+            }
+            Fault::GitCacheTruncated => {
+                let objects = self.state.join("repos").join(APP);
+                truncate_files(&objects);
+                self.expect_sync("after the cache was truncated")?;
+                self.converged(g, &sha).await?;
+            }
+            Fault::ConcurrentSync => {
+                let mut daemon = self.daemon();
+                let mut child = self.spawn_sync();
+                let (code, out) = {
+                    let r = finish_mut(&mut child);
+                    let _ = wait_until(SYNC_TIMEOUT, || self.history().len() >= before + 2);
+                    r
+                };
+                terminate(&mut daemon);
+                if code != 0 {
+                    return Err(format!("berth sync beside berth run: exit {code}: {out}"));
+                }
+                let records = self.history();
+                let new = &records[before..];
+                for pair in new.windows(2) {
+                    if pair[1].started_at < pair[0].finished_at {
+                        return Err(format!(
+                            "two syncs overlapped: {} and {}",
+                            pair[0].id, pair[1].id
+                        ));
+                    }
+                }
+                landed = if out.contains("waiting:") {
+                    "waited".into()
+                } else {
+                    "ran first".into()
+                };
+            }
+            Fault::ReloadRemovesApp => {
+                let mut daemon = self.daemon();
+                let step = ["render", "apply", "roll out"][random(3) as usize];
+                let end = Instant::now() + SYNC_TIMEOUT;
+                while self.step().as_deref() != Some(step) && Instant::now() < end {
+                    std::thread::sleep(Duration::from_micros(300));
+                }
+                landed = self.step().unwrap_or_else(|| "ended".into());
+                self.write_config(false);
+                // SAFETY: a signal to the child this test started.
+                unsafe { libc::kill(daemon.id() as i32, libc::SIGHUP) };
+                let settled = wait_until(SYNC_TIMEOUT, || {
+                    self.step().is_none() && self.history().len() > before
+                });
+                let alive = daemon.try_wait().unwrap().is_none();
+                terminate(&mut daemon);
+                self.write_config(true);
+                if !settled || !alive {
+                    return Err(format!("after the reload: settled {settled}, alive {alive}"));
+                }
+            }
+        }
+        if let Some(id) = recorded {
+            let found = self.history().iter().any(|r| r.id == id);
+            if !found {
+                // The next sync records it: checked after it below.
+                landed.push_str(" (pending record)");
+            }
+            let g2 = g + 1;
+            let sha2 = self.commit(g2);
+            let clock = Instant::now();
+            self.expect_sync("after the fault")?;
+            let recovery = clock.elapsed();
+            self.converged(g2, &sha2).await?;
+            let rec = self.history().into_iter().find(|r| r.id == id);
+            match rec {
+                Some(r) if r.outcome == Outcome::Interrupted => {}
+                other => return Err(format!("the killed sync {id} is recorded as {other:?}")),
+            }
+            return Ok(Tried { landed, recovery });
+        }
+        let g2 = g + 1;
+        let sha2 = self.commit(g2);
+        let clock = Instant::now();
+        self.expect_sync("after the fault")?;
+        let recovery = clock.elapsed();
+        self.converged(g2, &sha2).await?;
+        Ok(Tried { landed, recovery })
+    }
+
+    fn previous_commit(&self) -> String {
+        self.repo.git(&["rev-parse", "HEAD~1"])
+    }
+
+    fn expect_sync(&self, when: &str) -> Result<(), String> {
+        let (code, out) = self.sync();
+        if code == 0 {
+            Ok(())
+        } else {
+            Err(format!("the sync {when} exited {code}: {out}"))
+        }
+    }
+
+    fn daemon(&self) -> Child {
+        self.berth(&["run", "--log-format", "text"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("berth run")
+    }
+
+    async fn wait_api_ready(&self) -> Result<(), String> {
+        let end = Instant::now() + Duration::from_secs(60);
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.ns);
+        while api.list(&ListParams::default().limit(1)).await.is_err() {
+            if Instant::now() > end {
+                return Err("the API server did not come back".into());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if self.tmpfs {
+            let _ = Command::new("umount").arg("-l").arg(&self.state).status();
+        }
+    }
+}
+
+fn dir_of(p: &Path) -> PathBuf {
+    p.parent().unwrap().to_path_buf()
+}
+
+fn finish(mut child: Child) -> (i32, String) {
+    finish_mut(&mut child)
+}
+
+fn finish_mut(child: &mut Child) -> (i32, String) {
+    let end = Instant::now() + SYNC_TIMEOUT;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > end {
+            let _ = child.kill();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut out = String::new();
+    for pipe in [
+        child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read>),
+        child.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read>),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let mut pipe = pipe;
+        let _ = pipe.read_to_string(&mut out);
+    }
+    (child.wait().unwrap().code().unwrap_or(-1), out)
+}
+
+fn terminate(child: &mut Child) {
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    if !wait_until(Duration::from_secs(30), || {
+        child.try_wait().ok().flatten().is_some()
+    }) {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+}
+
+fn wait_until(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// Fills the filesystem of `dir` to the last byte.
+fn fill(dir: &Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(dir.join("filler")).unwrap();
+    let block = vec![0u8; 1 << 16];
+    while f.write_all(&block).is_ok() {}
+    let small = [0u8; 512];
+    while f.write_all(&small).is_ok() {}
+    let _ = f.sync_all();
+}
+
+fn remount(dir: &Path, mode: &str) {
+    let ok = Command::new("mount")
+        .args(["-o", &format!("remount,{mode}")])
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "remount {mode} {}", dir.display());
+}
+
+/// Cuts every file under `dir` to half its length (a fetch killed mid-write).
+fn truncate_files(dir: &Path) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            truncate_files(&path);
+        } else if let Ok(meta) = path.metadata() {
+            let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            f.set_len(meta.len() / 2).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_fault_converges_on_the_next_sync() {
+    let Some(cp) = common::control_plane_for_faults() else {
+        return;
+    };
+    let n: usize = std::env::var("BERTH_FAULTS_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let mut lab = Lab::new(cp).await;
+    let sha = lab.commit(0);
+    let (code, out) = lab.sync();
+    assert_eq!(code, 0, "the first sync: {out}");
+    lab.converged(0, &sha).await.expect("the first sync converges");
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    // BERTH_FAULTS_ONLY: comma-separated parts of fault names, to run a few.
+    let only = std::env::var("BERTH_FAULTS_ONLY").unwrap_or_default();
+    let chosen = |f: Fault| only.is_empty() || only.split(',').any(|p| f.name().contains(p));
+    for &fault in FAULTS.iter().filter(|&&f| chosen(f)) {
+        if matches!(fault, Fault::StateFull | Fault::StateReadOnly) && !lab.tmpfs {
+            println!("{}: not run (mounting a tmpfs needs root)", fault.name());
+            rows.push((fault.name(), 0, 0, Duration::ZERO, BTreeMap::new()));
+            continue;
+        }
+        let (mut survived, mut slowest) = (0, Duration::ZERO);
+        let mut landed: BTreeMap<String, usize> = BTreeMap::new();
+        for i in 1..=n {
+            match lab.try_once(fault).await {
+                Ok(t) => {
+                    survived += 1;
+                    slowest = slowest.max(t.recovery);
+                    *landed.entry(t.landed).or_default() += 1;
+                }
+                Err(e) => {
+                    failures.push(format!("{} (run {i}): {e}", fault.name()));
+                    // Start the next run from a converged cluster.
+                    let sha = lab.commit(lab.generation + 1);
+                    let (code, out) = lab.sync();
+                    assert_eq!(code, 0, "resetting after a failure: {out}");
+                    lab.converged(lab.generation, &sha).await.expect("reset");
+                }
+            }
+        }
+        println!(
+            "{}: {survived}/{n} survived, slowest recovery {:.1} s",
+            fault.name(),
+            slowest.as_secs_f64()
+        );
+        rows.push((fault.name(), n, survived, slowest, landed));
+    }
+    if let Ok(path) = std::env::var("BERTH_FAULTS_REPORT") {
+        std::fs::write(&path, report(&rows)).expect("write the report");
+    }
+    assert!(failures.is_empty(), "faults that did not converge:\n{}", failures.join("\n"));
+}
+
+type Row = (String, usize, usize, Duration, BTreeMap<String, usize>);
+
+fn report(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "# Reliability: the fault suite\n\nWritten by `scripts/faults` (`tests/faults.rs`). Each fault is injected at a random\npoint of a sync of a 213-object app (200 ConfigMaps, 3 Deployments rolling out, 10\nobjects pruned by each commit) on the real control plane; after each, the next commit's\nsync must exit 0 with the cluster, the inventory and the history holding exactly that\ncommit, and no ConfigMap of the app with a second field manager. \"Recovery\" is that next\nsync, from its start to its exit.\n\n| Fault | Tried | Survived | Slowest recovery | Where it landed |\n|---|---:|---:|---:|---|\n",
+    );
+    for (name, n, ok, slowest, landed) in rows {
+        let landed: Vec<String> = landed.iter().map(|(k, v)| format!("{k} ×{v}")).collect();
+        out.push_str(&format!(
+            "| {name} | {n} | {ok} | {:.1} s | {} |\n",
+            slowest.as_secs_f64(),
+            if *n == 0 {
+                "not run: needs root to mount a tmpfs".to_string()
+            } else {
+                landed.join(", ")
+            }
+        ));
+    }
+    out
+}
