@@ -199,7 +199,11 @@ impl Lab {
     fn write_generation(&self, g: usize) {
         let mut base = String::new();
         for i in 0..BASE {
-            let value = if i % 5 == 0 { g.to_string() } else { "0".into() };
+            let value = if i % 5 == 0 {
+                g.to_string()
+            } else {
+                "0".into()
+            };
             base.push_str(&format!(
                 "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: base-{i:03}\ndata:\n  gen: \"{value}\"\n"
             ));
@@ -241,7 +245,9 @@ impl Lab {
     }
 
     fn history(&self) -> Vec<berth::history::SyncRecord> {
-        HistoryLog::new(&self.state).read(APP).expect("the history parses")
+        HistoryLog::new(&self.state)
+            .read(APP)
+            .expect("the history parses")
     }
 
     /// The step of the sync in flight, from its lock file.
@@ -267,6 +273,17 @@ impl Lab {
     /// Checks that the cluster, the inventory, the history and the field managers hold
     /// exactly generation `g` at commit `sha`.
     async fn converged(&self, g: usize, sha: &str) -> Result<(), String> {
+        self.holds(g, sha).await?;
+        let last = self.history().pop().ok_or("no history")?;
+        if last.outcome != Outcome::Succeeded {
+            return Err(format!("last record is {:?}", last.outcome));
+        }
+        Ok(())
+    }
+
+    /// Checks that the cluster and the inventory hold exactly generation `g` at `sha`
+    /// (after a refused sync: nothing changed).
+    async fn holds(&self, g: usize, sha: &str) -> Result<(), String> {
         let label = ListParams::default().labels(&format!("berth.dev/app={APP}"));
         let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.ns);
         let live = maps.list(&label).await.map_err(|e| e.to_string())?;
@@ -339,10 +356,6 @@ impl Lab {
                 want.len()
             ));
         }
-        let last = self.history().pop().ok_or("no history")?;
-        if last.outcome != Outcome::Succeeded {
-            return Err(format!("last record is {:?}", last.outcome));
-        }
         Ok(())
     }
 
@@ -385,16 +398,12 @@ impl Lab {
                 let child = self.spawn_sync();
                 std::thread::sleep(Duration::from_millis(200 + random(2500)));
                 landed = self.step().unwrap_or_else(|| "ended".into());
-                self.cp.kill(component).map_err(|e| e.to_string())?;
-                std::thread::sleep(Duration::from_millis(500 + random(1500)));
-                self.cp
-                    .start_again(component)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if component == "etcd" {
-                    self.wait_api_ready().await?;
+                let restarted = self.restart(component).await;
+                let (code, _) = finish(child);
+                restarted?;
+                if code == 0 {
+                    landed.push_str(", ridden out");
                 }
-                finish(child);
             }
             Fault::Api429 | Fault::Api5xx => {
                 let mut child = self.spawn_sync();
@@ -441,7 +450,7 @@ impl Lab {
                     return Err(format!("exit {code} without naming state_dir: {out}"));
                 }
                 landed = "lock".into();
-                self.converged(g - 1, &self.previous_commit())
+                self.holds(g - 1, &self.previous_commit())
                     .await
                     .map_err(|e| format!("the refused sync changed the cluster: {e}"))?;
             }
@@ -488,7 +497,7 @@ impl Lab {
                 if code == 0 || !out.contains("does not exist") {
                     return Err(format!("exit {code}: {out}"));
                 }
-                self.converged(g - 1, &self.previous_commit())
+                self.holds(g - 1, &self.previous_commit())
                     .await
                     .map_err(|e| format!("the failed fetch changed the cluster: {e}"))?;
             }
@@ -551,7 +560,9 @@ impl Lab {
                 terminate(&mut daemon);
                 self.write_config(true);
                 if !settled || !alive {
-                    return Err(format!("after the reload: settled {settled}, alive {alive}"));
+                    return Err(format!(
+                        "after the reload: settled {settled}, alive {alive}"
+                    ));
                 }
             }
         }
@@ -604,6 +615,17 @@ impl Lab {
             .expect("berth run")
     }
 
+    /// Kills `component`, waits up to 2 s, starts it again and waits for the API.
+    async fn restart(&self, component: &'static str) -> Result<(), String> {
+        self.cp.kill(component).map_err(|e| e.to_string())?;
+        std::thread::sleep(Duration::from_millis(500 + random(1500)));
+        self.cp
+            .start_again(component)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.wait_api_ready().await
+    }
+
     async fn wait_api_ready(&self) -> Result<(), String> {
         let end = Instant::now() + Duration::from_secs(60);
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.ns);
@@ -643,8 +665,14 @@ fn finish_mut(child: &mut Child) -> (i32, String) {
     }
     let mut out = String::new();
     for pipe in [
-        child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read>),
-        child.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read>),
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read>),
     ]
     .into_iter()
     .flatten()
@@ -723,7 +751,9 @@ async fn every_fault_converges_on_the_next_sync() {
     let sha = lab.commit(0);
     let (code, out) = lab.sync();
     assert_eq!(code, 0, "the first sync: {out}");
-    lab.converged(0, &sha).await.expect("the first sync converges");
+    lab.converged(0, &sha)
+        .await
+        .expect("the first sync converges");
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     // BERTH_FAULTS_ONLY: comma-separated parts of fault names, to run a few.
@@ -764,7 +794,11 @@ async fn every_fault_converges_on_the_next_sync() {
     if let Ok(path) = std::env::var("BERTH_FAULTS_REPORT") {
         std::fs::write(&path, report(&rows)).expect("write the report");
     }
-    assert!(failures.is_empty(), "faults that did not converge:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "faults that did not converge:\n{}",
+        failures.join("\n")
+    );
 }
 
 type Row = (String, usize, usize, Duration, BTreeMap<String, usize>);

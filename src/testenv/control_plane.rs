@@ -92,7 +92,11 @@ impl ControlPlane {
         let pid = self.pid_of(component).ok_or_else(|| TestenvError::Exited {
             component: "a component",
             status: format!("{component} is not running"),
-            log: self.dir.join(format!("{component}.log")).display().to_string(),
+            log: self
+                .dir
+                .join(format!("{component}.log"))
+                .display()
+                .to_string(),
         })?;
         // SAFETY: kill(2) of a pid this control plane started (checked in pid_of).
         unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -113,7 +117,11 @@ impl ControlPlane {
             .map_err(io(format!("reading how {component} was started")))?;
         let argv: Vec<String> = serde_json::from_str(&line)
             .map_err(|e| io("reading a command line")(std::io::Error::other(e)))?;
-        let mut child = spawn(&self.dir, component, Command::new(&argv[0]).args(&argv[1..]))?;
+        let mut child = spawn(
+            &self.dir,
+            component,
+            Command::new(&argv[0]).args(&argv[1..]),
+        )?;
         if component == "kube-apiserver" {
             let deadline = Instant::now() + READY_TIMEOUT;
             while !apiserver_ready(&self.kubeconfig).await {

@@ -46,10 +46,7 @@ fn start(deployment_controller: bool, role: &str) -> Option<ControlPlane> {
         eprintln!("SKIPPED: {why}");
         return None;
     };
-    let dir = std::env::temp_dir().join(format!(
-        "berth-test-{}-{role}",
-        std::process::id()
-    ));
+    let dir = std::env::temp_dir().join(format!("berth-test-{}-{role}", std::process::id()));
     let mut dirs = STATE_DIRS.lock().expect("state dirs");
     if dirs.is_empty() {
         // SAFETY: registering a plain extern "C" function, once.

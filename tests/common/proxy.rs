@@ -36,7 +36,9 @@ type Reply = Response<Either<kube::client::Body, Full<Bytes>>>;
 impl Proxy {
     /// Listens on a free loopback port, sending requests on through `client`.
     pub async fn start(client: kube::Client) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
         let url = format!("http://{}", listener.local_addr().unwrap());
         let state = Arc::new(State {
             client,
