@@ -87,7 +87,7 @@ impl Fault {
             Fault::Api5xx => "API server answers 503 for 2-4 s".into(),
             Fault::WatchDrop => "watch connections cut mid-rollout".into(),
             Fault::EtcdRestart => "etcd killed and restarted".into(),
-            Fault::StateFull => "state_dir full".into(),
+            Fault::StateFull => "state_dir full (berth sync, then berth run)".into(),
             Fault::StateReadOnly => "state_dir read-only".into(),
             Fault::InventoryDeleted => "inventory ConfigMap deleted by hand".into(),
             Fault::InventoryEdited => "inventory ConfigMap edited by hand".into(),
@@ -119,6 +119,8 @@ struct Lab {
     config: PathBuf,
     proxy: Proxy,
     tmpfs: bool,
+    /// The port of `berth run`'s endpoint.
+    port: u16,
     generation: usize,
 }
 
@@ -165,6 +167,10 @@ impl Lab {
             config,
             proxy,
             tmpfs,
+            port: std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .unwrap()
+                .port(),
             generation: 0,
         };
         lab.write_config(true);
@@ -180,8 +186,9 @@ impl Lab {
         std::fs::write(
             &self.config,
             format!(
-                "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\nhistory_keep = 100000\n[cluster]\nkubeconfig = \"{}\"\n{}",
+                "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"127.0.0.1:{}\"\nhistory_keep = 100000\n[cluster]\nkubeconfig = \"{}\"\n{}",
                 self.state.display(),
+                self.port,
                 dir_of(&self.config).join("kubeconfig").display(),
                 if with_app { app } else { String::new() }
             ),
@@ -441,18 +448,23 @@ impl Lab {
                     remount(&self.state, "ro");
                 }
                 let (code, out) = self.sync();
-                if fault == Fault::StateFull {
-                    let _ = std::fs::remove_file(self.state.join("filler"));
+                let unchanged = self.holds(g - 1, &self.previous_commit()).await;
+                let agent = if fault == Fault::StateFull {
+                    let mut daemon = self.daemon();
+                    let served = self.agent_rides_out_a_full_disk(g).await;
+                    terminate(&mut daemon);
+                    served
                 } else {
                     remount(&self.state, "rw");
-                }
+                    Ok(())
+                };
+                let _ = std::fs::remove_file(self.state.join("filler"));
                 if code == 0 || !out.contains("state_dir") {
                     return Err(format!("exit {code} without naming state_dir: {out}"));
                 }
+                unchanged.map_err(|e| format!("the refused sync changed the cluster: {e}"))?;
+                agent?;
                 landed = "lock".into();
-                self.holds(g - 1, &self.previous_commit())
-                    .await
-                    .map_err(|e| format!("the refused sync changed the cluster: {e}"))?;
             }
             Fault::InventoryDeleted | Fault::InventoryEdited => {
                 let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), "berth-system");
@@ -566,31 +578,31 @@ impl Lab {
                 }
             }
         }
-        if let Some(id) = recorded {
-            let found = self.history().iter().any(|r| r.id == id);
-            if !found {
-                // The next sync records it: checked after it below.
-                landed.push_str(" (pending record)");
+        let during = self.history().split_off(before);
+        if matches!(fault, Fault::StateFull | Fault::StateReadOnly) {
+            let claimed = during.iter().any(|r| {
+                r.outcome == Outcome::Succeeded && r.commit.as_ref().is_some_and(|c| c.sha == sha)
+            });
+            if claimed {
+                return Err("a sync that could not record itself was recorded as succeeded".into());
             }
-            let g2 = g + 1;
-            let sha2 = self.commit(g2);
-            let clock = Instant::now();
-            self.expect_sync("after the fault")?;
-            let recovery = clock.elapsed();
-            self.converged(g2, &sha2).await?;
-            let rec = self.history().into_iter().find(|r| r.id == id);
-            match rec {
-                Some(r) if r.outcome == Outcome::Interrupted => {}
-                other => return Err(format!("the killed sync {id} is recorded as {other:?}")),
-            }
-            return Ok(Tried { landed, recovery });
+        } else if during.is_empty() && recorded.is_none() {
+            return Err("the faulted attempt left no history record".into());
         }
-        let g2 = g + 1;
+        let g2 = self.generation + 1;
         let sha2 = self.commit(g2);
         let clock = Instant::now();
         self.expect_sync("after the fault")?;
         let recovery = clock.elapsed();
         self.converged(g2, &sha2).await?;
+        if let Some(id) = recorded {
+            match self.history().into_iter().find(|r| r.id == id) {
+                Some(r) if r.outcome == Outcome::Interrupted => {}
+                // Killed between its record and letting go of the lock.
+                Some(_) if landed.starts_with("history") => {}
+                other => return Err(format!("the killed sync {id} is recorded as {other:?}")),
+            }
+        }
         Ok(Tried { landed, recovery })
     }
 
@@ -613,6 +625,32 @@ impl Lab {
             .stderr(Stdio::null())
             .spawn()
             .expect("berth run")
+    }
+
+    /// With `state_dir` full, `berth run`: its sync fails, its endpoint still answers,
+    /// and once space returns the next trigger (a commit, by notify) syncs.
+    async fn agent_rides_out_a_full_disk(&mut self, g: usize) -> Result<(), String> {
+        let port = self.port;
+        let synced = |outcome: &str| {
+            let line = format!("berth_syncs_total{{app=\"{APP}\",outcome=\"{outcome}\"}} ");
+            get(port, "/metrics").is_some_and(|(_, text)| {
+                text.lines()
+                    .any(|l| l.strip_prefix(&line).is_some_and(|n| n.trim() != "0"))
+            })
+        };
+        if !wait_until(Duration::from_secs(60), || synced("failed")) {
+            return Err("berth run: no failed sync counted with state_dir full".into());
+        }
+        match get(self.port, "/healthz") {
+            Some((200, _)) => {}
+            other => return Err(format!("berth run stopped serving: {other:?}")),
+        }
+        let _ = std::fs::remove_file(self.state.join("filler"));
+        let sha = self.commit(g + 1);
+        if !wait_until(SYNC_TIMEOUT, || synced("succeeded")) {
+            return Err("berth run did not recover when space returned".into());
+        }
+        self.holds(g + 1, &sha).await
     }
 
     /// Kills `component`, waits up to 2 s, starts it again and waits for the API.
@@ -645,6 +683,22 @@ impl Drop for Lab {
             let _ = Command::new("umount").arg("-l").arg(&self.state).status();
         }
     }
+}
+
+/// `GET path` from berth's endpoint: status and the whole answer.
+fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: berth\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, text))
 }
 
 fn dir_of(p: &Path) -> PathBuf {

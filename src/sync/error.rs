@@ -90,8 +90,8 @@ pub enum SyncError {
         #[source]
         source: std::io::Error,
     },
-    /// The history record of a sync that changed the cluster could not be written.
-    #[error("the changes above were made, but their history record could not be written ({0}); free space in [agent] state_dir")]
+    /// A sync's history record could not be written.
+    #[error("this sync's history record could not be written ({0}): the cluster holds what it lists; free space in [agent] state_dir")]
     Unrecorded(#[source] crate::history::HistoryError),
     /// A rollout failed, timed out or could not be followed (the message says which, and
     /// what the failure policy did).

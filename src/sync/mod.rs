@@ -401,7 +401,14 @@ impl<'a> Run<'a> {
         // The sync starts when it holds the lock: records of one app never overlap.
         self.rec.started_at = jiff::Timestamp::now();
         self.rec.id = new_id(self.rec.started_at);
-        if let Some(mut died) = left.record(&self.app.name) {
+        let history = &self.syncer.history;
+        let unrecorded = |r: &SyncRecord| {
+            // Killed after its record was written, before it let go of the lock.
+            !history
+                .read(&r.app)
+                .is_ok_and(|all| all.iter().any(|done| done.id == r.id))
+        };
+        if let Some(mut died) = left.record(&self.app.name).filter(unrecorded) {
             (self.report)(&format!(
                 "note: {}",
                 died.note.as_deref().unwrap_or_default()
