@@ -45,6 +45,7 @@ enum Fault {
     StateReadOnly,
     InventoryDeleted,
     InventoryEdited,
+    InventoryEditedMidSync,
     OtherFieldManager,
     GitRemoteGone,
     GitForcePush,
@@ -70,6 +71,7 @@ const FAULTS: &[Fault] = &[
     Fault::StateReadOnly,
     Fault::InventoryDeleted,
     Fault::InventoryEdited,
+    Fault::InventoryEditedMidSync,
     Fault::OtherFieldManager,
     Fault::GitRemoteGone,
     Fault::GitForcePush,
@@ -91,6 +93,9 @@ impl Fault {
             Fault::StateReadOnly => "state_dir read-only".into(),
             Fault::InventoryDeleted => "inventory ConfigMap deleted by hand".into(),
             Fault::InventoryEdited => "inventory ConfigMap edited by hand".into(),
+            Fault::InventoryEditedMidSync => {
+                "inventory ConfigMap changed by another writer mid-sync".into()
+            }
             Fault::OtherFieldManager => "an owned object changed by another field manager".into(),
             Fault::GitRemoteGone => "git remote disappears".into(),
             Fault::GitForcePush => "branch force-pushed to an unrelated history".into(),
@@ -349,13 +354,7 @@ impl Lab {
         if inv["commit"] != sha {
             return Err(format!("inventory at {}, not {sha}", inv["commit"]));
         }
-        let held: BTreeSet<String> = inv["objects"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["kind"] == "ConfigMap")
-            .map(|e| e["name"].as_str().unwrap().to_string())
-            .collect();
+        let held = self.inventory_names().await?;
         if held != want {
             return Err(format!(
                 "inventory holds {} ConfigMaps, not the commit's {}",
@@ -487,6 +486,29 @@ impl Lab {
                 self.expect_sync("after the inventory was changed by hand")?;
                 self.converged(g, &sha).await?;
             }
+            Fault::InventoryEditedMidSync => {
+                // Another writer adds an entry while the sync rolls out: the sync's own
+                // write finds the ConfigMap changed, reads it again and keeps the entry.
+                let mut child = self.spawn_sync();
+                let mut edited = Ok(());
+                if self.wait_for_step(&mut child, "roll out") {
+                    std::thread::sleep(Duration::from_millis(random(300)));
+                    landed = "roll out".into();
+                    edited = self.add_inventory_entry("stray").await;
+                }
+                let (code, out) = finish(child);
+                edited?;
+                if code != 0 {
+                    return Err(format!("exit {code}: {out}"));
+                }
+                if landed != "-" && !out.contains("changed by another writer") {
+                    return Err(format!("the other writer's change went unnoticed: {out}"));
+                }
+                let kept = self.inventory_names().await?.contains("stray");
+                if landed != "-" && !kept {
+                    return Err("the other writer's entry was overwritten".into());
+                }
+            }
             Fault::OtherFieldManager => {
                 let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.ns);
                 let patch = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"gen": "intruder"}});
@@ -604,6 +626,45 @@ impl Lab {
             }
         }
         Ok(Tried { landed, recovery })
+    }
+
+    /// Adds an entry for ConfigMap `name` to the inventory, as another writer would.
+    async fn add_inventory_entry(&self, name: &str) -> Result<(), String> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), "berth-system");
+        let cm_name = format!("berth-inventory-{APP}");
+        let cm = api.get(&cm_name).await.map_err(|e| e.to_string())?;
+        let mut inv: serde_json::Value =
+            serde_json::from_str(&cm.data.unwrap_or_default()["inventory.json"]).unwrap();
+        inv["objects"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({
+                "group": "", "kind": "ConfigMap", "namespace": self.ns, "name": name,
+                "api_version": "v1", "digest": "x", "observed": "1"
+            }));
+        let patch = serde_json::json!({"data": {"inventory.json": inv.to_string()}});
+        api.patch(&cm_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// The names of the ConfigMaps the inventory holds.
+    async fn inventory_names(&self) -> Result<BTreeSet<String>, String> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), "berth-system");
+        let cm = api
+            .get(&format!("berth-inventory-{APP}"))
+            .await
+            .map_err(|e| format!("inventory: {e}"))?;
+        let inv: serde_json::Value =
+            serde_json::from_str(&cm.data.unwrap_or_default()["inventory.json"]).unwrap();
+        Ok(inv["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "ConfigMap")
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .collect())
     }
 
     fn previous_commit(&self) -> String {
@@ -846,7 +907,8 @@ async fn every_fault_converges_on_the_next_sync() {
         rows.push((fault.name(), n, survived, slowest, landed));
     }
     if let Ok(path) = std::env::var("BERTH_FAULTS_REPORT") {
-        std::fs::write(&path, report(&rows)).expect("write the report");
+        let before = std::fs::read_to_string(&path).unwrap_or_default();
+        std::fs::write(&path, report(&rows, &before)).expect("write the report");
     }
     assert!(
         failures.is_empty(),
@@ -857,21 +919,36 @@ async fn every_fault_converges_on_the_next_sync() {
 
 type Row = (String, usize, usize, Duration, BTreeMap<String, usize>);
 
-fn report(rows: &[Row]) -> String {
-    let mut out = String::from(
-        "# Reliability: the fault suite\n\nWritten by `scripts/faults` (`tests/faults.rs`). Each fault is injected at a random\npoint of a sync of a 213-object app (200 ConfigMaps, 3 Deployments rolling out, 10\nobjects pruned by each commit) on the real control plane; after each, the next commit's\nsync must exit 0 with the cluster, the inventory and the history holding exactly that\ncommit, and no ConfigMap of the app with a second field manager. \"Recovery\" is that next\nsync, from its start to its exit.\n\n| Fault | Tried | Survived | Slowest recovery | Where it landed |\n|---|---:|---:|---:|---|\n",
-    );
+/// The report: the table of `rows`, keeping the rows of `before` (an earlier report) for
+/// faults not run this time (`BERTH_FAULTS_ONLY`).
+fn report(rows: &[Row], before: &str) -> String {
+    let mut lines: BTreeMap<usize, String> = BTreeMap::new();
+    let order = |name: &str| FAULTS.iter().position(|f| f.name() == name);
+    for line in before.lines().filter(|l| l.starts_with("| ")) {
+        let name = line[2..].split(" | ").next().unwrap_or_default();
+        if let Some(i) = order(name) {
+            lines.insert(i, line.to_string());
+        }
+    }
     for (name, n, ok, slowest, landed) in rows {
         let landed: Vec<String> = landed.iter().map(|(k, v)| format!("{k} ×{v}")).collect();
-        out.push_str(&format!(
-            "| {name} | {n} | {ok} | {:.1} s | {} |\n",
+        let line = format!(
+            "| {name} | {n} | {ok} | {:.1} s | {} |",
             slowest.as_secs_f64(),
             if *n == 0 {
                 "not run: needs root to mount a tmpfs".to_string()
             } else {
                 landed.join(", ")
             }
-        ));
+        );
+        lines.insert(order(name).unwrap_or(usize::MAX), line);
+    }
+    let mut out = String::from(
+        "# Reliability: the fault suite\n\nWritten by `scripts/faults` (`tests/faults.rs`). Each fault is injected at a random\npoint of a sync of a 213-object app (200 ConfigMaps, 3 Deployments rolling out, 10\nobjects pruned by each commit) on the real control plane (etcd, kube-apiserver and\nkube-controller-manager v1.20.2, the kubelet stand-in); after each, the next commit's\nsync must exit 0 with the cluster, the inventory and the history holding exactly that\ncommit, the faulted attempt in the history, and no ConfigMap of the app with a second\nfield manager. \"Recovery\" is that next sync, from its start to its exit; \"where it\nlanded\" is the step the sync was in when the fault struck (from its lock file).\n\n| Fault | Tried | Survived | Slowest recovery | Where it landed |\n|---|---:|---:|---:|---|\n",
+    );
+    for line in lines.values() {
+        out.push_str(line);
+        out.push('\n');
     }
     out
 }

@@ -233,3 +233,37 @@ fn live_object(item: &PartialObjectMeta<kube::api::DynamicObject>) -> LiveObject
             .is_some_and(|v| v == "false"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Entry;
+
+    #[test]
+    fn the_local_copy_round_trips_and_is_replaced_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(load_local(dir.path(), "shop"), None);
+        let mut inv = Inventory {
+            commit: Some("c1".into()),
+            ..Inventory::default()
+        };
+        inv.objects.push(Entry {
+            key: ObjectKey {
+                group: String::new(),
+                kind: "ConfigMap".into(),
+                namespace: Some("shop".into()),
+                name: "a".into(),
+            },
+            api_version: "v1".into(),
+            digest: "d".into(),
+            observed: "1".into(),
+        });
+        store_local(dir.path(), "shop", &inv).unwrap();
+        assert_eq!(load_local(dir.path(), "shop"), Some(inv.clone()));
+        inv.objects.clear();
+        store_local(dir.path(), "shop", &inv).unwrap();
+        assert_eq!(load_local(dir.path(), "shop"), Some(inv));
+        std::fs::write(local_path(dir.path(), "shop"), "{torn").unwrap();
+        assert_eq!(load_local(dir.path(), "shop"), None, "unreadable: no copy");
+    }
+}

@@ -254,4 +254,85 @@ mod tests {
         h.insert(http::header::RETRY_AFTER, "2".parse().unwrap());
         assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
     }
+
+    /// A service answering `statuses` in turn (the last one for ever), counting calls;
+    /// status 0 never answers.
+    fn answering(
+        statuses: &'static [u16],
+    ) -> (
+        impl Service<
+                Request<Body>,
+                Response = Response<()>,
+                Error = BoxError,
+                Future = impl Send + 'static,
+            > + Clone
+            + Send
+            + 'static,
+        std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        use std::sync::atomic::Ordering;
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = calls.clone();
+        let service = tower::service_fn(move |_req: Request<Body>| {
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            let status = statuses[n.min(statuses.len() - 1)];
+            async move {
+                if status == 0 {
+                    futures::future::pending::<()>().await;
+                }
+                Ok::<_, BoxError>(Response::builder().status(status).body(()).unwrap())
+            }
+        });
+        (service, calls)
+    }
+
+    async fn send_one(
+        statuses: &'static [u16],
+        policy: Resilience,
+    ) -> (Result<Response<()>, BoxError>, usize) {
+        let (service, calls) = answering(statuses);
+        let mut service = ResilientLayer(policy).layer(service);
+        let req = Request::patch("/api/v1/namespaces/shop/configmaps/a")
+            .body(Body::from(b"{}".to_vec()))
+            .unwrap();
+        let result = service.ready().await.unwrap().call(req).await;
+        (result, calls.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    const PATIENT: Resilience = Resilience {
+        request_timeout: Duration::from_secs(5),
+        retry_for: Duration::from_secs(30),
+    };
+
+    #[tokio::test]
+    async fn transient_answers_are_sent_again_until_one_succeeds() {
+        let (result, calls) = send_one(&[503, 429, 200], PATIENT).await;
+        assert_eq!(result.unwrap().status(), 200);
+        assert_eq!(calls, 3);
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_not_sent_again() {
+        let (result, calls) = send_one(&[422, 200], PATIENT).await;
+        assert_eq!(result.unwrap().status(), 422);
+        assert_eq!(calls, 1);
+    }
+
+    #[tokio::test]
+    async fn a_request_that_hangs_times_out_and_retries_stop_after_retry_for() {
+        let brief = Resilience {
+            request_timeout: Duration::from_millis(100),
+            retry_for: Duration::from_millis(600),
+        };
+        let clock = Instant::now();
+        let (result, calls) = send_one(&[0], brief).await;
+        let e = result.unwrap_err();
+        assert!(e.is::<TimedOut>(), "{e}");
+        assert!(calls >= 2, "{calls} calls");
+        assert!(
+            clock.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            clock.elapsed()
+        );
+    }
 }

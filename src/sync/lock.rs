@@ -15,11 +15,12 @@ use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use super::{Run, Stop, SyncError};
 use crate::history::{new_id, CommitInfo, Outcome, SyncRecord, Trigger};
 use crate::shutdown::{self, Signal};
 
@@ -178,6 +179,89 @@ impl Left {
             note: Some(note),
             ..SyncRecord::new(id, app, trigger, started_at, commit)
         })
+    }
+}
+
+impl Run<'_> {
+    /// Takes the app's lock (waiting for another process's sync of it), records a sync
+    /// that died holding it, and leaves this sync's marker.
+    pub(super) async fn lock(&mut self) -> Result<(), Stop> {
+        let state_dir = &self.syncer.agent.state_dir;
+        let acquired =
+            AppLock::acquire(state_dir, &self.app.name, self.shutdown, self.report).await;
+        let state = |what, source| SyncError::State {
+            what,
+            path: path(state_dir, &self.app.name),
+            source,
+        };
+        let (held, left) = match acquired {
+            Ok(Some(acquired)) => acquired,
+            Ok(None) => return Err(Stop::Interrupted),
+            Err(e) => {
+                let e = state("cannot lock the app with", e);
+                self.fail(e);
+                return Err(Stop::Failed);
+            }
+        };
+        // The sync starts when it holds the lock: records of one app never overlap.
+        self.rec.started_at = jiff::Timestamp::now();
+        self.rec.id = new_id(self.rec.started_at);
+        let history = &self.syncer.history;
+        let unrecorded = |r: &SyncRecord| {
+            // Killed after its record was written, before it let go of the lock.
+            !history
+                .read(&r.app)
+                .is_ok_and(|all| all.iter().any(|done| done.id == r.id))
+        };
+        if let Some(mut died) = left.record(&self.app.name).filter(unrecorded) {
+            (self.report)(&format!(
+                "note: {}",
+                died.note.as_deref().unwrap_or_default()
+            ));
+            self.syncer.record(&mut died);
+        }
+        let marked = held.mark(&self.marker("prepare"));
+        self.lock = Some(held);
+        if let Err(e) = marked {
+            let e = state("cannot write", e);
+            self.fail(e);
+            return Err(Stop::Failed);
+        }
+        Ok(())
+    }
+
+    /// Records the run (a held app excepted) and releases the app's lock.
+    pub(super) fn end(mut self, clock: Instant) -> SyncRecord {
+        self.mark("history");
+        self.rec.finished_at = jiff::Timestamp::now();
+        self.rec.duration_ms = clock.elapsed().as_millis() as u64;
+        if self.rec.outcome != Outcome::Held {
+            self.syncer.record(&mut self.rec);
+        }
+        if let Some(lock) = self.lock.take() {
+            lock.finish();
+        }
+        self.rec
+    }
+
+    fn marker(&self, step: &str) -> Marker {
+        Marker {
+            pid: std::process::id(),
+            id: self.rec.id.clone(),
+            trigger: self.rec.trigger,
+            started_at: self.rec.started_at,
+            step: step.to_string(),
+            commit: self.rec.commit.clone(),
+        }
+    }
+
+    /// Notes the step this sync is in, in its lock file (see the module's documentation).
+    pub(super) fn mark(&self, step: &str) {
+        if let Some(held) = &self.lock {
+            if let Err(e) = held.mark(&self.marker(step)) {
+                tracing::warn!(app = %self.app.name, error = %e, "cannot note the sync's step");
+            }
+        }
     }
 }
 

@@ -1,9 +1,10 @@
 //! One sync of one app, as named steps (see [`Syncer::sync`] and `docs/architecture.md`):
-//! prepare (`prepare.rs`: inventory, fetch, discover, render, plan) → skip when held or
-//! unchanged → validate and apply (`apply.rs`: dry run, staged server-side apply) → roll
-//! out (`rollouts.rs`: follow, failure policy, rollback) → prune and store the inventory
-//! (`prune.rs`) → record the history. A failed step records its errors and stops what
-//! follows — a broken commit writes nothing and prunes nothing.
+//! lock the app (`lock.rs`: one writer per app, a killed sync recorded) → prepare
+//! (`prepare.rs`: inventory, fetch, discover, render, plan) → skip when held or unchanged
+//! → validate and apply (`apply.rs`: dry run, write ahead, staged server-side apply) →
+//! roll out (`rollouts.rs`: follow, failure policy, rollback) → prune and store the
+//! inventory (`prune.rs`) → record the history. A failed step records its errors and
+//! stops what follows — a broken commit writes nothing and prunes nothing.
 //!
 //! `preview.rs` is `berth plan` (a sync that stops after the dry run); `manual.rs` is
 //! `berth rollback`.
@@ -376,87 +377,6 @@ impl<'a> Run<'a> {
             message,
             source: e.origin(),
         });
-    }
-
-    /// Takes the app's lock (waiting for another process's sync of it), records a sync
-    /// that died holding it, and leaves this sync's marker.
-    async fn lock(&mut self) -> Result<(), Stop> {
-        let state_dir = &self.syncer.agent.state_dir;
-        let acquired =
-            lock::AppLock::acquire(state_dir, &self.app.name, self.shutdown, self.report).await;
-        let state = |what, source| SyncError::State {
-            what,
-            path: lock::path(state_dir, &self.app.name),
-            source,
-        };
-        let (held, left) = match acquired {
-            Ok(Some(acquired)) => acquired,
-            Ok(None) => return Err(Stop::Interrupted),
-            Err(e) => {
-                let e = state("cannot lock the app with", e);
-                self.fail(e);
-                return Err(Stop::Failed);
-            }
-        };
-        // The sync starts when it holds the lock: records of one app never overlap.
-        self.rec.started_at = jiff::Timestamp::now();
-        self.rec.id = new_id(self.rec.started_at);
-        let history = &self.syncer.history;
-        let unrecorded = |r: &SyncRecord| {
-            // Killed after its record was written, before it let go of the lock.
-            !history
-                .read(&r.app)
-                .is_ok_and(|all| all.iter().any(|done| done.id == r.id))
-        };
-        if let Some(mut died) = left.record(&self.app.name).filter(unrecorded) {
-            (self.report)(&format!(
-                "note: {}",
-                died.note.as_deref().unwrap_or_default()
-            ));
-            self.syncer.record(&mut died);
-        }
-        let marked = held.mark(&self.marker("prepare"));
-        self.lock = Some(held);
-        if let Err(e) = marked {
-            let e = state("cannot write", e);
-            self.fail(e);
-            return Err(Stop::Failed);
-        }
-        Ok(())
-    }
-
-    /// Records the run (a held app excepted) and releases the app's lock.
-    fn end(mut self, clock: Instant) -> SyncRecord {
-        self.mark("history");
-        self.rec.finished_at = jiff::Timestamp::now();
-        self.rec.duration_ms = clock.elapsed().as_millis() as u64;
-        if self.rec.outcome != Outcome::Held {
-            self.syncer.record(&mut self.rec);
-        }
-        if let Some(lock) = self.lock.take() {
-            lock.finish();
-        }
-        self.rec
-    }
-
-    fn marker(&self, step: &str) -> Marker {
-        Marker {
-            pid: std::process::id(),
-            id: self.rec.id.clone(),
-            trigger: self.rec.trigger,
-            started_at: self.rec.started_at,
-            step: step.to_string(),
-            commit: self.rec.commit.clone(),
-        }
-    }
-
-    /// Notes the step this sync is in, in its lock file (see [`lock`]).
-    fn mark(&self, step: &str) {
-        if let Some(held) = &self.lock {
-            if let Err(e) = held.mark(&self.marker(step)) {
-                tracing::warn!(app = %self.app.name, error = %e, "cannot note the sync's step");
-            }
-        }
     }
 
     fn interrupted(&self) -> Result<(), Stop> {
