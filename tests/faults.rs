@@ -282,6 +282,18 @@ impl Lab {
         false
     }
 
+    /// Waits until a sync of the app (any process's) is in `step`.
+    fn wait_for_any_step(&self, step: &str) -> bool {
+        let end = Instant::now() + SYNC_TIMEOUT;
+        while self.step().as_deref() != Some(step) {
+            if Instant::now() > end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        true
+    }
+
     /// Checks that the cluster, the inventory, the history and the field managers hold
     /// exactly generation `g` at commit `sha`.
     async fn converged(&self, g: usize, sha: &str) -> Result<(), String> {
@@ -382,7 +394,7 @@ impl Lab {
                 }
                 let max_ms = match step {
                     "dry run" => 100,
-                    "apply" => 300,
+                    "apply" => 40,
                     "roll out" => 2000,
                     "prune" => 30,
                     "render" => 10,
@@ -550,19 +562,23 @@ impl Lab {
             }
             Fault::ConcurrentSync => {
                 let mut daemon = self.daemon();
+                let step = ["apply", "roll out"][random(2) as usize];
+                let in_flight = self.wait_for_any_step(step);
                 let mut child = self.spawn_sync();
-                let (code, out) = {
-                    let r = finish_mut(&mut child);
-                    let _ = wait_until(SYNC_TIMEOUT, || self.history().len() >= before + 2);
-                    r
-                };
+                let (code, out) = finish_mut(&mut child);
+                let _ = wait_until(SYNC_TIMEOUT, || self.history().len() >= before + 2);
                 terminate(&mut daemon);
+                if !in_flight {
+                    return Err(format!("berth run's sync never reached {step}"));
+                }
                 if code != 0 {
                     return Err(format!("berth sync beside berth run: exit {code}: {out}"));
                 }
+                if !out.contains("waiting:") {
+                    return Err(format!("berth sync did not wait for berth run: {out}"));
+                }
                 let records = self.history();
-                let new = &records[before..];
-                for pair in new.windows(2) {
+                for pair in records[before..].windows(2) {
                     if pair[1].started_at < pair[0].finished_at {
                         return Err(format!(
                             "two syncs overlapped: {} and {}",
@@ -570,19 +586,12 @@ impl Lab {
                         ));
                     }
                 }
-                landed = if out.contains("waiting:") {
-                    "waited".into()
-                } else {
-                    "ran first".into()
-                };
+                landed = step.into();
             }
             Fault::ReloadRemovesApp => {
                 let mut daemon = self.daemon();
                 let step = ["render", "apply", "roll out"][random(3) as usize];
-                let end = Instant::now() + SYNC_TIMEOUT;
-                while self.step().as_deref() != Some(step) && Instant::now() < end {
-                    std::thread::sleep(Duration::from_micros(300));
-                }
+                self.wait_for_any_step(step);
                 landed = self.step().unwrap_or_else(|| "ended".into());
                 self.write_config(false);
                 // SAFETY: a signal to the child this test started.
@@ -944,7 +953,7 @@ fn report(rows: &[Row], before: &str) -> String {
         lines.insert(order(name).unwrap_or(usize::MAX), line);
     }
     let mut out = String::from(
-        "# Reliability: the fault suite\n\nWritten by `scripts/faults` (`tests/faults.rs`). Each fault is injected at a random\npoint of a sync of a 213-object app (200 ConfigMaps, 3 Deployments rolling out, 10\nobjects pruned by each commit) on the real control plane (etcd, kube-apiserver and\nkube-controller-manager v1.20.2, the kubelet stand-in); after each, the next commit's\nsync must exit 0 with the cluster, the inventory and the history holding exactly that\ncommit, the faulted attempt in the history, and no ConfigMap of the app with a second\nfield manager. \"Recovery\" is that next sync, from its start to its exit; \"where it\nlanded\" is the step the sync was in when the fault struck (from its lock file).\n\n| Fault | Tried | Survived | Slowest recovery | Where it landed |\n|---|---:|---:|---:|---|\n",
+        "# Reliability: the fault suite\n\nWritten by `scripts/faults` (`tests/faults.rs`). Each fault is injected at a random\npoint of a sync of a 213-object app (200 ConfigMaps, 3 Deployments rolling out, 10\nobjects pruned by each commit) on the real control plane (etcd, kube-apiserver and\nkube-controller-manager v1.20.2, the kubelet stand-in); after each, the next commit's\nsync must exit 0 with the cluster, the inventory and the history holding exactly that\ncommit, the faulted attempt in the history, and no ConfigMap of the app with a second\nfield manager. \"Recovery\" is that next sync, from its start to its exit; \"where it\nlanded\" is the step the sync was in when the fault struck (from its lock file; \"-\": between\nsyncs; \"ridden out\": the faulted sync itself still succeeded).\n\n| Fault | Tried | Survived | Slowest recovery | Where it landed |\n|---|---:|---:|---:|---|\n",
     );
     for line in lines.values() {
         out.push_str(line);
