@@ -356,17 +356,11 @@ impl Lab {
                 return Err(format!("Deployment image {image:?}, not generation {g}"));
             }
         }
-        let inventory: Api<ConfigMap> = Api::namespaced(self.client.clone(), "berth-system");
-        let cm = inventory
-            .get(&format!("berth-inventory-{APP}"))
-            .await
-            .map_err(|e| format!("inventory: {e}"))?;
-        let inv: serde_json::Value =
-            serde_json::from_str(&cm.data.unwrap_or_default()["inventory.json"]).unwrap();
+        let inv = self.inventory().await?;
         if inv["commit"] != sha {
             return Err(format!("inventory at {}, not {sha}", inv["commit"]));
         }
-        let held = self.inventory_names().await?;
+        let held = configmap_names(&inv);
         if held != want {
             return Err(format!(
                 "inventory holds {} ConfigMaps, not the commit's {}",
@@ -485,15 +479,10 @@ impl Lab {
                         .await
                         .map_err(|e| e.to_string())?;
                 } else {
-                    let cm = api.get(&name).await.map_err(|e| e.to_string())?;
-                    let mut inv: serde_json::Value =
-                        serde_json::from_str(&cm.data.unwrap()["inventory.json"]).unwrap();
+                    let mut inv = self.inventory().await?;
                     let objects = inv["objects"].as_array_mut().unwrap();
                     objects.retain(|e| !e["name"].as_str().unwrap().starts_with("gen-"));
-                    let patch = serde_json::json!({"data": {"inventory.json": inv.to_string()}});
-                    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await
-                        .map_err(|e| e.to_string())?;
+                    self.set_inventory(&inv).await?;
                 }
                 self.expect_sync("after the inventory was changed by hand")?;
                 self.converged(g, &sha).await?;
@@ -516,7 +505,7 @@ impl Lab {
                 if landed != "-" && !out.contains("changed by another writer") {
                     return Err(format!("the other writer's change went unnoticed: {out}"));
                 }
-                let kept = self.inventory_names().await?.contains("stray");
+                let kept = configmap_names(&self.inventory().await?).contains("stray");
                 if landed != "-" && !kept {
                     return Err("the other writer's entry was overwritten".into());
                 }
@@ -637,13 +626,34 @@ impl Lab {
         Ok(Tried { landed, recovery })
     }
 
+    /// The inventory's JSON, as berth stored it.
+    async fn inventory(&self) -> Result<serde_json::Value, String> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), "berth-system");
+        let cm = api
+            .get(&format!("berth-inventory-{APP}"))
+            .await
+            .map_err(|e| format!("inventory: {e}"))?;
+        serde_json::from_str(&cm.data.unwrap_or_default()["inventory.json"])
+            .map_err(|e| format!("inventory: {e}"))
+    }
+
+    /// Replaces the inventory's JSON, as a person or another writer would.
+    async fn set_inventory(&self, inv: &serde_json::Value) -> Result<(), String> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), "berth-system");
+        let patch = serde_json::json!({"data": {"inventory.json": inv.to_string()}});
+        api.patch(
+            &format!("berth-inventory-{APP}"),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string())
+    }
+
     /// Adds an entry for ConfigMap `name` to the inventory, as another writer would.
     async fn add_inventory_entry(&self, name: &str) -> Result<(), String> {
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), "berth-system");
-        let cm_name = format!("berth-inventory-{APP}");
-        let cm = api.get(&cm_name).await.map_err(|e| e.to_string())?;
-        let mut inv: serde_json::Value =
-            serde_json::from_str(&cm.data.unwrap_or_default()["inventory.json"]).unwrap();
+        let mut inv = self.inventory().await?;
         inv["objects"]
             .as_array_mut()
             .unwrap()
@@ -651,29 +661,7 @@ impl Lab {
                 "group": "", "kind": "ConfigMap", "namespace": self.ns, "name": name,
                 "api_version": "v1", "digest": "x", "observed": "1"
             }));
-        let patch = serde_json::json!({"data": {"inventory.json": inv.to_string()}});
-        api.patch(&cm_name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(())
-    }
-
-    /// The names of the ConfigMaps the inventory holds.
-    async fn inventory_names(&self) -> Result<BTreeSet<String>, String> {
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), "berth-system");
-        let cm = api
-            .get(&format!("berth-inventory-{APP}"))
-            .await
-            .map_err(|e| format!("inventory: {e}"))?;
-        let inv: serde_json::Value =
-            serde_json::from_str(&cm.data.unwrap_or_default()["inventory.json"]).unwrap();
-        Ok(inv["objects"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["kind"] == "ConfigMap")
-            .map(|e| e["name"].as_str().unwrap().to_string())
-            .collect())
+        self.set_inventory(&inv).await
     }
 
     fn previous_commit(&self) -> String {
@@ -753,6 +741,17 @@ impl Drop for Lab {
             let _ = Command::new("umount").arg("-l").arg(&self.state).status();
         }
     }
+}
+
+/// The names of the ConfigMaps an inventory's JSON holds.
+fn configmap_names(inv: &serde_json::Value) -> BTreeSet<String> {
+    inv["objects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["kind"] == "ConfigMap")
+        .filter_map(|e| Some(e["name"].as_str()?.to_string()))
+        .collect()
 }
 
 /// `GET path` from berth's endpoint: status and the whole answer.
