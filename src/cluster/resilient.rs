@@ -99,7 +99,6 @@ where
         let Some(req) = next.take() else {
             unreachable!("a request is always kept for the next attempt")
         };
-        let what = format!("{} {}", req.method(), req.uri().path());
         next = if watch { None } else { copy(&req) };
         let call = match ready.take() {
             Some(mut s) => s.call(req),
@@ -122,10 +121,13 @@ where
             Err(_) => return result,
         };
         let wait = server_wait.unwrap_or_else(|| backoff(attempt));
-        if next.is_none() || started.elapsed() + wait > policy.retry_for {
+        let Some(kept) = next
+            .as_ref()
+            .filter(|_| started.elapsed() + wait <= policy.retry_for)
+        else {
             return result;
-        }
-        tracing::warn!(request = %what, error = %why, retry_in_ms = wait.as_millis() as u64, attempt = attempt + 1, "API request failed; retrying");
+        };
+        tracing::warn!(method = %kept.method(), path = kept.uri().path(), error = %why, retry_in_ms = wait.as_millis() as u64, attempt = attempt + 1, "API request failed; retrying");
         tokio::time::sleep(wait).await;
     }
     unreachable!("the attempts loop returns")
