@@ -231,10 +231,16 @@ async fn app_loop(
     let mut trigger = Trigger::Interval;
     loop {
         heart.busy(true);
-        let record = shared
-            .syncer()
+        let syncer = shared.syncer();
+        // Queued behind agent.max_concurrent_syncs other syncs (a busy heart may wait).
+        let slot = tokio::select! {
+            slot = syncer.slots.clone().acquire_owned() => slot,
+            () = stopped(&mut stop) => return,
+        };
+        let record = syncer
             .sync(&app, SyncOptions::new(trigger), &stop, &log)
             .await;
+        drop(slot);
         heart.busy(false);
         shared.metrics.observe(&record);
         if let Ok(mut status) = shared.status.lock() {

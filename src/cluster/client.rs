@@ -55,7 +55,12 @@ pub async fn connect(cluster: &ClusterConfig) -> Result<kube::Client, ClusterErr
     };
     let builder = kube::client::ClientBuilder::try_from(config)
         .map_err(|e| ClusterError::Connect(e.to_string()))?;
+    // Innermost: at most `max_requests_in_flight` requests are sent at once (a watch holds
+    // its place only until the answer starts); the others wait in the buffer's queue.
     Ok(builder
+        .with_layer(&tower::limit::ConcurrencyLimitLayer::new(
+            cluster.max_requests_in_flight,
+        ))
         .with_layer(&tower::buffer::BufferLayer::new(1024))
         .with_layer(&ResilientLayer(resilience))
         .build())

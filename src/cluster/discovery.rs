@@ -1,5 +1,10 @@
-//! Which resource serves each kind, and its scope: the cluster's discovery, read once and
-//! kept until a kind is missing (a CRD may have been installed since).
+//! Which resource serves each kind, and its scope: the cluster's discovery, read once per
+//! agent ([`SharedKinds`]) and read again when a sync meets a kind it does not know (a CRD
+//! may have been installed since), after a CRD is applied, or when older than
+//! [`MAX_AGE`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kube::api::{ApiResource, GroupVersionKind};
 use kube::discovery::{ApiCapabilities, Scope as ApiScope};
@@ -7,6 +12,49 @@ use kube::discovery::{ApiCapabilities, Scope as ApiScope};
 use super::ClusterError;
 use crate::manifest::{BuiltinScopes, Manifest, Scope, ScopeLookup};
 use crate::plan::{Resolved, UnknownKind};
+
+/// Discovery is read again when older than this.
+pub const MAX_AGE: Duration = Duration::from_secs(300);
+
+/// The cluster's kinds as last discovered, shared by every sync of an agent: one
+/// discovery (about 40 requests on a bare cluster) instead of one per sync.
+pub struct SharedKinds {
+    client: kube::Client,
+    last: tokio::sync::Mutex<Option<(Arc<ClusterKinds>, Instant)>>,
+}
+
+impl SharedKinds {
+    /// Nothing discovered yet.
+    pub fn new(client: kube::Client) -> Self {
+        SharedKinds {
+            client,
+            last: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The kinds, discovered at `newer_than` or later when given (a sync that met an
+    /// unknown kind, or applied a CRD, passes when it started or now). Syncs asking at once
+    /// share one discovery.
+    ///
+    /// # Errors
+    /// The apiserver could not be asked.
+    pub async fn get(
+        &self,
+        newer_than: Option<Instant>,
+    ) -> Result<(Arc<ClusterKinds>, Instant), ClusterError> {
+        let mut last = self.last.lock().await;
+        if let Some((kinds, at)) = last.as_ref() {
+            let fresh = newer_than.map_or(at.elapsed() < MAX_AGE, |t| *at >= t);
+            if fresh {
+                return Ok((kinds.clone(), *at));
+            }
+        }
+        let at = Instant::now();
+        let kinds = Arc::new(ClusterKinds::discover(&self.client).await?);
+        *last = Some((kinds.clone(), at));
+        Ok((kinds, at))
+    }
+}
 
 /// The cluster's kinds.
 pub struct ClusterKinds {

@@ -65,6 +65,8 @@ pub struct AgentConfig {
     pub max_app_size: u64,
     /// Requests in flight at once while applying one stage.
     pub concurrency: usize,
+    /// Apps syncing at once; the others queue, first come first served.
+    pub max_concurrent_syncs: usize,
     /// Namespace of the inventory ConfigMaps (`berth-inventory-<app>`); created if missing.
     pub inventory_namespace: String,
     /// Sync history records kept per app.
@@ -106,6 +108,7 @@ impl Default for AgentConfig {
             max_file_size: 4 << 20,
             max_app_size: 64 << 20,
             concurrency: 16,
+            max_concurrent_syncs: 8,
             inventory_namespace: "berth-system".to_string(),
             history_keep: 1000,
             history_max_age: Duration::from_secs(90 * 24 * 3600),
@@ -149,6 +152,9 @@ pub struct ClusterConfig {
     /// retried, with exponential backoff and jitter, before the sync fails.
     #[serde(deserialize_with = "duration")]
     pub retry_for: Duration,
+    /// Requests to the API server in flight at once, across every app (watches count
+    /// only until their answer starts); the others queue.
+    pub max_requests_in_flight: usize,
 }
 
 impl Default for ClusterConfig {
@@ -158,6 +164,7 @@ impl Default for ClusterConfig {
             context: None,
             request_timeout: Duration::from_secs(30),
             retry_for: Duration::from_secs(60),
+            max_requests_in_flight: 64,
         }
     }
 }

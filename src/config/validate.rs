@@ -30,6 +30,9 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut problems = Problems::default();
         agent(&self.agent, &mut problems);
+        if self.cluster.max_requests_in_flight == 0 {
+            problems.add("cluster.max_requests_in_flight", "must be at least 1");
+        }
         let mut names = HashSet::new();
         for (i, app) in self.apps.iter().enumerate() {
             let key = |k: &str| format!("app[{i}].{k}");
@@ -73,6 +76,9 @@ fn agent(agent: &AgentConfig, problems: &mut Problems) {
     }
     if agent.concurrency == 0 {
         problems.add("agent.concurrency", "must be at least 1");
+    }
+    if agent.max_concurrent_syncs == 0 {
+        problems.add("agent.max_concurrent_syncs", "must be at least 1");
     }
     if !is_dns_label(&agent.inventory_namespace) {
         problems.add(

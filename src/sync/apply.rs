@@ -193,7 +193,8 @@ impl Run<'_> {
         writes: &mut Vec<Write>,
         deferred: Vec<Manifest>,
     ) -> Result<Vec<usize>, Stop> {
-        let kinds = self.discover().await?;
+        // The CRDs were just applied: only a discovery from now on knows their kinds.
+        let (kinds, _) = self.discover(Some(std::time::Instant::now())).await?;
         let mut added = Vec::new();
         for m in deferred {
             match kinds.require(&m) {

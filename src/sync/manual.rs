@@ -121,7 +121,7 @@ impl Run<'_> {
             self.rec.note = Some(note);
             return Ok(Outcome::NoChange);
         }
-        let kinds = self.discover().await?;
+        let (kinds, _) = self.discover(None).await?;
         let checkout = git::Checkout {
             dir: cache,
             commit: self.rec.commit.clone().unwrap_or_else(git::unknown_commit),

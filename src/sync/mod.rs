@@ -25,12 +25,13 @@ pub use lock::{in_flight, Marker};
 pub use manual::{RollbackRefused, RollbackRequest};
 pub use preview::{PlannedObject, Preview};
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use kube::api::DynamicObject;
 
 use crate::cluster::apply::{observed, ApplySettings};
-use crate::cluster::discovery::ClusterKinds;
+use crate::cluster::discovery::{ClusterKinds, SharedKinds};
 use crate::cluster::ClusterError;
 use crate::config::{AgentConfig, AppConfig};
 use crate::history::{new_id, HistoryLog, Outcome, RecordError, SyncRecord, Trigger};
@@ -55,6 +56,12 @@ pub struct Syncer {
     /// Apps with `rollout.engine = "agent"` have their Deployments driven by a
     /// supervisor elsewhere (the daemon): syncs then only follow them.
     pub engine_supervised: bool,
+    /// The cluster's kinds, discovered once for every app.
+    pub kinds: SharedKinds,
+    /// `agent.max_concurrent_syncs` places; the daemon's app loops take one per sync, in
+    /// the order they asked (tokio's semaphore is fair), so one slow app holds one place
+    /// and never starves the others.
+    pub slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// Why the steps stopped early; the errors are already in the record.
@@ -77,7 +84,7 @@ struct Write {
 struct Prepared {
     inventory: Inventory,
     checkout: Checkout,
-    kinds: ClusterKinds,
+    kinds: Arc<ClusterKinds>,
     plan: Plan,
 }
 
@@ -92,6 +99,8 @@ struct Run<'a> {
     lock: Option<lock::AppLock>,
     /// The inventory ConfigMap's resourceVersion as last read or written.
     inventory_version: Option<String>,
+    /// When the run began (discovery older than this may miss a new kind).
+    begun: Instant,
 }
 
 impl Syncer {
@@ -103,8 +112,13 @@ impl Syncer {
         config: &crate::config::Config,
         engine_supervised: bool,
     ) -> Result<Self, ClusterError> {
+        let client = crate::cluster::client::connect(&config.cluster).await?;
         Ok(Syncer {
-            client: crate::cluster::client::connect(&config.cluster).await?,
+            kinds: SharedKinds::new(client.clone()),
+            slots: Arc::new(tokio::sync::Semaphore::new(
+                config.agent.max_concurrent_syncs,
+            )),
+            client,
             agent: config.agent.clone(),
             history: HistoryLog::new(&config.agent.state_dir),
             engine_supervised,
@@ -242,6 +256,7 @@ impl<'a> Run<'a> {
             rec: SyncRecord::new(new_id(started), &app.name, trigger, started, None),
             lock: None,
             inventory_version: None,
+            begun: Instant::now(),
         }
     }
 

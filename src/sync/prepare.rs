@@ -2,6 +2,7 @@
 //! the render through the manifest pipeline, the refusal to prune everything, and the
 //! plan against the live objects.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Prepared, Run, Stop, SyncError};
@@ -18,9 +19,14 @@ impl Run<'_> {
         let inventory = self.load_inventory().await?;
         self.mark("fetch");
         let checkout = self.fetch(inventory.commit.clone()).await?;
-        let kinds = self.discover().await?;
+        let (mut kinds, discovered) = self.discover(None).await?;
         self.mark("render");
-        let manifests = self.render(&checkout, &kinds)?;
+        let mut manifests = self.render(&checkout, &kinds)?;
+        if discovered < self.begun && manifests.iter().any(|m| kinds.resolve(m).is_none()) {
+            // A kind the shared discovery does not know: it may be new since.
+            kinds = self.discover(Some(self.begun)).await?.0;
+            manifests = self.render(&checkout, &kinds)?;
+        }
         self.guard_empty(&manifests, &inventory)?;
         self.mark("plan");
         let plan = self.plan(manifests, &kinds, &inventory).await?;
@@ -127,13 +133,16 @@ impl Run<'_> {
         }
     }
 
-    pub(super) async fn discover(&mut self) -> Result<ClusterKinds, Stop> {
-        ClusterKinds::discover(&self.syncer.client)
-            .await
-            .map_err(|e| {
-                self.fail(e);
-                Stop::Failed
-            })
+    /// The cluster's kinds from the agent's shared discovery, discovered at `newer_than`
+    /// or later when given; and when they were discovered.
+    pub(super) async fn discover(
+        &mut self,
+        newer_than: Option<Instant>,
+    ) -> Result<(Arc<ClusterKinds>, Instant), Stop> {
+        self.syncer.kinds.get(newer_than).await.map_err(|e| {
+            self.fail(e);
+            Stop::Failed
+        })
     }
 
     pub(super) fn render(
