@@ -447,7 +447,7 @@ impl Bench {
         .apps
         .remove(0);
         let state = self.work.join("big-state");
-        berth::source::git::fetch_and_checkout(&app, &state, None)?;
+        berth::source::git::fetch(&app, &state)?;
         let (mut berth, mut cli_times) = (vec![], vec![]);
         for rep in 0..REPS {
             std::fs::write(
@@ -456,7 +456,7 @@ impl Bench {
             )?;
             git(&origin, &["commit", "-qam", "one more"])?;
             let start = Instant::now();
-            berth::source::git::fetch_and_checkout(&app, &state, None)?;
+            berth::source::git::fetch(&app, &state)?;
             berth.push(start.elapsed().as_secs_f64());
             let start = Instant::now();
             git(&cli, &["fetch", "-q", "origin", "main"])?;

@@ -20,7 +20,7 @@
 //!
 //! The stages, by function (`docs/architecture.md` has the whole table):
 //! - one sync: [`sync::Syncer::sync`], its steps in [`sync`];
-//! - fetch: [`source::git::fetch_and_checkout`];
+//! - fetch: [`source::shared::Sources::fetch`];
 //! - render: [`manifest::Builder::render`];
 //! - plan: [`plan::plan`], then [`plan::split`] and [`plan::next_inventory`];
 //! - validate and apply: [`cluster::apply::apply_all`];

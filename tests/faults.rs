@@ -544,8 +544,13 @@ impl Lab {
                 self.converged(g, &sha).await?;
             }
             Fault::GitCacheTruncated => {
-                let objects = self.state.join("repos").join(APP);
-                truncate_files(&objects);
+                // The repository's git objects and refs (its trees are written whole, by
+                // rename, so a killed fetch cannot truncate them).
+                for source in
+                    std::fs::read_dir(self.state.join("sources")).map_err(|e| e.to_string())?
+                {
+                    truncate_files(&source.map_err(|e| e.to_string())?.path().join("git"));
+                }
                 self.expect_sync("after the cache was truncated")?;
                 self.converged(g, &sha).await?;
             }

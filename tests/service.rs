@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use berth::history::{Outcome, Trigger};
-use common::{Repo, Setup};
+use common::{eventually, Daemon, Repo, Setup};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 
@@ -27,54 +27,6 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-/// A `berth run` child process.
-struct Daemon {
-    child: std::process::Child,
-}
-
-impl Daemon {
-    fn start(config: &Path, env: &[(&str, String)]) -> Daemon {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_berth"));
-        cmd.args(["run", "--log-format", "text", "--config"])
-            .arg(config);
-        if std::env::var_os("BERTH_TEST_LOG").is_none() {
-            cmd.stderr(std::process::Stdio::null());
-        }
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        Daemon {
-            child: cmd.spawn().expect("berth run"),
-        }
-    }
-
-    fn signal(&self, sig: i32) {
-        // SAFETY: a signal to the child this test started.
-        unsafe { libc::kill(self.child.id() as i32, sig) };
-    }
-
-    fn wait(&mut self, timeout: Duration) -> std::process::ExitStatus {
-        let end = Instant::now() + timeout;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(
-                Instant::now() < end,
-                "berth did not exit within {timeout:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// The systemd side of the notify protocol.
@@ -173,15 +125,6 @@ fn http(
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     (code, body)
-}
-
-/// Waits (polling, with a deadline) until `check` holds.
-fn eventually(what: &str, timeout: Duration, check: impl Fn() -> bool) {
-    let end = Instant::now() + timeout;
-    while !check() {
-        assert!(Instant::now() < end, "{what}: not within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! webhook, one sync at a time; started, stopped and changed by a reload.
 
 use std::collections::hash_map::RandomState;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use crate::config::{self, AppConfig, Config, RolloutEngine};
 use crate::history::Trigger;
 use crate::rollout::engine::{supervise, Engine};
 use crate::service::http::Hook;
+use crate::service::shards::{self, Fence};
 use crate::shutdown::{self, stopped, Signal};
 use crate::source::{git, watch as repo_watch};
 use crate::sync::{SyncOptions, Syncer};
@@ -24,9 +25,59 @@ pub(super) struct Agent {
     pub(super) config: Config,
     pub(super) shared: Arc<Shared>,
     pub(super) apps: BTreeMap<String, AppTask>,
+    /// One watcher per local repository, fanning its commits out to its apps.
+    pub(super) watchers: HashMap<PathBuf, RepoWatch>,
+    /// With sharding: the live members, as last read.
+    pub(super) members: Vec<String>,
+}
+
+/// The apps a repository's commits trigger.
+type Subscribers = Arc<std::sync::Mutex<BTreeMap<String, mpsc::Sender<Trigger>>>>;
+
+/// A watched local repository and the apps it triggers.
+pub(super) struct RepoWatch {
+    _watcher: notify::RecommendedWatcher,
+    apps: Subscribers,
 }
 
 impl Agent {
+    /// With sharding: runs the apps the assignment gives this host among `members`, and
+    /// stops the others (their syncs in progress end first; the new owner waits for the
+    /// app's Lease meanwhile).
+    pub(super) async fn rebalance(&mut self, members: Vec<String>) {
+        self.members = members;
+        let Some(shard) = &self.shared.shard else {
+            return;
+        };
+        let names: Vec<String> = self.config.apps.iter().map(|a| a.name.clone()).collect();
+        let owners = shards::assign(&names, &self.members);
+        let mine = |name: &str| owners.get(name).is_some_and(|m| *m == shard.identity);
+        let gone: Vec<String> = self.apps.keys().filter(|a| !mine(a)).cloned().collect();
+        let new: Vec<AppConfig> = self
+            .config
+            .apps
+            .iter()
+            .filter(|a| mine(&a.name) && !self.apps.contains_key(&a.name))
+            .cloned()
+            .collect();
+        let count = names.iter().filter(|a| mine(a)).count();
+        self.shared.metrics.shard(count, self.members.len());
+        tracing::info!(
+            apps = count,
+            of = names.len(),
+            members = self.members.len(),
+            started = new.len(),
+            handed_over = gone.len(),
+            "shard: {count} of {} apps on this host ({} live)",
+            names.len(),
+            crate::plural(self.members.len(), "host")
+        );
+        self.stop_some(&gone).await;
+        for app in new {
+            self.start(app);
+        }
+    }
+
     pub(super) fn start_all(&mut self) {
         for app in self.config.apps.clone() {
             self.start(app);
@@ -35,22 +86,17 @@ impl Agent {
 
     pub(super) fn start(&mut self, app: AppConfig) {
         let (trigger, triggers) = mpsc::channel(4);
-        let watcher = git::local_path(&app.repo).and_then(|path| {
-            let (tx, mut rx) = mpsc::channel(1);
-            let forward = trigger.clone();
-            tokio::spawn(async move {
-                while rx.recv().await.is_some() {
-                    let _ = forward.try_send(Trigger::Notify);
-                }
-            });
-            repo_watch::watch_refs(&path, tx)
-                .inspect_err(|e| tracing::warn!(app = %app.name, path = %path.display(), error = %e, "cannot watch the local repository; syncing on the interval only"))
-                .ok()
-        });
+        if let Some(path) = git::local_path(&app.repo) {
+            self.subscribe(&app.name, path, trigger.clone());
+        }
         if let Some(endpoint) = &self.shared.endpoint {
-            let secret = webhook_secret(&app);
+            let hook = Hook {
+                secret: webhook_secret(&app),
+                repo: git::remote_url(&app.repo),
+                trigger,
+            };
             if let Ok(mut hooks) = endpoint.hooks.write() {
-                hooks.insert(app.name.clone(), Hook { secret, trigger });
+                hooks.insert(app.name.clone(), hook);
             }
         }
         let heart = Arc::new(Heartbeat::default());
@@ -82,18 +128,57 @@ impl Agent {
             stopping,
             heart,
         )));
-        self.apps.insert(
-            app.name.clone(),
-            AppTask {
-                app,
-                stop,
-                tasks,
-                _watcher: watcher,
-            },
-        );
+        self.apps
+            .insert(app.name.clone(), AppTask { app, stop, tasks });
+    }
+
+    /// A commit in the local repository at `path` triggers the app: one watcher per
+    /// repository, whatever the number of its apps (inotify instances are few).
+    fn subscribe(&mut self, app: &str, path: PathBuf, trigger: mpsc::Sender<Trigger>) {
+        if !self.watchers.contains_key(&path) {
+            let (tx, mut rx) = mpsc::channel(1);
+            let apps: Subscribers = Arc::default();
+            let forward = apps.clone();
+            tokio::spawn(async move {
+                while rx.recv().await.is_some() {
+                    let apps = forward.lock().map(|a| a.clone()).unwrap_or_default();
+                    for trigger in apps.values() {
+                        // A full channel already holds a trigger: that sync sees this commit.
+                        let _ = trigger.try_send(Trigger::Notify);
+                    }
+                }
+            });
+            match repo_watch::watch_refs(&path, tx) {
+                Ok(watcher) => {
+                    self.watchers.insert(
+                        path.clone(),
+                        RepoWatch {
+                            _watcher: watcher,
+                            apps,
+                        },
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(app, path = %path.display(), error = %e, "cannot watch the local repository; syncing on the interval only");
+                    return;
+                }
+            }
+        }
+        if let Some(watch) = self.watchers.get(&path) {
+            if let Ok(mut apps) = watch.apps.lock() {
+                apps.insert(app.to_string(), trigger);
+            }
+        }
     }
 
     pub(super) async fn stop(&mut self, name: &str) {
+        self.watchers.retain(|_, watch| {
+            let Ok(mut apps) = watch.apps.lock() else {
+                return true;
+            };
+            apps.remove(name);
+            !apps.is_empty()
+        });
         if let Some(task) = self.apps.remove(name) {
             let _ = task.stop.send(true);
             for t in task.tasks {
@@ -115,13 +200,18 @@ impl Agent {
 
     pub(super) async fn stop_all(&mut self) {
         let names: Vec<String> = self.apps.keys().cloned().collect();
-        for name in &names {
+        self.stop_some(&names).await;
+    }
+
+    /// Stops apps all at once, then waits for each.
+    async fn stop_some(&mut self, names: &[String]) {
+        for name in names {
             if let Some(task) = self.apps.get(name) {
                 let _ = task.stop.send(true); // all at once, then wait
             }
         }
         for name in names {
-            self.stop(&name).await;
+            self.stop(name).await;
         }
     }
 
@@ -139,7 +229,9 @@ impl Agent {
     }
 
     pub(super) async fn apply(&mut self, new: Config) {
-        let leading = !self.apps.is_empty() || self.config.apps.is_empty();
+        // With sharding the assignment decides which apps run here, not leadership.
+        let sharded = self.shared.shard.is_some();
+        let leading = !sharded && (!self.apps.is_empty() || self.config.apps.is_empty());
         if new.cluster != self.config.cluster || new.agent != self.config.agent {
             match Syncer::connect(&new, true).await {
                 Ok(syncer) => {
@@ -156,6 +248,8 @@ impl Agent {
             self.config = new;
             if leading {
                 self.start_all();
+            } else if sharded {
+                self.rebalance(self.members.clone()).await;
             }
             tracing::info!(
                 apps = self.config.apps.len(),
@@ -194,6 +288,8 @@ impl Agent {
                 self.start(app);
                 added += 1;
             }
+        } else if sharded {
+            self.rebalance(self.members.clone()).await;
         }
         tracing::info!(added, removed, changed, "configuration reloaded");
     }
@@ -231,16 +327,34 @@ async fn app_loop(
     let mut trigger = Trigger::Interval;
     loop {
         heart.busy(true);
+        let options = SyncOptions::new(trigger);
         let syncer = shared.syncer();
+        // With sharding, only the holder of the app's Lease writes (a hand-over waits).
+        let fence = match &shared.shard {
+            Some(s) => {
+                let api = kube::Api::namespaced(syncer.client.clone(), &s.namespace);
+                match Fence::take(api, &app.name, &s.identity, s.duration, &mut stop).await {
+                    Some(fence) => Some(fence),
+                    None => return,
+                }
+            }
+            None => None,
+        };
         // Queued behind agent.max_concurrent_syncs other syncs (a busy heart may wait).
         let slot = tokio::select! {
-            slot = syncer.slots.clone().acquire_owned() => slot,
-            () = stopped(&mut stop) => return,
+            slot = syncer.slots.clone().acquire_owned() => slot.ok(),
+            () = stopped(&mut stop) => None,
         };
-        let record = syncer
-            .sync(&app, SyncOptions::new(trigger), &stop, &log)
-            .await;
-        drop(slot);
+        let record = match slot {
+            Some(_slot) => Some(syncer.sync(&app, options, &stop, &log).await),
+            None => None,
+        };
+        if let Some(fence) = fence {
+            fence.release().await;
+        }
+        let Some(record) = record else {
+            return;
+        };
         heart.busy(false);
         shared.metrics.observe(&record);
         if let Ok(mut status) = shared.status.lock() {

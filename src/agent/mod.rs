@@ -27,6 +27,7 @@ use crate::service::http::{self, Endpoint};
 use crate::service::lease::{self, Elector};
 use crate::service::metrics::Metrics;
 use crate::service::notify::{watchdog_period, Notifier};
+use crate::service::shards::Membership;
 use crate::shutdown::{stopped, Signal};
 use crate::sync::Syncer;
 use apps::Agent;
@@ -97,7 +98,6 @@ struct AppTask {
     app: AppConfig,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
-    _watcher: Option<notify::RecommendedWatcher>,
 }
 
 /// What app loops and the service tasks share.
@@ -108,6 +108,16 @@ struct Shared {
     hearts: Mutex<BTreeMap<String, Arc<Heartbeat>>>,
     status: Mutex<BTreeMap<String, (String, Timestamp)>>,
     endpoint: Option<Arc<Endpoint>>,
+    /// With `[agent] sharding`: this host's identity, for the membership and the apps'
+    /// Leases.
+    shard: Option<Shard>,
+}
+
+/// What a sharded host needs to take an app's Lease.
+struct Shard {
+    identity: String,
+    namespace: String,
+    duration: Duration,
 }
 
 impl Shared {
@@ -171,10 +181,17 @@ pub async fn run(
         metrics,
         hearts: Mutex::new(BTreeMap::new()),
         status: Mutex::new(BTreeMap::new()),
+        shard: config.agent.sharding.then(|| Shard {
+            identity: syncer.host.clone(),
+            namespace: config.agent.inventory_namespace.clone(),
+            duration: config.agent.lease_duration,
+        }),
     });
     let _ = std::fs::create_dir_all(&config.agent.state_dir);
     let _ = std::fs::write(pid_file(&config), std::process::id().to_string());
-    let (leader_tx, mut leader) = watch::channel(!config.agent.leader_election);
+    let (leader_tx, mut leader) =
+        watch::channel(!config.agent.leader_election && !config.agent.sharding);
+    let (members_tx, mut members) = watch::channel(Vec::new());
     let mut background = vec![tokio::spawn(watchdog(
         shared.clone(),
         config.agent.sync_timeout,
@@ -192,11 +209,25 @@ pub async fn run(
             elector.run(leader_tx, signals.shutdown.clone()),
         ));
     }
+    if let Some(shard) = &shared.shard {
+        let membership = Membership {
+            api: kube::Api::namespaced(syncer.client.clone(), &shard.namespace),
+            group: config.agent.lease_name.clone(),
+            identity: shard.identity.clone(),
+            duration: shard.duration,
+        };
+        tracing::info!(group = %membership.group, identity = %membership.identity, "sharding on: the apps are shared out across the live berth hosts");
+        background.push(tokio::spawn(
+            membership.run(members_tx, signals.shutdown.clone()),
+        ));
+    }
     let mut agent = Agent {
         config_path,
         config,
         shared: shared.clone(),
         apps: BTreeMap::new(),
+        watchers: HashMap::new(),
+        members: Vec::new(),
     };
     shared.notifier.send("READY=1");
     tracing::info!(apps = agent.config.apps.len(), "berth is running");
@@ -208,6 +239,10 @@ pub async fn run(
         tokio::select! {
             () = stopped(&mut shutdown) => break,
             Some(()) = signals.reload.recv() => agent.reload().await,
+            Ok(()) = members.changed() => {
+                let live = members.borrow_and_update().clone();
+                agent.rebalance(live).await;
+            }
             Ok(()) = leader.changed() => {
                 if !*leader.borrow() {
                     tracing::warn!("lost the lease: another host applies now");

@@ -170,6 +170,9 @@ fn show(r: &SyncRecord) -> String {
         r.duration_ms as f64 / 1000.0,
         r.outcome.as_str()
     );
+    if let Some(host) = &r.host {
+        out += &format!("Host:      {host}\n");
+    }
     if let Some(c) = &r.commit {
         out += &format!(
             "Commit:    {} {:?}\n           by {} at {}\n",

@@ -11,6 +11,7 @@ use berth::history::HistoryLog;
 use berth::rollout::health::{health, waits_for, Health};
 use berth::rollout::phase::phase;
 use berth::rollout::revisions::revision_of;
+use berth::service::shards;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 
@@ -65,7 +66,25 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             held,
         ]);
     }
-    print!("{}", table(&apps));
+    let hosts = live.as_ref().ok().and_then(|l| l.hosts.as_ref());
+    match hosts {
+        // With sharding: which live host the assignment gives each app.
+        Some(hosts) => {
+            let rows: Vec<[String; 6]> = apps
+                .into_iter()
+                .enumerate()
+                .map(|(i, [a, b, c, d, e])| {
+                    let host = match i {
+                        0 => "HOST".to_string(),
+                        _ => hosts.get(&a).cloned().unwrap_or_else(|| "-".into()),
+                    };
+                    [a, host, b, c, d, e]
+                })
+                .collect();
+            print!("{}", table(&rows));
+        }
+        None => print!("{}", table(&apps)),
+    }
     match live {
         Ok(live) => {
             if live.deployments.len() > 1 {
@@ -94,6 +113,8 @@ const CLUSTER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 /// What the cluster says of the apps: why each is held, a row per Deployment, and a row
 /// per other object with a notion of readiness (its health, as a sync waits for it).
 struct Live {
+    /// With sharding: the host the assignment gives each app.
+    hosts: Option<std::collections::BTreeMap<String, String>>,
     held: Vec<Option<String>>,
     deployments: Vec<[String; 6]>,
     others: Vec<[String; 3]>,
@@ -104,6 +125,7 @@ async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::R
     // Discovery only when an app holds a kind beyond Deployments to show.
     let mut kinds: Option<ClusterKinds> = None;
     let mut live = Live {
+        hosts: None,
         others: vec![["APP", "OBJECT", "HEALTH"].map(String::from)],
         held: Vec::new(),
         deployments: vec![[
@@ -116,6 +138,18 @@ async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::R
         ]
         .map(String::from)],
     };
+    if config.agent.sharding {
+        let leases = Api::namespaced(client.clone(), &config.agent.inventory_namespace);
+        let members = shards::live_members(&leases, &config.agent.lease_name).await?;
+        let names: Vec<String> = config.apps.iter().map(|a| a.name.clone()).collect();
+        let owners = shards::assign(&names, &members);
+        live.hosts = Some(
+            owners
+                .into_iter()
+                .map(|(app, host)| (app, host.to_string()))
+                .collect(),
+        );
+    }
     for app in apps {
         let inv = inventory::load(&client, &config.agent.inventory_namespace, &app.name)
             .await?

@@ -47,9 +47,9 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
                 .sync(
                     app,
                     SyncOptions {
-                        trigger: Trigger::Cli,
                         force: args.force,
                         wait: !args.no_wait,
+                        ..SyncOptions::new(Trigger::Cli)
                     },
                     &shutdown,
                     &print,

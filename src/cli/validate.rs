@@ -73,7 +73,7 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
 fn local_checkout(config: &Config, app: &AppConfig) -> Option<PathBuf> {
     match git::local_path(&app.repo) {
         Some(local) => local.is_dir().then_some(local),
-        None => Some(git::cache_dir(&config.agent.state_dir, &app.name)).filter(|p| p.is_dir()),
+        None => git::latest_tree(&config.agent.state_dir, &app.repo),
     }
 }
 

@@ -83,7 +83,10 @@ pub struct AgentConfig {
     pub sync_timeout: Duration,
     /// Only the holder of a Lease in the cluster applies (for several berth hosts).
     pub leader_election: bool,
-    /// The Lease's name (in `inventory_namespace`).
+    /// Share the apps out across every berth host with the same `lease_name` (membership
+    /// Leases, a consistent hash with bounded loads, a Lease per app as the fence).
+    pub sharding: bool,
+    /// The Lease's name (in `inventory_namespace`); with sharding, the group's name.
     pub lease_name: String,
     /// How long a Lease holds without renewal; another host takes over after that.
     #[serde(deserialize_with = "duration")]
@@ -115,6 +118,7 @@ impl Default for AgentConfig {
             listen: Some(SocketAddr::from(([127, 0, 0, 1], 9464))),
             sync_timeout: Duration::from_secs(30 * 60),
             leader_election: false,
+            sharding: false,
             lease_name: "berth".to_string(),
             lease_duration: Duration::from_secs(15),
             kustomize: None,

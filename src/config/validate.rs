@@ -74,6 +74,12 @@ fn agent(agent: &AgentConfig, problems: &mut Problems) {
     if agent.lease_duration < Duration::from_secs(3) {
         problems.add("agent.lease_duration", "must be at least 3s");
     }
+    if agent.leader_election && agent.sharding {
+        problems.add(
+            "agent.sharding",
+            "leader_election and sharding exclude each other: one host applies everything, or the hosts share the apps",
+        );
+    }
     if agent.concurrency == 0 {
         problems.add("agent.concurrency", "must be at least 1");
     }

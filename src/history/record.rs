@@ -109,6 +109,9 @@ pub struct SyncRecord {
     pub finished_at: Timestamp,
     /// How long it took.
     pub duration_ms: u64,
+    /// The berth host that ran it (`hostname/pid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// The commit, once resolved.
     pub commit: Option<CommitInfo>,
     /// The commit of the last successful sync.
@@ -240,6 +243,7 @@ impl SyncRecord {
             started_at,
             finished_at: started_at,
             duration_ms: 0,
+            host: None,
             commit,
             previous_commit: None,
             history_rewritten: None,

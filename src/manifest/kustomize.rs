@@ -275,6 +275,46 @@ pub fn kustomization_in(dir: &Path) -> Option<&'static str> {
         .find(|f| dir.join(f).is_file())
 }
 
+/// Every path of the repository at `root` (canonical) that a render of `paths` reads,
+/// relative to `root` (`""` is the root), none inside another: the paths themselves and
+/// whatever their kustomizations reach outside them. A commit that changes none of them
+/// renders the same objects.
+pub fn reach(root: &Path, paths: &[String]) -> Vec<String> {
+    let mut found = std::collections::BTreeSet::new();
+    let mut seen = HashSet::new();
+    let mut stack: Vec<PathBuf> = paths.iter().map(|p| root.join(p)).collect();
+    while let Some(path) = stack.pop() {
+        let Ok(path) = path.canonicalize() else {
+            continue;
+        };
+        if !path.starts_with(root) || !seen.insert(path.clone()) || !path.is_dir() {
+            found.extend(path.starts_with(root).then(|| relative(root, &path)));
+            continue;
+        }
+        found.insert(relative(root, &path));
+        if let Some(file) = kustomization_in(&path) {
+            let doc = std::fs::read_to_string(path.join(file))
+                .ok()
+                .and_then(|text| serde_yaml::from_str::<Value>(&text).ok());
+            for (_, entry) in doc.as_ref().map(references).unwrap_or_default() {
+                if !is_remote(&entry) {
+                    stack.push(path.join(entry));
+                }
+            }
+        }
+        let folders = std::fs::read_dir(&path).into_iter().flatten().flatten();
+        stack.extend(folders.map(|e| e.path()).filter(|p| p.is_dir()));
+    }
+    let mut outermost: Vec<String> = Vec::new();
+    for path in found {
+        let inside = |o: &String| o.is_empty() || path.starts_with(&format!("{o}/"));
+        if !outermost.iter().any(inside) {
+            outermost.push(path);
+        }
+    }
+    outermost
+}
+
 /// Every local or remote reference of a kustomization, with its field.
 fn references(doc: &Value) -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -443,6 +483,33 @@ mod tests {
             let e = checked(root, dir, false).unwrap_err();
             assert!(e.starts_with(says), "{dir}: {e}");
         }
+    }
+
+    #[test]
+    fn reach_follows_kustomizations_out_of_the_app_paths() {
+        let repo = tempfile::tempdir().unwrap();
+        let root = repo.path().canonicalize().unwrap();
+        write(&root, "base/kustomization.yaml", "resources: [cm.yaml]\n");
+        write(&root, "base/cm.yaml", "kind: ConfigMap\n");
+        write(&root, "patches/p.yaml", "kind: ConfigMap\n");
+        write(&root, "unrelated/x.yaml", "kind: ConfigMap\n");
+        write(
+            &root,
+            "apps/prod/kustomization.yaml",
+            "resources: [../../base, svc.yaml]\npatches: [{path: ../../patches/p.yaml}]\n",
+        );
+        write(&root, "apps/prod/svc.yaml", "kind: Service\n");
+        write(&root, "apps/plain/nested/cm.yaml", "kind: ConfigMap\n");
+        let paths = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            reach(&root, &paths(&["apps/prod"])),
+            ["apps/prod", "base", "patches/p.yaml"]
+        );
+        assert_eq!(
+            reach(&root, &paths(&["apps/plain", "apps/plain/nested"])),
+            ["apps/plain"]
+        );
+        assert_eq!(reach(&root, &paths(&["", "base"])), [""]);
     }
 
     #[test]

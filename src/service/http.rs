@@ -29,6 +29,8 @@ pub const MAX_BODY: usize = 1 << 20;
 pub struct Hook {
     /// The HMAC key; `None`: the app has no webhook.
     pub secret: Option<Vec<u8>>,
+    /// The app's repository: a push triggers every app of it.
+    pub repo: String,
     /// Where sync requests go.
     pub trigger: mpsc::Sender<Trigger>,
 }
@@ -115,7 +117,7 @@ async fn handle(endpoint: &Endpoint, req: Request<Incoming>) -> Response<Full<By
 
 async fn webhook(endpoint: &Endpoint, app: &str, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let hook = endpoint.hooks.read().ok().and_then(|h| h.get(app).cloned());
-    let Some((secret, trigger)) = hook.and_then(|h| Some((h.secret?, h.trigger))) else {
+    let Some((secret, repo)) = hook.and_then(|h| Some((h.secret?, h.repo))) else {
         return reply(
             StatusCode::NOT_FOUND,
             format!("no webhook for app {app:?}\n"),
@@ -153,8 +155,25 @@ async fn webhook(endpoint: &Endpoint, app: &str, req: Request<Incoming>) -> Resp
         tracing::warn!(app, "webhook with a wrong signature refused");
         return reply(StatusCode::UNAUTHORIZED, "signature does not match\n");
     }
-    // A full channel already holds a sync request: that sync sees this push too.
-    let _ = trigger.try_send(Trigger::Webhook);
+    // The push is the repository's: every app of it syncs. A full channel already holds
+    // a sync request: that sync sees this push too.
+    let mut apps = Vec::new();
+    if let Ok(hooks) = endpoint.hooks.read() {
+        for (name, hook) in hooks.iter().filter(|(_, h)| h.repo == repo) {
+            let _ = hook.trigger.try_send(Trigger::Webhook);
+            apps.push(name.as_str());
+        }
+        if apps.len() > 1 {
+            return reply(
+                StatusCode::ACCEPTED,
+                format!(
+                    "sync of {} requested ({})\n",
+                    crate::plural(apps.len(), "app"),
+                    apps.join(", ")
+                ),
+            );
+        }
+    }
     reply(StatusCode::ACCEPTED, format!("sync of {app} requested\n"))
 }
 

@@ -42,6 +42,8 @@ struct State {
     managed: BTreeMap<String, u64>,
     rollouts: BTreeMap<(String, &'static str), u64>,
     requests: BTreeMap<String, u64>,
+    /// With sharding: this host's apps and the live members.
+    shard: Option<(usize, usize)>,
 }
 
 /// The agent's metrics.
@@ -168,7 +170,18 @@ impl Metrics {
         for (app, n) in &s.requests {
             let _ = writeln!(out, "berth_apply_requests_total{{app=\"{app}\"}} {n}");
         }
+        if let Some((apps, members)) = s.shard {
+            let _ = writeln!(out, "# HELP berth_shard_apps Apps assigned to this host ([agent] sharding).\n# TYPE berth_shard_apps gauge\nberth_shard_apps {apps}");
+            let _ = writeln!(out, "# HELP berth_shard_members Live berth hosts sharing the apps.\n# TYPE berth_shard_members gauge\nberth_shard_members {members}");
+        }
         out
+    }
+
+    /// With sharding: how many apps this host has, among how many live members.
+    pub fn shard(&self, apps: usize, members: usize) {
+        if let Ok(mut s) = self.state.lock() {
+            s.shard = Some((apps, members));
+        }
     }
 }
 

@@ -1,13 +1,16 @@
-//! The git source: fetch an app's ref into `state_dir/repos/<app>`, resolve it to a commit
-//! and check that commit out (detached), with git2.
+//! The git source: fetch a ref into the repository's cache, resolve it to a commit and
+//! write that commit's tree out once, with git2.
 //!
-//! Only the configured ref is fetched. Remote refs that disappeared are pruned, so a
-//! deleted branch is an error rather than a stale commit. A cache that cannot be read is
-//! removed and cloned again once. URLs are shown with their user-info redacted.
+//! Every app of one repository shares one cache, `state_dir/sources/<name>-<hash>/`: a
+//! bare repository (`git/`), a lock that serialises fetches across processes (`lock`), and
+//! the trees of recent commits (`trees/<sha>/`), each written once and read by every app
+//! (kustomize needs a folder). Only the configured ref is fetched. Remote refs that
+//! disappeared are pruned, so a deleted branch is an error rather than a stale commit. A
+//! cache that cannot be read is removed and cloned again once. URLs are shown with their
+//! user-info redacted. The per-app caches of berth before 0.2 (`state_dir/repos/<app>`)
+//! are removed on first use.
 //!
-//! Over 450 lines only with its tests (about 120 lines, against real repositories made
-//! with the git CLI); the code is about 420.
-
+//! Over 450 lines only with its tests (against real repositories made with the git CLI).
 use std::path::{Path, PathBuf};
 
 use git2::build::CheckoutBuilder;
@@ -21,8 +24,8 @@ use super::CommitInfo;
 use crate::config::{AppConfig, GitRef, DEFAULT_KNOWN_HOSTS};
 
 /// Errors of the git source. Every message names the repository with its credentials
-/// redacted.
-#[derive(Debug, thiserror::Error)]
+/// redacted. Cloneable: every app sharing a fetch gets its error.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum SourceError {
     /// Fetching failed (network, authentication, host key).
     #[error("cannot fetch {url}: {message}")]
@@ -55,27 +58,26 @@ pub enum SourceError {
         message: String,
     },
     /// A credential file could not be read.
-    #[error("cannot read {what} {}: {source}", path.display())]
+    #[error("cannot read {what} {}: {message}", path.display())]
     Credential {
         /// Which credential.
         what: &'static str,
         /// The file.
         path: PathBuf,
         /// What the OS said.
-        #[source]
-        source: std::io::Error,
+        message: String,
     },
 }
 
-/// A checked-out commit.
+/// A fetched commit and its tree.
 #[derive(Debug, Clone)]
 pub struct Checkout {
-    /// The working tree.
+    /// The commit's tree, written out (shared by every app of the repository: read only).
     pub dir: PathBuf,
+    /// The repository's cache (see [`source_dir`]).
+    pub source: PathBuf,
     /// The commit.
     pub commit: CommitInfo,
-    /// Set when `previous` is not an ancestor of this commit (history was rewritten).
-    pub history_rewritten: Option<String>,
 }
 
 /// What to fetch and which local ref then holds the commit.
@@ -155,34 +157,180 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// The app's repository cache (a git repository, its commit checked out):
-/// `state_dir/repos/<app>`.
-pub fn cache_dir(state_dir: &Path, app: &str) -> PathBuf {
-    state_dir.join("repos").join(app)
+/// The cache shared by every app of a repository: `state_dir/sources/<name>-<hash>`, the
+/// name being the URL's last segment and the hash the URL's.
+pub fn source_dir(state_dir: &Path, repo: &str) -> PathBuf {
+    use sha2::{Digest, Sha256};
+    let url = remote_url(repo);
+    let name: String = url
+        .trim_end_matches('/')
+        .trim_end_matches(".git")
+        .rsplit(['/', ':'])
+        .next()
+        .unwrap_or("repo")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .take(40)
+        .collect();
+    let hash = Sha256::digest(url.as_bytes());
+    let hex: String = hash[..6].iter().map(|b| format!("{b:02x}")).collect();
+    state_dir.join("sources").join(format!("{name}-{hex}"))
 }
 
-/// Fetches the app's ref and checks out its commit; `previous` is the commit of the last
-/// successful sync, checked for ancestry.
+/// Fetches the app's ref into its repository's cache and writes the commit's tree out
+/// (once per commit). Fetches of one repository are serialised across processes.
 ///
 /// # Errors
 /// Fetch, authentication, host-key, missing-ref and cache errors.
-pub fn fetch_and_checkout(
-    app: &AppConfig,
-    state_dir: &Path,
-    previous: Option<&str>,
-) -> Result<Checkout, SourceError> {
+pub fn fetch(app: &AppConfig, state_dir: &Path) -> Result<Checkout, SourceError> {
     if let Some(path) = local_path(&app.repo).filter(|p| !p.exists()) {
         return Err(SourceError::NoSuchPath { path });
     }
     bound_network_waits();
-    let cache = cache_dir(state_dir, &app.name);
-    match fetch_into(app, &cache, previous) {
+    remove_legacy_cache(state_dir, &app.name);
+    let source = source_dir(state_dir, &app.repo);
+    let cache = source.join("git");
+    let cache_err = |message: String| SourceError::Cache {
+        path: source.clone(),
+        message,
+    };
+    std::fs::create_dir_all(&source).map_err(|e| cache_err(e.to_string()))?;
+    let _lock = lock(&source.join("lock")).map_err(|e| cache_err(e.to_string()))?;
+    let (repo, oid) = match fetch_into(app, &cache) {
         Err(SourceError::Cache { .. }) => {
             tracing::warn!(app = %app.name, cache = %cache.display(), "repository cache is unreadable; cloning again");
             let _ = std::fs::remove_dir_all(&cache);
-            fetch_into(app, &cache, previous)
+            fetch_into(app, &cache)?
         }
-        other => other,
+        other => other?,
+    };
+    let commit = repo
+        .find_commit(oid)
+        .map_err(|e| cache_err(e.message().to_string()))?;
+    let trees = source.join("trees");
+    let dir = write_tree(&repo, &commit, &trees).map_err(|e| cache_err(e.to_string()))?;
+    prune_trees(&trees);
+    Ok(Checkout {
+        dir,
+        source,
+        commit: commit_info(&commit),
+    })
+}
+
+/// The tree of commit `sha` from the repository's cache, written out if it is not (a
+/// rollback renders the commit the app was last synced to).
+pub fn tree_at(state_dir: &Path, repo: &str, sha: &str) -> Option<Checkout> {
+    let source = source_dir(state_dir, repo);
+    let git = Repository::open_bare(source.join("git")).ok()?;
+    let commit = git.find_commit(Oid::from_str(sha).ok()?).ok()?;
+    let dir = write_tree(&git, &commit, &source.join("trees")).ok()?;
+    Some(Checkout {
+        dir,
+        source,
+        commit: commit_info(&commit),
+    })
+}
+
+/// The newest commit tree in the repository's cache (for `berth validate`).
+pub fn latest_tree(state_dir: &Path, repo: &str) -> Option<PathBuf> {
+    trees_by_age(&source_dir(state_dir, repo).join("trees"))
+        .pop()
+        .map(|(_, dir)| dir)
+}
+
+/// Removes the per-app cache of berth before 0.2 (`state_dir/repos/<app>`): the shared one
+/// replaces it.
+fn remove_legacy_cache(state_dir: &Path, app: &str) {
+    let legacy = state_dir.join("repos").join(app);
+    if legacy.is_dir() {
+        match std::fs::remove_dir_all(&legacy) {
+            Ok(()) => {
+                tracing::info!(app, cache = %legacy.display(), "removed the per-app repository cache: apps of one repository now share one cache")
+            }
+            Err(e) => {
+                tracing::warn!(app, cache = %legacy.display(), error = %e, "cannot remove the old per-app repository cache")
+            }
+        }
+        let _ = std::fs::remove_dir(state_dir.join("repos")); // only when empty
+    }
+}
+
+/// An exclusive `flock` on `path`, held until the file is dropped.
+fn lock(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    // SAFETY: flock(2) on a descriptor this function owns.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(file)
+}
+
+/// Trees kept whatever their age; older ones go once unused for [`TREE_GRACE`].
+const TREES_KEPT: usize = 4;
+/// A tree no sync has asked for in this long is removed (unless among the newest).
+const TREE_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Writes the commit's tree to `trees/<sha>` unless it is there (then marks it used).
+/// Written to a temporary folder first, so no reader sees half a tree.
+fn write_tree(
+    repo: &Repository,
+    commit: &git2::Commit<'_>,
+    trees: &Path,
+) -> Result<PathBuf, std::io::Error> {
+    let dir = trees.join(commit.id().to_string());
+    if dir.is_dir() {
+        std::fs::File::open(&dir)?.set_modified(std::time::SystemTime::now())?;
+        return Ok(dir);
+    }
+    let tmp = trees.join(format!(".{}.{}", commit.id(), std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp)?;
+    repo.checkout_tree(
+        commit.as_object(),
+        Some(
+            CheckoutBuilder::new()
+                .force()
+                .update_index(false)
+                .target_dir(&tmp),
+        ),
+    )
+    .map_err(std::io::Error::other)?;
+    match std::fs::rename(&tmp, &dir) {
+        Ok(()) => Ok(dir),
+        Err(_) if dir.is_dir() => {
+            let _ = std::fs::remove_dir_all(&tmp); // another process wrote it meanwhile
+            Ok(dir)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The written-out trees, oldest use first.
+fn trees_by_age(trees: &Path) -> Vec<(std::time::SystemTime, PathBuf)> {
+    let mut found: Vec<_> = std::fs::read_dir(trees)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    found.sort();
+    found
+}
+
+/// Removes trees beyond the newest [`TREES_KEPT`] that nobody used for [`TREE_GRACE`].
+fn prune_trees(trees: &Path) {
+    let found = trees_by_age(trees);
+    let old = found.len().saturating_sub(TREES_KEPT);
+    for (used, dir) in &found[..old] {
+        if used.elapsed().is_ok_and(|age| age > TREE_GRACE) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -203,11 +351,8 @@ fn bound_network_waits() {
     });
 }
 
-fn fetch_into(
-    app: &AppConfig,
-    cache: &Path,
-    previous: Option<&str>,
-) -> Result<Checkout, SourceError> {
+/// Fetches the app's ref into the bare repository `cache`; the repository and the commit.
+fn fetch_into(app: &AppConfig, cache: &Path) -> Result<(Repository, Oid), SourceError> {
     let url = remote_url(&app.repo);
     let shown = redact_url(&url);
     let cache_err = |e: git2::Error| SourceError::Cache {
@@ -249,35 +394,19 @@ fn fetch_into(
             .filter(|o| repo.find_commit(*o).is_ok()),
         _ => repo.refname_to_id(&want.local_ref).ok(),
     };
-    let Some(oid) = oid else {
-        return Err(SourceError::RefNotFound {
+    drop(remote);
+    match oid {
+        Some(oid) => Ok((repo, oid)),
+        None => Err(SourceError::RefNotFound {
             what: want.what,
             url: shown,
-        });
-    };
-    let commit = repo.find_commit(oid).map_err(cache_err)?;
-    repo.checkout_tree(
-        commit.as_object(),
-        Some(
-            CheckoutBuilder::new()
-                .force()
-                .remove_untracked(true)
-                .remove_ignored(true),
-        ),
-    )
-    .map_err(cache_err)?;
-    repo.set_head_detached(oid).map_err(cache_err)?;
-    let history_rewritten = previous.and_then(|p| ancestry(&repo, p, oid));
-    Ok(Checkout {
-        dir: cache.to_path_buf(),
-        commit: commit_info(&commit),
-        history_rewritten,
-    })
+        }),
+    }
 }
 
 /// Opens the cache, (re)initialising it when missing or when it points elsewhere.
 fn open_cache(cache: &Path, url: &str) -> Result<Repository, git2::Error> {
-    if let Ok(repo) = Repository::open(cache) {
+    if let Ok(repo) = Repository::open_bare(cache) {
         let same = repo
             .find_remote("origin")
             .ok()
@@ -289,7 +418,7 @@ fn open_cache(cache: &Path, url: &str) -> Result<Repository, git2::Error> {
         drop(repo);
         let _ = std::fs::remove_dir_all(cache);
     }
-    let repo = Repository::init(cache)?;
+    let repo = Repository::init_bare(cache)?;
     repo.remote("origin", url)?;
     Ok(repo)
 }
@@ -314,41 +443,54 @@ fn classify(e: git2::Error, url: &str, shown: &str, cache: &Path) -> SourceError
     }
 }
 
-fn ancestry(repo: &Repository, previous: &str, new: Oid) -> Option<String> {
+/// Set when `previous` (the commit of the app's last sync) is not an ancestor of `new` in
+/// the repository's cache: its history was rewritten.
+pub fn ancestry(source: &Path, previous: &str, new: &str) -> Option<String> {
+    let repo = Repository::open_bare(source.join("git")).ok()?;
     let prev = Oid::from_str(previous).ok()?;
+    let new = Oid::from_str(new).ok()?;
     let short = |o: Oid| o.to_string()[..7].to_string();
     if prev == new {
         return None;
     }
-    match repo.find_commit(prev) {
-        Ok(_) if repo.graph_descendant_of(new, prev).unwrap_or(false) => None,
-        Ok(_) => Some(format!(
+    let known = repo.find_commit(prev).is_ok();
+    match known {
+        true if repo.graph_descendant_of(new, prev).unwrap_or(false) => None,
+        true => Some(format!(
             "previous commit {} is not an ancestor of {}: history was rewritten (force-push)",
             short(prev),
             short(new)
         )),
-        Err(_) => Some(format!(
+        false => Some(format!(
             "previous commit {} is no longer in the repository: history was rewritten (force-push)",
             short(prev)
         )),
     }
 }
 
-/// The metadata of commit `sha` in a local repository, when it is there.
-pub fn commit_at(repo: &Path, sha: &str) -> Option<CommitInfo> {
-    let repo = Repository::open(repo).ok()?;
-    let commit = repo.find_commit(Oid::from_str(sha).ok()?).ok()?;
-    Some(commit_info(&commit))
-}
-
-/// A placeholder for a commit whose metadata is not known.
-pub fn unknown_commit() -> CommitInfo {
-    CommitInfo {
-        sha: String::new(),
-        author: String::new(),
-        time: jiff::Timestamp::UNIX_EPOCH,
-        subject: String::new(),
+/// A digest of what `paths` (relative to the repository's root; `""` is the root) hold at
+/// commit `sha`: the same digest at two commits means the same files there.
+pub fn paths_digest(source: &Path, sha: &str, paths: &[String]) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let repo = Repository::open_bare(source.join("git")).ok()?;
+    let tree = repo
+        .find_commit(Oid::from_str(sha).ok()?)
+        .ok()?
+        .tree()
+        .ok()?;
+    let mut hash = Sha256::new();
+    for path in paths {
+        let id = match path.as_str() {
+            "" => tree.id(),
+            p => tree
+                .get_path(Path::new(p))
+                .map_or(Oid::ZERO_SHA1, |e| e.id()),
+        };
+        hash.update(path.as_bytes());
+        hash.update([0]);
+        hash.update(id.as_bytes());
     }
+    Some(hash.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn commit_info(c: &git2::Commit<'_>) -> CommitInfo {
@@ -373,10 +515,10 @@ fn callbacks(app: &AppConfig, url: &str) -> Result<RemoteCallbacks<'static>, Sou
         (Some(path), _) => Some(
             std::fs::read_to_string(path)
                 .map(|s| s.trim().to_string())
-                .map_err(|source| SourceError::Credential {
+                .map_err(|e| SourceError::Credential {
                     what: "password file",
                     path: path.clone(),
-                    source,
+                    message: e.to_string(),
                 })?,
         ),
         (None, Some(var)) => std::env::var(var).ok(),
@@ -506,23 +648,22 @@ mod tests {
     fn branch_tag_and_commit_refs() {
         let o = origin();
         let state = tempfile::tempdir().unwrap();
-        let head = fetch_and_checkout(&app(o.path(), ""), state.path(), None).unwrap();
+        let head = fetch(&app(o.path(), ""), state.path()).unwrap();
         assert_eq!(
             (content(&head).as_str(), head.commit.subject.as_str()),
             ("v: 2\n", "two")
         );
-        let tag = fetch_and_checkout(&app(o.path(), "tag = \"v1\""), state.path(), None).unwrap();
+        let tag = fetch(&app(o.path(), "tag = \"v1\""), state.path()).unwrap();
         assert_eq!(content(&tag), "v: 1\n");
         let first = git(o.path(), &["rev-parse", "v1"]);
-        let pinned = fetch_and_checkout(
+        let pinned = fetch(
             &app(o.path(), &format!("commit = \"{first}\"")),
             state.path(),
-            None,
         )
         .unwrap();
         assert_eq!(pinned.commit.sha, first);
         assert_eq!(pinned.commit.author, "T <t@example.com>");
-        let e = fetch_and_checkout(&app(o.path(), "tag = \"v9\""), state.path(), None).unwrap_err();
+        let e = fetch(&app(o.path(), "tag = \"v9\""), state.path()).unwrap_err();
         assert!(e.to_string().starts_with("tag v9 not found in"), "{e}");
     }
 
@@ -531,12 +672,12 @@ mod tests {
         let o = origin();
         let state = tempfile::tempdir().unwrap();
         let a = app(o.path(), "branch = \"main\"");
-        fetch_and_checkout(&a, state.path(), None).unwrap();
-        let objects = state.path().join("repos/t/.git/objects");
-        std::fs::remove_dir_all(&objects).unwrap();
-        std::fs::create_dir(&objects).unwrap();
-        std::fs::write(state.path().join("repos/t/.git/HEAD"), "garbage").unwrap();
-        let again = fetch_and_checkout(&a, state.path(), None).unwrap();
+        fetch(&a, state.path()).unwrap();
+        let git = source_dir(state.path(), &a.repo).join("git");
+        std::fs::remove_dir_all(git.join("objects")).unwrap();
+        std::fs::create_dir(git.join("objects")).unwrap();
+        std::fs::write(git.join("HEAD"), "garbage").unwrap();
+        let again = fetch(&a, state.path()).unwrap();
         assert_eq!(content(&again), "v: 2\n");
     }
 
@@ -544,9 +685,7 @@ mod tests {
     fn an_unreachable_remote_is_an_error_naming_it() {
         let state = tempfile::tempdir().unwrap();
         let a = app(Path::new("/nonexistent/repo"), "branch = \"main\"");
-        let e = fetch_and_checkout(&a, state.path(), None)
-            .unwrap_err()
-            .to_string();
+        let e = fetch(&a, state.path()).unwrap_err().to_string();
         assert!(e.starts_with("cannot fetch /nonexistent/repo"), "{e}");
     }
 

@@ -1,9 +1,11 @@
-//! Where manifests come from: [`git`] fetches and checks out an app's commit;
+//! Where manifests come from: [`git`] fetches a repository and writes out a commit's tree;
+//! [`shared`] shares those fetches between the apps of one repository;
 //! [`known_hosts`] verifies ssh host keys; [`watch`] turns commits in a local repository
 //! into sync triggers.
 
 pub mod git;
 pub mod known_hosts;
+pub mod shared;
 pub mod watch;
 
 use jiff::Timestamp;

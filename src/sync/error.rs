@@ -20,9 +20,6 @@ pub enum SyncError {
         #[source]
         source: SourceError,
     },
-    /// The fetch's task died (a panic in git2).
-    #[error("the fetch task failed: {0}")]
-    FetchTask(#[source] tokio::task::JoinError),
     /// An app's include/exclude glob does not compile.
     #[error("invalid glob in app {app}: {source}")]
     Glob {

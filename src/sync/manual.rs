@@ -89,11 +89,11 @@ impl Run<'_> {
                 .collect::<Vec<_>>(),
             request.deployment,
         )?;
-        let cache = git::cache_dir(&self.syncer.agent.state_dir, &self.app.name);
-        self.rec.commit = inventory
+        let checkout = inventory
             .commit
             .as_deref()
-            .and_then(|sha| git::commit_at(&cache, sha));
+            .and_then(|sha| git::tree_at(&self.syncer.agent.state_dir, &self.app.repo, sha));
+        self.rec.commit = checkout.as_ref().map(|c| c.commit.clone());
         let ns = key.namespace.clone().unwrap_or_else(|| "default".into());
         let api: Api<Deployment> = Api::namespaced(self.syncer.client.clone(), &ns);
         let live = api.get(&key.name).await.map_err(|source| {
@@ -122,10 +122,11 @@ impl Run<'_> {
             return Ok(Outcome::NoChange);
         }
         let (kinds, _) = self.discover(None).await?;
-        let checkout = git::Checkout {
-            dir: cache,
-            commit: self.rec.commit.clone().unwrap_or_else(git::unknown_commit),
-            history_rewritten: None,
+        let Some(checkout) = checkout else {
+            return Err(Ended::Refused(format!(
+                "the commit app {} was last synced to is not in berth's repository cache: run `berth sync {}` first",
+                self.app.name, self.app.name
+            )));
         };
         let manifests = self.render(&checkout, &kinds)?;
         let Some(manifest) = manifests.into_iter().find(|m| m.key() == key) else {

@@ -25,7 +25,8 @@ pub use lock::{in_flight, Marker};
 pub use manual::{RollbackRefused, RollbackRequest};
 pub use preview::{PlannedObject, Preview};
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use kube::api::DynamicObject;
@@ -40,7 +41,8 @@ use crate::plan::Target;
 use crate::plan::{self, Change, Plan};
 use crate::plan::{Entry, Held, Inventory};
 use crate::shutdown::{self, Signal};
-use crate::source::git::Checkout;
+use crate::source::git::{self, Checkout};
+use crate::source::shared::Sources;
 
 /// Where progress lines go: the terminal for `berth sync`, the log for the daemon.
 pub type Report<'a> = &'a (dyn Fn(&str) + Send + Sync);
@@ -62,6 +64,21 @@ pub struct Syncer {
     /// the order they asked (tokio's semaphore is fair), so one slow app holds one place
     /// and never starves the others.
     pub slots: Arc<tokio::sync::Semaphore>,
+    /// The repositories' fetches, shared by their apps.
+    pub sources: Sources,
+    /// This host (`hostname/pid`), recorded in every sync's record.
+    pub host: String,
+    /// What each app's last good sync read, to skip commits that change none of it.
+    inputs: Mutex<HashMap<String, Inputs>>,
+}
+
+/// What an app's last successful sync read: the repository paths its render reached, and
+/// their digest at that commit.
+#[derive(Clone)]
+struct Inputs {
+    app: AppConfig,
+    paths: Vec<String>,
+    digest: String,
 }
 
 /// Why the steps stopped early; the errors are already in the record.
@@ -101,6 +118,8 @@ struct Run<'a> {
     inventory_version: Option<String>,
     /// When the run began (discovery older than this may miss a new kind).
     begun: Instant,
+    /// What this sync's render read (set once rendered).
+    inputs: Option<Inputs>,
 }
 
 impl Syncer {
@@ -118,6 +137,9 @@ impl Syncer {
             slots: Arc::new(tokio::sync::Semaphore::new(
                 config.agent.max_concurrent_syncs,
             )),
+            sources: Sources::new(config.agent.state_dir.clone()),
+            host: crate::service::lease::identity(),
+            inputs: Mutex::new(HashMap::new()),
             client,
             agent: config.agent.clone(),
             history: HistoryLog::new(&config.agent.state_dir),
@@ -154,6 +176,8 @@ pub struct SyncOptions {
     /// Follow the rollouts of the Deployments it writes (off: apply and prune only, as
     /// `kubectl apply` does).
     pub wait: bool,
+    /// When the sync was asked for: a fetch of the repository started since is shared.
+    pub requested: Instant,
 }
 
 impl SyncOptions {
@@ -163,6 +187,7 @@ impl SyncOptions {
             trigger,
             force: false,
             wait: true,
+            requested: Instant::now(),
         }
     }
 }
@@ -187,7 +212,17 @@ impl Syncer {
             Err(Stop::Failed) => Outcome::Failed,
             Err(Stop::Interrupted) => Outcome::Interrupted,
         };
-        run.end(clock)
+        let inputs = run.inputs.take();
+        let record = run.end(clock);
+        if let Ok(mut all) = self.inputs.lock() {
+            match inputs {
+                Some(i) if matches!(record.outcome, Outcome::Succeeded | Outcome::NoChange) => {
+                    all.insert(app.name.clone(), i)
+                }
+                _ => all.remove(&app.name),
+            };
+        }
+        record
     }
 
     /// Appends the record to the history and logs it. A record that cannot be written
@@ -253,10 +288,14 @@ impl<'a> Run<'a> {
             options,
             shutdown,
             report,
-            rec: SyncRecord::new(new_id(started), &app.name, trigger, started, None),
+            rec: SyncRecord {
+                host: Some(syncer.host.clone()),
+                ..SyncRecord::new(new_id(started), &app.name, trigger, started, None)
+            },
             lock: None,
             inventory_version: None,
             begun: Instant::now(),
+            inputs: None,
         }
     }
 
@@ -266,7 +305,12 @@ impl<'a> Run<'a> {
     /// record in [`Syncer::sync`]). Each step records its errors and stops what follows:
     /// a broken commit writes nothing and prunes nothing.
     async fn steps(&mut self) -> Result<Outcome, Stop> {
-        let prepared = self.prepare().await?;
+        self.mark("fetch");
+        let checkout = self.fetch().await?;
+        if let Some(outcome) = self.untouched(&checkout) {
+            return Ok(outcome);
+        }
+        let prepared = self.prepare(checkout).await?;
         if let Some(outcome) = self.skip(&prepared) {
             return Ok(outcome);
         }
@@ -320,6 +364,34 @@ impl<'a> Run<'a> {
         } else {
             Err(Stop::Failed)
         }
+    }
+
+    /// A commit that changes none of the paths the app's last good sync read is not
+    /// synced again (no request to the cluster) when a push triggered the sync; the
+    /// interval's syncs still compare with the cluster, which finds drift.
+    fn untouched(&mut self, checkout: &Checkout) -> Option<Outcome> {
+        if !matches!(self.options.trigger, Trigger::Notify | Trigger::Webhook) {
+            return None;
+        }
+        let last = self.syncer.inputs.lock().ok()?.get(&self.app.name)?.clone();
+        let digest = git::paths_digest(&checkout.source, &checkout.commit.sha, &last.paths)?;
+        if last.app != *self.app || digest != last.digest {
+            return None;
+        }
+        let shown: Vec<&str> = last
+            .paths
+            .iter()
+            .map(|p| if p.is_empty() { "." } else { p.as_str() })
+            .collect();
+        let note = format!(
+            "no change: commit {} changes nothing under {}",
+            checkout.commit.short(),
+            shown.join(", ")
+        );
+        (self.report)(&note);
+        self.rec.note = Some(note);
+        self.inputs = Some(last);
+        Some(Outcome::NoChange)
     }
 
     /// A commit held after a failed rollout is not applied again unless forced; a commit

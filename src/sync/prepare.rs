@@ -1,24 +1,31 @@
-//! The first step of a sync, before any write: the last inventory, the fetch, discovery,
-//! the render through the manifest pipeline, the refusal to prune everything, and the
-//! plan against the live objects.
+//! The first steps of a sync, before any write: the fetch (shared with the repository's
+//! other apps), the last inventory, discovery, the render through the manifest pipeline,
+//! the refusal to prune everything, and the plan against the live objects.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Prepared, Run, Stop, SyncError};
+use super::{Inputs, Prepared, Run, Stop, SyncError};
 use crate::cluster::discovery::ClusterKinds;
 use crate::cluster::inventory;
-use crate::manifest::{Builder, Manifest};
+use crate::history::Trigger;
+use crate::manifest::{kustomize, Builder, Manifest};
 use crate::plan::Inventory;
 use crate::plan::{self, Plan};
 use crate::source::git::{self, Checkout};
+use crate::source::shared::INTERVAL_SHARE;
 
 impl Run<'_> {
-    /// Everything before the first write: inventory, fetch, discovery, render, plan.
-    pub(super) async fn prepare(&mut self) -> Result<Prepared, Stop> {
+    /// Everything else before the first write: inventory, discovery, render, plan.
+    pub(super) async fn prepare(&mut self, checkout: Checkout) -> Result<Prepared, Stop> {
         let inventory = self.load_inventory().await?;
-        self.mark("fetch");
-        let checkout = self.fetch(inventory.commit.clone()).await?;
+        if let Some(previous) = &inventory.commit {
+            let rewritten = git::ancestry(&checkout.source, previous, &checkout.commit.sha);
+            if let Some(note) = &rewritten {
+                (self.report)(&format!("warning: {note}"));
+            }
+            self.rec.history_rewritten = rewritten;
+        }
         let (mut kinds, discovered) = self.discover(None).await?;
         self.mark("render");
         let mut manifests = self.render(&checkout, &kinds)?;
@@ -27,6 +34,7 @@ impl Run<'_> {
             kinds = self.discover(Some(self.begun)).await?.0;
             manifests = self.render(&checkout, &kinds)?;
         }
+        self.inputs = self.inputs_of(&checkout);
         self.guard_empty(&manifests, &inventory)?;
         self.mark("plan");
         let plan = self.plan(manifests, &kinds, &inventory).await?;
@@ -93,21 +101,21 @@ impl Run<'_> {
         Ok(inv)
     }
 
-    pub(super) async fn fetch(&mut self, previous: Option<String>) -> Result<Checkout, Stop> {
-        let app = self.app.clone();
-        let state_dir = self.syncer.agent.state_dir.clone();
+    /// The app's commit, from the fetch it shares with its repository's other apps.
+    pub(super) async fn fetch(&mut self) -> Result<Checkout, Stop> {
         (self.report)(&format!(
             "fetching {}",
-            git::redact_url(&git::remote_url(&app.repo))
+            git::redact_url(&git::remote_url(&self.app.repo))
         ));
+        let since = match self.options.trigger {
+            Trigger::Interval => self.options.requested - INTERVAL_SHARE,
+            _ => self.options.requested,
+        };
         let clock = Instant::now();
-        let fetched = tokio::task::spawn_blocking(move || {
-            git::fetch_and_checkout(&app, &state_dir, previous.as_deref())
-        })
-        .await;
+        let fetched = self.syncer.sources.fetch(self.app, since).await;
         self.rec.fetch_ms = Some(clock.elapsed().as_millis() as u64);
         match fetched {
-            Ok(Ok(checkout)) => {
+            Ok(checkout) => {
                 let c = &checkout.commit;
                 (self.report)(&format!(
                     "commit {} {:?} by {}",
@@ -115,22 +123,33 @@ impl Run<'_> {
                     c.subject,
                     c.author
                 ));
-                if let Some(note) = &checkout.history_rewritten {
-                    (self.report)(&format!("warning: {note}"));
-                }
                 self.rec.commit = Some(c.clone());
-                self.rec.history_rewritten = checkout.history_rewritten.clone();
                 Ok(checkout)
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 self.fail(SyncError::Fetch { source: e });
                 Err(Stop::Failed)
             }
-            Err(e) => {
-                self.fail(SyncError::FetchTask(e));
-                Err(Stop::Failed)
-            }
         }
+    }
+
+    /// What the render read: the app's paths and what its kustomizations reach.
+    fn inputs_of(&self, checkout: &Checkout) -> Option<Inputs> {
+        let root = checkout.dir.canonicalize().ok()?;
+        let paths: Vec<String> = self
+            .app
+            .path
+            .iter()
+            .map(|p| p.trim_start_matches("./").trim_end_matches('/').to_string())
+            .map(|p| if p == "." { String::new() } else { p })
+            .collect();
+        let paths = kustomize::reach(&root, &paths);
+        let digest = git::paths_digest(&checkout.source, &checkout.commit.sha, &paths)?;
+        Some(Inputs {
+            app: self.app.clone(),
+            paths,
+            digest,
+        })
     }
 
     /// The cluster's kinds from the agent's shared discovery, discovered at `newer_than`

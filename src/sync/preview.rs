@@ -103,7 +103,11 @@ impl Syncer {
             deployments: Vec::new(),
             errors: Vec::new(),
         };
-        if let Ok(prepared) = run.prepare().await {
+        let prepared = match run.fetch().await {
+            Ok(checkout) => run.prepare(checkout).await,
+            Err(stop) => Err(stop),
+        };
+        if let Ok(prepared) = prepared {
             preview.held = prepared
                 .inventory
                 .held_at(&prepared.checkout.commit.sha)

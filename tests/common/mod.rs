@@ -6,9 +6,9 @@
 //! (`CI=true`) it fails loudly instead.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use berth::testenv::{assets, ControlPlane, UpOptions};
 use k8s_openapi::api::core::v1::Namespace;
@@ -262,5 +262,62 @@ impl Setup {
         berth::history::HistoryLog::new(self.state.path())
             .read(&self.app)
             .expect("history")
+    }
+}
+
+/// A `berth run` child process.
+pub struct Daemon {
+    pub child: std::process::Child,
+}
+
+impl Daemon {
+    pub fn start(config: &Path, env: &[(&str, String)]) -> Daemon {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_berth"));
+        cmd.args(["run", "--log-format", "text", "--config"])
+            .arg(config);
+        if std::env::var_os("BERTH_TEST_LOG").is_none() {
+            cmd.stderr(std::process::Stdio::null());
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Daemon {
+            child: cmd.spawn().expect("berth run"),
+        }
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: a signal to the child this test started.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    pub fn wait(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(
+                Instant::now() < end,
+                "berth did not exit within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits (polling, with a deadline) until `check` holds.
+pub fn eventually(what: &str, timeout: Duration, check: impl Fn() -> bool) {
+    let end = Instant::now() + timeout;
+    while !check() {
+        assert!(Instant::now() < end, "{what}: not within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(100));
     }
 }

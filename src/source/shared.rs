@@ -1,0 +1,74 @@
+//! [`Sources`]: the agent's fetches, shared. Apps of one repository and ref ask for the
+//! commit together (a push triggers all of them): the first asks git, the others wait for
+//! its answer — one fetch and one written-out tree per push, not one per app.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::git::{self, Checkout, SourceError};
+use crate::config::AppConfig;
+
+/// A sync started by its interval takes a fetch started this long before it asked, so
+/// apps whose intervals fall close together share one fetch too.
+pub const INTERVAL_SHARE: Duration = Duration::from_secs(5);
+
+/// The last fetch of one repository, ref and credentials.
+type Last = Option<(Instant, Result<Checkout, SourceError>)>;
+
+/// The agent's fetches, by repository, ref and credentials.
+pub struct Sources {
+    state_dir: PathBuf,
+    last: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Last>>>>,
+}
+
+impl Sources {
+    /// No fetch yet; caches under `state_dir`.
+    pub fn new(state_dir: PathBuf) -> Self {
+        Sources {
+            state_dir,
+            last: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The app's commit, from a fetch started at `since` or later: one already done or
+    /// under way is shared, else this call fetches.
+    ///
+    /// # Errors
+    /// The fetch's [`SourceError`] (shared as well).
+    pub async fn fetch(&self, app: &AppConfig, since: Instant) -> Result<Checkout, SourceError> {
+        let key = format!(
+            "{}\n{:?}\n{:?}",
+            git::remote_url(&app.repo),
+            app.git_ref(),
+            app.auth
+        );
+        let slot = self
+            .last
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key)
+            .or_default()
+            .clone();
+        let mut last = slot.lock().await;
+        if let Some((started, result)) = last.as_ref() {
+            if *started >= since {
+                return result.clone();
+            }
+        }
+        let started = Instant::now();
+        let (app, state_dir) = (app.clone(), self.state_dir.clone());
+        let url = git::redact_url(&git::remote_url(&app.repo));
+        let result = tokio::task::spawn_blocking(move || git::fetch(&app, &state_dir))
+            .await
+            .unwrap_or_else(|e| {
+                Err(SourceError::Fetch {
+                    url,
+                    message: format!("the fetch task failed: {e}"),
+                })
+            });
+        *last = Some((started, result.clone()));
+        result
+    }
+}
