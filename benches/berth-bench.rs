@@ -8,7 +8,13 @@
 //! apply`, plus the apiserver's ceiling); no-change resync (wall time, write requests);
 //! commit-to-applied latency with notify; memory and idle CPU of `berth run`; git fetch of
 //! one new commit in a 10,000-commit repository (git2 vs the git CLI); requests while
-//! following a 10-replica rollout (vs `kubectl rollout status`).
+//! following a 10-replica rollout (vs `kubectl rollout status`); Flux's 100 / 500 / 1000
+//! apps of four objects from one repository, and one app of 1k / 5k / 10k objects
+//! (`scale/fleet.rs`).
+//!
+//! `BERTH_BENCH_FLEET` and `BERTH_BENCH_GROWTH` (comma-separated sizes) replace the scale
+//! cases' sizes; `BERTH_BENCH_ONLY=scale` runs only them (a trial; the file is written
+//! all the same).
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -21,6 +27,9 @@ use berth::testenv::{assets, ControlPlane, UpOptions};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 
+#[path = "scale/fleet.rs"]
+mod fleet;
+
 const NAMESPACES: usize = 10;
 const REPS: usize = 3;
 
@@ -30,6 +39,8 @@ struct Bench {
     berth: PathBuf,
     rows: Vec<String>,
     notes: Vec<String>,
+    /// Per fleet size: seconds, peak MiB, requests, kubectl's seconds.
+    fleet_notes: Vec<(usize, f64, f64, usize, f64)>,
 }
 
 #[derive(Clone)]
@@ -285,10 +296,11 @@ impl Bench {
             Some(&ssa),
         );
         self.notes.push(format!(
-            "Cold apply: berth ÷ kubectl server-side = {:.2} (target ≤ 0.33); berth's default ÷ the best client seen (berth at 64 in flight) = {:.2} (target ≤ 1.5). berth sends two requests per object (the dry run of the whole commit, then the apply), kubectl one.",
+            "Cold apply: berth ÷ kubectl server-side = {:.2}; berth's default ÷ the best client seen (berth at 64 in flight) = {:.2} (target ≤ 1.5). berth sends two requests per object (the dry run of the whole commit, then the apply), kubectl one.",
             berth.median() / ssa.median(),
             berth.median() / ceiling.median().min(berth.median())
         ));
+        self.kubectl_like_berth(&berth)?;
         Ok(last)
     }
 
@@ -589,19 +601,36 @@ async fn main() -> Result<()> {
         berth: PathBuf::from(env!("CARGO_BIN_EXE_berth")),
         rows: Vec::new(),
         notes: Vec::new(),
+        fleet_notes: Vec::new(),
     };
+    let sizes = |var: &str, default: &[usize]| -> Vec<usize> {
+        std::env::var(var)
+            .ok()
+            .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+            .unwrap_or_else(|| default.to_vec())
+    };
+    let only_scale = std::env::var("BERTH_BENCH_ONLY").is_ok_and(|v| v == "scale");
     let result = async {
-        // Cases that wait for the Deployment controller go first: every cold apply below
-        // leaves it 300 Deployments to process at 20 QPS.
-        b.cold_apply_and_follow()?;
-        b.rollout_requests()?;
-        let config = b.cold_apply()?;
-        b.no_change(&config)?;
-        let mut daemon = b
-            .latency(&config, &format!("b{}", REPS - 1), &client)
-            .await?;
-        b.memory_cpu(&mut daemon)?;
-        b.git_fetch()
+        if !only_scale {
+            // Cases that wait for the Deployment controller go first: every cold apply
+            // below leaves it 300 Deployments to process at 20 QPS.
+            b.cold_apply_and_follow()?;
+            b.rollout_requests()?;
+            let config = b.cold_apply()?;
+            b.no_change(&config)?;
+            let mut daemon = b
+                .latency(&config, &format!("b{}", REPS - 1), &client)
+                .await?;
+            b.memory_cpu(&mut daemon)?;
+            b.git_fetch()?;
+        }
+        for objects in sizes("BERTH_BENCH_GROWTH", &[1000, 5000, 10000]) {
+            b.growth(objects)?;
+        }
+        for apps in sizes("BERTH_BENCH_FLEET", &[100, 500, 1000]) {
+            b.fleet(apps)?;
+        }
+        anyhow::Ok(())
     }
     .await;
     let _ = ControlPlane::down(&b.cp.dir);
@@ -613,6 +642,9 @@ async fn main() -> Result<()> {
         md.push('\n');
     }
     md.push_str("\n## Against the targets\n\n");
+    for (apps, seconds, peak, sent, kubectl) in &b.fleet_notes {
+        let _ = writeln!(md, "- {apps} apps × 4 objects, one commit changing all: every app applied {seconds:.1} s after the commit (goal < 60 s at 1000), berth run's peak RSS {peak:.1} MiB (goal < 80 MiB), {sent} requests ({:.1} per app); kubectl apply --server-side of the same change: {kubectl:.1} s.", *sent as f64 / *apps as f64);
+    }
     for n in &b.notes {
         let _ = writeln!(md, "- {n}");
     }

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Endpoints;
+use k8s_openapi::api::core::v1::{Endpoints, Pod};
 use kube::api::{Api, DynamicObject};
 
 use super::{Run, Stop, SyncError, Write};
@@ -186,6 +186,34 @@ impl Run<'_> {
         })
     }
 
+    /// Whether a ready pod matches the Service's selector.
+    async fn selects_ready_pod(&self, ns: &str, service: &crate::manifest::Manifest) -> bool {
+        let selector = service
+            .object
+            .get("spec")
+            .and_then(|s| s.get("selector"))
+            .and_then(|s| s.as_object());
+        let Some(selector) = selector else {
+            return false;
+        };
+        let labels: Vec<String> = selector
+            .iter()
+            .filter_map(|(k, v)| Some(format!("{k}={}", v.as_str()?)))
+            .collect();
+        let api: Api<Pod> = Api::namespaced(self.syncer.client.clone(), ns);
+        let pods = api
+            .list(&kube::api::ListParams::default().labels(&labels.join(",")))
+            .await;
+        pods.is_ok_and(|list| {
+            list.items.iter().any(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+        })
+    }
+
     /// Once everything else is ready: a Service that still routes to no pod after a few
     /// seconds (the endpoints controller's moment to catch up) is a warning — its pods may
     /// be elsewhere, or scaled to zero on purpose.
@@ -195,7 +223,10 @@ impl Run<'_> {
             let m = &w.write.target.manifest;
             let ns = m.namespace().unwrap_or("default");
             let mut routed = self.has_endpoints(ns, m.name()).await;
-            while !routed && Instant::now() < grace && self.interrupted().is_ok() {
+            // The grace is for the endpoints controller to catch up with ready pods; with
+            // none selected (e.g. scaled to zero) there is nothing to wait for.
+            let expected = !routed && self.selects_ready_pod(ns, &w.write.target.manifest).await;
+            while expected && !routed && Instant::now() < grace && self.interrupted().is_ok() {
                 tokio::time::sleep(POLL).await;
                 routed = self.has_endpoints(ns, m.name()).await;
             }

@@ -1,0 +1,276 @@
+//! The scale cases: Flux's "mean time to production" workload (many apps of four objects
+//! from one repository, one commit changing them all) and one app growing to 10,000
+//! objects.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+
+use super::{git, requests, run, timed, Bench, Samples};
+
+/// Flux's published figures for the same workload (16-core runner): apps, seconds, MiB.
+const FLUX: [(usize, f64, f64); 3] = [(100, 28.0, 32.0), (500, 122.0, 122.0), (1000, 256.0, 175.0)];
+
+/// App `i`'s four objects, as Flux's benchmark has them, at `version`.
+fn app_objects(ns: &str, i: usize, version: usize) -> String {
+    let name = format!("app-{i}");
+    let labels = format!("{{app: {name}, version: v{version}}}");
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\n  namespace: {ns}\n  labels: {labels}\nspec:\n  replicas: 0\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n        - name: app\n          image: registry.example/app:1\n          ports: [{{containerPort: 8080, protocol: TCP}}]\n\
+---\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {name}\n  namespace: {ns}\n  labels: {labels}\n\
+---\napiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: {ns}\n  labels: {labels}\nspec:\n  selector: {{app: {name}}}\n  ports: [{{port: 80, targetPort: 8080, protocol: TCP}}]\n\
+---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n  namespace: {ns}\n  labels: {labels}\nspec:\n  rules:\n    - host: {name}.example\n      http:\n        paths:\n          - path: /\n            pathType: Prefix\n            backend:\n              service: {{name: {name}, port: {{number: 80}}}}\n"
+    )
+}
+
+/// Writes `apps` folders `apps/app-<i>/objects.yaml` at `version` under `dir`.
+fn write_fleet(dir: &Path, ns: &str, apps: usize, version: usize) -> Result<()> {
+    for i in 0..apps {
+        let d = dir.join(format!("apps/app-{i}"));
+        std::fs::create_dir_all(&d)?;
+        std::fs::write(d.join("objects.yaml"), app_objects(ns, i, version))?;
+    }
+    Ok(())
+}
+
+/// Peak and current RSS of a process, in MiB.
+fn rss(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (kb("VmHWM:") / 1024.0, kb("VmRSS:") / 1024.0)
+}
+
+/// How many apps have a succeeded (or no-change) record of commit `sha`.
+fn applied(state: &Path, apps: usize, sha: &str) -> usize {
+    let log = berth::history::HistoryLog::new(state);
+    (0..apps)
+        .filter(|i| {
+            log.read(&format!("app-{i}")).is_ok_and(|records| {
+                records.iter().any(|r| {
+                    r.commit.as_ref().is_some_and(|c| c.sha == sha)
+                        && matches!(
+                            r.outcome,
+                            berth::history::Outcome::Succeeded | berth::history::Outcome::NoChange
+                        )
+                })
+            })
+        })
+        .count()
+}
+
+/// Waits until every app has applied `sha`; how long that took.
+fn wait_applied(state: &Path, apps: usize, sha: &str, timeout: Duration) -> Result<f64> {
+    let start = Instant::now();
+    loop {
+        let done = applied(state, apps, sha);
+        if done == apps {
+            return Ok(start.elapsed().as_secs_f64());
+        }
+        if start.elapsed() > timeout {
+            bail!(
+                "{done} of {apps} apps applied {} within {timeout:?}",
+                &sha[..7]
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The maximum resident set of a finished child, in MiB (from wait4's rusage).
+fn run_measured(cmd: &mut Command) -> Result<(f64, f64)> {
+    let start = Instant::now();
+    let child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let pid = child.id() as i32;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it for the child this spawned.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for the child spawned above.
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    if waited != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        bail!("{cmd:?} failed (status {status})");
+    }
+    Ok((
+        start.elapsed().as_secs_f64(),
+        usage.ru_maxrss as f64 / 1024.0,
+    ))
+}
+
+impl Bench {
+    /// Flux's workload at `apps` apps: `berth run` watching the repository, one commit
+    /// changing every app's four objects (their labels; not the pod templates, so the
+    /// cluster's Deployment controller, at its default 20 QPS, is not what is measured);
+    /// time to every app's record of the commit, peak RSS, requests; beside `kubectl apply
+    /// --server-side` of the same change, and Flux's published figures.
+    pub fn fleet(&mut self, apps: usize) -> Result<()> {
+        let ns = format!("fleet-{apps}");
+        run(self.kubectl().args(["create", "namespace", &ns]))?;
+        let repo = self.work.join(format!("fleet-{apps}"));
+        write_fleet(&repo, &ns, apps, 1)?;
+        git(&repo, &["init", "-q", "-b", "main"])?;
+        git(&repo, &["add", "-A"])?;
+        git(&repo, &["commit", "-qm", "version 1"])?;
+        let first = git(&repo, &["rev-parse", "HEAD"])?.trim().to_string();
+        let state = self.work.join(format!("state-fleet-{apps}"));
+        std::fs::create_dir_all(&state)?;
+        let mut config = format!(
+            "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\n[cluster]\nkubeconfig = \"{}\"\n",
+            state.display(),
+            self.cp.kubeconfig.display()
+        );
+        for i in 0..apps {
+            let _ = write!(
+                config,
+                "[[app]]\nname = \"app-{i}\"\nrepo = \"{}\"\npath = \"apps/app-{i}\"\n",
+                repo.display()
+            );
+        }
+        let path = state.join("berth.toml");
+        std::fs::write(&path, config)?;
+        let mut daemon = Command::new(&self.berth)
+            .args(["run", "--log-format", "text", "--config"])
+            .arg(&path)
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        let result = self.fleet_change(apps, &ns, &repo, &state, &first, daemon.id());
+        let _ = daemon.kill();
+        let _ = daemon.wait();
+        let (seconds, peak, sent) = result?;
+        // kubectl: the same change to the same objects, applied by kubectl before.
+        let mirror = self.work.join(format!("fleet-{apps}-kubectl"));
+        let kns = format!("{ns}-kubectl");
+        run(self.kubectl().args(["create", "namespace", &kns]))?;
+        write_fleet(&mirror, &kns, apps, 1)?;
+        run(self
+            .kubectl()
+            .args(["apply", "--server-side", "-R", "-f"])
+            .arg(&mirror))?;
+        write_fleet(&mirror, &kns, apps, 2)?;
+        let kubectl = timed(
+            self.kubectl()
+                .args(["apply", "--server-side", "-R", "-f"])
+                .arg(&mirror),
+        )?;
+        let (_, flux_s, flux_mib) = FLUX
+            .iter()
+            .find(|f| f.0 == apps)
+            .copied()
+            .unwrap_or_default();
+        eprintln!("fleet of {apps}: berth {seconds:.1}s, {peak:.1} MiB, {sent} requests; kubectl {kubectl:.1}s");
+        self.rows.push(format!(
+            "| 6. {apps} apps × 4 objects, one commit changing all (notify) | berth run | {seconds:.1} s | {peak:.1} MiB peak | {sent} requests | {:.2} of kubectl ({kubectl:.1} s); Flux: {flux_s:.0} s, {flux_mib:.0} MiB |",
+            seconds / kubectl
+        ));
+        self.fleet_notes.push((apps, seconds, peak, sent, kubectl));
+        Ok(())
+    }
+
+    fn fleet_change(
+        &mut self,
+        apps: usize,
+        ns: &str,
+        repo: &Path,
+        state: &Path,
+        first: &str,
+        pid: u32,
+    ) -> Result<(f64, f64, usize)> {
+        let initial = wait_applied(state, apps, first, Duration::from_secs(900))?;
+        eprintln!("fleet of {apps}: first sync of every app in {initial:.0}s");
+        write_fleet(repo, ns, apps, 2)?;
+        let since = jiff::Timestamp::now();
+        git(repo, &["commit", "-qam", "version 2"])?;
+        let second = git(repo, &["rev-parse", "HEAD"])?.trim().to_string();
+        let seconds = wait_applied(state, apps, &second, Duration::from_secs(600))?;
+        std::thread::sleep(Duration::from_millis(500)); // the audit log lags the answers
+        let sent = requests(&self.cp, since, "berth/", None);
+        Ok((seconds, rss(pid).0, sent))
+    }
+
+    /// One app of `objects` ConfigMaps: cold apply, no-change resync and peak RSS of
+    /// `berth sync --no-wait`, beside kubectl's cold `apply --server-side`.
+    pub fn growth(&mut self, objects: usize) -> Result<()> {
+        let ns = format!("grow-{objects}");
+        let repo = self.work.join(format!("grow-{objects}"));
+        let write = |dir: &Path, ns: &str| -> Result<()> {
+            std::fs::create_dir_all(dir)?;
+            let mut text = format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n");
+            for j in 0..objects {
+                let _ = write!(text, "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: config-{j}\n  namespace: {ns}\ndata:\n  value: \"{j}\"\n");
+            }
+            Ok(std::fs::write(dir.join("objects.yaml"), text)?)
+        };
+        write(&repo, &ns)?;
+        git(&repo, &["init", "-q", "-b", "main"])?;
+        git(&repo, &["add", "-A"])?;
+        git(&repo, &["commit", "-qm", "objects"])?;
+        let config: PathBuf = self.config(&format!("grow-{objects}"), &repo, 16)?;
+        let sync = |b: &Bench| {
+            run_measured(
+                Command::new(&b.berth)
+                    .args(["sync", "--no-wait", "--config"])
+                    .arg(&config),
+            )
+        };
+        let (cold, cold_rss) = sync(self)?;
+        let (resync, resync_rss) = sync(self)?;
+        let mirror = self.work.join(format!("grow-{objects}-kubectl"));
+        write(&mirror, &format!("{ns}-kubectl"))?;
+        let kubectl = timed(
+            self.kubectl()
+                .args(["apply", "--server-side", "-f"])
+                .arg(mirror.join("objects.yaml")),
+        )?;
+        eprintln!("growth {objects}: cold {cold:.1}s {cold_rss:.0} MiB, resync {resync:.2}s {resync_rss:.0} MiB, kubectl {kubectl:.1}s");
+        self.rows.push(format!(
+            "| 7. one app of {objects} ConfigMaps | berth sync --no-wait | cold {cold:.2} s, {cold_rss:.1} MiB | no change {resync:.2} s, {resync_rss:.1} MiB | — | {:.2} of kubectl apply --server-side ({kubectl:.2} s) |",
+            cold / kubectl
+        ));
+        Ok(())
+    }
+
+    /// The cold apply as kubectl would do berth's work: a server-side dry run of every
+    /// object, then the apply.
+    pub fn kubectl_like_berth(&mut self, berth: &Samples) -> Result<()> {
+        let mut times = Vec::new();
+        for rep in 0..super::REPS {
+            let dir = self.repo(&format!("d{rep}"))?;
+            let start = Instant::now();
+            run(self
+                .kubectl()
+                .args(["apply", "--server-side", "--dry-run=server", "-R", "-f"])
+                .arg(&dir))?;
+            run(self
+                .kubectl()
+                .args(["apply", "--server-side", "-R", "-f"])
+                .arg(&dir))?;
+            times.push(start.elapsed().as_secs_f64());
+        }
+        let peer = Samples(times);
+        self.table(
+            "1. cold apply, 1010 objects",
+            &[(
+                "kubectl apply --server-side --dry-run=server, then apply",
+                &peer,
+            )],
+            "s",
+            None,
+        );
+        self.notes.push(format!(
+            "Cold apply, like with like: berth (dry run of the whole commit, then the apply) ÷ kubectl doing the same two passes = {:.2} (target ≤ 0.33).",
+            berth.median() / peer.median()
+        ));
+        Ok(())
+    }
+}
