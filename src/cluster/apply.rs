@@ -16,6 +16,10 @@ pub struct ApplySettings {
     pub force: bool,
     /// Requests in flight at once.
     pub concurrency: usize,
+    /// Keep the server's whole answer (`berth plan` diffs it); otherwise only its
+    /// metadata, without managedFields, is kept — a sync needs no more, and 1000 full
+    /// answers are most of its memory.
+    pub bodies: bool,
 }
 
 /// The apply order: Namespaces and CRDs, then other cluster-scoped kinds, then the rest.
@@ -72,6 +76,13 @@ async fn apply_one(
     };
     api.patch(m.name(), &params, &Patch::Apply(&m.object))
         .await
+        .map(|obj| {
+            if settings.bodies {
+                obj
+            } else {
+                metadata_only(obj)
+            }
+        })
         .map_err(|e| ClusterError::Object {
             verb: if dry_run {
                 "dry run refused"
@@ -82,6 +93,18 @@ async fn apply_one(
             origin: m.origin.to_string(),
             message: api_message(&e, m.kind() == "Secret", &settings.field_manager),
         })
+}
+
+/// The object's metadata alone, without managedFields.
+fn metadata_only(obj: DynamicObject) -> DynamicObject {
+    DynamicObject {
+        types: obj.types,
+        metadata: ObjectMeta {
+            managed_fields: None,
+            ..obj.metadata
+        },
+        data: serde_json::Value::Null,
+    }
 }
 
 /// The apiserver's message, with advice for conflicts and Secret values redacted.

@@ -2,10 +2,11 @@
 //!
 //! Each record is appended with a single `write` and an `fsync`, so a crash leaves at most
 //! a torn last line; readers skip it, and the next append starts on a fresh line.
-//! Retention (by count and by age) rewrites the file to a temporary name and renames it.
+//! Retention (by count and by age) streams the file, and only when records must go
+//! rewrites it to a temporary name and renames it.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -135,33 +136,68 @@ impl HistoryLog {
     /// # Errors
     /// The file cannot be rewritten.
     pub fn retain(&self, app: &str, keep: usize, max_age: Duration) -> Result<(), HistoryError> {
-        let records = self.read(app)?;
+        let path = self.file(app);
+        let io = |source| HistoryError::Io {
+            path: path.clone(),
+            source,
+        };
         let cutoff = Timestamp::now()
             .checked_sub(
                 jiff::SignedDuration::try_from(max_age).unwrap_or(jiff::SignedDuration::MAX),
             )
             .unwrap_or(Timestamp::MIN);
-        let fresh: Vec<&SyncRecord> = records.iter().filter(|r| r.started_at >= cutoff).collect();
-        let kept = &fresh[fresh.len().saturating_sub(keep)..];
-        if kept.len() == records.len() {
+        // One streaming pass (a record of 1000 objects is ~200 KB: the log is never read
+        // whole here): how many records, and how many are older than max_age.
+        let lines = || -> std::io::Result<_> {
+            Ok(BufReader::new(File::open(&path)?)
+                .split(b'\n')
+                .map(|l| l.map(|l| (started_at(&l), l))))
+        };
+        let all = match lines() {
+            Ok(all) => all,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io(e)),
+        };
+        let (mut total, mut stale) = (0, 0);
+        for line in all {
+            if let (Some(at), _) = line.map_err(io)? {
+                total += 1;
+                stale += usize::from(at < cutoff);
+            }
+        }
+        let dropped = total - (total - stale).min(keep);
+        if dropped == 0 {
             return Ok(());
         }
-        let path = self.file(app);
         let tmp = path.with_extension("jsonl.tmp");
-        let io = |source| HistoryError::Io {
-            path: path.clone(),
-            source,
-        };
-        let mut text = Vec::new();
-        for r in kept {
-            text.extend(serde_json::to_vec(r)?);
-            text.push(b'\n');
+        let mut out = std::io::BufWriter::new(File::create(&tmp).map_err(io)?);
+        let mut seen = 0;
+        for line in lines().map_err(io)? {
+            let (at, line) = line.map_err(io)?;
+            if at.is_none() {
+                continue; // a torn line
+            }
+            seen += 1;
+            if seen > dropped {
+                out.write_all(&line).map_err(io)?;
+                out.write_all(b"\n").map_err(io)?;
+            }
         }
-        let mut file = File::create(&tmp).map_err(io)?;
-        file.write_all(&text).map_err(io)?;
+        let file = out.into_inner().map_err(|e| io(e.into_error()))?;
         file.sync_data().map_err(io)?;
         fs::rename(&tmp, &path).map_err(io)
     }
+}
+
+/// A record's start, read without decoding the rest of it; `None` for a torn line.
+fn started_at(line: &[u8]) -> Option<Timestamp> {
+    #[derive(serde::Deserialize)]
+    struct Start {
+        started_at: Timestamp,
+    }
+    serde_json::from_slice::<Start>(line)
+        .ok()
+        .map(|s| s.started_at)
 }
 
 fn ends_with_newline(file: &mut File) -> std::io::Result<bool> {

@@ -5,8 +5,15 @@
 //! documents are skipped. serde_yaml's and serde_json's nesting limit (128) and
 //! serde_yaml's alias-expansion limit stay on: they are what stops depth and
 //! "billion laughs" bombs.
+//!
+//! A file decoded once is not decoded again while its bytes stay the same: the documents
+//! are kept, keyed by the file's path and git blob id, in a cache bounded by the bytes of
+//! the files it holds ([`CACHE_BUDGET`]; the least recently used half goes first). A
+//! commit that changes a few files decodes only those.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -25,6 +32,87 @@ pub struct Stream {
 
 impl Visitor for Stream {
     fn visit(&self, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
+        let key = (self.path.clone(), blob_id(&self.bytes));
+        if let Some(documents) = cached(&key) {
+            for m in documents.iter() {
+                f(Ok(m.clone()))?;
+            }
+            return Ok(());
+        }
+        let (mut documents, mut clean) = (Vec::new(), true);
+        let flow = self.decode(&mut |item| {
+            match &item {
+                Ok(m) => documents.push(m.clone()),
+                Err(_) => clean = false,
+            }
+            f(item)
+        });
+        if flow.is_ok() && clean {
+            keep(key, documents, self.bytes.len());
+        }
+        flow
+    }
+}
+
+/// Source bytes whose documents the cache keeps (about 4–5 times as much memory).
+pub const CACHE_BUDGET: usize = 8 << 20;
+
+/// A file's path and git blob id.
+type Key = (String, [u8; 20]);
+
+/// Two generations: hits move to the current one; when it holds more than the budget it
+/// becomes the previous one, and the old previous one is dropped.
+#[derive(Default)]
+struct Generations {
+    current: HashMap<Key, (Arc<Vec<Manifest>>, usize)>,
+    previous: HashMap<Key, (Arc<Vec<Manifest>>, usize)>,
+    bytes: usize,
+}
+
+static DECODED: Mutex<Option<Generations>> = Mutex::new(None);
+
+impl Generations {
+    fn insert(&mut self, key: Key, entry: (Arc<Vec<Manifest>>, usize)) {
+        self.bytes += entry.1;
+        self.current.insert(key, entry);
+        if self.bytes > CACHE_BUDGET {
+            self.previous = std::mem::take(&mut self.current);
+            self.bytes = 0;
+        }
+    }
+}
+
+fn cached(key: &Key) -> Option<Arc<Vec<Manifest>>> {
+    let mut lock = DECODED.lock().ok()?;
+    let cache = lock.get_or_insert_with(Generations::default);
+    if let Some((documents, _)) = cache.current.get(key) {
+        return Some(documents.clone());
+    }
+    let entry = cache.previous.remove(key)?;
+    let documents = entry.0.clone();
+    cache.insert(key.clone(), entry);
+    Some(documents)
+}
+
+fn keep(key: Key, documents: Vec<Manifest>, bytes: usize) {
+    if let Ok(mut lock) = DECODED.lock() {
+        let cache = lock.get_or_insert_with(Generations::default);
+        cache.insert(key, (Arc::new(documents), bytes));
+    }
+}
+
+/// Git's blob id of the bytes: SHA-1 of `blob <length>\0<bytes>`.
+fn blob_id(bytes: &[u8]) -> [u8; 20] {
+    use sha1::{Digest, Sha1};
+    let mut hash = Sha1::new();
+    hash.update(format!("blob {}\0", bytes.len()).as_bytes());
+    hash.update(bytes);
+    hash.finalize().into()
+}
+
+impl Stream {
+    /// Decodes the bytes, every time.
+    fn decode(&self, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
         let text = match decode_text(&self.path, &self.bytes) {
             Ok(text) => text,
             Err(e) => return f(Err(e)),
@@ -226,6 +314,29 @@ mod tests {
 
     fn error(text: &[u8]) -> String {
         decode(text).expect_err("should fail").to_string()
+    }
+
+    #[test]
+    fn a_file_is_decoded_once_per_blob_and_errors_are_not_kept() {
+        // `printf 'hello\n' | git hash-object --stdin`
+        let id: String = blob_id(b"hello\n")
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(id, "ce013625030ba8dba906f756967f9e9ca394464a");
+        let text = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cached-once}\n";
+        let first = decode(text).unwrap();
+        let key = ("app.yaml".to_string(), blob_id(text));
+        assert!(cached(&key).is_some(), "kept after the first decode");
+        assert_eq!(
+            decode(text).unwrap(),
+            first,
+            "the same documents from the cache"
+        );
+        let broken = b"apiVersion: v1\nkind: [unclosed\n";
+        assert!(decode(broken).is_err());
+        assert!(cached(&("app.yaml".to_string(), blob_id(broken))).is_none());
+        assert!(decode(broken).is_err(), "and reported again");
     }
 
     const TWO_DOCS: &str = r#"# leading comment

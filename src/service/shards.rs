@@ -223,19 +223,24 @@ impl Fence {
             identity: identity.to_string(),
             duration,
         };
-        let mut said = false;
+        // Each state is said once, not every half second.
+        let (mut waiting, mut failing) = (false, false);
         loop {
             match elector.round().await {
                 Ok(true) => break,
-                Ok(false) if !said => {
-                    tracing::info!(
-                        app,
-                        "waiting: another host holds the app's Lease (a hand-over)"
-                    );
-                    said = true;
+                Ok(false) => {
+                    if !std::mem::replace(&mut waiting, true) {
+                        tracing::info!(
+                            app,
+                            "waiting: another host holds the app's Lease (a hand-over)"
+                        );
+                    }
                 }
-                Ok(false) => {}
-                Err(e) => tracing::warn!(app, error = %e, "cannot take the app's Lease"),
+                Err(e) => {
+                    if !std::mem::replace(&mut failing, true) {
+                        tracing::warn!(app, error = %e, "cannot take the app's Lease; trying again (check the RBAC for leases)");
+                    }
+                }
             }
             tokio::select! {
                 () = stopped(shutdown) => return None,

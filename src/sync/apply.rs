@@ -25,6 +25,8 @@ pub(super) struct Validated {
 
 /// How long to wait for a CRD of the commit to be Established.
 const CRD_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the kinds of Established CRDs may take to show in discovery.
+const DISCOVERY_LAG: Duration = Duration::from_secs(10);
 
 impl Run<'_> {
     /// Dry-runs every object that can be checked before the first write. Objects in a
@@ -193,8 +195,16 @@ impl Run<'_> {
         writes: &mut Vec<Write>,
         deferred: Vec<Manifest>,
     ) -> Result<Vec<usize>, Stop> {
-        // The CRDs were just applied: only a discovery from now on knows their kinds.
-        let (kinds, _) = self.discover(Some(std::time::Instant::now())).await?;
+        // The CRDs were just applied: only a discovery from now on knows their kinds, and
+        // the API server's discovery may lag their Established condition a little.
+        let deadline = std::time::Instant::now() + DISCOVERY_LAG;
+        let (mut kinds, _) = self.discover(Some(std::time::Instant::now())).await?;
+        while deferred.iter().any(|m| kinds.resolve(m).is_none())
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            kinds = self.discover(Some(std::time::Instant::now())).await?.0;
+        }
         let mut added = Vec::new();
         for m in deferred {
             match kinds.require(&m) {

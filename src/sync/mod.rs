@@ -120,6 +120,8 @@ struct Run<'a> {
     begun: Instant,
     /// What this sync's render read (set once rendered).
     inputs: Option<Inputs>,
+    /// Keep the server's whole answers to the dry run and the apply (`berth plan`).
+    bodies: bool,
 }
 
 impl Syncer {
@@ -296,6 +298,7 @@ impl<'a> Run<'a> {
             inventory_version: None,
             begun: Instant::now(),
             inputs: None,
+            bodies: false,
         }
     }
 
@@ -479,6 +482,7 @@ impl<'a> Run<'a> {
             field_manager: self.syncer.agent.field_manager.clone(),
             force: self.app.force_conflicts,
             concurrency: self.syncer.agent.concurrency,
+            bodies: self.bodies,
         }
     }
 }

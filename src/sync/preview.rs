@@ -93,6 +93,7 @@ impl Syncer {
         report: Report<'_>,
     ) -> Preview {
         let mut run = Run::for_command(self, app, report);
+        run.bodies = true; // the diffs and the Deployments' predictions read them
         let mut preview = Preview {
             app: app.name.clone(),
             commit: None,
