@@ -145,14 +145,6 @@ fn gauge(metrics: &str, name: &str) -> Option<usize> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// One sharded `berth run`.
 struct Host {
     state: tempfile::TempDir,
@@ -163,7 +155,7 @@ struct Host {
 impl Host {
     fn start(cp: &berth::testenv::ControlPlane, repo: &Repo, ns: &str, apps: &[String]) -> Host {
         let state = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let port = common::free_port();
         let pairs: Vec<(&str, String)> = apps
             .iter()
             .map(|a| (a.as_str(), format!("apps/{a}")))

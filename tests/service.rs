@@ -21,14 +21,6 @@ fn config_map(name: &str, value: &str) -> String {
     )
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The systemd side of the notify protocol.
 struct NotifySocket {
     _dir: tempfile::TempDir,
@@ -181,7 +173,7 @@ async fn notify_status_reload_metrics_and_webhook() {
     let repo = Repo::new();
     repo.write("cm.yaml", &config_map("one", "1"));
     let first = repo.commit("first");
-    let port = free_port();
+    let port = common::free_port();
     let secrets = tempfile::tempdir().unwrap();
     let secret_file = secrets.path().join("hook");
     std::fs::write(&secret_file, "s3cret\n").unwrap();

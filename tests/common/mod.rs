@@ -321,3 +321,12 @@ pub fn eventually(what: &str, timeout: Duration, check: impl Fn() -> bool) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A loopback port nobody listens on (now).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
