@@ -605,11 +605,28 @@ async fn main() -> Result<()> {
     };
     let only_scale = std::env::var("BERTH_BENCH_ONLY").is_ok_and(|v| v == "scale");
     let result = async {
+        let sizes_growth = sizes("BERTH_BENCH_GROWTH", &[1000, 5000, 10000]);
+        let sizes_fleet = sizes("BERTH_BENCH_FLEET", &[100, 500, 1000]);
+        // Cases that wait for the Deployment controller go first: every cold apply below
+        // leaves it 300 Deployments to process at 20 QPS. The fleets' Deployments are
+        // all waited for by their first syncs.
         if !only_scale {
-            // Cases that wait for the Deployment controller go first: every cold apply
-            // below leaves it 300 Deployments to process at 20 QPS.
             b.cold_apply_and_follow()?;
             b.rollout_requests()?;
+        }
+        // A scale case that fails is reported, and the others still run.
+        for apps in sizes_fleet {
+            if let Err(e) = b.fleet(apps) {
+                b.notes.push(format!("{apps} apps: failed: {e:#}"));
+            }
+        }
+        for objects in sizes_growth {
+            if let Err(e) = b.growth(objects) {
+                b.notes
+                    .push(format!("One app of {objects} objects: failed: {e:#}"));
+            }
+        }
+        if !only_scale {
             let config = b.cold_apply()?;
             b.no_change(&config)?;
             let mut daemon = b
@@ -617,18 +634,6 @@ async fn main() -> Result<()> {
                 .await?;
             b.memory_cpu(&mut daemon)?;
             b.git_fetch()?;
-        }
-        // A scale case that fails is reported, and the others still run.
-        for objects in sizes("BERTH_BENCH_GROWTH", &[1000, 5000, 10000]) {
-            if let Err(e) = b.growth(objects) {
-                b.notes
-                    .push(format!("One app of {objects} objects: failed: {e:#}"));
-            }
-        }
-        for apps in sizes("BERTH_BENCH_FLEET", &[100, 500, 1000]) {
-            if let Err(e) = b.fleet(apps) {
-                b.notes.push(format!("{apps} apps: failed: {e:#}"));
-            }
         }
         anyhow::Ok(())
     }
