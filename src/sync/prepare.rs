@@ -224,11 +224,15 @@ impl Run<'_> {
     ) -> Result<Plan, Stop> {
         let resources = manifests
             .iter()
-            .filter_map(|m| Some((kinds.resolve(m)?, m.namespace().map(str::to_string))))
+            .filter_map(|m| {
+                let name = m.name().to_string();
+                Some((kinds.resolve(m)?, m.namespace().map(str::to_string), name))
+            })
             .chain(inventory.objects.iter().filter_map(|e| {
                 Some((
                     kinds.resolve_kind(&e.api_version, &e.key.kind)?,
                     e.key.namespace.clone(),
+                    e.key.name.clone(),
                 ))
             }));
         let live = match inventory::live_objects(

@@ -45,6 +45,7 @@ impl Run<'_> {
                 Some((
                     kinds.resolve_kind(&e.api_version, &e.key.kind)?,
                     e.key.namespace.clone(),
+                    e.key.name.clone(),
                 ))
             })
             .collect();
