@@ -346,9 +346,7 @@ async fn app_loop(
             () = stopped(&mut stop) => None,
         };
         let record = match slot {
-            // Boxed: a sync's future is large, and an idle app's task should not carry it
-            // (a thousand apps are a thousand tasks).
-            Some(_slot) => Some(Box::pin(syncer.sync(&app, options, &stop, &log)).await),
+            Some(_slot) => Some(syncer.sync(&app, options, &stop, &log).await),
             None => None,
         };
         if let Some(fence) = fence {

@@ -14,6 +14,7 @@ use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 
 /// One host's claim on a Lease.
+#[derive(Clone)]
 pub struct Elector {
     /// The Lease.
     pub api: Api<Lease>,

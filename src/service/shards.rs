@@ -247,12 +247,7 @@ impl Fence {
                 () = tokio::time::sleep(Duration::from_millis(500)) => {}
             }
         }
-        let renewer = Elector {
-            api: elector.api.clone(),
-            name: elector.name.clone(),
-            identity: elector.identity.clone(),
-            duration,
-        };
+        let renewer = elector.clone();
         let renewing = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(duration / 3).await;
