@@ -139,7 +139,8 @@ impl Transitions for LeaseSpec {
     }
 }
 
-fn expired(spec: &LeaseSpec, now: Timestamp) -> bool {
+/// A claim not renewed within its duration (or never renewed).
+pub(super) fn expired(spec: &LeaseSpec, now: Timestamp) -> bool {
     let duration = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
     spec.renew_time
         .as_ref()

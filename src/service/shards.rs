@@ -18,14 +18,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
-use super::lease::Elector;
+use super::lease::{expired, Elector};
 use crate::shutdown::{stopped, Signal};
 
 /// How far above the mean a member's share may grow: no member gets more than
@@ -122,21 +122,13 @@ impl Membership {
             .map(drop)
     }
 
-    /// The live members, sorted.
-    ///
-    /// # Errors
-    /// The Leases could not be listed.
-    pub async fn live(&self) -> Result<Vec<String>, kube::Error> {
-        live_members(&self.api, &self.group).await
-    }
-
     /// Renews and reads the membership every third of the lease duration, publishing the
     /// live members, until `shutdown`; then deletes this host's Lease.
     pub async fn run(self, members: watch::Sender<Vec<String>>, mut shutdown: Signal) {
         let period = self.duration / 3;
         loop {
             let live = match self.renew().await {
-                Ok(()) => self.live().await,
+                Ok(()) => live_members(&self.api, &self.group).await,
                 Err(e) => Err(e),
             };
             match live {
@@ -186,13 +178,6 @@ pub async fn live_members(api: &Api<Lease>, group: &str) -> Result<Vec<String>, 
     live.sort();
     live.dedup();
     Ok(live)
-}
-
-fn expired(spec: &LeaseSpec, now: Timestamp) -> bool {
-    let duration = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
-    spec.renew_time
-        .as_ref()
-        .is_none_or(|t| t.0 + duration < now)
 }
 
 /// An app's Lease, held by this host for one sync.
