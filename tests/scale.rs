@@ -375,3 +375,111 @@ async fn three_hosts_share_thirty_apps_and_hand_them_over() {
         }
     }
 }
+
+/// An inventory too large for one ConfigMap (the API server refuses data over 1 MiB; an
+/// entry is ~150 bytes) is split over parts and read back whole; a smaller one deletes the
+/// parts; a part edited by hand makes the inventory unreadable, not silently shorter.
+#[tokio::test]
+async fn an_inventory_of_twelve_thousand_objects_is_split_and_read_back() {
+    use berth::cluster::{inventory, ClusterError};
+    use berth::manifest::ObjectKey;
+    use berth::plan::{Entry, Inventory};
+    use kube::api::{ListParams, Patch, PatchParams};
+
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "inventory-parts").await;
+    let entries = |n: usize| Inventory {
+        commit: Some(format!("c{n}")),
+        objects: (0..n)
+            .map(|i| Entry {
+                key: ObjectKey {
+                    group: String::new(),
+                    kind: "ConfigMap".into(),
+                    namespace: Some("big".into()),
+                    name: format!("config-{i:05}"),
+                },
+                api_version: "v1".into(),
+                digest: format!("{:064x}", i * 7919),
+                observed: format!("{}", 100_000 + i),
+            })
+            .collect(),
+        held: None,
+    };
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let parts = || async {
+        let labelled = ListParams::default().labels("berth.dev/inventory-part=big");
+        let mut names: Vec<String> = api
+            .list_metadata(&labelled)
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        names.sort();
+        names
+    };
+
+    let large = entries(12_000);
+    let v1 = inventory::store(&client, &ns, "big", "berth", &large, None)
+        .await
+        .expect("a large inventory is written");
+    assert!(v1.parted);
+    let written = parts().await;
+    assert!(written.len() >= 2, "split over parts: {written:?}");
+    let read = inventory::load(&client, &ns, "big").await.unwrap().unwrap();
+    assert_eq!(read.inventory, large);
+    assert_eq!(read.version, v1);
+
+    let stale = inventory::store(&client, &ns, "big", "berth", &entries(5), None).await;
+    assert!(stale.is_ok(), "no precondition: written");
+    let refused = inventory::store(&client, &ns, "big", "berth", &large, Some(&v1)).await;
+    assert!(
+        matches!(refused, Err(ClusterError::InventoryChanged(_))),
+        "a changed head refuses the write: {refused:?}"
+    );
+
+    let larger = entries(13_000);
+    let now = inventory::load(&client, &ns, "big").await.unwrap().unwrap();
+    let v2 = inventory::store(&client, &ns, "big", "berth", &larger, Some(&now.version))
+        .await
+        .unwrap();
+    let read = inventory::load(&client, &ns, "big").await.unwrap().unwrap();
+    assert_eq!(read.inventory, larger);
+    let current = parts().await;
+    assert!(
+        current.iter().all(|p| !written.contains(p)),
+        "the first inventory's parts are gone: {current:?}"
+    );
+
+    let first = &current[0];
+    let edit = serde_json::json!({"data": {"inventory.json": "[]"}});
+    api.patch(first, &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .unwrap();
+    let broken = inventory::load(&client, &ns, "big").await;
+    match broken {
+        Err(e @ ClusterError::Inventory { .. }) => {
+            let message = e.to_string();
+            assert!(message.contains("berth-inventory-big"), "{message}");
+            assert!(message.contains("do not add up"), "{message}");
+        }
+        other => panic!("an edited part is an error: {other:?}"),
+    }
+
+    let small = entries(3);
+    let v3 = inventory::store(&client, &ns, "big", "berth", &small, Some(&v2))
+        .await
+        .unwrap();
+    assert!(!v3.parted);
+    assert_eq!(
+        parts().await,
+        Vec::<String>::new(),
+        "a small inventory leaves no parts"
+    );
+    let read = inventory::load(&client, &ns, "big").await.unwrap().unwrap();
+    assert_eq!(read.inventory, small);
+}

@@ -30,47 +30,105 @@ pub fn name(app: &str) -> String {
 pub struct Stored {
     /// The inventory.
     pub inventory: Inventory,
-    /// The ConfigMap's resourceVersion, the precondition of the next write.
-    pub version: String,
+    /// The version read, the precondition of the next write.
+    pub version: Version,
 }
+
+/// What a write needs to know of the inventory it replaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    /// The head ConfigMap's resourceVersion: the next write is refused when it changed.
+    pub resource_version: String,
+    /// The inventory was split over parts, which a smaller one leaves behind to delete.
+    pub parted: bool,
+}
+
+/// The most inventory text one ConfigMap holds. A ConfigMap (like every object) must stay
+/// under etcd's 1.5 MiB request limit, and the API server refuses data over 1 MiB; an
+/// entry is ~150 bytes, so one ConfigMap holds about 5000 objects and a larger inventory
+/// is split over parts.
+const PART_BYTES: usize = 768 * 1024;
+/// The head's key listing its parts, one name a line, when the inventory is split.
+const PARTS_KEY: &str = "parts";
+/// The head's key holding the SHA-256 of the whole text, checked when the parts are joined.
+const DIGEST_KEY: &str = "digest";
+/// Label of a part: the app whose inventory it holds a piece of.
+const LABEL_PART: &str = "berth.dev/inventory-part";
 
 /// Reads an app's inventory; `None` when it has none yet.
 ///
 /// # Errors
-/// The request failed or the ConfigMap does not hold a readable inventory.
+/// The request failed or the ConfigMap does not hold a readable inventory (also: a part
+/// is missing or does not match the head's digest).
 pub async fn load(
     client: &kube::Client,
     namespace: &str,
     app: &str,
 ) -> Result<Option<Stored>, ClusterError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let cm = api
-        .get_opt(&name(app))
-        .await
-        .map_err(|source| ClusterError::Request {
-            what: format!("reading inventory {namespace}/{}", name(app)),
-            source,
-        })?;
-    let Some(cm) = cm else { return Ok(None) };
-    let text = cm
-        .data
-        .as_ref()
-        .and_then(|d| d.get(DATA_KEY))
-        .map(String::as_str)
-        .unwrap_or("{}");
-    let inventory = serde_json::from_str(text).map_err(|e| ClusterError::Inventory {
+    let read = |name: String| {
+        let api = api.clone();
+        async move {
+            api.get_opt(&name)
+                .await
+                .map_err(|source| ClusterError::Request {
+                    what: format!("reading inventory {namespace}/{name}"),
+                    source,
+                })
+        }
+    };
+    let Some(cm) = read(name(app)).await? else {
+        return Ok(None);
+    };
+    let unreadable = |why: String| ClusterError::Inventory {
         name: format!("{namespace}/{}", name(app)),
-        message: format!("unreadable ({e}); delete it to start afresh (berth then prunes nothing until it is rebuilt)"),
-    })?;
+        message: format!(
+            "{why}; delete it to start afresh (berth then prunes nothing until it is rebuilt)"
+        ),
+    };
+    let data = cm.data.unwrap_or_default();
+    let parts: Vec<&str> = data
+        .get(PARTS_KEY)
+        .map_or_else(Vec::new, |p| p.lines().collect());
+    let text = if parts.is_empty() {
+        data.get(DATA_KEY).cloned().unwrap_or_else(|| "{}".into())
+    } else {
+        let mut text = String::new();
+        for part in &parts {
+            let piece = read((*part).to_owned())
+                .await?
+                .and_then(|p| p.data)
+                .and_then(|mut d| d.remove(DATA_KEY))
+                .ok_or_else(|| unreadable(format!("its part {part} is missing")))?;
+            text.push_str(&piece);
+        }
+        if data.get(DIGEST_KEY) != Some(&sha256(&text)) {
+            return Err(unreadable(format!(
+                "its parts ({}) do not add up to what it was written with",
+                parts.join(", ")
+            )));
+        }
+        text
+    };
+    let inventory =
+        serde_json::from_str(&text).map_err(|e| unreadable(format!("unreadable ({e})")))?;
     Ok(Some(Stored {
         inventory,
-        version: cm.metadata.resource_version.unwrap_or_default(),
+        version: Version {
+            resource_version: cm.metadata.resource_version.unwrap_or_default(),
+            parted: !parts.is_empty(),
+        },
     }))
 }
 
 /// Writes an app's inventory (server-side apply), creating its namespace when missing;
-/// returns the new resourceVersion. With `version`, the write is refused (409) when the
+/// returns the new version. With `previous`, the write is refused (409) when the
 /// ConfigMap changed since: another writer's inventory is never overwritten.
+///
+/// An inventory over [`PART_BYTES`] is split: the parts are written first (named by the
+/// digest of the whole, so a part is never changed in place), then the head that lists
+/// them — the one write that makes the new inventory current — then the parts no head
+/// lists any more are deleted.
 ///
 /// # Errors
 /// A request failed; [`ClusterError::InventoryChanged`] for a changed ConfigMap.
@@ -80,8 +138,8 @@ pub async fn store(
     app: &str,
     field_manager: &str,
     inventory: &Inventory,
-    version: Option<&str>,
-) -> Result<String, ClusterError> {
+    previous: Option<&Version>,
+) -> Result<Version, ClusterError> {
     let request = |what: String| move |source| ClusterError::Request { what, source };
     let namespaces: Api<Namespace> = Api::all(client.clone());
     if namespaces
@@ -104,10 +162,42 @@ pub async fn store(
             }
         }
     }
-    let data = serde_json::to_string(inventory).map_err(|e| ClusterError::Inventory {
+    let text = serde_json::to_string(inventory).map_err(|e| ClusterError::Inventory {
         name: name(app),
         message: e.to_string(),
     })?;
+    let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+    let apply = PatchParams::apply(field_manager).force();
+    let pieces = split(&text, PART_BYTES);
+    let parted = pieces.len() > 1;
+    let mut data = serde_json::Map::new();
+    let mut parts = Vec::new();
+    if parted {
+        let digest = sha256(&text);
+        for (i, piece) in pieces.iter().enumerate() {
+            let part = format!("{}-{}-{i}", name(app), &digest[..10]);
+            let cm = serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": part,
+                    "namespace": namespace,
+                    "labels": {"app.kubernetes.io/managed-by": "berth", LABEL_PART: app},
+                },
+                "data": {DATA_KEY: piece},
+            });
+            api.patch(&part, &apply, &Patch::Apply(&cm))
+                .await
+                .map_err(request(format!(
+                    "writing inventory part {namespace}/{part}"
+                )))?;
+            parts.push(part);
+        }
+        data.insert(PARTS_KEY.into(), parts.join("\n").into());
+        data.insert(DIGEST_KEY.into(), digest.into());
+    } else {
+        data.insert(DATA_KEY.into(), text.into());
+    }
     let mut cm = serde_json::json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -116,21 +206,17 @@ pub async fn store(
             "namespace": namespace,
             "labels": {"app.kubernetes.io/managed-by": "berth", "berth.dev/inventory": app},
         },
-        "data": {DATA_KEY: data},
+        "data": data,
     });
-    if let Some(v) = version {
-        cm["metadata"]["resourceVersion"] = v.into();
+    if let Some(v) = previous {
+        cm["metadata"]["resourceVersion"] = v.resource_version.clone().into();
     }
     let what = format!("writing inventory {namespace}/{}", name(app));
-    let written = Api::<ConfigMap>::namespaced(client.clone(), namespace)
-        .patch(
-            &name(app),
-            &PatchParams::apply(field_manager).force(),
-            &Patch::Apply(&cm),
-        )
+    let written = api
+        .patch(&name(app), &apply, &Patch::Apply(&cm))
         .await
         .map_err(|source| match source {
-            kube::Error::Api(s) if s.code == 409 || (s.code == 404 && version.is_some()) => {
+            kube::Error::Api(s) if s.code == 409 || (s.code == 404 && previous.is_some()) => {
                 ClusterError::InventoryChanged(what.clone())
             }
             source => ClusterError::Request {
@@ -138,7 +224,54 @@ pub async fn store(
                 source,
             },
         })?;
-    Ok(written.metadata.resource_version.unwrap_or_default())
+    if parted || previous.is_some_and(|v| v.parted) {
+        let labelled = ListParams::default().labels(&format!("{LABEL_PART}={app}"));
+        let stale = api
+            .list_metadata(&labelled)
+            .await
+            .map_err(request(format!("listing inventory parts in {namespace}")))?;
+        for part in stale.items.into_iter().filter_map(|p| p.metadata.name) {
+            if !parts.contains(&part) {
+                match api.delete(&part, &Default::default()).await {
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    other => {
+                        other.map_err(request(format!(
+                            "deleting inventory part {namespace}/{part}"
+                        )))?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(Version {
+        resource_version: written.metadata.resource_version.unwrap_or_default(),
+        parted,
+    })
+}
+
+/// `text` cut into pieces of at most `max` bytes, at character boundaries.
+fn split(text: &str, max: usize) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut rest = text;
+    while rest.len() > max {
+        let mut at = max;
+        while !rest.is_char_boundary(at) {
+            at -= 1;
+        }
+        let (piece, tail) = rest.split_at(at);
+        pieces.push(piece);
+        rest = tail;
+    }
+    pieces.push(rest);
+    pieces
+}
+
+fn sha256(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The local copy of an app's inventory (`state_dir/inventory/<app>.json`), written after
@@ -265,6 +398,17 @@ fn live_object(item: &PartialObjectMeta<kube::api::DynamicObject>) -> LiveObject
 mod tests {
     use super::*;
     use crate::plan::Entry;
+
+    #[test]
+    fn text_is_split_at_character_boundaries_and_joins_back() {
+        assert_eq!(split("", 4), vec![""]);
+        assert_eq!(split("abcd", 4), vec!["abcd"]);
+        assert_eq!(split("abcdefghij", 4), vec!["abcd", "efgh", "ij"]);
+        let text = "aé€😀z".repeat(50);
+        let pieces = split(&text, 7);
+        assert!(pieces.iter().all(|p| p.len() <= 7 && !p.is_empty()));
+        assert_eq!(pieces.concat(), text);
+    }
 
     #[test]
     fn the_local_copy_round_trips_and_is_replaced_whole() {

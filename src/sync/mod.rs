@@ -114,8 +114,8 @@ struct Run<'a> {
     rec: SyncRecord,
     /// The app's lock, held from before the first request to after the record.
     lock: Option<lock::AppLock>,
-    /// The inventory ConfigMap's resourceVersion as last read or written.
-    inventory_version: Option<String>,
+    /// The inventory ConfigMap's version as last read or written.
+    inventory_version: Option<crate::cluster::inventory::Version>,
     /// When the run began (discovery older than this may miss a new kind).
     begun: Instant,
     /// What this sync's render read (set once rendered).

@@ -120,7 +120,7 @@ impl Run<'_> {
         let mut next = next.clone();
         for attempt in 1..=3 {
             self.rec.requests += 1;
-            let version = self.inventory_version.as_deref();
+            let version = self.inventory_version.as_ref();
             match inventory::store(client, ns, app, &agent.field_manager, &next, version).await {
                 Ok(version) => {
                     self.inventory_version = Some(version);
