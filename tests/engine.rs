@@ -263,6 +263,7 @@ async fn follow(
         namespace: ns.into(),
         name: "app".into(),
         generation,
+        selector: "app=app".into(),
     }];
     follow_driving(
         client,

@@ -5,7 +5,7 @@
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 
@@ -199,16 +199,21 @@ pub fn selector(deployment: &Deployment) -> String {
     deployment
         .spec
         .as_ref()
-        .and_then(|s| s.selector.match_labels.as_ref())
-        .map(|labels| {
-            labels
-                .iter()
-                .filter(|(k, _)| k.as_str() != POD_TEMPLATE_HASH)
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(",")
-        })
+        .map(|s| match_labels(&s.selector))
         .unwrap_or_default()
+}
+
+/// A selector's `matchLabels` as a label selector, without the pod-template-hash: every
+/// ReplicaSet of the Deployment carries them (its `matchExpressions` only narrow further).
+pub fn match_labels(selector: &LabelSelector) -> String {
+    selector
+        .match_labels
+        .iter()
+        .flatten()
+        .filter(|(k, _)| k.as_str() != POD_TEMPLATE_HASH)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]

@@ -2,9 +2,12 @@
 //! status reports complete or failed, or the timeout passes; record every step and report
 //! progress like `kubectl rollout status`.
 //!
-//! All the rollouts of a sync share one Deployment watch and one ReplicaSet watch per
-//! namespace (not a pair per Deployment: 300 Deployments would mean 600 watches), and
-//! ReplicaSet events go to the rollout whose Deployment owns them.
+//! A few rollouts in a namespace are each watched alone: the Deployment by name, its
+//! ReplicaSets by its selector — a namespace-wide watch would read every app's objects
+//! there, and with many apps sharing a namespace that costs the square of the apps. More
+//! rollouts in one namespace share one Deployment watch and one ReplicaSet watch (not a
+//! pair per Deployment: 300 Deployments would mean 600 watches). ReplicaSet events go to
+//! the rollout whose Deployment owns them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -22,6 +25,8 @@ use crate::shutdown::{stopped, Signal};
 
 /// Timeline steps kept per rollout (the first and the last ones survive a long rollout).
 const MAX_STEPS: usize = 500;
+/// A namespace with at most this many rollouts to follow has a pair of watches for each.
+const WATCH_EACH_AT_MOST: usize = 4;
 
 /// A rollout to follow: Deployment `namespace/name`, whose spec berth wrote at
 /// `generation` (an older status is never judged).
@@ -33,6 +38,47 @@ pub struct Follow {
     pub name: String,
     /// The generation berth wrote.
     pub generation: i64,
+    /// Its ReplicaSets' label selector (see [`match_labels`](super::revisions::match_labels)); empty when not known.
+    pub selector: String,
+}
+
+/// What one pair of watches covers: a namespace, or one Deployment and its ReplicaSets.
+struct Scope {
+    namespace: String,
+    /// The Deployment's name and its ReplicaSets' selector.
+    one: Option<(String, String)>,
+}
+
+/// The watches for `follows`: one pair per rollout where a namespace has a few (and their
+/// selectors are known), one pair for the namespace otherwise; and each rollout's scope.
+fn scopes(follows: &[Follow]) -> (Vec<Scope>, Vec<usize>) {
+    let mut by_namespace: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, f) in follows.iter().enumerate() {
+        by_namespace.entry(&f.namespace).or_default().push(i);
+    }
+    let mut scopes = Vec::new();
+    let mut scope_of = vec![0; follows.len()];
+    for (ns, members) in by_namespace {
+        let each = members.len() <= WATCH_EACH_AT_MOST
+            && members.iter().all(|&i| !follows[i].selector.is_empty());
+        if !each {
+            members.iter().for_each(|&i| scope_of[i] = scopes.len());
+            scopes.push(Scope {
+                namespace: ns.to_owned(),
+                one: None,
+            });
+            continue;
+        }
+        for i in members {
+            scope_of[i] = scopes.len();
+            let f = &follows[i];
+            scopes.push(Scope {
+                namespace: ns.to_owned(),
+                one: Some((f.name.clone(), f.selector.clone())),
+            });
+        }
+    }
+    (scopes, scope_of)
 }
 
 /// What changed, in which namespace.
@@ -40,8 +86,8 @@ enum Seen {
     Deployment(Box<Deployment>),
     ReplicaSet(Box<ReplicaSet>),
     ReplicaSetGone(String, String),
-    /// A namespace's ReplicaSet watch has listed them all: steps mean something now.
-    Listed(String),
+    /// A scope's ReplicaSet watch has listed them all: steps mean something now.
+    Listed(usize),
     Nothing,
 }
 
@@ -55,15 +101,16 @@ pub async fn follow_many(
     report: &(dyn Fn(&Follow, &str) + Send + Sync),
 ) -> Vec<FollowedRollout> {
     let started_at = Timestamp::now();
-    let mut t = Tracker::new(follows);
+    let (scopes, scope_of) = scopes(follows);
+    let mut t = Tracker::new(follows, scope_of);
     if follows.is_empty() {
         return Vec::new();
     }
-    let namespaces: BTreeSet<&str> = follows.iter().map(|f| f.namespace.as_str()).collect();
     let events = stream::select_all(
-        namespaces
-            .into_iter()
-            .map(|ns| watch_namespace(client, ns).boxed()),
+        scopes
+            .iter()
+            .enumerate()
+            .map(|(i, scope)| watch(client, i, scope).boxed()),
     );
     let mut shutdown = shutdown.clone();
     let outcome = tokio::select! {
@@ -73,14 +120,22 @@ pub async fn follow_many(
     t.finish(outcome, started_at, timeout)
 }
 
-fn watch_namespace(
+fn watch(
     client: &kube::Client,
-    ns: &str,
+    id: usize,
+    scope: &Scope,
 ) -> impl futures::Stream<Item = Seen> + Send + 'static {
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
-    let namespace = ns.to_string();
-    let d = watcher(deployments, watcher::Config::default())
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &scope.namespace);
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &scope.namespace);
+    let namespace = scope.namespace.clone();
+    let (by_name, labelled) = match &scope.one {
+        Some((name, selector)) => (
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
+            watcher::Config::default().labels(selector),
+        ),
+        None => (watcher::Config::default(), watcher::Config::default()),
+    };
+    let d = watcher(deployments, by_name)
         .default_backoff()
         .map(|e| match e {
             Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d)) => {
@@ -88,7 +143,7 @@ fn watch_namespace(
             }
             _ => Seen::Nothing,
         });
-    let r = watcher(replica_sets, watcher::Config::default())
+    let r = watcher(replica_sets, labelled)
         .default_backoff()
         .map(move |e| match e {
             Ok(watcher::Event::Apply(rs) | watcher::Event::InitApply(rs)) => {
@@ -97,7 +152,7 @@ fn watch_namespace(
             Ok(watcher::Event::Delete(rs)) => {
                 Seen::ReplicaSetGone(namespace.clone(), rs.metadata.name.unwrap_or_default())
             }
-            Ok(watcher::Event::InitDone) => Seen::Listed(namespace.clone()),
+            Ok(watcher::Event::InitDone) => Seen::Listed(id),
             _ => Seen::Nothing,
         });
     stream::select(d, r)
@@ -106,6 +161,8 @@ fn watch_namespace(
 /// One rollout's view.
 struct State {
     follow: Follow,
+    /// Its watches' [`Scope`].
+    scope: usize,
     deployment: Option<Deployment>,
     replica_sets: BTreeMap<String, ReplicaSet>,
     steps: Vec<TimelineStep>,
@@ -119,7 +176,8 @@ struct Tracker {
     by_name: HashMap<(String, String), usize>,
     /// Deployment UID → index.
     by_uid: HashMap<String, usize>,
-    listed: BTreeSet<String>,
+    /// The scopes whose ReplicaSets have been listed.
+    listed: BTreeSet<usize>,
 }
 
 fn owner_uid(rs: &ReplicaSet) -> Option<&str> {
@@ -132,11 +190,13 @@ fn owner_uid(rs: &ReplicaSet) -> Option<&str> {
 }
 
 impl Tracker {
-    fn new(follows: &[Follow]) -> Self {
+    fn new(follows: &[Follow], scope_of: Vec<usize>) -> Self {
         let states: Vec<State> = follows
             .iter()
-            .map(|f| State {
+            .zip(scope_of)
+            .map(|(f, scope)| State {
                 follow: f.clone(),
+                scope,
                 deployment: None,
                 replica_sets: BTreeMap::new(),
                 steps: Vec::new(),
@@ -213,17 +273,17 @@ impl Tracker {
                     }
                     touched
                 }
-                Seen::Listed(ns) => {
-                    self.listed.insert(ns.clone());
+                Seen::Listed(scope) => {
+                    self.listed.insert(scope);
                     (0..self.states.len())
-                        .filter(|&i| self.states[i].follow.namespace == ns)
+                        .filter(|&i| self.states[i].scope == scope)
                         .collect()
                 }
                 Seen::Nothing => continue,
             };
             for i in touched {
                 let s = &mut self.states[i];
-                if s.outcome.is_some() || !self.listed.contains(&s.follow.namespace) {
+                if s.outcome.is_some() || !self.listed.contains(&s.scope) {
                     continue;
                 }
                 s.update(report);
@@ -410,4 +470,34 @@ pub struct FollowedRollout {
     pub finished_at: Timestamp,
     /// The steps seen.
     pub steps: Vec<TimelineStep>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn follow(ns: &str, name: &str, selector: &str) -> Follow {
+        Follow {
+            namespace: ns.into(),
+            name: name.into(),
+            generation: 1,
+            selector: selector.into(),
+        }
+    }
+
+    #[test]
+    fn a_few_rollouts_are_watched_alone_many_share_their_namespace() {
+        let mut follows = vec![follow("a", "web", "app=web"), follow("a", "api", "app=api")];
+        follows.extend((0..5).map(|i| follow("b", &format!("d{i}"), "x=y")));
+        follows.push(follow("c", "old", ""));
+        let (scopes, scope_of) = scopes(&follows);
+        assert_eq!(scopes.len(), 4, "web, api, namespace b, namespace c");
+        let one = |i: usize| scopes[scope_of[i]].one.clone();
+        assert_eq!(one(0), Some(("web".into(), "app=web".into())));
+        assert_eq!(one(1), Some(("api".into(), "app=api".into())));
+        assert!((2..7).all(|i| scope_of[i] == scope_of[2] && one(i).is_none()));
+        assert_eq!(scopes[scope_of[2]].namespace, "b");
+        assert_eq!(one(7), None, "no selector known: the namespace is watched");
+        assert_eq!(scopes[scope_of[7]].namespace, "c");
+    }
 }

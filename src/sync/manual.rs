@@ -138,10 +138,11 @@ impl Run<'_> {
             )));
         };
         let resolved = kinds.require(&manifest).map_err(|e| self.stop(e))?;
+        let deployment = Target { manifest, resolved };
         let Restored {
             applied, message, ..
         } = self
-            .restore(&Target { manifest, resolved }, current, target)
+            .restore(&deployment, current, target)
             .await
             .map_err(|e| self.stop(SyncError::Rollout(e)))?;
         (self.report)(&message);
@@ -166,7 +167,7 @@ impl Run<'_> {
             return Err(Ended::Failed);
         }
         let rollout = if request.wait {
-            self.follow_one(&applied, &key)
+            self.follow_one(&applied, &deployment.manifest)
                 .await
                 .map_err(|e| self.stop(SyncError::Rollout(e)))?
         } else {

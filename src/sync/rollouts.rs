@@ -11,7 +11,7 @@ use crate::config::{OnFailure, RolloutEngine};
 use crate::history::{
     commit_of_template, FollowedRollout, RollbackRecord, RolloutOutcome, RolloutRecord,
 };
-use crate::manifest::ObjectKey;
+use crate::manifest::{Manifest, ObjectKey};
 use crate::plan::Target;
 use crate::rollout::engine::{follow_driving, Engine, EngineError};
 use crate::rollout::revisions::{self, ReplicaSetInfo, Revisions};
@@ -29,16 +29,20 @@ pub(super) struct Rollouts {
     pub interrupted: bool,
 }
 
-fn follow_of(w: &Write) -> Follow {
-    let m = &w.target.manifest;
+/// The rollout of Deployment `m`, as berth wrote it (`applied`: the API server's answer).
+fn follow_of(m: &Manifest, applied: Option<&DynamicObject>) -> Follow {
+    let selector = m
+        .object
+        .get("spec")
+        .and_then(|s| s.get("selector"))
+        .and_then(|s| serde_json::from_value(s.clone()).ok())
+        .map(|s| revisions::match_labels(&s))
+        .unwrap_or_default();
     Follow {
+        selector,
         namespace: m.namespace().unwrap_or("default").to_string(),
         name: m.name().to_string(),
-        generation: w
-            .applied
-            .as_ref()
-            .and_then(|o| o.metadata.generation)
-            .unwrap_or(0),
+        generation: applied.and_then(|o| o.metadata.generation).unwrap_or(0),
     }
 }
 
@@ -61,7 +65,10 @@ impl Run<'_> {
             }
             return Rollouts::default();
         }
-        let follows: Vec<Follow> = deployments.iter().map(|w| follow_of(w)).collect();
+        let follows: Vec<Follow> = deployments
+            .iter()
+            .map(|w| follow_of(&w.target.manifest, w.applied.as_ref()))
+            .collect();
         let followed = self.follow_and_drive(&follows).await;
         let records = match followed {
             Ok(followed) => {
@@ -196,7 +203,7 @@ impl Run<'_> {
             .restore(&w.target, failed.rollout.revision, target)
             .await?;
         report(&message);
-        let rollout = self.follow_one(&applied, &w.target.manifest.key()).await?;
+        let rollout = self.follow_one(&applied, &w.target.manifest).await?;
         Ok(Some(RollbackRecord {
             to_revision: target.revision,
             commit,
@@ -250,13 +257,9 @@ impl Run<'_> {
     pub(super) async fn follow_one(
         &self,
         applied: &DynamicObject,
-        key: &ObjectKey,
+        manifest: &Manifest,
     ) -> Result<FollowedRollout, String> {
-        let follow = Follow {
-            namespace: key.namespace.clone().unwrap_or_else(|| "default".into()),
-            name: key.name.clone(),
-            generation: applied.metadata.generation.unwrap_or(0),
-        };
+        let follow = follow_of(manifest, Some(applied));
         Ok(self
             .follow_and_drive(&[follow])
             .await
