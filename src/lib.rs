@@ -52,6 +52,7 @@ pub mod config;
 pub mod diff;
 pub mod history;
 pub mod manifest;
+pub mod notifications;
 pub mod plan;
 pub mod rollout;
 pub mod service;

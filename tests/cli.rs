@@ -319,3 +319,56 @@ fn render_checks_built_in_kinds_and_masks_secret_values() {
     assert_eq!(code, 0);
     assert!(out.contains("password: hunter2"), "{out}");
 }
+
+#[test]
+fn validate_reads_trusted_keys_and_notify_secrets_and_names_what_is_wrong() {
+    let (dir, path) = config_file(
+        "berth.toml",
+        "[agent]\nstate_dir = \"STATE\"\n[[app]]\nname = \"a\"\nrepo = \"STATE\"\n[app.verify]\nmode = \"head\"\nopenpgp_keys = [\"STATE/keys/*.asc\"]\nssh_allowed_signers = \"STATE/allowed_signers\"\n[[notify]]\nname = \"chat\"\nurl_file = \"STATE/chat-url\"\nformat = \"slack\"\n[[notify]]\nurl_env = \"BERTH_TEST_UNSET_URL\"\n",
+    );
+    std::fs::create_dir(dir.path().join("keys")).unwrap();
+    std::fs::write(dir.path().join("keys/dev.asc"), "not a key").unwrap();
+    std::fs::write(
+        dir.path().join("allowed_signers"),
+        "dev@example.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMNREh3Sdz7J3PUGyaoqXnpq469dm0vnVE9+5woaA/U7\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("chat-url"),
+        "https://hooks.example/T0/B0/SECRET\n",
+    )
+    .unwrap();
+    let (code, out, _) = berth(&["validate", "--config", &path]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("app a: [app.verify]")
+            && out.contains("keys/dev.asc: not an OpenPGP public key"),
+        "{out}"
+    );
+    assert!(
+        out.contains("chat: Slack receiver, events sync_failed"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("SECRET"),
+        "the address is never printed: {out}"
+    );
+    assert!(
+        out.contains("notify[1]: url_env: environment variable BERTH_TEST_UNSET_URL is not set"),
+        "{out}"
+    );
+
+    let (_dir, path) = config_file(
+        "berth.toml",
+        "[[app]]\nname = \"a\"\nrepo = \"/r\"\n[app.verify]\nmode = \"head\"\n[[notify]]\nurl = \"ftp://x\"\nurl_env = \"X\"\n",
+    );
+    let (code, _, err) = berth(&["validate", "--config", &path]);
+    assert_eq!(code, 1, "{err}");
+    for expected in [
+        "app[0].verify.mode: \"head\" needs trusted keys",
+        "notify[0].url: give exactly one of url, url_file and url_env",
+        "notify[0].url: must be an http:// or https:// URL with a host",
+    ] {
+        assert!(err.contains(expected), "{expected}: {err}");
+    }
+}

@@ -232,15 +232,23 @@ impl Agent {
         // With sharding the assignment decides which apps run here, not leadership.
         let sharded = self.shared.shard.is_some();
         let leading = !sharded && (!self.apps.is_empty() || self.config.apps.is_empty());
-        if new.cluster != self.config.cluster || new.agent != self.config.agent {
-            match Syncer::connect(&new, true).await {
+        let reconnect = new.cluster != self.config.cluster || new.agent != self.config.agent;
+        if reconnect || new.notify != self.config.notify {
+            let connected = match Syncer::connect(&new, true).await {
+                Ok(syncer) => syncer.notify(&new).map_err(anyhow::Error::from),
+                Err(e) => Err(e.into()),
+            };
+            match connected {
                 Ok(syncer) => {
+                    self.shared
+                        .metrics
+                        .notifications(syncer.notifications.clone());
                     if let Ok(mut s) = self.shared.syncer.write() {
                         *s = Arc::new(syncer);
                     }
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, "configuration reload refused: the new cluster settings do not work; the running configuration stays");
+                    tracing::error!(error = %e, "configuration reload refused: the new cluster or notify settings do not work; the running configuration stays");
                     return;
                 }
             }
@@ -253,7 +261,7 @@ impl Agent {
             }
             tracing::info!(
                 apps = self.config.apps.len(),
-                "configuration reloaded: agent or cluster settings changed, every app restarted"
+                "configuration reloaded: agent, cluster or notify settings changed, every app restarted"
             );
             return;
         }

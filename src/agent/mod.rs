@@ -174,6 +174,7 @@ pub async fn run(
     mut signals: Signals,
 ) -> Result<(), AgentError> {
     let metrics = Arc::new(Metrics::default());
+    metrics.notifications(syncer.notifications.clone());
     let shared = Arc::new(Shared {
         endpoint: start_http(&config, &metrics, &syncer, &signals.shutdown).await?,
         syncer: RwLock::new(syncer.clone()),

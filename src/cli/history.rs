@@ -179,6 +179,12 @@ fn show(r: &SyncRecord) -> String {
             c.sha, c.subject, c.author, c.time
         );
     }
+    if let Some(s) = &r.signature {
+        out += &format!(
+            "Signed:    by {} ({} key {})\n",
+            s.signer, s.format, s.fingerprint
+        );
+    }
     if let Some(p) = &r.previous_commit {
         out += &format!("Previous:  {p}\n");
     }

@@ -28,7 +28,7 @@ pub struct Args {
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     let app = select(&config.apps, std::slice::from_ref(&args.app))?[0];
-    let syncer = Syncer::connect(&config, false).await?;
+    let syncer = Syncer::connect(&config, false).await?.notify(&config)?;
     let request = RollbackRequest {
         deployment: &args.deployment,
         to_revision: args.to_revision,
@@ -36,6 +36,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     };
     let print = |line: &str| super::say(format_args!("{}: {line}", app.name));
     let record = syncer.rollback(app, &request, &print).await?;
+    syncer.notifications.flush(super::NOTIFY_FLUSH).await;
     if let Some(note) = &record.note {
         super::say(format_args!("note: {note}"));
     }

@@ -14,7 +14,7 @@ use tokio::signal::unix::{signal, SignalKind};
 /// Runs the agent until SIGTERM or SIGINT.
 pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
-    let syncer = Arc::new(Syncer::connect(&config, true).await?);
+    let syncer = Arc::new(Syncer::connect(&config, true).await?.notify(&config)?);
     let version = tokio::time::timeout(
         std::time::Duration::from_secs(30),
         syncer.client.apiserver_version(),

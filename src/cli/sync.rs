@@ -29,7 +29,7 @@ pub struct Args {
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     let apps = select(&config.apps, &args.apps)?;
-    let syncer = Syncer::connect(&config, false).await?;
+    let syncer = Syncer::connect(&config, false).await?.notify(&config)?;
     let (stop, shutdown) = berth::shutdown::channel();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
@@ -58,6 +58,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         }
     });
     let records = futures::future::join_all(syncs).await;
+    syncer.notifications.flush(super::NOTIFY_FLUSH).await;
     let mut ok = true;
     for r in &records {
         super::say(summary(r));

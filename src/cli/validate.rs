@@ -7,7 +7,9 @@ use std::process::ExitCode;
 
 use berth::config::{self, AppConfig, Config};
 use berth::manifest::{Builder, BuiltinScopes, Manifest};
+use berth::notifications;
 use berth::source::git;
+use berth::source::verify::Trust;
 
 /// Arguments of `berth validate`.
 #[derive(clap::Args)]
@@ -25,7 +27,7 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         config_path.display(),
         berth::plural(config.apps.len(), "app")
     );
-    let mut failed = false;
+    let mut failed = !trusted_keys(&config) | !receivers(&config);
     for app in &config.apps {
         if let (None, Some(path)) = (&args.dir, git::local_path(&app.repo)) {
             if !path.exists() {
@@ -67,6 +69,54 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Reads each app's `[app.verify]` keys; false when one cannot be used.
+fn trusted_keys(config: &Config) -> bool {
+    let mut ok = true;
+    for app in &config.apps {
+        match Trust::load(&app.verify) {
+            Ok(None) => {}
+            Ok(Some(trust)) => {
+                let (openpgp, ssh) = trust.counts();
+                println!(
+                    "app {}: commits must be signed by one of {} and {}",
+                    app.name,
+                    berth::plural(openpgp, "OpenPGP key"),
+                    berth::plural(ssh, "SSH signer")
+                );
+            }
+            Err(e) => {
+                ok = false;
+                println!("app {}: [app.verify] {e}", app.name);
+            }
+        }
+    }
+    ok
+}
+
+/// Reads each `[[notify]]` receiver's address and secrets; false when one cannot be used.
+fn receivers(config: &Config) -> bool {
+    let mut ok = true;
+    for (i, n) in config.notify.iter().enumerate() {
+        match notifications::secrets(n, i) {
+            Ok(s) => {
+                let events: Vec<&str> = n.events.iter().map(|e| e.as_str()).collect();
+                println!(
+                    "{}: {:?} receiver, events {}{}",
+                    s.name,
+                    n.format,
+                    events.join(", "),
+                    if s.secret.is_some() { ", signed" } else { "" }
+                );
+            }
+            Err(e) => {
+                ok = false;
+                println!("{e}");
+            }
+        }
+    }
+    ok
 }
 
 /// The repository itself when it is a local path, else the agent's cached checkout.

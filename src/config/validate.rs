@@ -52,6 +52,9 @@ impl Config {
                 problems.add(key("rollout.timeout"), "must be more than 0s");
             }
         }
+        for (i, target) in self.notify.iter().enumerate() {
+            notify(target, &|k: &str| format!("notify[{i}].{k}"), &mut problems);
+        }
         if problems.0.is_empty() {
             Ok(())
         } else {
@@ -136,11 +139,76 @@ fn app_source(app: &AppConfig, key: &dyn Fn(&str) -> String, problems: &mut Prob
             );
         }
     }
+    if app.verify.mode == super::VerifyMode::Head
+        && app.verify.openpgp_keys.is_empty()
+        && app.verify.ssh_allowed_signers.is_none()
+    {
+        problems.add(
+            key("verify.mode"),
+            "\"head\" needs trusted keys: give openpgp_keys or ssh_allowed_signers",
+        );
+    }
     if app.auth.password_file.is_some() && app.auth.password_env.is_some() {
         problems.add(
             key("auth.password_file"),
             "give password_file or password_env, not both",
         );
+    }
+}
+
+/// A `[[notify]]` receiver: one address, at most one source per secret, a sensible
+/// address, globs that compile.
+fn notify(n: &super::NotifyConfig, key: &dyn Fn(&str) -> String, problems: &mut Problems) {
+    let sources = [n.url.is_some(), n.url_file.is_some(), n.url_env.is_some()];
+    if sources.iter().filter(|s| **s).count() != 1 {
+        problems.add(key("url"), "give exactly one of url, url_file and url_env");
+    }
+    if let Some(url) = &n.url {
+        if let Err(message) = check_notify_url(url) {
+            problems.add(key("url"), message);
+        }
+    }
+    for (k, file, env) in [
+        ("secret_file", &n.secret_file, &n.secret_env),
+        ("token_file", &n.token_file, &n.token_env),
+    ] {
+        if file.is_some() && env.is_some() {
+            problems.add(
+                key(k),
+                format!("give {k} or {}, not both", k.replace("_file", "_env")),
+            );
+        }
+    }
+    if n.events.is_empty() {
+        problems.add(key("events"), "give at least one event");
+    }
+    if n.timeout.is_zero() {
+        problems.add(key("timeout"), "must be more than 0s");
+    }
+    if n.queue == 0 {
+        problems.add(key("queue"), "must be at least 1");
+    }
+    if let Err(e) = n.apps.set() {
+        problems.add(
+            key("apps"),
+            format!(
+                "invalid glob {:?}: {}",
+                e.glob().unwrap_or_default(),
+                e.kind()
+            ),
+        );
+    }
+}
+
+/// Checks a receiver's address: `http://` or `https://` and a host.
+///
+/// # Errors
+/// Why the address is refused (without the address: it may hold a secret).
+pub fn check_notify_url(url: &str) -> Result<(), String> {
+    let uri: http::Uri = url.trim().parse().map_err(|_| "is not a URL".to_string())?;
+    match (uri.scheme_str(), uri.host()) {
+        (Some("http" | "https"), Some(_)) => Ok(()),
+        _ => Err("must be an http:// or https:// URL with a host".into()),
     }
 }
 

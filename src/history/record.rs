@@ -119,6 +119,9 @@ pub struct SyncRecord {
     /// Set when the previous commit is not an ancestor of this one (a force-push).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history_rewritten: Option<String>,
+    /// Who signed the commit, when `[app.verify]` checked it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<crate::source::verify::Signature>,
     /// How it ended.
     pub outcome: Outcome,
     /// Objects that needed no change (listed only in this count, to keep records small).
@@ -247,6 +250,7 @@ impl SyncRecord {
             commit,
             previous_commit: None,
             history_rewritten: None,
+            signature: None,
             outcome: Outcome::Failed,
             unchanged: 0,
             objects: Vec::new(),

@@ -4,10 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::cluster::Action;
 use crate::history::{Outcome, SyncRecord};
+use crate::notifications::Notifications;
 
 const SYNC_BUCKETS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
 const FETCH_BUCKETS: [f64; 8] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];
@@ -44,6 +45,8 @@ struct State {
     requests: BTreeMap<String, u64>,
     /// With sharding: this host's apps and the live members.
     shard: Option<(usize, usize)>,
+    /// The `[[notify]]` receivers, whose counters are rendered too.
+    notifications: Option<Arc<Notifications>>,
 }
 
 /// The agent's metrics.
@@ -174,7 +177,17 @@ impl Metrics {
             let _ = writeln!(out, "# HELP berth_shard_apps Apps assigned to this host ([agent] sharding).\n# TYPE berth_shard_apps gauge\nberth_shard_apps {apps}");
             let _ = writeln!(out, "# HELP berth_shard_members Live berth hosts sharing the apps.\n# TYPE berth_shard_members gauge\nberth_shard_members {members}");
         }
+        if let Some(n) = &s.notifications {
+            out += &n.metrics();
+        }
         out
+    }
+
+    /// The receivers whose counters `/metrics` shows (replaced on a configuration reload).
+    pub fn notifications(&self, n: Arc<Notifications>) {
+        if let Ok(mut s) = self.state.lock() {
+            s.notifications = Some(n);
+        }
     }
 
     /// With sharding: how many apps this host has, among how many live members.

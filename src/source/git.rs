@@ -221,7 +221,7 @@ pub fn fetch(app: &AppConfig, state_dir: &Path) -> Result<Checkout, SourceError>
 /// rollback renders the commit the app was last synced to).
 pub fn tree_at(state_dir: &Path, repo: &str, sha: &str) -> Option<Checkout> {
     let source = source_dir(state_dir, repo);
-    let git = Repository::open_bare(source.join("git")).ok()?;
+    let git = repository(&source).ok()?;
     let commit = git.find_commit(Oid::from_str(sha).ok()?).ok()?;
     let dir = write_tree(&git, &commit, &source.join("trees")).ok()?;
     Some(Checkout {
@@ -443,10 +443,18 @@ fn classify(e: git2::Error, url: &str, shown: &str, cache: &Path) -> SourceError
     }
 }
 
+/// The bare repository of a cache (see [`source_dir`]).
+///
+/// # Errors
+/// It is not there or not a repository.
+pub fn repository(source: &Path) -> Result<Repository, git2::Error> {
+    Repository::open_bare(source.join("git"))
+}
+
 /// Set when `previous` (the commit of the app's last sync) is not an ancestor of `new` in
 /// the repository's cache: its history was rewritten.
 pub fn ancestry(source: &Path, previous: &str, new: &str) -> Option<String> {
-    let repo = Repository::open_bare(source.join("git")).ok()?;
+    let repo = repository(source).ok()?;
     let prev = Oid::from_str(previous).ok()?;
     let new = Oid::from_str(new).ok()?;
     let short = |o: Oid| o.to_string()[..7].to_string();
@@ -472,7 +480,7 @@ pub fn ancestry(source: &Path, previous: &str, new: &str) -> Option<String> {
 /// commit `sha`: the same digest at two commits means the same files there.
 pub fn paths_digest(source: &Path, sha: &str, paths: &[String]) -> Option<String> {
     use sha2::{Digest, Sha256};
-    let repo = Repository::open_bare(source.join("git")).ok()?;
+    let repo = repository(source).ok()?;
     let tree = repo
         .find_commit(Oid::from_str(sha).ok()?)
         .ok()?

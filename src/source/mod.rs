@@ -1,11 +1,12 @@
 //! Where manifests come from: [`git`] fetches a repository and writes out a commit's tree;
 //! [`shared`] shares those fetches between the apps of one repository;
-//! [`known_hosts`] verifies ssh host keys; [`watch`] turns commits in a local repository
-//! into sync triggers.
+//! [`known_hosts`] verifies ssh host keys; [`verify`] checks commit signatures; [`watch`]
+//! turns commits in a local repository into sync triggers.
 
 pub mod git;
 pub mod known_hosts;
 pub mod shared;
+pub mod verify;
 pub mod watch;
 
 use jiff::Timestamp;

@@ -9,6 +9,7 @@ use crate::manifest::{ManifestError, ObjectKey, Origin};
 use crate::plan::UnknownKind;
 use crate::rollout::engine::EngineError;
 use crate::source::git::SourceError;
+use crate::source::verify::VerifyError;
 
 /// An error of one sync step, as recorded in the history.
 #[derive(Debug, thiserror::Error)]
@@ -19,6 +20,15 @@ pub enum SyncError {
         /// Why.
         #[source]
         source: SourceError,
+    },
+    /// The commit is not signed by a trusted key (`[app.verify]`).
+    #[error(
+        "{source}; nothing was rendered or written, the cluster keeps its last applied commit"
+    )]
+    Verify {
+        /// Why.
+        #[source]
+        source: VerifyError,
     },
     /// An app's include/exclude glob does not compile.
     #[error("invalid glob in app {app}: {source}")]

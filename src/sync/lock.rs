@@ -238,6 +238,7 @@ impl Run<'_> {
         if self.rec.outcome != Outcome::Held {
             self.syncer.record(&mut self.rec);
         }
+        self.syncer.notifications.observe(&self.rec);
         if let Some(lock) = self.lock.take() {
             lock.finish();
         }

@@ -37,6 +37,7 @@ use crate::cluster::ClusterError;
 use crate::config::{AgentConfig, AppConfig};
 use crate::history::{new_id, HistoryLog, Outcome, RecordError, SyncRecord, Trigger};
 use crate::manifest::ObjectKey;
+use crate::notifications::{Notifications, NotifyError};
 use crate::plan::Target;
 use crate::plan::{self, Change, Plan};
 use crate::plan::{Entry, Held, Inventory};
@@ -68,6 +69,9 @@ pub struct Syncer {
     pub sources: Sources,
     /// This host (`hostname/pid`), recorded in every sync's record.
     pub host: String,
+    /// Where each sync's outcome is told (`[[notify]]`); none until the command starts
+    /// them ([`Notifications::start`]).
+    pub notifications: Arc<Notifications>,
     /// What each app's last good sync read, to skip commits that change none of it.
     inputs: Mutex<HashMap<String, Inputs>>,
 }
@@ -125,6 +129,18 @@ struct Run<'a> {
 }
 
 impl Syncer {
+    /// Starts the `[[notify]]` receivers of `config`: each sync's outcome is told to them.
+    ///
+    /// # Errors
+    /// A receiver's address or secrets cannot be read.
+    pub fn notify(mut self, config: &crate::config::Config) -> Result<Self, NotifyError> {
+        self.notifications = Arc::new(Notifications::start(
+            &config.notify,
+            &config.agent.state_dir,
+        )?);
+        Ok(self)
+    }
+
     /// Connects to the cluster named in `config`.
     ///
     /// # Errors
@@ -142,6 +158,7 @@ impl Syncer {
             sources: Sources::new(config.agent.state_dir.clone()),
             host: crate::service::lease::identity(),
             inputs: Mutex::new(HashMap::new()),
+            notifications: Arc::new(Notifications::none()),
             client,
             agent: config.agent.clone(),
             history: HistoryLog::new(&config.agent.state_dir),

@@ -14,6 +14,7 @@ use crate::plan::Inventory;
 use crate::plan::{self, Plan};
 use crate::source::git::{self, Checkout};
 use crate::source::shared::INTERVAL_SHARE;
+use crate::source::verify::{Trust, VerifyError};
 
 impl Run<'_> {
     /// Everything else before the first write: inventory, discovery, render, plan.
@@ -124,6 +125,10 @@ impl Run<'_> {
                     c.author
                 ));
                 self.rec.commit = Some(c.clone());
+                if let Err(source) = self.verify(&checkout) {
+                    self.fail(SyncError::Verify { source });
+                    return Err(Stop::Failed);
+                }
                 Ok(checkout)
             }
             Err(e) => {
@@ -131,6 +136,26 @@ impl Run<'_> {
                 Err(Stop::Failed)
             }
         }
+    }
+
+    /// With `[app.verify]`: the commit's signature, checked against the trusted keys
+    /// (read again each sync, so a key added or removed counts at once) and recorded.
+    fn verify(&mut self, checkout: &Checkout) -> Result<(), VerifyError> {
+        let Some(trust) = Trust::load(&self.app.verify)? else {
+            return Ok(());
+        };
+        let repo = git::repository(&checkout.source).map_err(|e| VerifyError::Bad {
+            commit: checkout.commit.short().to_string(),
+            fingerprint: None,
+            why: format!("cannot open berth's repository cache ({})", e.message()),
+        })?;
+        let signature = trust.verify(&repo, &checkout.commit.sha, jiff::Timestamp::now())?;
+        (self.report)(&format!(
+            "signed by {} ({} key {})",
+            signature.signer, signature.format, signature.fingerprint
+        ));
+        self.rec.signature = Some(signature);
+        Ok(())
     }
 
     /// What the render read: the app's paths and what its kustomizations reach.

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 
 pub mod proxy;
+pub mod receiver;
 
 static CONTROL_PLANE: OnceLock<Option<ControlPlane>> = OnceLock::new();
 static WITHOUT_DEPLOYMENT_CONTROLLER: OnceLock<Option<ControlPlane>> = OnceLock::new();

@@ -1,0 +1,190 @@
+//! Sending to one receiver: its own bounded queue and task, so a slow or dead receiver
+//! never holds up a sync or another receiver; each request with a timeout, retried after
+//! a network error, a 5xx or a 429 with exponential backoff and jitter.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hmac::{Hmac, Mac};
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use sha2::Sha256;
+
+/// The first retry's delay; each next one doubles, up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The HTTP(S) client every receiver shares.
+pub type HttpClient = Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    Full<Bytes>,
+>;
+
+/// A client for http and https receivers (the system's trusted roots).
+///
+/// # Errors
+/// The system's roots cannot be read.
+pub fn client() -> std::io::Result<HttpClient> {
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_native_roots(rustls::crypto::ring::default_provider())?
+        .https_or_http()
+        .enable_http1()
+        .build();
+    Ok(Client::builder(TokioExecutor::new()).build(https))
+}
+
+/// A receiver, as its task sends to it.
+pub struct Receiver {
+    /// Its name in logs and metrics (never its address: that may hold a secret).
+    pub name: String,
+    /// Its address.
+    pub url: String,
+    /// The HMAC key of `X-Berth-Signature-256`.
+    pub secret: Option<Vec<u8>>,
+    /// The bearer token.
+    pub token: Option<String>,
+    /// One request's time limit.
+    pub timeout: Duration,
+    /// Retries after the first attempt.
+    pub retries: u32,
+}
+
+/// What one receiver has done, for `/metrics`.
+#[derive(Default)]
+pub struct Counts {
+    /// Messages it accepted.
+    pub sent: AtomicU64,
+    /// Messages given up on after the last retry (or refused with a 4xx).
+    pub failed: AtomicU64,
+    /// Messages dropped because its queue was full.
+    pub dropped: AtomicU64,
+}
+
+/// One message on its way: the body and the event's name.
+pub struct Delivery {
+    /// The JSON body.
+    pub body: Vec<u8>,
+    /// The event (`X-Berth-Event`).
+    pub event: &'static str,
+}
+
+/// Sends what comes down `queue` until it closes. `pending` counts messages not yet
+/// settled (sent or given up), for [`super::Notifications::flush`].
+pub async fn run(
+    receiver: Receiver,
+    client: HttpClient,
+    mut queue: tokio::sync::mpsc::Receiver<Delivery>,
+    counts: Arc<Counts>,
+    pending: Arc<(AtomicUsize, tokio::sync::Notify)>,
+) {
+    while let Some(delivery) = queue.recv().await {
+        let sent = send(&receiver, &client, &delivery).await;
+        match sent {
+            Ok(()) => counts.sent.fetch_add(1, Ordering::Relaxed),
+            Err(why) => {
+                tracing::warn!(receiver = %receiver.name, event = delivery.event, "notification not delivered: {why}");
+                counts.failed.fetch_add(1, Ordering::Relaxed)
+            }
+        };
+        pending.0.fetch_sub(1, Ordering::AcqRel);
+        pending.1.notify_waiters();
+    }
+}
+
+/// One message, with its retries; the reason when it was given up.
+async fn send(receiver: &Receiver, client: &HttpClient, delivery: &Delivery) -> Result<(), String> {
+    let signature = receiver.secret.as_ref().map(|key| {
+        let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
+        mac.update(&delivery.body);
+        let hex: String = mac
+            .finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("sha256={hex}")
+    });
+    let mut attempt = 0;
+    loop {
+        let mut request = http::Request::post(&receiver.url)
+            .header("content-type", "application/json")
+            .header("user-agent", concat!("berth/", env!("CARGO_PKG_VERSION")))
+            .header("x-berth-event", delivery.event);
+        if let Some(s) = &signature {
+            request = request.header("x-berth-signature-256", s);
+        }
+        if let Some(t) = &receiver.token {
+            request = request.header("authorization", format!("Bearer {t}"));
+        }
+        let request = request
+            .body(Full::new(Bytes::from(delivery.body.clone())))
+            .map_err(|_| "the address is not a valid URL".to_string())?;
+        let why = match tokio::time::timeout(receiver.timeout, client.request(request)).await {
+            Err(_) => format!("no answer within {}s", receiver.timeout.as_secs_f32()),
+            Ok(Err(e)) => format!("request failed ({})", connect_error(&e)),
+            Ok(Ok(answer)) => {
+                let status = answer.status();
+                if status.is_success() {
+                    return Ok(());
+                }
+                if !status.is_server_error() && status != http::StatusCode::TOO_MANY_REQUESTS {
+                    return Err(format!("the receiver refused it ({status}); not retried"));
+                }
+                format!("the receiver answered {status}")
+            }
+        };
+        if attempt >= receiver.retries {
+            return Err(format!("{why}; gave up after {} attempts", attempt + 1));
+        }
+        let wait = backoff(attempt);
+        tracing::debug!(receiver = %receiver.name, attempt = attempt + 1, "{why}; retrying in {wait:?}");
+        tokio::time::sleep(wait).await;
+        attempt += 1;
+    }
+}
+
+/// A client error's kind without the address it was sent to (which may hold a secret).
+fn connect_error(e: &hyper_util::client::legacy::Error) -> String {
+    if e.is_connect() {
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            if let Some(io) = s.downcast_ref::<std::io::Error>() {
+                return format!("cannot connect: {}", io.kind());
+            }
+            source = s.source();
+        }
+        return "cannot connect".into();
+    }
+    "the connection broke".into()
+}
+
+/// The delay before retry `attempt + 1`: half of the doubled delay, plus up to the other
+/// half at random, so receivers that failed together do not retry together.
+fn backoff(attempt: u32) -> Duration {
+    let full = FIRST_BACKOFF
+        .saturating_mul(1 << attempt.min(16))
+        .min(MAX_BACKOFF);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let random = f64::from(nanos % 1000) / 1000.0;
+    full / 2 + full.mul_f64(random / 2.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_with_jitter_up_to_a_minute() {
+        for attempt in 0..10 {
+            let full = (FIRST_BACKOFF * (1 << attempt)).min(MAX_BACKOFF);
+            let wait = backoff(attempt);
+            assert!(wait >= full / 2 && wait <= full, "{attempt}: {wait:?}");
+        }
+        assert!(backoff(40) <= MAX_BACKOFF);
+    }
+}

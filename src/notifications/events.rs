@@ -1,0 +1,301 @@
+//! Which events a sync record makes, and which of them are worth a message: a problem is
+//! sent once until the outcome changes (or a day later, as a reminder), and `recovered`
+//! closes it. The open problem of each app is kept in `state_dir/notifications.json`, so
+//! a restart or a one-shot `berth sync` does not send it again.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::config::NotifyEvent;
+use crate::history::{Outcome, RolloutOutcome, SyncRecord};
+
+/// An unchanged problem is sent again after this long (Alertmanager drops an alert that is
+/// not sent again before its `endsAt`).
+pub const REMIND_AFTER: Duration = Duration::from_secs(12 * 3600);
+
+/// What a message says, taken from the record (not the record itself: a record can hold
+/// thousands of objects).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// The event.
+    pub event: NotifyEvent,
+    /// The problem this message ends, when it ends one (`recovered`, or a new problem
+    /// replacing another).
+    pub resolves: Option<NotifyEvent>,
+    /// The app.
+    pub app: String,
+    /// The record's id (`berth history show <id>`).
+    pub record: String,
+    /// The host that synced.
+    pub host: Option<String>,
+    /// When the sync ended.
+    pub at: Timestamp,
+    /// The sync's outcome.
+    pub outcome: Outcome,
+    /// The commit: full SHA, subject, author.
+    pub commit: Option<(String, String, String)>,
+    /// The errors (at most [`MAX_ERRORS`]).
+    pub errors: Vec<String>,
+    /// The rollouts.
+    pub rollouts: Vec<Rollout>,
+    /// How many objects the sync changed.
+    pub changes: usize,
+}
+
+/// One Deployment's rollout, in a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rollout {
+    /// `namespace/name`.
+    pub deployment: String,
+    /// `complete`, `failed`, `timed-out`, `interrupted`.
+    pub outcome: String,
+    /// What its status said last.
+    pub message: String,
+    /// The revision it rolled out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// The revision it was rolled back to, when it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rolled_back_to: Option<i64>,
+}
+
+/// Errors carried in one message.
+pub const MAX_ERRORS: usize = 20;
+
+/// The problem a record reports, if any.
+pub fn problem(r: &SyncRecord) -> Option<NotifyEvent> {
+    match r.outcome {
+        Outcome::Failed if r.rollouts.iter().any(|x| x.rollback.is_some()) => {
+            Some(NotifyEvent::RolledBack)
+        }
+        Outcome::Failed
+            if r.rollouts.iter().any(|x| {
+                matches!(
+                    x.rollout.outcome,
+                    RolloutOutcome::Failed | RolloutOutcome::TimedOut
+                )
+            }) =>
+        {
+            Some(NotifyEvent::RolloutFailed)
+        }
+        Outcome::Failed => Some(NotifyEvent::SyncFailed),
+        Outcome::RolledBack => Some(NotifyEvent::RolledBack),
+        Outcome::Held => Some(NotifyEvent::Held),
+        Outcome::Succeeded | Outcome::NoChange | Outcome::Interrupted => None,
+    }
+}
+
+/// An app's open problem: what was sent, and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Open {
+    /// The event sent.
+    pub event: NotifyEvent,
+    /// Digest of the event, the commit and the errors: an identical failure has the same.
+    pub fingerprint: String,
+    /// When it was sent.
+    pub sent_at: Timestamp,
+}
+
+fn fingerprint(event: NotifyEvent, r: &SyncRecord) -> String {
+    let mut h = Sha256::new();
+    h.update(event.as_str());
+    h.update(r.commit.as_ref().map_or("", |c| c.sha.as_str()));
+    for e in &r.errors {
+        h.update([0]);
+        h.update(&e.message);
+    }
+    h.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The open problems of every app, kept in a file.
+pub struct Problems {
+    path: PathBuf,
+    open: BTreeMap<String, Open>,
+}
+
+impl Problems {
+    /// Reads `state_dir/notifications.json` (none, or unreadable: nothing is open).
+    pub fn load(state_dir: &Path) -> Self {
+        let path = state_dir.join("notifications.json");
+        let open = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        Problems { path, open }
+    }
+
+    /// The messages record `r` makes, given what was sent before; remembers what it sends.
+    pub fn messages(&mut self, r: &SyncRecord, now: Timestamp) -> Vec<Message> {
+        let open = self.open.get(&r.app);
+        let mut events = Vec::new();
+        match problem(r) {
+            Some(event) => {
+                let fingerprint = fingerprint(event, r);
+                let repeat = open.is_some_and(|o| {
+                    o.fingerprint == fingerprint
+                        && now.duration_since(o.sent_at).as_secs() < REMIND_AFTER.as_secs() as i64
+                });
+                if !repeat {
+                    let resolves = open.map(|o| o.event).filter(|e| *e != event);
+                    events.push((event, resolves));
+                    let sent = Open {
+                        event,
+                        fingerprint,
+                        sent_at: now,
+                    };
+                    self.open.insert(r.app.clone(), sent);
+                    self.save();
+                }
+            }
+            None if r.outcome == Outcome::Interrupted => {}
+            None => {
+                if let Some(o) = self.open.remove(&r.app) {
+                    events.push((NotifyEvent::Recovered, Some(o.event)));
+                    self.save();
+                }
+                if r.outcome == Outcome::Succeeded && r.changes() > 0 {
+                    events.push((NotifyEvent::Synced, None));
+                }
+            }
+        }
+        events
+            .into_iter()
+            .map(|(event, resolves)| message(r, event, resolves))
+            .collect()
+    }
+
+    fn save(&self) {
+        let written = serde_json::to_vec(&self.open)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| {
+                let tmp = self.path.with_extension("json.tmp");
+                std::fs::write(&tmp, bytes)?;
+                std::fs::rename(&tmp, &self.path)
+            });
+        if let Err(e) = written {
+            tracing::warn!(path = %self.path.display(), error = %e, "cannot keep the notifications' state: a restart may send an open problem again");
+        }
+    }
+}
+
+fn message(r: &SyncRecord, event: NotifyEvent, resolves: Option<NotifyEvent>) -> Message {
+    Message {
+        event,
+        resolves,
+        app: r.app.clone(),
+        record: r.id.clone(),
+        host: r.host.clone(),
+        at: r.finished_at,
+        outcome: r.outcome,
+        commit: r
+            .commit
+            .as_ref()
+            .map(|c| (c.sha.clone(), c.subject.clone(), c.author.clone())),
+        errors: r
+            .errors
+            .iter()
+            .take(MAX_ERRORS)
+            .map(|e| e.message.clone())
+            .collect(),
+        rollouts: r
+            .rollouts
+            .iter()
+            .map(|x| Rollout {
+                deployment: x.deployment.qualified_name(),
+                outcome: x.rollout.outcome.as_str().to_string(),
+                message: x.rollout.message.clone(),
+                revision: x.rollout.revision,
+                rolled_back_to: x.rollback.as_ref().map(|b| b.to_revision),
+            })
+            .collect(),
+        changes: r.changes(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{RecordError, Trigger};
+
+    fn record(app: &str, outcome: Outcome, error: Option<&str>) -> SyncRecord {
+        let mut r = SyncRecord::new("r1".into(), app, Trigger::Interval, Timestamp::now(), None);
+        r.outcome = outcome;
+        r.errors = error
+            .map(|m| RecordError {
+                message: m.into(),
+                source: None,
+            })
+            .into_iter()
+            .collect();
+        r
+    }
+
+    fn events(ms: &[Message]) -> Vec<(NotifyEvent, Option<NotifyEvent>)> {
+        ms.iter().map(|m| (m.event, m.resolves)).collect()
+    }
+
+    #[test]
+    fn a_repeated_failure_is_sent_once_and_recovery_closes_it() {
+        use NotifyEvent::*;
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = Problems::load(dir.path());
+        let now = Timestamp::now();
+        let failed = record("shop", Outcome::Failed, Some("boom"));
+        assert_eq!(events(&p.messages(&failed, now)), [(SyncFailed, None)]);
+        assert!(
+            p.messages(&failed, now).is_empty(),
+            "the same failure: once"
+        );
+        let other = record("shop", Outcome::Failed, Some("another"));
+        assert_eq!(events(&p.messages(&other, now)), [(SyncFailed, None)]);
+        let held = record("shop", Outcome::Held, None);
+        assert_eq!(events(&p.messages(&held, now)), [(Held, Some(SyncFailed))]);
+        let interrupted = record("shop", Outcome::Interrupted, None);
+        assert!(p.messages(&interrupted, now).is_empty());
+
+        let restarted = &mut Problems::load(dir.path());
+        assert!(
+            restarted.messages(&held, now).is_empty(),
+            "kept over a restart"
+        );
+        let later = now + jiff::SignedDuration::from_secs(13 * 3600);
+        assert_eq!(
+            events(&restarted.messages(&held, later)),
+            [(Held, None)],
+            "a reminder"
+        );
+        let ok = record("shop", Outcome::NoChange, None);
+        assert_eq!(
+            events(&restarted.messages(&ok, later)),
+            [(Recovered, Some(Held))]
+        );
+        assert!(
+            restarted.messages(&ok, later).is_empty(),
+            "nothing open: nothing to say"
+        );
+        assert_eq!(
+            events(&restarted.messages(&failed, later)),
+            [(SyncFailed, None)],
+            "failing again after a recovery is news"
+        );
+    }
+
+    #[test]
+    fn a_record_names_its_problem() {
+        let failed = record("a", Outcome::Failed, Some("x"));
+        assert_eq!(problem(&failed), Some(NotifyEvent::SyncFailed));
+        assert_eq!(
+            problem(&record("a", Outcome::RolledBack, None)),
+            Some(NotifyEvent::RolledBack)
+        );
+        assert_eq!(problem(&record("a", Outcome::Succeeded, None)), None);
+    }
+}
