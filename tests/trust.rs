@@ -71,6 +71,21 @@ impl Gpg {
             .expect("a fingerprint")
     }
 
+    /// Revokes the key with the revocation certificate gpg made with it.
+    fn revoke(&self, fingerprint: &str) {
+        let cert = self
+            .home
+            .path()
+            .join(format!("openpgp-revocs.d/{fingerprint}.rev"));
+        // gpg neutralises the stored certificate with a leading ':' on its armor line.
+        let text = std::fs::read_to_string(&cert).unwrap().replace(
+            ":-----BEGIN PGP PUBLIC KEY BLOCK",
+            "-----BEGIN PGP PUBLIC KEY BLOCK",
+        );
+        std::fs::write(&cert, text).unwrap();
+        self.run(&["--import", cert.to_str().unwrap()]);
+    }
+
     fn export(&self, fingerprint: &str, to: &Path) {
         std::fs::write(to, self.run(&["--armor", "--export", fingerprint])).unwrap();
     }
@@ -228,6 +243,13 @@ async fn only_commits_signed_by_a_trusted_key_are_applied() {
         ],
     );
     refused("expired", &["expired at 2020-01-02", &old]);
+
+    let gone = gpg.key("Gone Dev <gone@example.com>", "1y", None);
+    repo.write("settings.yaml", &config_map("4b"));
+    commit_with("by a key revoked since", gnupg(&gone));
+    gpg.revoke(&gone);
+    gpg.export(&gone, &keys.path().join("gone.asc"));
+    refused("revoked", &["is revoked", &gone]);
     assert_eq!(
         value(&client, &ns).await.as_deref(),
         Some("1"),

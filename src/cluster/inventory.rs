@@ -121,7 +121,8 @@ pub async fn load(
     }))
 }
 
-/// Writes an app's inventory (server-side apply), creating its namespace when missing;
+/// Writes an app's inventory (server-side apply), creating its namespace when missing
+/// (checked only for a first write);
 /// returns the new version. With `previous`, the write is refused (409) when the
 /// ConfigMap changed since: another writer's inventory is never overwritten.
 ///
@@ -142,11 +143,14 @@ pub async fn store(
 ) -> Result<Version, ClusterError> {
     let request = |what: String| move |source| ClusterError::Request { what, source };
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    if namespaces
-        .get_opt(namespace)
-        .await
-        .map_err(request(format!("reading namespace {namespace}")))?
-        .is_none()
+    // An inventory read before lives in a namespace that exists (were it deleted since,
+    // the write's 404 sends the caller back to read it again, without a version).
+    if previous.is_none()
+        && namespaces
+            .get_opt(namespace)
+            .await
+            .map_err(request(format!("reading namespace {namespace}")))?
+            .is_none()
     {
         let ns: Namespace = serde_json::from_value(
             serde_json::json!({"metadata": {"name": namespace}}),
