@@ -242,13 +242,11 @@ impl Trust {
                         sub.key.fingerprint()
                     )));
                 }
-                let expiry = sub
+                let bindings = sub
                     .signatures
                     .iter()
-                    .filter_map(|s| s.key_expiration_time())
-                    .map(|d| d.as_secs())
-                    .max();
-                if let Some(at) = expires(sub.key.created_at().as_secs(), expiry) {
+                    .filter(|s| s.typ() == Some(SignatureType::SubkeyBinding));
+                if let Some(at) = expires(sub.key.created_at(), bindings) {
                     if at <= now {
                         return Err(invalid(format!("has its signing subkey expired at {at}")));
                     }
@@ -268,16 +266,18 @@ impl Trust {
             if !key.details.revocation_signatures.is_empty() {
                 return Err(invalid("is revoked".into()));
             }
-            let expiry = key
+            let (own_fingerprint, own_id) = (key.fingerprint(), key.legacy_key_id());
+            let self_signatures = key
                 .details
                 .users
                 .iter()
                 .flat_map(|u| &u.signatures)
                 .chain(&key.details.direct_signatures)
-                .filter_map(|s| s.key_expiration_time().map(|d| (s.created(), d.as_secs())))
-                .max_by_key(|(created, _)| created.map(|c| c.as_secs()))
-                .map(|(_, d)| d);
-            if let Some(at) = expires(key.created_at().as_secs(), expiry) {
+                .filter(|s| {
+                    s.issuer_fingerprint().contains(&&own_fingerprint)
+                        || s.issuer_key_id().contains(&&own_id)
+                });
+            if let Some(at) = expires(key.created_at(), self_signatures) {
                 if at <= now {
                     return Err(invalid(format!("expired at {at}")));
                 }
@@ -361,10 +361,18 @@ impl Trust {
     }
 }
 
-/// When a key created at `created` (seconds) expires, given its expiration time.
-fn expires(created: u32, expiry: Option<u32>) -> Option<Timestamp> {
-    let seconds = expiry.filter(|d| *d > 0)?;
-    Timestamp::from_second(i64::from(created) + i64::from(seconds)).ok()
+/// When a key created at `created` expires: as its newest self-signature says (an older
+/// one's expiry no longer counts once a newer one changed or removed it).
+fn expires<'a>(
+    created: pgp::types::Timestamp,
+    self_signatures: impl Iterator<Item = &'a pgp::packet::Signature>,
+) -> Option<Timestamp> {
+    let newest = self_signatures.max_by_key(|s| s.created().map(|c| c.as_secs()))?;
+    let seconds = newest.key_expiration_time()?.as_secs();
+    if seconds == 0 {
+        return None;
+    }
+    Timestamp::from_second(i64::from(created.as_secs()) + i64::from(seconds)).ok()
 }
 
 /// The files `pattern` names: itself, or the files of its folder its last part (a glob)
