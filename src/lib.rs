@@ -47,6 +47,7 @@
 //!   kube-controller-manager) and the kubelet stand-in, for tests, benchmarks and demos.
 
 pub mod agent;
+pub mod body_hmac;
 pub mod cluster;
 pub mod config;
 pub mod diff;

@@ -229,18 +229,18 @@ async fn notify_status_reload_metrics_and_webhook() {
     let body = br#"{"ref":"refs/heads/main"}"#;
     let bad = [(
         "X-Hub-Signature-256",
-        berth::service::http::sign(b"wrong", body),
+        berth::body_hmac::sign(b"wrong", body),
     )];
     assert_eq!(http(port, "POST", "/hooks/service", &bad, body).0, 401);
     let good = [(
         "X-Hub-Signature-256",
-        berth::service::http::sign(b"s3cret", body),
+        berth::body_hmac::sign(b"s3cret", body),
     )];
     assert_eq!(http(port, "POST", "/hooks/nope", &good, body).0, 404);
     let huge = vec![b'x'; (1 << 20) + 1];
     let huge_sig = [(
         "X-Hub-Signature-256",
-        berth::service::http::sign(b"s3cret", &huge),
+        berth::body_hmac::sign(b"s3cret", &huge),
     )];
     assert_eq!(
         http(port, "POST", "/hooks/service", &huge_sig, &huge).0,

@@ -6,12 +6,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use hmac::{Hmac, Mac};
 use http_body_util::Full;
+use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use sha2::Sha256;
 
 /// The first retry's delay; each next one doubles, up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -96,17 +94,10 @@ pub async fn run(
 
 /// One message, with its retries; the reason when it was given up.
 async fn send(receiver: &Receiver, client: &HttpClient, delivery: &Delivery) -> Result<(), String> {
-    let signature = receiver.secret.as_ref().map(|key| {
-        let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
-        mac.update(&delivery.body);
-        let hex: String = mac
-            .finalize()
-            .into_bytes()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        format!("sha256={hex}")
-    });
+    let signature = receiver
+        .secret
+        .as_ref()
+        .map(|key| crate::body_hmac::sign(key, &delivery.body));
     let mut attempt = 0;
     loop {
         let mut request = http::Request::post(&receiver.url)
