@@ -160,7 +160,19 @@ impl Plan {
     }
 }
 
-/// Plans a sync of `manifests` against the last `inventory` and the `live` objects.
+/// The manifests git did not change since the last sync (same digest as their inventory
+/// entry): only their live objects decide anything — unchanged or drifted — so only they
+/// need reading before the plan. A changed or new object is written whatever is live.
+pub fn unchanged_in_git<'a>(manifests: &'a [Manifest], inventory: &Inventory) -> Vec<&'a Manifest> {
+    let entries = inventory.by_key();
+    manifests
+        .iter()
+        .filter(|m| entries.get(&m.key()).is_some_and(|e| e.digest == digest(m)))
+        .collect()
+}
+
+/// Plans a sync of `manifests` against the last `inventory` and the `live` objects (of
+/// those [`unchanged_in_git`]; others are not looked up).
 ///
 /// # Errors
 /// Every manifest whose kind the cluster does not serve (and no CRD of the commit defines).
@@ -309,6 +321,15 @@ mod tests {
             deleted.clone(),
             cm("new", "1"),
         ];
+        let read: Vec<&str> = unchanged_in_git(&manifests, &inventory)
+            .iter()
+            .map(|m| m.name())
+            .collect();
+        assert_eq!(
+            read,
+            ["same", "drifted", "deleted"],
+            "only these are looked up"
+        );
         let p = plan(manifests, resolve, &inventory, &live).unwrap();
         let changes: Vec<(&str, &Change)> = p
             .planned

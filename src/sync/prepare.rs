@@ -247,19 +247,12 @@ impl Run<'_> {
         kinds: &ClusterKinds,
         inventory: &Inventory,
     ) -> Result<Plan, Stop> {
-        let resources = manifests
-            .iter()
+        let resources = plan::unchanged_in_git(&manifests, inventory)
+            .into_iter()
             .filter_map(|m| {
                 let name = m.name().to_string();
                 Some((kinds.resolve(m)?, m.namespace().map(str::to_string), name))
-            })
-            .chain(inventory.objects.iter().filter_map(|e| {
-                Some((
-                    kinds.resolve_kind(&e.api_version, &e.key.kind)?,
-                    e.key.namespace.clone(),
-                    e.key.name.clone(),
-                ))
-            }));
+            });
         let live = match inventory::live_objects(
             &self.syncer.client,
             resources.collect::<Vec<_>>(),
