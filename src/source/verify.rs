@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use jiff::Timestamp;
-use pgp::composed::{Deserializable, DetachedSignature, SignedPublicKey};
+use pgp::composed::{Deserializable, DetachedSignature, SignedPublicKey, SignedPublicSubKey};
 use pgp::packet::SignatureType;
 use pgp::types::KeyDetails;
 use serde::{Deserialize, Serialize};
@@ -212,48 +212,23 @@ impl Trust {
             sig.issuer_fingerprint().contains(&fingerprint) || sig.issuer_key_id().contains(&key_id)
         };
         for key in &self.openpgp {
-            let fingerprint = format!("{:X}", key.fingerprint());
-            let signer = key
-                .details
-                .users
-                .first()
-                .and_then(|u| u.id.as_str().map(str::to_owned))
-                .unwrap_or_else(|| fingerprint.clone());
-            let invalid = |state: String| VerifyError::KeyInvalid {
-                commit: commit.to_string(),
-                fingerprint: fingerprint.clone(),
-                signer: signer.clone(),
-                state,
-            };
-            let checked = if names(&key.fingerprint(), &key.legacy_key_id()) {
-                sig.verify(key, data)
-            } else if let Some(sub) = key
-                .public_subkeys
-                .iter()
-                .find(|s| names(&s.key.fingerprint(), &s.key.legacy_key_id()))
-            {
-                if sub
-                    .signatures
-                    .iter()
-                    .any(|s| s.typ() == Some(SignatureType::SubkeyRevocation))
-                {
-                    return Err(invalid(format!(
-                        "has its signing subkey {:X} revoked",
-                        sub.key.fingerprint()
-                    )));
-                }
-                let bindings = sub
-                    .signatures
-                    .iter()
-                    .filter(|s| s.typ() == Some(SignatureType::SubkeyBinding));
-                if let Some(at) = expires(sub.key.created_at(), bindings) {
-                    if at <= now {
-                        return Err(invalid(format!("has its signing subkey expired at {at}")));
-                    }
-                }
-                sig.verify(sub, data)
+            // The primary key (`None`) or the signing subkey the signature names.
+            let component = if names(&key.fingerprint(), &key.legacy_key_id()) {
+                None
             } else {
-                continue;
+                match key
+                    .public_subkeys
+                    .iter()
+                    .find(|s| names(&s.key.fingerprint(), &s.key.legacy_key_id()))
+                {
+                    Some(sub) => Some(sub),
+                    None => continue,
+                }
+            };
+            let fingerprint = format!("{:X}", key.fingerprint());
+            let checked = match component {
+                None => sig.verify(key, data),
+                Some(sub) => sig.verify(sub, data),
             };
             checked.map_err(|e| {
                 bad(
@@ -263,24 +238,19 @@ impl Trust {
                     ),
                 )
             })?;
-            if !key.details.revocation_signatures.is_empty() {
-                return Err(invalid("is revoked".into()));
-            }
-            let (own_fingerprint, own_id) = (key.fingerprint(), key.legacy_key_id());
-            let self_signatures = key
+            let signer = key
                 .details
                 .users
-                .iter()
-                .flat_map(|u| &u.signatures)
-                .chain(&key.details.direct_signatures)
-                .filter(|s| {
-                    s.issuer_fingerprint().contains(&&own_fingerprint)
-                        || s.issuer_key_id().contains(&&own_id)
+                .first()
+                .and_then(|u| u.id.as_str().map(str::to_owned))
+                .unwrap_or_else(|| fingerprint.clone());
+            if let Some(state) = invalid_at(key, component, now) {
+                return Err(VerifyError::KeyInvalid {
+                    commit: commit.to_string(),
+                    fingerprint,
+                    signer,
+                    state,
                 });
-            if let Some(at) = expires(key.created_at(), self_signatures) {
-                if at <= now {
-                    return Err(invalid(format!("expired at {at}")));
-                }
             }
             return Ok(Signature {
                 format: "openpgp".into(),
@@ -359,6 +329,44 @@ impl Trust {
             fingerprint,
         })
     }
+}
+
+/// Why `key` (and its signing `subkey`, when the signature was made with one) may not
+/// sign at `now`: revoked, or expired; `None` when it may.
+fn invalid_at(
+    key: &SignedPublicKey,
+    subkey: Option<&SignedPublicSubKey>,
+    now: Timestamp,
+) -> Option<String> {
+    if !key.details.revocation_signatures.is_empty() {
+        return Some("is revoked".into());
+    }
+    let (own_fingerprint, own_id) = (key.fingerprint(), key.legacy_key_id());
+    let self_signatures = key
+        .details
+        .users
+        .iter()
+        .flat_map(|u| &u.signatures)
+        .chain(&key.details.direct_signatures)
+        .filter(|s| {
+            s.issuer_fingerprint().contains(&&own_fingerprint)
+                || s.issuer_key_id().contains(&&own_id)
+        });
+    if let Some(at) = expires(key.created_at(), self_signatures).filter(|at| *at <= now) {
+        return Some(format!("expired at {at}"));
+    }
+    let sub = subkey?;
+    let of_type = |t| sub.signatures.iter().filter(move |s| s.typ() == Some(t));
+    if of_type(SignatureType::SubkeyRevocation).next().is_some() {
+        return Some(format!(
+            "has its signing subkey {:X} revoked",
+            sub.key.fingerprint()
+        ));
+    }
+    let expiry = expires(sub.key.created_at(), of_type(SignatureType::SubkeyBinding));
+    expiry
+        .filter(|at| *at <= now)
+        .map(|at| format!("has its signing subkey expired at {at}"))
 }
 
 /// When a key created at `created` expires: as its newest self-signature says (an older
