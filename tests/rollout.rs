@@ -543,3 +543,43 @@ async fn statefulsets_daemonsets_jobs_and_custom_resources_are_waited_for() {
         record.health
     );
 }
+
+#[tokio::test]
+async fn a_change_of_labels_only_starts_no_rollout_to_follow() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "labels-only").await;
+    let repo = Repo::new();
+    // Pods that never become ready: following this Deployment could only fail.
+    let web = deployment("web:1", NEVER, "  progressDeadlineSeconds: 4\n");
+    repo.write("web.yaml", &web);
+    repo.commit("web");
+    let setup = Setup::new(cp, "labels", &repo, &ns, "[app.rollout]\non_failure = \"halt\"");
+    let (code, out, _) = setup.berth(&["sync", "--no-wait"]);
+    assert_eq!(code, 0, "{out}");
+
+    let labelled = web.replace("  name: web\n", "  name: web\n  labels: {team: shop}\n");
+    repo.write("web.yaml", &labelled);
+    repo.commit("label web");
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "a label is not a rollout: {out}");
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Succeeded, "{:?}", record.errors);
+    assert!(record.rollouts.is_empty(), "{:?}", record.rollouts);
+    let d = Api::<Deployment>::namespaced(client.clone(), &ns)
+        .get("web")
+        .await
+        .unwrap();
+    assert_eq!(
+        d.metadata.labels.unwrap().get("team").map(String::as_str),
+        Some("shop")
+    );
+
+    repo.write("web.yaml", &labelled.replace("web:1", "web:2"));
+    repo.commit("web 2");
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "a new image is a rollout, followed until it fails: {out}");
+    assert!(out.contains("exceeded its progress deadline"), "{out}");
+}

@@ -360,7 +360,7 @@ impl<'a> Run<'a> {
         next.commit = Some(checkout.commit.sha.clone());
         self.mark("roll out");
         let rolled_out = self
-            .roll_out(&writes, &mut next, &checkout.commit.sha)
+            .roll_out(&writes, &inventory, &mut next, &checkout.commit.sha)
             .await;
         let healthy = match rolled_out {
             Ok(()) => {
@@ -451,10 +451,11 @@ impl<'a> Run<'a> {
     async fn roll_out(
         &mut self,
         writes: &[Write],
+        old: &Inventory,
         next: &mut Inventory,
         sha: &str,
     ) -> Result<(), Stop> {
-        let rollouts = self.rollouts(writes).await;
+        let rollouts = self.rollouts(writes, old).await;
         for e in next
             .objects
             .iter_mut()

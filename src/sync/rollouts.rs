@@ -1,18 +1,20 @@
 //! Following the rollouts of the Deployments a sync wrote, concurrently, and the app's
 //! failure policy: roll back to the previous revision's template, halt, or continue.
 
+use std::collections::HashMap;
+
 use futures::future::join_all;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DynamicObject};
 
 use super::{Run, SyncError, Write};
-use crate::cluster::apply::apply_all;
+use crate::cluster::apply::{apply_all, observed};
 use crate::config::{OnFailure, RolloutEngine};
 use crate::history::{
     commit_of_template, FollowedRollout, RollbackRecord, RolloutOutcome, RolloutRecord,
 };
 use crate::manifest::{Manifest, ObjectKey};
-use crate::plan::Target;
+use crate::plan::{Entry, Inventory, Target};
 use crate::rollout::engine::{follow_driving, Engine, EngineError};
 use crate::rollout::revisions::{self, ReplicaSetInfo, Revisions};
 use crate::rollout::rollback;
@@ -46,16 +48,29 @@ fn follow_of(m: &Manifest, applied: Option<&DynamicObject>) -> Follow {
     }
 }
 
-fn is_deployment(w: &Write) -> bool {
+/// A Deployment whose spec this sync changed: its generation moved since the last sync
+/// recorded it. Labels, annotations or an unchanged re-apply start no rollout, so there is
+/// nothing to follow (nor to roll back).
+fn starts_rollout(w: &Write, old: &HashMap<&ObjectKey, &Entry>) -> bool {
     let m = &w.target.manifest;
-    m.group() == "apps" && m.kind() == "Deployment" && w.applied.is_some()
+    let Some(applied) = &w.applied else {
+        return false;
+    };
+    let before = old.get(&m.key()).map(|e| e.observed.as_str());
+    m.group() == "apps"
+        && m.kind() == "Deployment"
+        && before != Some(observed(&applied.metadata).as_str())
 }
 
 impl Run<'_> {
-    /// Follows every Deployment this sync wrote (sharing watches) and applies the failure
-    /// policy.
-    pub(super) async fn rollouts(&mut self, writes: &[Write]) -> Rollouts {
-        let deployments: Vec<&Write> = writes.iter().filter(|w| is_deployment(w)).collect();
+    /// Follows every Deployment whose spec this sync changed (sharing watches) and applies
+    /// the failure policy.
+    pub(super) async fn rollouts(&mut self, writes: &[Write], old: &Inventory) -> Rollouts {
+        let before = old.by_key();
+        let deployments: Vec<&Write> = writes
+            .iter()
+            .filter(|w| starts_rollout(w, &before))
+            .collect();
         if !self.options.wait {
             if !deployments.is_empty() {
                 (self.report)(&format!(
