@@ -556,7 +556,13 @@ async fn a_change_of_labels_only_starts_no_rollout_to_follow() {
     let web = deployment("web:1", NEVER, "  progressDeadlineSeconds: 4\n");
     repo.write("web.yaml", &web);
     repo.commit("web");
-    let setup = Setup::new(cp, "labels", &repo, &ns, "[app.rollout]\non_failure = \"halt\"");
+    let setup = Setup::new(
+        cp,
+        "labels",
+        &repo,
+        &ns,
+        "[app.rollout]\non_failure = \"halt\"",
+    );
     let (code, out, _) = setup.berth(&["sync", "--no-wait"]);
     assert_eq!(code, 0, "{out}");
 
@@ -580,6 +586,9 @@ async fn a_change_of_labels_only_starts_no_rollout_to_follow() {
     repo.write("web.yaml", &labelled.replace("web:1", "web:2"));
     repo.commit("web 2");
     let (code, out, _) = setup.berth(&["sync"]);
-    assert_eq!(code, 1, "a new image is a rollout, followed until it fails: {out}");
+    assert_eq!(
+        code, 1,
+        "a new image is a rollout, followed until it fails: {out}"
+    );
     assert!(out.contains("exceeded its progress deadline"), "{out}");
 }

@@ -114,13 +114,12 @@ impl Gpg {
 }
 
 /// Commits everything with `git commit -S` and the given signing settings.
-fn signed_commit(repo: &Repo, message: &str, settings: &[(&str, &str)]) -> String {
+fn signed_commit(repo: &Repo, message: &str, settings: &[(&str, String)]) -> String {
     repo.git(&["add", "-A"]);
-    let mut args: Vec<String> = Vec::new();
-    for (k, v) in settings {
-        args.push("-c".into());
-        args.push(format!("{k}={v}"));
-    }
+    let mut args: Vec<String> = settings
+        .iter()
+        .flat_map(|(k, v)| ["-c".to_string(), format!("{k}={v}")])
+        .collect();
     args.extend(["commit", "-q", "-S", "-m", message].map(String::from));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     repo.git(&args);
@@ -164,17 +163,8 @@ async fn only_commits_signed_by_a_trusted_key_are_applied() {
             ("user.signingkey", key.to_string()),
         ]
     };
-    let as_pairs = |v: &[(&str, String)]| -> Vec<(String, String)> {
-        v.iter().map(|(k, s)| (k.to_string(), s.clone())).collect()
-    };
-    let commit_with = |message: &str, settings: Vec<(&str, String)>| {
-        let pairs = as_pairs(&settings);
-        let refs: Vec<(&str, &str)> = pairs
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        signed_commit(&repo, message, &refs)
-    };
+    let commit_with =
+        |message: &str, settings: Vec<(&str, String)>| signed_commit(&repo, message, &settings);
     let extra = format!(
         "[app.verify]\nmode = \"head\"\nopenpgp_keys = [\"{}/*.asc\"]\nssh_allowed_signers = \"{}\"\n",
         keys.path().display(),
