@@ -89,18 +89,6 @@ fn by(fingerprint: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
-impl VerifyError {
-    /// The fingerprint of the key involved, when there is one.
-    pub fn fingerprint(&self) -> Option<&str> {
-        match self {
-            VerifyError::Bad { fingerprint, .. } => fingerprint.as_deref(),
-            VerifyError::Untrusted { fingerprint, .. }
-            | VerifyError::KeyInvalid { fingerprint, .. } => Some(fingerprint),
-            _ => None,
-        }
-    }
-}
-
 /// The keys an app trusts.
 pub struct Trust {
     openpgp: Vec<SignedPublicKey>,
