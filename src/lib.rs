@@ -22,7 +22,8 @@
 //! - one sync: [`sync::Syncer::sync`], its steps in [`sync`];
 //! - fetch: [`source::shared::Sources::fetch`];
 //! - render: [`manifest::Builder::render`];
-//! - plan: [`plan::plan`], then [`plan::split`] and [`plan::next_inventory`];
+//! - plan: [`plan::draft`], the live objects of what git did not change, then
+//!   [`plan::Draft::settle`], [`plan::split`] and [`plan::next_inventory`];
 //! - validate and apply: [`cluster::apply::apply_all`];
 //! - roll out: [`rollout::engine::follow_driving`], revisions by
 //!   [`rollout::revisions::owned`];

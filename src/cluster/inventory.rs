@@ -126,7 +126,7 @@ pub async fn load(
 /// returns the new version. With `previous`, the write is refused (409) when the
 /// ConfigMap changed since: another writer's inventory is never overwritten.
 ///
-/// An inventory over [`PART_BYTES`] is split: the parts are written first (named by the
+/// An inventory over `PART_BYTES` (768 KiB) is split: the parts are written first (named by the
 /// digest of the whole, so a part is never changed in place), then the head that lists
 /// them — the one write that makes the new inventory current — then the parts no head
 /// lists any more are deleted.

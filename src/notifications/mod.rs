@@ -211,7 +211,7 @@ impl Notifications {
                     continue;
                 };
                 let delivery = Delivery {
-                    body: body.to_string().into_bytes(),
+                    body: body.to_string().into(),
                     event: m.event.as_str(),
                 };
                 self.pending.0.fetch_add(1, Ordering::AcqRel);

@@ -160,28 +160,55 @@ impl Plan {
     }
 }
 
-/// The manifests git did not change since the last sync (same digest as their inventory
-/// entry): only their live objects decide anything — unchanged or drifted — so only they
-/// need reading before the plan. A changed or new object is written whatever is live.
-pub fn unchanged_in_git<'a>(manifests: &'a [Manifest], inventory: &Inventory) -> Vec<&'a Manifest> {
-    let entries = inventory.by_key();
-    manifests
-        .iter()
-        .filter(|m| entries.get(&m.key()).is_some_and(|e| e.digest == digest(m)))
-        .collect()
+/// A plan from git and the inventory alone: an object git did not change is taken as
+/// unchanged until [`Draft::settle`] holds it against its live object.
+pub struct Draft(Plan);
+
+impl Draft {
+    /// The targets git did not change since the last sync: only their live objects decide
+    /// anything (unchanged or drifted), so only they need reading. A changed or new object
+    /// is written whatever is live.
+    pub fn unchanged(&self) -> impl Iterator<Item = &Target> {
+        self.0
+            .planned
+            .iter()
+            .filter(|p| p.change == Change::Same)
+            .map(|p| &p.target)
+    }
+
+    /// The plan: each object git did not change is unchanged only when its `live` object
+    /// is still what berth left (the `inventory` recorded it), else drifted.
+    pub fn settle(mut self, inventory: &Inventory, live: &HashMap<ObjectKey, LiveObject>) -> Plan {
+        let entries = inventory.by_key();
+        for p in self
+            .0
+            .planned
+            .iter_mut()
+            .filter(|p| p.change == Change::Same)
+        {
+            let key = p.target.manifest.key();
+            let recorded = entries.get(&key).map(|e| e.observed.as_str());
+            p.change = match live.get(&key) {
+                None => Change::Drifted("deleted from the cluster".into()),
+                Some(l) if Some(l.observed.as_str()) != recorded => {
+                    Change::Drifted("changed in the cluster since the last sync".into())
+                }
+                Some(_) => Change::Same,
+            };
+        }
+        self.0
+    }
 }
 
-/// Plans a sync of `manifests` against the last `inventory` and the `live` objects (of
-/// those [`unchanged_in_git`]; others are not looked up).
+/// The plan before the live objects are read (see [`Draft`]).
 ///
 /// # Errors
 /// Every manifest whose kind the cluster does not serve (and no CRD of the commit defines).
-pub fn plan(
+pub fn draft(
     manifests: Vec<Manifest>,
     resolve: impl Fn(&Manifest) -> Option<Resolved>,
     inventory: &Inventory,
-    live: &HashMap<ObjectKey, LiveObject>,
-) -> Result<Plan, Vec<UnknownKind>> {
+) -> Result<Draft, Vec<UnknownKind>> {
     let crds = WithCrds::new(&manifests, &NoScopes);
     let entries = inventory.by_key();
     let mut plan = Plan::default();
@@ -201,13 +228,7 @@ pub fn plan(
         let change = match entries.get(&m.key()) {
             None => Change::New,
             Some(e) if e.digest != digest => Change::Changed,
-            Some(e) => match live.get(&e.key) {
-                None => Change::Drifted("deleted from the cluster".into()),
-                Some(l) if l.observed != e.observed => {
-                    Change::Drifted("changed in the cluster since the last sync".into())
-                }
-                Some(_) => Change::Same,
-            },
+            Some(_) => Change::Same,
         };
         plan.planned.push(Planned {
             target: Target {
@@ -225,7 +246,7 @@ pub fn plan(
         .cloned()
         .collect();
     if errors.is_empty() {
-        Ok(plan)
+        Ok(Draft(plan))
     } else {
         Err(errors)
     }
@@ -243,8 +264,19 @@ impl ScopeLookup for NoScopes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use crate::manifest::Origin;
     use kube::api::ApiResource;
+
+    /// The whole plan at once: [`draft`], then [`Draft::settle`].
+    fn plan(
+        manifests: Vec<Manifest>,
+        resolve: impl Fn(&Manifest) -> Option<Resolved>,
+        inventory: &Inventory,
+        live: &HashMap<ObjectKey, LiveObject>,
+    ) -> Result<Plan, Vec<UnknownKind>> {
+        Ok(draft(manifests, resolve, inventory)?.settle(inventory, live))
+    }
 
     fn cm(name: &str, data: &str) -> Manifest {
         Manifest {
@@ -321,9 +353,10 @@ mod tests {
             deleted.clone(),
             cm("new", "1"),
         ];
-        let read: Vec<&str> = unchanged_in_git(&manifests, &inventory)
-            .iter()
-            .map(|m| m.name())
+        let read: Vec<String> = draft(manifests.clone(), resolve, &inventory)
+            .unwrap()
+            .unchanged()
+            .map(|t| t.manifest.name().to_string())
             .collect();
         assert_eq!(
             read,

@@ -247,31 +247,32 @@ impl Run<'_> {
         kinds: &ClusterKinds,
         inventory: &Inventory,
     ) -> Result<Plan, Stop> {
-        let resources = plan::unchanged_in_git(&manifests, inventory)
-            .into_iter()
-            .filter_map(|m| {
-                let name = m.name().to_string();
-                Some((kinds.resolve(m)?, m.namespace().map(str::to_string), name))
-            });
-        let live = match inventory::live_objects(
-            &self.syncer.client,
-            resources.collect::<Vec<_>>(),
-            &self.app.name,
-        )
-        .await
-        {
-            Ok(live) => live,
-            Err(e) => {
-                self.fail(e);
+        let draft = match plan::draft(manifests, |m| kinds.resolve(m), inventory) {
+            Ok(draft) => draft,
+            Err(errors) => {
+                errors.into_iter().for_each(|e| self.fail(e));
                 return Err(Stop::Failed);
             }
         };
-        match plan::plan(manifests, |m| kinds.resolve(m), inventory, &live) {
-            Ok(plan) => Ok(plan),
-            Err(errors) => {
-                errors.into_iter().for_each(|e| self.fail(e));
-                Err(Stop::Failed)
-            }
-        }
+        let resources: Vec<_> = draft
+            .unchanged()
+            .map(|t| {
+                let m = &t.manifest;
+                (
+                    t.resolved.clone(),
+                    m.namespace().map(str::to_string),
+                    m.name().to_string(),
+                )
+            })
+            .collect();
+        let live =
+            match inventory::live_objects(&self.syncer.client, resources, &self.app.name).await {
+                Ok(live) => live,
+                Err(e) => {
+                    self.fail(e);
+                    return Err(Stop::Failed);
+                }
+            };
+        Ok(draft.settle(inventory, &live))
     }
 }
