@@ -172,6 +172,8 @@ pub struct AgentConfig {
     /// Largest total of manifest bytes one app may render.
     #[serde(deserialize_with = "byte_size")]
     pub max_app_size: u64,
+    /// Most objects one app may render; reading stops past it.
+    pub max_objects: usize,
     /// Requests in flight at once while applying one stage.
     pub concurrency: usize,
     /// Apps syncing at once; the others queue, first come first served.
@@ -219,6 +221,7 @@ impl Default for AgentConfig {
             log_format: LogFormat::Auto,
             max_file_size: 4 << 20,
             max_app_size: 64 << 20,
+            max_objects: 20_000,
             concurrency: 16,
             max_concurrent_syncs: 8,
             inventory_namespace: "berth-system".to_string(),

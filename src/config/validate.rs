@@ -98,7 +98,7 @@ fn agent(agent: &AgentConfig, problems: &mut Problems) {
             ),
         );
     }
-    if agent.max_file_size == 0 || agent.max_app_size == 0 {
+    if agent.max_file_size == 0 || agent.max_app_size == 0 || agent.max_objects == 0 {
         problems.add("agent.max_file_size", "size caps must be more than 0");
     }
 }

@@ -2,44 +2,53 @@
 //!
 //! As kubectl's `StreamVisitor`: a stream whose first non-space character is `{` is read
 //! as concatenated JSON values, anything else as multi-document YAML; empty and `null`
-//! documents are skipped. serde_yaml's and serde_json's nesting limit (128) and
-//! serde_yaml's alias-expansion limit stay on: they are what stops depth and
-//! "billion laughs" bombs.
+//! documents are skipped. What a file may cost is bounded before and while it is decoded
+//! ([`super::bounds`]): flow nesting is measured in one pass before libyaml sees the text,
+//! every decoded node is charged to the document's and the render's [`Budget`] (which is
+//! what stops alias fan-out and "billion laughs"), and a mapping that repeats a key is
+//! refused. serde's nesting limit (128) stays on for block nesting.
 //!
 //! A file decoded once is not decoded again while its bytes stay the same: the documents
 //! are kept, keyed by the file's path and git blob id, in a cache bounded by the bytes of
 //! the files it holds ([`CACHE_BUDGET`]; the least recently used half goes first). A
-//! commit that changes a few files decodes only those.
+//! commit that changes a few files decodes only those; their decoded size is still
+//! charged to the render.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use serde::Deserialize;
 use serde_json::Value;
 
+use super::bounds::{self, Budget, Exceeded, MAX_DOCUMENT_SIZE, MAX_FLOW_DEPTH};
 use super::error::ManifestError;
 use super::object::{Manifest, Origin};
 use super::visitor::{json_type, Flow, Item, Visitor};
 
 /// The documents of one file (or stdin).
-pub struct Stream {
+pub struct Stream<'b> {
     /// The path shown in origins and errors.
     pub path: String,
     /// The file's bytes.
     pub bytes: Vec<u8>,
+    /// What the render may still decode.
+    pub budget: &'b Budget,
 }
 
-impl Visitor for Stream {
+impl Visitor for Stream<'_> {
     fn visit(&self, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
         let key = (self.path.clone(), blob_id(&self.bytes));
-        if let Some(documents) = cached(&key) {
+        if let Some((documents, size)) = cached(&key) {
+            if self.budget.charge_decoded(size).is_err() {
+                return Err(self.render_exceeded(documents.first().map(|m| m.origin.clone())));
+            }
             for m in documents.iter() {
                 f(Ok(m.clone()))?;
             }
             return Ok(());
         }
         let (mut documents, mut clean) = (Vec::new(), true);
+        let used = self.budget.used();
         let flow = self.decode(&mut |item| {
             match &item {
                 Ok(m) => documents.push(m.clone()),
@@ -48,7 +57,8 @@ impl Visitor for Stream {
             f(item)
         });
         if flow.is_ok() && clean {
-            keep(key, documents, self.bytes.len());
+            let size = self.budget.used() - used;
+            keep(key, documents, self.bytes.len(), size);
         }
         flow
     }
@@ -60,19 +70,22 @@ pub const CACHE_BUDGET: usize = 8 << 20;
 /// A file's path and git blob id.
 type Key = (String, [u8; 20]);
 
+/// A file's documents, the bytes of the file and their decoded size ([`Budget`] units).
+type Entry = (Arc<Vec<Manifest>>, usize, u64);
+
 /// Two generations: hits move to the current one; when it holds more than the budget it
 /// becomes the previous one, and the old previous one is dropped.
 #[derive(Default)]
 struct Generations {
-    current: HashMap<Key, (Arc<Vec<Manifest>>, usize)>,
-    previous: HashMap<Key, (Arc<Vec<Manifest>>, usize)>,
+    current: HashMap<Key, Entry>,
+    previous: HashMap<Key, Entry>,
     bytes: usize,
 }
 
 static DECODED: Mutex<Option<Generations>> = Mutex::new(None);
 
 impl Generations {
-    fn insert(&mut self, key: Key, entry: (Arc<Vec<Manifest>>, usize)) {
+    fn insert(&mut self, key: Key, entry: Entry) {
         self.bytes += entry.1;
         self.current.insert(key, entry);
         if self.bytes > CACHE_BUDGET {
@@ -82,22 +95,23 @@ impl Generations {
     }
 }
 
-fn cached(key: &Key) -> Option<Arc<Vec<Manifest>>> {
+/// A file's documents and their decoded size, when kept.
+fn cached(key: &Key) -> Option<(Arc<Vec<Manifest>>, u64)> {
     let mut lock = DECODED.lock().ok()?;
     let cache = lock.get_or_insert_with(Generations::default);
-    if let Some((documents, _)) = cache.current.get(key) {
-        return Some(documents.clone());
+    if let Some((documents, _, size)) = cache.current.get(key) {
+        return Some((documents.clone(), *size));
     }
     let entry = cache.previous.remove(key)?;
-    let documents = entry.0.clone();
+    let found = (entry.0.clone(), entry.2);
     cache.insert(key.clone(), entry);
-    Some(documents)
+    Some(found)
 }
 
-fn keep(key: Key, documents: Vec<Manifest>, bytes: usize) {
+fn keep(key: Key, documents: Vec<Manifest>, bytes: usize, size: u64) {
     if let Ok(mut lock) = DECODED.lock() {
         let cache = lock.get_or_insert_with(Generations::default);
-        cache.insert(key, (Arc::new(documents), bytes));
+        cache.insert(key, (Arc::new(documents), bytes, size));
     }
 }
 
@@ -110,7 +124,7 @@ fn blob_id(bytes: &[u8]) -> [u8; 20] {
     hash.finalize().into()
 }
 
-impl Stream {
+impl Stream<'_> {
     /// Decodes the bytes, every time.
     fn decode(&self, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
         let text = match decode_text(&self.path, &self.bytes) {
@@ -118,9 +132,121 @@ impl Stream {
             Err(e) => return f(Err(e)),
         };
         if text.trim_start().starts_with('{') {
-            visit_json(&self.path, &text, f)
+            self.visit_json(&text, f)
         } else {
-            visit_yaml(&self.path, &text, f)
+            self.visit_yaml(&text, f)
+        }
+    }
+
+    fn visit_yaml(&self, text: &str, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
+        if let Some(line) = bounds::flow_depth(text, MAX_FLOW_DEPTH) {
+            return f(Err(ManifestError::TooDeep {
+                path: self.path.clone(),
+                line,
+                limit: MAX_FLOW_DEPTH,
+            }));
+        }
+        let starts = document_lines(text);
+        for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+            let mut origin = self.origin(i + 1, starts.get(i).copied().unwrap_or(1));
+            match self.budget.decode(doc) {
+                Ok(value) => f_document(origin, value, f)?,
+                Err(e) => {
+                    let at = e.location().map(|l| (l.line(), l.column()));
+                    if let Some((line, _)) = at {
+                        origin.line = line;
+                    }
+                    let duplicate_lines = |key: &str| {
+                        at.map(|(line, column)| bounds::key_lines(text, line, column, key))
+                            .unwrap_or_default()
+                    };
+                    // libyaml cannot resume after an error: the rest of the file is lost.
+                    return self.refused(origin, "YAML", &e.to_string(), duplicate_lines, f);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Concatenated JSON values: each is found (syntax and nesting checked) as raw text
+    /// first, then decoded within the budget.
+    fn visit_json(&self, text: &str, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
+        let mut stream =
+            serde_json::Deserializer::from_str(text).into_iter::<&serde_json::value::RawValue>();
+        for document in 1.. {
+            let offset = stream.byte_offset();
+            let start = offset + (text[offset..].len() - text[offset..].trim_start().len());
+            let first_line = text[..start].matches('\n').count() + 1;
+            let mut origin = self.origin(document, first_line);
+            let (e, line) = match stream.next() {
+                None => break,
+                Some(Ok(raw)) => {
+                    let mut de = serde_json::Deserializer::from_str(raw.get());
+                    match self.budget.decode(&mut de) {
+                        Ok(value) => {
+                            f_document(origin, value, f)?;
+                            continue;
+                        }
+                        Err(e) => {
+                            let line = first_line + e.line() - 1;
+                            (e, line)
+                        }
+                    }
+                }
+                Some(Err(e)) => {
+                    let line = e.line();
+                    (e, line)
+                }
+            };
+            origin.line = line;
+            return self.refused(origin, "JSON", &e.to_string(), |_| vec![line], f);
+        }
+        Ok(())
+    }
+
+    fn origin(&self, document: usize, line: usize) -> Origin {
+        Origin {
+            path: self.path.clone(),
+            document,
+            line,
+            item: None,
+        }
+    }
+
+    /// The error for a document the decoder stopped at: the bound it hit, or the syntax
+    /// error. Past the render's budget the walk stops, whatever the error policy.
+    fn refused(
+        &self,
+        origin: Origin,
+        format: &'static str,
+        message: &str,
+        duplicate_lines: impl Fn(&str) -> Vec<usize>,
+        f: &mut dyn FnMut(Item) -> Flow,
+    ) -> Flow {
+        let error = match self.budget.exceeded() {
+            Some(Exceeded::DuplicateKey(key)) => ManifestError::DuplicateKey {
+                lines: duplicate_lines(&key),
+                origin,
+                key,
+            },
+            Some(Exceeded::Document) => ManifestError::DocumentTooLarge {
+                origin,
+                limit: MAX_DOCUMENT_SIZE,
+            },
+            Some(Exceeded::Render(_)) => return Err(self.render_exceeded(Some(origin))),
+            None => ManifestError::Syntax {
+                origin,
+                format,
+                message: strip_location(message),
+            },
+        };
+        f(Err(error))
+    }
+
+    fn render_exceeded(&self, origin: Option<Origin>) -> ManifestError {
+        ManifestError::DecodedTooLarge {
+            origin: origin.unwrap_or_else(|| self.origin(1, 1)),
+            limit: self.budget.limit(),
         }
     }
 }
@@ -165,60 +291,6 @@ fn utf8<'a>(path: &str, bytes: &'a [u8]) -> Result<Cow<'a, str>, ManifestError> 
                 + 1,
             byte: e.valid_up_to(),
         })
-}
-
-fn visit_yaml(path: &str, text: &str, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
-    let starts = document_lines(text);
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let mut origin = Origin {
-            path: path.to_string(),
-            document: i + 1,
-            line: starts.get(i).copied().unwrap_or(1),
-            item: None,
-        };
-        match Value::deserialize(doc) {
-            Ok(value) => f_document(origin, value, f)?,
-            Err(e) => {
-                if let Some(loc) = e.location() {
-                    origin.line = loc.line();
-                }
-                // libyaml cannot resume after a syntax error: the rest of the file is lost.
-                return f(Err(ManifestError::Syntax {
-                    origin,
-                    format: "YAML",
-                    message: strip_location(&e.to_string()),
-                }));
-            }
-        }
-    }
-    Ok(())
-}
-
-fn visit_json(path: &str, text: &str, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
-    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
-    for document in 1.. {
-        let offset = stream.byte_offset();
-        let start = offset + (text[offset..].len() - text[offset..].trim_start().len());
-        let mut origin = Origin {
-            path: path.to_string(),
-            document,
-            line: text[..start].matches('\n').count() + 1,
-            item: None,
-        };
-        match stream.next() {
-            None => break,
-            Some(Ok(value)) => f_document(origin, value, f)?,
-            Some(Err(e)) => {
-                origin.line = e.line();
-                return f(Err(ManifestError::Syntax {
-                    origin,
-                    format: "JSON",
-                    message: strip_location(&e.to_string()),
-                }));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Checks one decoded document and hands it on; `null` documents are skipped.
@@ -309,6 +381,7 @@ mod tests {
         collect(&ContinueOnError(Stream {
             path: "app.yaml".into(),
             bytes: text.to_vec(),
+            budget: &Budget::new(128 << 20),
         }))
     }
 
@@ -446,23 +519,98 @@ metadata:
         }
         let e = error(bomb.as_bytes());
         assert!(
-            e.contains("invalid YAML") && e.contains("repetition limit"),
+            e.contains("expands past 8388608 bytes once decoded") || e.contains("repetition limit"),
+            "{e}"
+        );
+    }
+
+    /// One anchored list of 1000 items referenced 5000 times: 8 KB of YAML, millions of
+    /// nodes once expanded. serde_yaml's own repetition limit lets it through.
+    fn fan_out(references: usize) -> String {
+        let items = vec!["x"; 1000].join(", ");
+        let aliases = vec!["*a"; references].join(", ");
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: fan}}\nanchor: &a [{items}]\nrefs: [{aliases}]\n")
+    }
+
+    #[test]
+    fn alias_fan_out_is_refused_within_the_document_budget() {
+        let text = fan_out(5000);
+        assert!(text.len() < 32 << 10, "{}", text.len());
+        let start = std::time::Instant::now();
+        let e = error(text.as_bytes());
+        assert_eq!(
+            e,
+            "app.yaml:4 (document 1): the document expands past 8388608 bytes once decoded (its YAML aliases resolved); refused"
+        );
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+        // A few references are fine.
+        assert_eq!(decode(fan_out(3).as_bytes()).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn the_render_budget_spans_files_and_the_cache() {
+        let budget = Budget::new(150_000);
+        let file = |name: &str, text: &str| Stream {
+            path: name.into(),
+            bytes: text.as_bytes().to_vec(),
+            budget: &budget,
+        };
+        let text = fan_out(4); // about 5000 nodes: 16 bytes each and their text
+        collect(&file("a.yaml", &text)).unwrap();
+        assert!(budget.used() > 80_000, "{}", budget.used());
+        // The same bytes again come from the cache, and are charged all the same.
+        let e = collect(&file("a.yaml", &text)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("the app's manifests expand past 150000 bytes once decoded"),
             "{e}"
         );
     }
 
     #[test]
-    fn deep_nesting_is_refused() {
-        let yaml = format!(
-            "apiVersion: v1\nkind: ConfigMap\ndata: {}{}\n",
-            "[".repeat(10_000),
-            "]".repeat(10_000)
+    fn deep_flow_nesting_is_refused_in_linear_time() {
+        for depth in [50_000, 200_000] {
+            let yaml = format!(
+                "apiVersion: v1\nkind: ConfigMap\ndata: {}{}\n",
+                "[".repeat(depth),
+                "]".repeat(depth)
+            );
+            let start = std::time::Instant::now();
+            let e = error(yaml.as_bytes());
+            assert_eq!(
+                e,
+                "app.yaml:3: flow collections ([ or {) nested deeper than 128; refused unparsed"
+            );
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(1),
+                "{depth}"
+            );
+        }
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_naming_the_key_and_both_lines() {
+        let e = error(
+            b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  namespace: x\n  name: b\n",
         );
-        let e = error(yaml.as_bytes());
+        assert_eq!(
+            e,
+            "app.yaml:4 (document 1): key \"name\" appears twice in one mapping (lines 4 and 6)"
+        );
+        let e = error(b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\nkind: Secret\n");
         assert!(
-            e.contains("invalid YAML") && e.contains("recursion limit"),
+            e.contains("key \"kind\" appears twice in one mapping (lines 2 and 4)"),
             "{e}"
         );
+        let e = error(b"{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\",\n \"kind\": \"Secret\"}");
+        assert!(
+            e.contains("key \"kind\" appears twice in one mapping (line 2)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn deep_json_nesting_is_refused() {
         let json = format!("{{\"a\": {}{}}}", "[".repeat(10_000), "]".repeat(10_000));
         let e = error(json.as_bytes());
         assert!(

@@ -100,6 +100,56 @@ pub enum ManifestError {
         /// The cap.
         limit: u64,
     },
+    /// Flow collections nested too deep: refused before parsing (parsing them costs the
+    /// square of their depth).
+    #[error(
+        "{path}:{line}: flow collections ([ or {{) nested deeper than {limit}; refused unparsed"
+    )]
+    TooDeep {
+        /// Repository-relative path.
+        path: String,
+        /// Where the depth passed the limit.
+        line: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A mapping holds the same key twice (kubectl refuses the file too).
+    #[error(
+        "{origin}: key {key:?} appears twice in one mapping{}",
+        lines_note(lines)
+    )]
+    DuplicateKey {
+        /// Where (the line of the mapping, or of the second key).
+        origin: Origin,
+        /// The key.
+        key: String,
+        /// The lines where it appears, where they could be found.
+        lines: Vec<usize>,
+    },
+    /// One document decodes to more than any object the API server could store.
+    #[error("{origin}: the document expands past {limit} bytes once decoded (its YAML aliases resolved); refused")]
+    DocumentTooLarge {
+        /// Where.
+        origin: Origin,
+        /// The bound.
+        limit: u64,
+    },
+    /// The app's documents together decode to more than the render's bound.
+    #[error("{origin}: the app's manifests expand past {limit} bytes once decoded (4 × agent.max_app_size); reading stopped here")]
+    DecodedTooLarge {
+        /// The document that went over.
+        origin: Origin,
+        /// The bound.
+        limit: u64,
+    },
+    /// The app renders more objects than the per-app cap.
+    #[error("{origin}: the app holds more than {limit} objects (agent.max_objects); reading stopped here")]
+    TooManyObjects {
+        /// The object past the cap.
+        origin: Origin,
+        /// The cap.
+        limit: usize,
+    },
     /// A symbolic link resolves outside the repository; it was not read.
     #[error("{path}: symbolic link points outside the repository ({}); refused", target.display())]
     OutsideRoot {
@@ -165,8 +215,13 @@ impl ManifestError {
             | ManifestError::AppTooLarge { path, .. }
             | ManifestError::OutsideRoot { path, .. }
             | ManifestError::EscapesRoot { path }
+            | ManifestError::TooDeep { path, .. }
             | ManifestError::Kustomization { path, .. } => Some(path.clone()),
             ManifestError::Syntax { origin, .. }
+            | ManifestError::DuplicateKey { origin, .. }
+            | ManifestError::DocumentTooLarge { origin, .. }
+            | ManifestError::DecodedTooLarge { origin, .. }
+            | ManifestError::TooManyObjects { origin, .. }
             | ManifestError::NotAnObject { origin, .. }
             | ManifestError::MissingField { origin, .. }
             | ManifestError::Invalid { origin, .. } => Some(origin.to_string()),
@@ -180,6 +235,18 @@ impl ManifestError {
         match self {
             ManifestError::Many(v) => v,
             e => vec![e],
+        }
+    }
+}
+
+/// ` (lines 4 and 9)` for a duplicate key's lines, when known.
+fn lines_note(lines: &[usize]) -> String {
+    match lines {
+        [] => String::new(),
+        [one] => format!(" (line {one})"),
+        [init @ .., last] => {
+            let init: Vec<String> = init.iter().map(usize::to_string).collect();
+            format!(" (lines {} and {last})", init.join(", "))
         }
     }
 }

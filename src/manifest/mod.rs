@@ -14,6 +14,7 @@
 //! - [`builder`]: assembles the chain for one render;
 //! - [`object`] and [`error`]: the values that cross it.
 
+pub mod bounds;
 pub mod builder;
 pub mod decode;
 pub mod decorate;

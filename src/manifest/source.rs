@@ -12,6 +12,7 @@ use std::path::{Component, Path, PathBuf};
 
 use globset::GlobSet;
 
+use super::bounds::Budget;
 use super::decode::Stream;
 use super::error::ManifestError;
 use super::kustomize::{kustomization_in, Kustomize};
@@ -23,8 +24,11 @@ use super::visitor::{Flow, Item, Visitor};
 pub struct Limits {
     /// Largest single file.
     pub max_file_size: u64,
-    /// Largest total over all files of one render.
+    /// Largest total over all files of one render; what they decode to is bounded at
+    /// four times this (see [`Budget`]).
     pub max_app_size: u64,
+    /// Most objects one render may yield.
+    pub max_objects: usize,
 }
 
 impl Limits {
@@ -33,6 +37,35 @@ impl Limits {
         Limits {
             max_file_size: agent.max_file_size,
             max_app_size: agent.max_app_size,
+            max_objects: agent.max_objects,
+        }
+    }
+
+    /// The render's decode budget: four times the bytes it may read (dense YAML such as
+    /// `replicas: 3` decodes to about three units a byte).
+    pub fn budget(&self) -> Budget {
+        Budget::new(self.max_app_size.saturating_mul(4))
+    }
+
+    /// Counts the render's objects into `count`, stopping the walk past the cap whatever
+    /// the error policy (a resource bound, not a bad item).
+    fn counted<'f>(
+        &self,
+        count: &'f mut usize,
+        f: &'f mut dyn FnMut(Item) -> Flow,
+    ) -> impl FnMut(Item) -> Flow + 'f {
+        let limit = self.max_objects;
+        move |item| {
+            if let Ok(m) = &item {
+                *count += 1;
+                if *count > limit {
+                    return Err(ManifestError::TooManyObjects {
+                        origin: m.origin.clone(),
+                        limit,
+                    });
+                }
+            }
+            f(item)
         }
     }
 }
@@ -42,6 +75,7 @@ impl Default for Limits {
         Limits {
             max_file_size: 4 << 20,
             max_app_size: 64 << 20,
+            max_objects: 20_000,
         }
     }
 }
@@ -72,6 +106,7 @@ struct Walk<'a> {
     root: PathBuf,
     total: u64,
     seen_dirs: HashSet<PathBuf>,
+    budget: Budget,
 }
 
 impl Visitor for PathSource {
@@ -88,7 +123,10 @@ impl Visitor for PathSource {
             root,
             total: 0,
             seen_dirs: HashSet::new(),
+            budget: self.limits.budget(),
         };
+        let mut objects = 0;
+        let f = &mut self.limits.counted(&mut objects, f);
         for p in &self.paths {
             let Some(rel) = normalize(p) else {
                 f(Err(ManifestError::EscapesRoot { path: p.clone() }))?;
@@ -231,6 +269,7 @@ impl Walk<'_> {
         Stream {
             path: shown.clone(),
             bytes,
+            budget: &self.budget,
         }
         .visit(&mut |item| {
             f(item.map(|mut m| {
@@ -270,7 +309,12 @@ impl Walk<'_> {
             });
         }
         match read_capped(std::fs::File::open(path), limits.max_file_size) {
-            Ok(bytes) => Stream { path: shown, bytes }.visit(f),
+            Ok(bytes) => Stream {
+                path: shown,
+                bytes,
+                budget: &self.budget,
+            }
+            .visit(f),
             Err(ReadError::TooLarge(size)) => f(Err(ManifestError::FileTooLarge {
                 path: shown,
                 size,
@@ -352,8 +396,15 @@ pub struct Stdin {
 impl Visitor for Stdin {
     fn visit(&self, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
         let path = "STDIN".to_string();
+        let (budget, mut objects) = (self.limits.budget(), 0);
+        let f = &mut self.limits.counted(&mut objects, f);
         match read_capped(Ok(std::io::stdin().lock()), self.limits.max_file_size) {
-            Ok(bytes) => Stream { path, bytes }.visit(f),
+            Ok(bytes) => Stream {
+                path,
+                bytes,
+                budget: &budget,
+            }
+            .visit(f),
             Err(ReadError::TooLarge(size)) => f(Err(ManifestError::FileTooLarge {
                 path,
                 size,
@@ -549,5 +600,21 @@ mod tests {
         s.limits.max_app_size = 2 * CM.len() as u64 + 10;
         let e = run(s).unwrap_err().to_string();
         assert!(e.starts_with("2.yaml: the app's manifests exceed"), "{e}");
+    }
+
+    #[test]
+    fn more_objects_than_the_cap_stop_reading() {
+        let d = tempfile::tempdir().unwrap();
+        let many: Vec<String> = (0..5)
+            .map(|i| CM.replace("NAME", &format!("c{i}")))
+            .collect();
+        write(d.path(), "all.yaml", &many.join("---\n"));
+        let mut s = source(d.path(), &["."]);
+        s.limits.max_objects = 3;
+        let e = run(s).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "all.yaml:16 (document 4): the app holds more than 3 objects (agent.max_objects); reading stopped here"
+        );
     }
 }

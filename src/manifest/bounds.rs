@@ -1,0 +1,384 @@
+//! Bounds on what a file may expand to once decoded, checked while decoding, never after:
+//!
+//! - [`flow_depth`]: libyaml's scanner pays for every token the depth of the flow
+//!   collections it is in (`[[[…]]]`), so a deep file costs the square of its size before
+//!   the parser's own nesting limit is reached. The depth is measured first, in one linear
+//!   pass over the text, and a file deeper than [`MAX_FLOW_DEPTH`] is refused unparsed.
+//! - [`Budget`]: the nodes and bytes the decoded values may take, for one document and for
+//!   one render. Aliases replay their anchor, so an 8 KB file of one anchored list
+//!   referenced 5000 times decodes to millions of nodes; counting what is built bounds
+//!   memory whatever the file's size. It also refuses duplicate keys in a mapping, as
+//!   kubectl does, instead of keeping the last.
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+
+/// Deepest flow nesting read: serde's own limit (128) refuses anything deeper anyway.
+pub const MAX_FLOW_DEPTH: usize = 128;
+
+/// Largest decoded document, in [`Budget`] units (about bytes of JSON): more than the API
+/// server takes in one request (3 MiB), so no object that could be stored is refused.
+pub const MAX_DOCUMENT_SIZE: u64 = 8 << 20;
+
+/// What one node costs beyond its text: a decoded value takes several times the bytes of
+/// its JSON, and most of it is per node.
+const NODE_COST: u64 = 16;
+
+/// Which bound a decode went past.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exceeded {
+    /// One document expands past [`MAX_DOCUMENT_SIZE`].
+    Document,
+    /// The render's documents together expand past the render's budget.
+    Render(u64),
+    /// A mapping holds the same key twice.
+    DuplicateKey(String),
+}
+
+/// The decoded size one render may still build, and what stopped a decode. Not shared
+/// between threads: a render decodes on one.
+pub struct Budget {
+    render_left: Cell<u64>,
+    render_limit: u64,
+    document_left: Cell<u64>,
+    exceeded: RefCell<Option<Exceeded>>,
+}
+
+impl Budget {
+    /// A render's budget: its documents together decode to at most `limit` units.
+    pub fn new(limit: u64) -> Self {
+        Budget {
+            render_left: Cell::new(limit),
+            render_limit: limit,
+            document_left: Cell::new(MAX_DOCUMENT_SIZE),
+            exceeded: RefCell::new(None),
+        }
+    }
+
+    /// Decodes one document (a serde_yaml or serde_json document) into a JSON value,
+    /// within the budget.
+    ///
+    /// # Errors
+    /// The deserializer's error; when a bound was hit, [`Budget::exceeded`] says which.
+    pub fn decode<'de, D: de::Deserializer<'de>>(&self, document: D) -> Result<Value, D::Error> {
+        self.document_left.set(MAX_DOCUMENT_SIZE);
+        self.exceeded.replace(None);
+        Build(self).deserialize(document)
+    }
+
+    /// Takes the bound the last [`Budget::decode`] went past, if one stopped it.
+    pub fn exceeded(&self) -> Option<Exceeded> {
+        self.exceeded.take()
+    }
+
+    /// Charges documents decoded earlier (kept in the cache) to the render.
+    ///
+    /// # Errors
+    /// [`Exceeded::Render`] when they do not fit.
+    pub fn charge_decoded(&self, size: u64) -> Result<(), Exceeded> {
+        let left = self.render_left.get();
+        if size > left {
+            return Err(Exceeded::Render(self.render_limit));
+        }
+        self.render_left.set(left - size);
+        Ok(())
+    }
+
+    /// The render's limit.
+    pub fn limit(&self) -> u64 {
+        self.render_limit
+    }
+
+    /// What the render has built so far.
+    pub fn used(&self) -> u64 {
+        self.render_limit - self.render_left.get()
+    }
+
+    fn charge<E: de::Error>(&self, text: usize) -> Result<(), E> {
+        let cost = NODE_COST + text as u64;
+        let (doc, render) = (self.document_left.get(), self.render_left.get());
+        let over = if cost > doc {
+            Exceeded::Document
+        } else if cost > render {
+            Exceeded::Render(self.render_limit)
+        } else {
+            self.document_left.set(doc - cost);
+            self.render_left.set(render - cost);
+            return Ok(());
+        };
+        Err(self.stop(over))
+    }
+
+    fn stop<E: de::Error>(&self, why: Exceeded) -> E {
+        let message = match &why {
+            Exceeded::DuplicateKey(key) => format!("duplicate key {key:?}"),
+            _ => "decoded size limit".to_string(),
+        };
+        self.exceeded.replace(Some(why));
+        E::custom(message)
+    }
+}
+
+/// Builds a [`Value`] as serde_json's own `Deserialize` does, charging every node.
+struct Build<'b>(&'b Budget);
+
+impl<'de> DeserializeSeed<'de> for Build<'_> {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Build<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        self.0.charge(0)?;
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        self.0.charge(0)?;
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        self.0.charge(0)?;
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        self.0.charge(0)?;
+        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        self.0.charge(v.len())?;
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        self.0.charge(v.len())?;
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        self.0.charge(0)?;
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        self.visit_unit()
+    }
+
+    fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        self.deserialize(d)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        self.0.charge(0)?;
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(Build(self.0))? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        self.0.charge(0)?;
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            self.0.charge(key.len())?;
+            if object.contains_key(&key) {
+                return Err(self.0.stop(Exceeded::DuplicateKey(key)));
+            }
+            let value = map.next_value_seed(Build(self.0))?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+/// The deepest flow nesting (`[`, `{`) of a YAML text and the 1-based line where it first
+/// passes `limit`, if it does; one pass, no allocation. Quoted scalars, comments, block
+/// scalars (`|`, `>`) and plain scalars of block context (`a: b[c`) do not count, as in
+/// YAML's grammar; anything this scanner cannot tell is counted, so it errs deep.
+pub fn flow_depth(text: &str, limit: usize) -> Option<usize> {
+    let mut scan = Scan::default();
+    for (i, line) in text.lines().enumerate() {
+        if scan.line(line, limit) {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
+#[derive(Default)]
+struct Scan {
+    depth: usize,
+    /// Inside a quoted scalar that goes on past the line end (`'` or `"`).
+    quote: Option<u8>,
+    /// Inside a block scalar whose header line had this indentation.
+    block_scalar: Option<usize>,
+}
+
+impl Scan {
+    /// Scans one line; true when the depth passed `limit`.
+    fn line(&mut self, line: &str, limit: usize) -> bool {
+        let bytes = line.as_bytes();
+        let indent = bytes.iter().take_while(|&&b| b == b' ').count();
+        if let Some(header) = self.block_scalar {
+            if indent > header || line.trim().is_empty() {
+                return false;
+            }
+            self.block_scalar = None;
+        }
+        let mut i = if self.depth == 0 && self.quote.is_none() {
+            indent
+        } else {
+            0
+        };
+        // In block context, where a token may start (a plain scalar runs to `: ` or ` #`).
+        let mut token_start = true;
+        while i < bytes.len() {
+            let b = bytes[i];
+            if let Some(q) = self.quote {
+                if q == b'"' && b == b'\\' {
+                    i += 2;
+                    continue;
+                }
+                if b == q {
+                    if q == b'\'' && bytes.get(i + 1) == Some(&b'\'') {
+                        i += 2;
+                        continue;
+                    }
+                    self.quote = None;
+                    token_start = false;
+                }
+                i += 1;
+                continue;
+            }
+            let after_space = i == 0 || matches!(bytes[i - 1], b' ' | b'\t');
+            match b {
+                b'#' if after_space => return false,
+                b'\'' | b'"' if self.depth > 0 || token_start => self.quote = Some(b),
+                b'[' | b'{' if self.depth > 0 || token_start => {
+                    self.depth += 1;
+                    if self.depth > limit {
+                        return true;
+                    }
+                }
+                b']' | b'}' if self.depth > 0 => {
+                    self.depth -= 1;
+                    token_start = false;
+                }
+                b'|' | b'>' if self.depth == 0 && token_start => {
+                    self.block_scalar = Some(indent);
+                    return false;
+                }
+                b' ' | b'\t' if self.depth == 0 => {}
+                b'-' | b'?' | b':' if self.depth == 0 && next_is_space(bytes, i) => {
+                    token_start = true
+                }
+                b'&' | b'!' | b'*' if self.depth == 0 && token_start => {
+                    // An anchor, tag or alias: a token of its own.
+                    while i + 1 < bytes.len() && !matches!(bytes[i + 1], b' ' | b'\t') {
+                        i += 1;
+                    }
+                }
+                _ if self.depth == 0 => token_start = false,
+                _ => {}
+            }
+            i += 1;
+        }
+        false
+    }
+}
+
+fn next_is_space(bytes: &[u8], i: usize) -> bool {
+    matches!(bytes.get(i + 1), None | Some(b' ' | b'\t'))
+}
+
+/// The lines (1-based) where `key` appears as a key of the block mapping whose first key
+/// is at `line`, `column` (1-based, as the parser reports a mapping's start): the lines a
+/// duplicate-key error names. Flow mappings and keys this cannot find give fewer lines.
+pub fn key_lines(text: &str, line: usize, column: usize, key: &str) -> Vec<usize> {
+    let indent = column.saturating_sub(1);
+    let is_key = |rest: &str| {
+        [
+            format!("{key}:"),
+            format!("\"{key}\":"),
+            format!("'{key}':"),
+        ]
+        .iter()
+        .any(|k| {
+            rest.strip_prefix(k.as_str())
+                .is_some_and(|r| r.is_empty() || r.starts_with([' ', '\t']))
+        })
+    };
+    let mut found = Vec::new();
+    for (n, l) in text
+        .lines()
+        .enumerate()
+        .skip(line.saturating_sub(1))
+        .map(|(i, l)| (i + 1, l))
+    {
+        let content = l.trim_start();
+        let at = l.len() - content.len();
+        if content.is_empty() || content.starts_with('#') {
+            continue;
+        }
+        // The mapping's first line may start mid-line (`- name: a`); the others at its column.
+        let rest = match (n == line, at.cmp(&indent)) {
+            (true, _) => l.get(indent..).unwrap_or(""),
+            (false, std::cmp::Ordering::Less) => break,
+            (false, std::cmp::Ordering::Equal) => content,
+            (false, std::cmp::Ordering::Greater) => continue,
+        };
+        if is_key(rest) {
+            found.push(n);
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flow_depth_counts_flow_collections_only() {
+        assert_eq!(flow_depth("a: [[[1]]]\n", 3), None);
+        assert_eq!(flow_depth("a: [[[[1]]]]\n", 3), Some(1));
+        assert_eq!(flow_depth("a:\n  b: {c: [\n  [[1]]]}\n", 3), Some(3));
+        // Plain scalars, quotes, comments and block scalars hold brackets that are text.
+        assert_eq!(flow_depth("a: b[[[[c\nd: '[[[[['\ne: \"{{{{\"\n", 3), None);
+        assert_eq!(flow_depth("a: 1 # [[[[[[\n", 3), None);
+        assert_eq!(flow_depth("a: |\n  [[[[[[\n  {{{{\nb: [1]\n", 3), None);
+        assert_eq!(flow_depth("- [[[[\n", 3), Some(1));
+        assert_eq!(flow_depth("a: \"x\\\"[[[[\"\n", 3), None);
+    }
+
+    #[test]
+    fn flow_depth_is_linear() {
+        let deep = format!("a: {}{}\n", "[".repeat(1_000_000), "]".repeat(1_000_000));
+        let start = std::time::Instant::now();
+        assert_eq!(flow_depth(&deep, MAX_FLOW_DEPTH), Some(1));
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
+    }
+
+    #[test]
+    fn key_lines_find_both_keys_of_a_block_mapping() {
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels: {}\n  name: b\ndata: {}\n";
+        assert_eq!(key_lines(text, 4, 3, "name"), vec![4, 6]);
+        assert_eq!(key_lines(text, 1, 1, "kind"), vec![2]);
+    }
+}
