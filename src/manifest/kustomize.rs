@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use serde_yaml::Value;
 
 use super::error::ManifestError;
+use super::source::{confined, read_confined, regular_file, Limits};
 use crate::config::{AgentConfig, AppConfig, RenderMode};
 
 /// The file names kustomize looks for in a folder, in its order.
@@ -60,6 +61,9 @@ pub struct Kustomize {
     pub allow_remote: bool,
     /// Every named folder must be a kustomization (`render = "kustomize"`).
     pub required: bool,
+    /// Largest file a kustomization may name (`agent.max_file_size`), the kustomization
+    /// itself included.
+    pub max_file_size: u64,
 }
 
 impl Kustomize {
@@ -70,6 +74,7 @@ impl Kustomize {
             timeout,
             allow_remote: false,
             required: false,
+            max_file_size: Limits::default().max_file_size,
         }
     }
 
@@ -88,6 +93,7 @@ impl Kustomize {
         (app.render != RenderMode::Plain).then(|| Kustomize {
             allow_remote: app.allow_remote_bases,
             required: app.render == RenderMode::Kustomize,
+            max_file_size: agent.max_file_size,
             ..Kustomize::new(agent.kustomize.as_deref(), agent.render_timeout)
         })
     }
@@ -128,10 +134,10 @@ impl Kustomize {
         };
         let file = kustomization_in(dir)
             .ok_or_else(|| refuse("no kustomization.yaml in this folder".into()))?;
-        let text = std::fs::read_to_string(dir.join(file))
-            .map_err(|e| refuse(format!("cannot read it: {e}")))?;
+        let bytes = read_confined(root, &dir.join(file), self.max_file_size)
+            .map_err(|e| refuse(format!("{file} {e}")))?;
         let doc: Value =
-            serde_yaml::from_str(&text).map_err(|e| refuse(format!("invalid YAML: {e}")))?;
+            serde_yaml::from_slice(&bytes).map_err(|e| refuse(format!("invalid YAML: {e}")))?;
         for field in HELM_FIELDS {
             if doc.get(field).is_some() {
                 return Err(refuse(format!(
@@ -154,23 +160,8 @@ impl Kustomize {
                     "{field}: {entry:?} is not a path in the repository"
                 )));
             }
-            let target = dir.join(&entry);
-            let resolved = match target.canonicalize() {
-                Ok(p) => p,
-                Err(_) if target.symlink_metadata().is_ok() => {
-                    return Err(refuse(format!(
-                        "{field}: {entry:?} is a broken symbolic link"
-                    )))
-                }
-                Err(_) => {
-                    return Err(refuse(format!("{field}: {entry:?} does not exist")));
-                }
-            };
-            if !resolved.starts_with(root) {
-                return Err(refuse(format!(
-                    "{field}: {entry:?} resolves outside the repository; refused"
-                )));
-            }
+            let resolved = confined(root, &dir.join(&entry))
+                .map_err(|e| refuse(format!("{field}: {entry:?} {e}")))?;
             if resolved.is_dir() {
                 let inner = kustomization_in(&resolved).ok_or_else(|| {
                     refuse(format!(
@@ -179,8 +170,17 @@ impl Kustomize {
                 })?;
                 let inner_shown = relative(root, &resolved.join(inner));
                 self.check(root, &resolved, &inner_shown, seen)?;
-            } else if ["transformers", "generators", "validators"].contains(&field.as_str()) {
-                let config = std::fs::read_to_string(&resolved).unwrap_or_default();
+            } else {
+                // kustomize reads it: the same bounds as any file of the render.
+                regular_file(&resolved, self.max_file_size)
+                    .map_err(|e| refuse(format!("{field}: {entry:?} {e}")))?;
+            }
+            if ["transformers", "generators", "validators"].contains(&field.as_str())
+                && resolved.is_file()
+            {
+                let config = read_confined(root, &resolved, self.max_file_size)
+                    .map_err(|e| refuse(format!("{field}: {entry:?} {e}")))?;
+                let config = String::from_utf8_lossy(&config);
                 if FUNCTION_MARKERS.iter().any(|m| config.contains(m)) {
                     return Err(refuse(format!(
                         "{field}: {entry:?} asks for a KRM function or exec plugin; plugins are not enabled in berth"
@@ -268,11 +268,14 @@ impl Kustomize {
     }
 }
 
-/// The kustomization file in `dir`, when it holds one.
+/// The kustomization file in `dir`, when it holds one: anything by that name but a
+/// folder (kustomize would read a link to a device too, so it is found here and refused
+/// when read).
 pub fn kustomization_in(dir: &Path) -> Option<&'static str> {
-    KUSTOMIZATION_FILES
-        .into_iter()
-        .find(|f| dir.join(f).is_file())
+    KUSTOMIZATION_FILES.into_iter().find(|f| {
+        let path = dir.join(f);
+        path.symlink_metadata().is_ok() && !path.is_dir()
+    })
 }
 
 /// Every path of the repository at `root` (canonical) that a render of `paths` reads,
@@ -293,9 +296,11 @@ pub fn reach(root: &Path, paths: &[String]) -> Vec<String> {
         }
         found.insert(relative(root, &path));
         if let Some(file) = kustomization_in(&path) {
-            let doc = std::fs::read_to_string(path.join(file))
+            // Read under the render's rules (a kustomization it could not read reaches
+            // nothing more); the default cap, as berth's own is checked when it renders.
+            let doc = read_confined(root, &path.join(file), Limits::default().max_file_size)
                 .ok()
-                .and_then(|text| serde_yaml::from_str::<Value>(&text).ok());
+                .and_then(|bytes| serde_yaml::from_slice::<Value>(&bytes).ok());
             for (_, entry) in doc.as_ref().map(references).unwrap_or_default() {
                 if !is_remote(&entry) {
                     stack.push(path.join(entry));
@@ -426,6 +431,62 @@ mod tests {
             &mut HashSet::new(),
         )
         .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_kustomization_and_its_files_are_read_as_manifests_are() {
+        let repo = tempfile::tempdir().unwrap();
+        let root = repo.path();
+        let outside = tempfile::tempdir().unwrap();
+        write(
+            outside.path(),
+            "kustomization.yaml",
+            "resources: [secret-host-file]\n",
+        );
+        // A kustomization that is a link out of the checkout: refused unread, so nothing
+        // of the host file reaches the error, the history or the log.
+        std::fs::create_dir_all(root.join("linked")).unwrap();
+        std::os::unix::fs::symlink(
+            outside.path().join("kustomization.yaml"),
+            root.join("linked/kustomization.yaml"),
+        )
+        .unwrap();
+        let e = checked(root, "linked", false).unwrap_err();
+        assert_eq!(
+            e,
+            "linked/kustomization.yaml: kustomization.yaml resolves outside the repository; refused unread"
+        );
+        // A link to a file that never ends, and one to a device: refused unread.
+        for (dir, target) in [("pagemap", "/proc/self/pagemap"), ("zero", "/dev/zero")] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+            std::os::unix::fs::symlink(target, root.join(dir).join("kustomization.yaml")).unwrap();
+            let e = checked(root, dir, false).unwrap_err();
+            assert!(
+                e.ends_with("resolves outside the repository; refused unread"),
+                "{e}"
+            );
+        }
+        // Over the per-file cap: the kustomization, and a file it names.
+        let big = format!("resources: []\n#{}\n", "x".repeat(5 << 20));
+        write(root, "big/kustomization.yaml", &big);
+        let e = checked(root, "big", false).unwrap_err();
+        assert!(
+            e.contains("kustomization.yaml is 5242896 bytes, over the 4194304-byte cap"),
+            "{e}"
+        );
+        write(
+            root,
+            "gen/kustomization.yaml",
+            "configMapGenerator:\n- name: c\n  files: [big.txt]\n",
+        );
+        write(root, "gen/big.txt", &"x".repeat(5 << 20));
+        let e = checked(root, "gen", false).unwrap_err();
+        assert!(
+            e.contains(
+                "configMapGenerator.files: \"big.txt\" is 5242880 bytes, over the 4194304-byte cap"
+            ),
+            "{e}"
+        );
     }
 
     #[test]
