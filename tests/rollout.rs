@@ -468,7 +468,13 @@ async fn statefulsets_daemonsets_jobs_and_custom_resources_are_waited_for() {
         ),
     );
     repo.commit("workloads");
-    let setup = Setup::new(cp, "health", &repo, &ns, "[app.rollout]\ntimeout = \"30s\"");
+    let setup = Setup::new(
+        cp,
+        "health",
+        &repo,
+        &ns,
+        "[app.rollout]\ntimeout = \"30s\"\n[app.scope]\ncluster_kinds = [\"CustomResourceDefinition\"]",
+    );
     let (code, out, err) = setup.berth(&["sync"]);
     assert_eq!(code, 0, "{out}{err}");
     let record = setup.history().pop().unwrap();

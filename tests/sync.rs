@@ -459,7 +459,8 @@ async fn namespace_crd_and_namespaced_object_in_one_commit_apply_in_stages() {
         &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"),
     );
     repo.commit("everything at once");
-    let setup = Setup::new(cp, "staged", &repo, "default", "prune = true");
+    let scope = format!("prune = true\n[app.scope]\nnamespaces = [\"default\", \"{ns}\"]\ncluster_kinds = [\"CustomResourceDefinition\"]");
+    let setup = Setup::new(cp, "staged", &repo, "default", &scope);
     let (code, out, err) = setup.berth(&["sync"]);
     assert_eq!(code, 0, "{out}{err}");
     let created: Vec<&str> = out.lines().filter(|l| l.ends_with(" created")).collect();

@@ -62,6 +62,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             ErrorPolicy::CollectAll
         },
         scopes: &BuiltinScopes,
+        confinement: None,
     };
     match builder.render() {
         Ok(manifests) => match print(&manifests, args.output, args.show_secrets) {

@@ -65,3 +65,91 @@ pub async fn connect(cluster: &ClusterConfig) -> Result<kube::Client, ClusterErr
         .with_layer(&ResilientLayer(resilience))
         .build())
 }
+
+/// Who an app's requests are sent as (`service_account`, or `user` and `groups`): the API
+/// server then checks each request against that identity's RBAC, so an app can write only
+/// what its account may, even if berth's own scope check were wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// `Impersonate-User`: a user, or `system:serviceaccount:NAMESPACE:NAME`.
+    pub user: String,
+    /// `Impersonate-Group`, one header each.
+    pub groups: Vec<String>,
+}
+
+impl Identity {
+    /// The identity `[[app]]` names, if any.
+    pub fn of(app: &crate::config::AppConfig) -> Option<Identity> {
+        let user = match (&app.service_account, &app.user) {
+            (Some(sa), _) => {
+                let (ns, name) = sa.split_once('/')?;
+                format!("system:serviceaccount:{ns}:{name}")
+            }
+            (None, Some(user)) => user.clone(),
+            (None, None) => return None,
+        };
+        Some(Identity {
+            user,
+            groups: app.groups.clone(),
+        })
+    }
+}
+
+/// A client that sends every request of `client` as `identity`: the same connections,
+/// timeouts, retries and in-flight bound, with the impersonation headers added. A name
+/// that cannot be a header value (validation refuses it first) fails every request:
+/// never sent as berth itself.
+pub fn impersonating(client: &kube::Client, identity: &Identity) -> kube::Client {
+    let names = std::iter::once(("impersonate-user", &identity.user))
+        .chain(identity.groups.iter().map(|g| ("impersonate-group", g)));
+    let headers: Result<Vec<_>, String> = names
+        .map(|(header, name)| {
+            http::HeaderValue::from_str(name)
+                .map(|v| (http::HeaderName::from_static(header), v))
+                .map_err(|_| format!("{name:?} cannot be impersonated: not a valid header value"))
+        })
+        .collect();
+    let service = Impersonate {
+        client: client.clone(),
+        headers: std::sync::Arc::new(headers),
+    };
+    kube::Client::new(service, client.default_namespace())
+}
+
+#[derive(Clone)]
+struct Impersonate {
+    client: kube::Client,
+    headers: std::sync::Arc<Result<Vec<(http::HeaderName, http::HeaderValue)>, String>>,
+}
+
+impl tower::Service<http::Request<kube::client::Body>> for Impersonate {
+    type Response = http::Response<kube::client::Body>;
+    type Error = kube::Error;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, kube::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), kube::Error>> {
+        // The inner client waits for its own capacity in `send`.
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut request: http::Request<kube::client::Body>) -> Self::Future {
+        let headers = match self.headers.as_ref() {
+            Ok(headers) => headers,
+            Err(e) => {
+                let e = kube::Error::Service(e.clone().into());
+                return Box::pin(async move { Err(e) });
+            }
+        };
+        // Whatever the request carried, only these headers say who it is sent as.
+        request.headers_mut().remove("impersonate-user");
+        request.headers_mut().remove("impersonate-group");
+        for (name, value) in headers {
+            request.headers_mut().append(name.clone(), value.clone());
+        }
+        let client = self.client.clone();
+        Box::pin(async move { client.send(request).await })
+    }
+}

@@ -346,6 +346,40 @@ pub struct AppConfig {
     /// Which commits may be applied: only those signed by a trusted key, or any.
     #[serde(default)]
     pub verify: VerifyConfig,
+    /// Where the app may write (`[app.scope]`), checked before the dry run.
+    #[serde(default)]
+    pub scope: ScopeConfig,
+    /// A ServiceAccount (`namespace/name`) that every request made for the app
+    /// impersonates, so that the API server's RBAC decides what the app may write.
+    pub service_account: Option<String>,
+    /// A user that every request made for the app impersonates (instead of a
+    /// ServiceAccount).
+    pub user: Option<String>,
+    /// Groups impersonated with `user` or `service_account`.
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
+/// `[app.scope]`: the namespaces and cluster-scoped kinds an app may write.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScopeConfig {
+    /// Namespaces (globs) the app's objects may be in; unset: the app's own `namespace`
+    /// alone; `["*"]`: any.
+    pub namespaces: Option<Vec<String>>,
+    /// Cluster-scoped kinds the app may write (`"*"`: any). A Namespace whose name
+    /// `namespaces` allows needs no entry.
+    pub cluster_kinds: Vec<String>,
+}
+
+impl AppConfig {
+    /// The namespace globs of `[app.scope]`, the app's own namespace when unset.
+    pub fn scope_namespaces(&self) -> Vec<String> {
+        self.scope
+            .namespaces
+            .clone()
+            .unwrap_or_else(|| vec![self.namespace.clone()])
+    }
 }
 
 /// `[app.verify]`: apply only commits signed by a trusted key (OpenPGP or SSH).

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::path::{Component, Path};
 use std::time::Duration;
 
-use super::{AgentConfig, AppConfig, Config, ConfigError, Problem};
+use super::{compile_globs, AgentConfig, AppConfig, Config, ConfigError, Problem};
 
 /// The problems found so far.
 #[derive(Default)]
@@ -46,6 +46,7 @@ impl Config {
                 );
             }
             app_identity(app, &key, &mut problems);
+            app_scope(app, &key, &mut problems);
             app_source(app, &key, &mut problems);
             app_files(app, &key, &mut problems);
             if app.rollout.timeout.is_zero() {
@@ -100,6 +101,44 @@ fn agent(agent: &AgentConfig, problems: &mut Problems) {
     }
     if agent.max_file_size == 0 || agent.max_app_size == 0 || agent.max_objects == 0 {
         problems.add("agent.max_file_size", "size caps must be more than 0");
+    }
+}
+
+/// `[app.scope]` and the identity the app's requests impersonate.
+fn app_scope(app: &AppConfig, key: &dyn Fn(&str) -> String, problems: &mut Problems) {
+    if let Err(e) = compile_globs(&app.scope_namespaces()) {
+        problems.add(key("scope.namespaces"), e.to_string());
+    }
+    if let Some(sa) = &app.service_account {
+        let valid = sa
+            .split_once('/')
+            .is_some_and(|(ns, name)| is_dns_label(ns) && !name.is_empty() && !name.contains('/'));
+        if !valid {
+            problems.add(
+                key("service_account"),
+                format!("{sa:?} must be NAMESPACE/NAME, e.g. \"guestbook/deployer\""),
+            );
+        }
+        if app.user.is_some() {
+            problems.add(key("user"), "set user or service_account, not both");
+        }
+    }
+    let names = app
+        .user
+        .iter()
+        .chain(&app.service_account)
+        .chain(&app.groups);
+    for name in names.filter(|n| n.is_empty() || !n.bytes().all(|b| (0x21..0x7f).contains(&b))) {
+        problems.add(
+            key("user"),
+            format!("{name:?} cannot be impersonated: names are printable ASCII without spaces"),
+        );
+    }
+    if !app.groups.is_empty() && app.user.is_none() && app.service_account.is_none() {
+        problems.add(
+            key("groups"),
+            "groups are impersonated with a user or service_account; set one",
+        );
     }
 }
 

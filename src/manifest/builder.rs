@@ -12,6 +12,7 @@
 
 use globset::GlobSet;
 
+use super::confine::{Confine, Confinement};
 use super::decorate::{
     AppLabel, DefaultPortProtocol, IgnoreAnnotated, ObjectGlobs, RequireIdentity, SetNamespace,
     SourceAnnotations,
@@ -63,6 +64,8 @@ pub struct Builder<'a> {
     pub policy: ErrorPolicy,
     /// Who knows each kind's scope.
     pub scopes: &'a dyn ScopeLookup,
+    /// Where the app may write; `None`: anywhere (`berth render` of loose files).
+    pub confinement: Option<Confinement>,
 }
 
 impl<'a> Builder<'a> {
@@ -94,6 +97,7 @@ impl<'a> Builder<'a> {
             exclude_objects: app.exclude_objects.set()?,
             policy: ErrorPolicy::CollectAll,
             scopes,
+            confinement: Some(Confinement::for_app(app, agent)?),
         })
     }
 
@@ -111,7 +115,8 @@ impl<'a> Builder<'a> {
             decorators: vec![Box::new(RequireIdentity), Box::new(TypedCheck)],
         };
         let (raw, mut errors) = self.run(&raw_chain);
-        if self.policy == ErrorPolicy::FailFast && !errors.is_empty() {
+        let bound = errors.iter().any(ManifestError::is_bound);
+        if (bound || self.policy == ErrorPolicy::FailFast) && !errors.is_empty() {
             return Err(ManifestError::aggregate(errors).expect("not empty"));
         }
         let scopes = WithCrds::new(&raw, self.scopes);
@@ -122,6 +127,12 @@ impl<'a> Builder<'a> {
             }),
             Box::new(DefaultPortProtocol),
         ];
+        if let Some(confinement) = &self.confinement {
+            decorators.push(Box::new(Confine {
+                confinement,
+                scopes: &scopes,
+            }));
+        }
         if let Some(app) = &self.app {
             decorators.push(Box::new(AppLabel(app.clone())));
         }
@@ -197,6 +208,7 @@ mod tests {
             exclude_objects: None,
             policy,
             scopes: &BuiltinScopes,
+            confinement: None,
         }
     }
 

@@ -44,6 +44,21 @@ impl Decorator for RequireIdentity {
         if m.name().is_empty() {
             return Err(missing_name(m));
         }
+        // Names go into request paths: refuse what would change the path (as the API
+        // server's own path-segment rule does), before any request is made.
+        let name = m.name();
+        if matches!(name, "." | "..") || name.contains(['/', '%']) || name.len() > 253 {
+            return Err(invalid(format!(
+                "{name:?}: metadata.name may not be \".\" or \"..\", hold \"/\" or \"%\", or pass 253 characters"
+            )));
+        }
+        if let Some(ns) = m.namespace() {
+            if !crate::config::is_dns_label(ns) {
+                return Err(invalid(format!(
+                    "{name}: metadata.namespace {ns:?} is not a valid namespace name (a DNS label)"
+                )));
+            }
+        }
         Ok(())
     }
 }

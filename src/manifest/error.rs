@@ -142,13 +142,23 @@ pub enum ManifestError {
         /// The bound.
         limit: u64,
     },
-    /// The app renders more objects than the per-app cap.
+    /// The app renders more objects (good or bad) than the per-app cap.
     #[error("{origin}: the app holds more than {limit} objects (agent.max_objects); reading stopped here")]
     TooManyObjects {
         /// The object past the cap.
-        origin: Origin,
+        origin: String,
         /// The cap.
         limit: usize,
+    },
+    /// An object outside the app's scope, or one of berth's own.
+    #[error("{origin}: {object} {why}; refused")]
+    Refused {
+        /// Where.
+        origin: Origin,
+        /// The object (`ConfigMap kube-system/x`).
+        object: String,
+        /// Which rule.
+        why: String,
     },
     /// A symbolic link resolves outside the repository; it was not read.
     #[error("{path}: symbolic link points outside the repository ({}); refused", target.display())]
@@ -216,18 +226,30 @@ impl ManifestError {
             | ManifestError::OutsideRoot { path, .. }
             | ManifestError::EscapesRoot { path }
             | ManifestError::TooDeep { path, .. }
+            | ManifestError::TooManyObjects { origin: path, .. }
             | ManifestError::Kustomization { path, .. } => Some(path.clone()),
             ManifestError::Syntax { origin, .. }
             | ManifestError::DuplicateKey { origin, .. }
             | ManifestError::DocumentTooLarge { origin, .. }
             | ManifestError::DecodedTooLarge { origin, .. }
-            | ManifestError::TooManyObjects { origin, .. }
+            | ManifestError::Refused { origin, .. }
             | ManifestError::NotAnObject { origin, .. }
             | ManifestError::MissingField { origin, .. }
             | ManifestError::Invalid { origin, .. } => Some(origin.to_string()),
             ManifestError::Duplicate { second, .. } => Some(second.to_string()),
             ManifestError::Many(errors) => errors.first().and_then(ManifestError::origin),
         }
+    }
+
+    /// A resource bound of the whole render (not a bad item): it stops the render under
+    /// every error policy, and nothing after it is checked.
+    pub fn is_bound(&self) -> bool {
+        matches!(
+            self,
+            ManifestError::AppTooLarge { .. }
+                | ManifestError::DecodedTooLarge { .. }
+                | ManifestError::TooManyObjects { .. }
+        )
     }
 
     /// The single errors this one holds.

@@ -16,6 +16,7 @@
 
 pub mod bounds;
 pub mod builder;
+pub mod confine;
 pub mod decode;
 pub mod decorate;
 pub mod error;

@@ -56,14 +56,14 @@ impl Limits {
     ) -> impl FnMut(Item) -> Flow + 'f {
         let limit = self.max_objects;
         move |item| {
-            if let Ok(m) = &item {
-                *count += 1;
-                if *count > limit {
-                    return Err(ManifestError::TooManyObjects {
-                        origin: m.origin.clone(),
-                        limit,
-                    });
-                }
+            // Bad items count too: collecting errors costs memory as objects do.
+            *count += 1;
+            if *count > limit {
+                let origin = match &item {
+                    Ok(m) => m.origin.to_string(),
+                    Err(e) => e.origin().unwrap_or_default(),
+                };
+                return Err(ManifestError::TooManyObjects { origin, limit });
             }
             f(item)
         }

@@ -93,7 +93,7 @@ impl Run<'_> {
     async fn dry_run(&mut self, writes: &mut [Write], indices: &[usize]) -> Result<(), Stop> {
         let targets: Vec<&Target> = indices.iter().map(|&i| &writes[i].target).collect();
         self.rec.requests += targets.len() as u64;
-        let results = apply_all(&self.syncer.client, &self.settings(), &targets, true).await;
+        let results = apply_all(&self.client, &self.settings(), &targets, true).await;
         let mut failed = false;
         for (&i, result) in indices.iter().zip(results) {
             match result {
@@ -114,7 +114,7 @@ impl Run<'_> {
     async fn apply(&mut self, writes: &mut [Write], indices: &[usize]) -> Result<(), Stop> {
         let targets: Vec<&Target> = indices.iter().map(|&i| &writes[i].target).collect();
         self.rec.requests += targets.len() as u64;
-        let results = apply_all(&self.syncer.client, &self.settings(), &targets, false).await;
+        let results = apply_all(&self.client, &self.settings(), &targets, false).await;
         let mut failed = false;
         for (&i, result) in indices.iter().zip(results) {
             let w = &mut writes[i];

@@ -112,6 +112,9 @@ struct Prepared {
 struct Run<'a> {
     syncer: &'a Syncer,
     app: &'a AppConfig,
+    /// What writes the app's objects (dry run, apply, prune, restore): berth's client, or
+    /// one impersonating the app's account. berth's own state and reads use berth's.
+    client: kube::Client,
     options: SyncOptions,
     shutdown: &'a Signal,
     report: Report<'a>,
@@ -301,9 +304,14 @@ impl<'a> Run<'a> {
     ) -> Self {
         let started = jiff::Timestamp::now();
         let trigger = options.trigger;
+        let client = match crate::cluster::client::Identity::of(app) {
+            Some(identity) => crate::cluster::client::impersonating(&syncer.client, &identity),
+            None => syncer.client.clone(),
+        };
         Run {
             syncer,
             app,
+            client,
             options,
             shutdown,
             report,

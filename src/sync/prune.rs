@@ -57,7 +57,7 @@ impl Run<'_> {
                     return candidates.to_vec();
                 }
             };
-        let client = &self.syncer.client;
+        let client = &self.client;
         let concurrency = self.syncer.agent.concurrency;
         self.rec.requests += candidates.len() as u64;
         let results = prune::prune(

@@ -252,7 +252,7 @@ impl Run<'_> {
             manifest: rollback::manifest(&target.manifest, to),
             resolved: target.resolved.clone(),
         };
-        let applied = apply_all(&self.syncer.client, &self.settings(), &[&restore], false)
+        let applied = apply_all(&self.client, &self.settings(), &[&restore], false)
             .await
             .pop()
             .ok_or("no apply result")?

@@ -1,0 +1,176 @@
+//! [`Confine`]: the decorator that keeps an app inside its scope (`[app.scope]`) and away
+//! from berth's own state, whatever its scope. It runs in the render, after namespaces are
+//! set, so a refused object stops the sync before the dry run and nothing is written.
+//!
+//! berth's own state: the namespace that holds the inventories and Leases
+//! (`agent.inventory_namespace`), every inventory ConfigMap (`berth-inventory-*`) and every
+//! Lease in it. Taking the leader Lease or rewriting another app's inventory would let one
+//! repository stop or steer every other app.
+
+use globset::GlobSet;
+
+use super::error::ManifestError;
+use super::object::Manifest;
+use super::scope::{Scope, ScopeLookup};
+use super::visitor::Decorator;
+use crate::config::{compile_globs, AgentConfig, AppConfig};
+
+/// Where one app may write.
+#[derive(Debug, Clone)]
+pub struct Confinement {
+    namespaces: Option<GlobSet>,
+    /// The globs as written, for messages.
+    shown: Vec<String>,
+    cluster_kinds: Vec<String>,
+    /// berth's namespace: its inventories and Leases.
+    reserved: String,
+}
+
+impl Confinement {
+    /// The app's `[app.scope]`, with the agent's namespace reserved.
+    ///
+    /// # Errors
+    /// A namespace glob that does not compile.
+    pub fn for_app(app: &AppConfig, agent: &AgentConfig) -> Result<Self, globset::Error> {
+        let shown = app.scope_namespaces();
+        Ok(Confinement {
+            namespaces: compile_globs(&shown)?,
+            shown,
+            cluster_kinds: app.scope.cluster_kinds.clone(),
+            reserved: agent.inventory_namespace.clone(),
+        })
+    }
+
+    fn namespace_allowed(&self, ns: &str) -> bool {
+        self.namespaces.as_ref().is_some_and(|g| g.is_match(ns))
+    }
+
+    fn kind_allowed(&self, kind: &str) -> bool {
+        self.cluster_kinds.iter().any(|k| k == "*" || k == kind)
+    }
+
+    /// Why `m` may not be written, if it may not.
+    fn refusal(&self, m: &Manifest, scope: Option<Scope>) -> Option<String> {
+        let (kind, name) = (m.kind(), m.name());
+        let berths = match m.namespace() {
+            None => kind == "Namespace" && name == self.reserved,
+            Some(ns) => {
+                ns == self.reserved
+                    && ((kind == "ConfigMap" && name.starts_with("berth-inventory-"))
+                        || (kind == "Lease" && m.group() == "coordination.k8s.io"))
+            }
+        };
+        if berths {
+            return Some(format!(
+                "is berth's own state (agent.inventory_namespace {:?} holds the inventories and Leases); no app may write it",
+                self.reserved
+            ));
+        }
+        match (m.namespace(), scope) {
+            (Some(ns), _) if !self.namespace_allowed(ns) => Some(format!(
+                "is in namespace {ns:?}, outside the app's scope ([app.scope] namespaces = {:?})",
+                self.shown
+            )),
+            (None, Some(Scope::Cluster)) => {
+                let own_namespace = kind == "Namespace" && self.namespace_allowed(name);
+                (!own_namespace && !self.kind_allowed(kind)).then(|| {
+                    format!(
+                        "is cluster-scoped, outside the app's scope (add {kind:?} to [app.scope] cluster_kinds to allow it)"
+                    )
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Refuses objects outside the app's [`Confinement`]. Kinds whose scope is unknown are
+/// left to the plan, which refuses them.
+pub struct Confine<'a> {
+    /// Where the app may write.
+    pub confinement: &'a Confinement,
+    /// Who knows each kind's scope.
+    pub scopes: &'a dyn ScopeLookup,
+}
+
+impl Decorator for Confine<'_> {
+    fn decorate(&self, m: &mut Manifest) -> Result<(), ManifestError> {
+        let scope = self.scopes.scope(m.group(), m.kind());
+        match self.confinement.refusal(m, scope) {
+            Some(why) => Err(ManifestError::Refused {
+                origin: m.origin.clone(),
+                object: m.key().to_string(),
+                why,
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::object::Origin;
+    use crate::manifest::BuiltinScopes;
+
+    fn manifest(text: &str) -> Manifest {
+        let value: serde_json::Value = serde_yaml::from_str(text).unwrap();
+        Manifest {
+            object: value.as_object().unwrap().clone(),
+            origin: Origin {
+                line: 1,
+                ..Origin::file("app.yaml")
+            },
+        }
+    }
+
+    fn confined(app_extra: &str, text: &str) -> Result<(), String> {
+        let app: AppConfig = toml::from_str(&format!(
+            "name = \"guestbook\"\nrepo = \"/r\"\nnamespace = \"guestbook\"\n{app_extra}"
+        ))
+        .unwrap();
+        let confinement = Confinement::for_app(&app, &AgentConfig::default()).unwrap();
+        Confine {
+            confinement: &confinement,
+            scopes: &BuiltinScopes,
+        }
+        .decorate(&mut manifest(text))
+        .map_err(|e| e.to_string())
+    }
+
+    const CM_IN: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: NS}\n";
+
+    #[test]
+    fn the_default_scope_is_the_apps_own_namespace() {
+        assert_eq!(confined("", &CM_IN.replace("NS", "guestbook")), Ok(()));
+        assert_eq!(
+            confined("", &CM_IN.replace("NS", "kube-system")),
+            Err("app.yaml:1: ConfigMap kube-system/c is in namespace \"kube-system\", outside the app's scope ([app.scope] namespaces = [\"guestbook\"]); refused".into())
+        );
+        let ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: guestbook}\n";
+        assert_eq!(confined("", ns), Ok(()), "its own Namespace");
+        let crb = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: admin}\n";
+        assert_eq!(
+            confined("", crb),
+            Err("app.yaml:1: ClusterRoleBinding admin is cluster-scoped, outside the app's scope (add \"ClusterRoleBinding\" to [app.scope] cluster_kinds to allow it); refused".into())
+        );
+        let scope =
+            "[scope]\nnamespaces = [\"team-*\"]\ncluster_kinds = [\"ClusterRoleBinding\"]\n";
+        assert_eq!(confined(scope, crb), Ok(()));
+        assert_eq!(confined(scope, &CM_IN.replace("NS", "team-a")), Ok(()));
+        assert!(confined(scope, &CM_IN.replace("NS", "guestbook")).is_err());
+    }
+
+    #[test]
+    fn berths_own_state_is_refused_whatever_the_scope() {
+        let open = "[scope]\nnamespaces = [\"*\"]\ncluster_kinds = [\"*\"]\n";
+        let lease = "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {name: berth, namespace: berth-system}\nspec: {holderIdentity: attacker}\n";
+        let inventory = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: berth-inventory-other, namespace: berth-system}\n";
+        let namespace = "apiVersion: v1\nkind: Namespace\nmetadata: {name: berth-system}\n";
+        for text in [lease, inventory, namespace] {
+            let e = confined(open, text).unwrap_err();
+            assert!(e.contains("is berth's own state"), "{e}");
+        }
+        assert_eq!(confined(open, &CM_IN.replace("NS", "berth-system")), Ok(()));
+    }
+}

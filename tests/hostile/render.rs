@@ -1,0 +1,163 @@
+//! Bounded inputs: files that would cost far more to decode than their size, and
+//! kustomizations that reach outside the checkout. Each is rendered by `berth render`
+//! under 1 GiB of address space and a 20 s limit.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::{bounded, Bounded};
+
+const MEMORY_MIB: u64 = 1024;
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn render(dir: &Path, path: &str) -> Bounded {
+    bounded(dir, &["render", path], MEMORY_MIB, LIMIT)
+}
+
+fn write(dir: &Path, rel: &str, text: &str) {
+    let path = dir.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// Fails within the bounds, with `says` in its output.
+fn refused(run: &Bounded, says: &str) {
+    assert_eq!(run.code, Some(1), "took {:?}: {}", run.took, run.out);
+    assert!(run.out.contains(says), "missing {says:?} in {}", run.out);
+}
+
+/// One anchor of a 1000-item list referenced `n` times.
+fn fan_out(n: usize) -> String {
+    let items = vec!["lol"; 1000].join(", ");
+    let refs = vec!["*a"; n].join(", ");
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: fan}}\nx: &a [{items}]\ndata: [{refs}]\n")
+}
+
+#[test]
+fn alias_fan_out_is_refused_within_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    // 8 KB, 24 KB and 404 KB of YAML: 324 MB, 1.58 GB and over 23.7 GB before the bound.
+    for n in [1_700, 5_000, 100_000] {
+        write(dir.path(), "fan.yaml", &fan_out(n));
+        let run = render(dir.path(), "fan.yaml");
+        refused(
+            &run,
+            "fan.yaml:4 (document 1): the document expands past 8388608 bytes once decoded",
+        );
+        assert!(run.took < Duration::from_secs(5), "{n}: {:?}", run.took);
+    }
+}
+
+#[test]
+fn deep_flow_nesting_is_refused_in_linear_time() {
+    let dir = tempfile::tempdir().unwrap();
+    for depth in [50_000, 100_000, 200_000] {
+        let text = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: deep}}\ndata: {}{}\n",
+            "[".repeat(depth),
+            "]".repeat(depth)
+        );
+        write(dir.path(), "deep.yaml", &text);
+        let run = render(dir.path(), "deep.yaml");
+        refused(
+            &run,
+            "deep.yaml:4: flow collections ([ or {) nested deeper than 128; refused unparsed",
+        );
+        // Was 5 s, 22 s and 86 s, paid on every sync.
+        assert!(run.took < Duration::from_secs(2), "{depth}: {:?}", run.took);
+    }
+}
+
+#[test]
+fn many_tiny_objects_stop_at_the_object_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    // 59 MiB of tiny objects (under the 64 MiB app cap), in files under the 4 MiB file cap:
+    // was 3.4 GB and 37 s.
+    let object = "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n";
+    let file = object.repeat((3 << 20) / object.len());
+    for i in 0..(59 / 3) {
+        write(dir.path(), &format!("many/{i:02}.yaml"), &file);
+    }
+    let run = render(dir.path(), "many");
+    refused(
+        &run,
+        "the app holds more than 20000 objects (agent.max_objects); reading stopped here",
+    );
+    assert!(run.took < Duration::from_secs(10), "{:?}", run.took);
+}
+
+#[test]
+fn duplicate_keys_are_refused_as_kubectl_does() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "dup.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  mode: safe\n  other: x\n  mode: unsafe\n",
+    );
+    let run = render(dir.path(), "dup.yaml");
+    refused(
+        &run,
+        "dup.yaml:6 (document 1): key \"mode\" appears twice in one mapping (lines 6 and 8)",
+    );
+}
+
+#[test]
+fn names_that_would_change_a_request_path_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "path.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ../../etc/passwd\n",
+    );
+    let run = render(dir.path(), "path.yaml");
+    refused(&run, "metadata.name may not be \".\" or \"..\", hold \"/\"");
+}
+
+/// A git repository at `dir` (kustomize's root is the repository it is in).
+fn repository(dir: &Path) {
+    let ok = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(dir)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}
+
+#[test]
+fn a_kustomization_linked_out_of_the_checkout_is_refused_unread() {
+    let outside = tempfile::tempdir().unwrap();
+    write(
+        outside.path(),
+        "kustomization.yaml",
+        "resources: [host-secret-9f1c]\n",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    repository(dir.path());
+    for (app, target) in [
+        ("host", outside.path().join("kustomization.yaml")),
+        ("pagemap", "/proc/self/pagemap".into()),
+    ] {
+        std::fs::create_dir_all(dir.path().join(app)).unwrap();
+        std::os::unix::fs::symlink(target, dir.path().join(app).join("kustomization.yaml"))
+            .unwrap();
+        let run = render(dir.path(), app);
+        refused(
+            &run,
+            "kustomization.yaml resolves outside the repository; refused unread",
+        );
+        assert!(!run.out.contains("host-secret-9f1c"), "{}", run.out);
+        assert!(run.took < Duration::from_secs(5), "{:?}", run.took);
+    }
+    // In the checkout but over the per-file cap: not read whole.
+    write(
+        dir.path(),
+        "big/kustomization.yaml",
+        &format!("resources: []\n#{}\n", "x".repeat(200 << 20)),
+    );
+    let run = render(dir.path(), "big");
+    refused(
+        &run,
+        "over the 4194304-byte cap (agent.max_file_size); refused unread",
+    );
+}
