@@ -81,7 +81,9 @@ impl HistoryLog {
     /// The file exists but cannot be read.
     pub fn read(&self, app: &str) -> Result<Vec<SyncRecord>, HistoryError> {
         let path = self.file(app);
-        let text = match fs::read_to_string(&path) {
+        // Bytes, not a string: a line torn inside a multi-byte character is skipped like
+        // any other torn line instead of failing the whole read.
+        let text = match fs::read(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(source) => return Err(HistoryError::Io { path, source }),
@@ -211,10 +213,10 @@ fn ends_with_newline(file: &mut File) -> std::io::Result<bool> {
     Ok(last[0] == b'\n')
 }
 
-fn parse_lines(text: &str) -> Vec<SyncRecord> {
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .filter_map(|l| match serde_json::from_str(l) {
+fn parse_lines(text: &[u8]) -> Vec<SyncRecord> {
+    text.split(|b| *b == b'\n')
+        .filter(|l| !l.trim_ascii().is_empty())
+        .filter_map(|l| match serde_json::from_slice(l) {
             Ok(r) => Some(r),
             Err(e) => {
                 tracing::warn!(error = %e, "skipping an unreadable history line (torn by a crash?)");
