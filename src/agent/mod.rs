@@ -188,8 +188,11 @@ pub async fn run(
             duration: config.agent.lease_duration,
         }),
     });
-    let _ = std::fs::create_dir_all(&config.agent.state_dir);
-    let _ = std::fs::write(pid_file(&config), std::process::id().to_string());
+    let _ = crate::state::private_dir(&config.agent.state_dir);
+    let _ = crate::state::write_private(
+        &pid_file(&config),
+        std::process::id().to_string().as_bytes(),
+    );
     let (leader_tx, mut leader) =
         watch::channel(!config.agent.leader_election && !config.agent.sharding);
     let (members_tx, mut members) = watch::channel(Vec::new());

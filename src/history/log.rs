@@ -5,7 +5,7 @@
 //! Retention (by count and by age) streams the file, and only when records must go
 //! rewrites it to a temporary name and renames it.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -59,10 +59,10 @@ impl HistoryLog {
             path: path.clone(),
             source,
         };
-        fs::create_dir_all(&self.dir).map_err(io)?;
+        crate::state::private_dir(&self.dir).map_err(io)?;
         let mut line = serde_json::to_vec(record)?;
         line.push(b'\n');
-        let mut file = OpenOptions::new()
+        let mut file = crate::state::private_file()
             .create(true)
             .append(true)
             .read(true)
@@ -172,7 +172,13 @@ impl HistoryLog {
             return Ok(());
         }
         let tmp = path.with_extension("jsonl.tmp");
-        let mut out = std::io::BufWriter::new(File::create(&tmp).map_err(io)?);
+        let tmp_file = crate::state::private_file()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&tmp)
+            .map_err(io)?;
+        let mut out = std::io::BufWriter::new(tmp_file);
         let mut seen = 0;
         for line in lines().map_err(io)? {
             let (at, line) = line.map_err(io)?;
