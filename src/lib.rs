@@ -41,6 +41,7 @@
 //! - [`plan`]: what a sync writes, keeps and prunes, and the inventory's data (pure);
 //! - [`diff`]: `berth plan`'s per-object diffs, Secret values masked (pure);
 //! - [`history`]: the sync record and its JSON Lines log;
+//! - [`state`]: the private state folder (0700 folders, 0600 files, atomic writes);
 //! - [`sync`]: one sync of one app, step by step; `berth plan` and `berth rollback`;
 //! - [`service`]: systemd notify and watchdog, the HTTP endpoint, the leader Lease;
 //! - [`agent`]: the daemon's tasks and triggers;
@@ -60,6 +61,7 @@ pub mod rollout;
 pub mod service;
 pub mod shutdown;
 pub mod source;
+pub mod state;
 pub mod sync;
 pub mod testenv;
 

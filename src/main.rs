@@ -58,6 +58,9 @@ fn main() -> ExitCode {
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
     }
+    // berth's state holds Secret manifests: whatever berth or a library creates is its
+    // user's only (0700 folders, 0600 files), not only under the shipped unit's UMask=.
+    berth::state::restrict_umask();
     let cli = Cli::parse();
     if !matches!(
         cli.command,

@@ -210,6 +210,40 @@ fn history_refuses_an_unknown_app_and_takes_an_id_prefix() {
     assert!(err.contains("no sync record \"zz\""), "{err}");
 }
 
+#[test]
+fn history_and_status_skip_a_line_torn_inside_an_emoji() {
+    let (dir, path) = config_file(
+        "berth.toml",
+        "[agent]\nstate_dir = \"STATE\"\n[cluster]\nkubeconfig = \"STATE/kubeconfig\"\n[[app]]\nname = \"web\"\nrepo = \"x\"\n",
+    );
+    // A crash while writing "🚀" (F0 9F 9A 80) leaves a line that is not UTF-8: once
+    // between two records (the next append starts a fresh line), once at the end.
+    let torn = b"{\"id\":\"torn\",\"commit\":{\"subject\":\"ship \xF0\x9F";
+    let log = dir.path().join("history/web.jsonl");
+    let tear = || {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        f.write_all(torn).unwrap();
+    };
+    write_down_kubeconfig(dir.path());
+    write_history(dir.path(), "web", &["m0a1"]);
+    tear();
+    write_history(dir.path(), "web", &["m0a2"]);
+    tear();
+    let (code, out, err) = berth(&["history", "--config", &path]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("m0a1") && out.contains("m0a2"), "{out}");
+    assert!(!err.contains("UTF-8"), "{err}");
+    // status falls back to the local history (no cluster here): the newest record shows.
+    let (_, out, err) = berth(&["status", "--config", &path]);
+    assert!(!err.contains("UTF-8"), "{err}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("web"))
+        .unwrap_or_else(|| panic!("{out}{err}"));
+    assert_eq!(row.split_whitespace().nth(2), Some("no-change"), "{out}");
+}
+
 /// Records of `app` with these ids, a second apart.
 fn write_history(state: &std::path::Path, app: &str, ids: &[&str]) {
     let log = berth::history::HistoryLog::new(state);
@@ -265,12 +299,7 @@ fn status_shows_the_local_history_when_the_cluster_is_down() {
         "berth.toml",
         "[agent]\nstate_dir = \"STATE\"\n[cluster]\nkubeconfig = \"STATE/kubeconfig\"\n[[app]]\nname = \"web\"\nrepo = \"x\"\n",
     );
-    // Port 1 on loopback: nothing listens, the connection is refused at once.
-    std::fs::write(
-        dir.path().join("kubeconfig"),
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: down\n  cluster: {server: \"https://127.0.0.1:1\", insecure-skip-tls-verify: true}\nusers:\n- name: u\n  user: {token: t}\ncontexts:\n- name: down\n  context: {cluster: down, user: u}\ncurrent-context: down\n",
-    )
-    .unwrap();
+    write_down_kubeconfig(dir.path());
     write_history(dir.path(), "web", &["m0a1"]);
     let (code, out, err) = berth(&["status", "--config", &path]);
     assert_eq!(code, 1, "{out}{err}");
@@ -284,6 +313,16 @@ fn status_shows_the_local_history_when_the_cluster_is_down() {
         err.contains("the table above is the local history"),
         "{err}"
     );
+}
+
+/// `state/kubeconfig` naming a cluster that is down: port 1 on loopback, where nothing
+/// listens, so the connection is refused at once.
+fn write_down_kubeconfig(state: &std::path::Path) {
+    std::fs::write(
+        state.join("kubeconfig"),
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: down\n  cluster: {server: \"https://127.0.0.1:1\", insecure-skip-tls-verify: true}\nusers:\n- name: u\n  user: {token: t}\ncontexts:\n- name: down\n  context: {cluster: down, user: u}\ncurrent-context: down\n",
+    )
+    .unwrap();
 }
 
 #[test]

@@ -875,3 +875,61 @@ async fn a_kustomize_overlay_syncs_and_prunes_its_generated_config_map() {
         assert!(maps.get_opt("prod-stolen").await.unwrap().is_none());
     }
 }
+
+/// Every folder and file under `dir` with any group or other permission bit, but `skip`.
+fn open_to_others(dir: &std::path::Path, skip: &std::path::Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut open = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        if path == skip || meta.file_type().is_symlink() {
+            continue;
+        }
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            open.push(format!("{} {mode:o}", path.display()));
+        }
+        if meta.is_dir() {
+            open.extend(open_to_others(&path, skip));
+        }
+    }
+    open
+}
+
+#[tokio::test]
+async fn state_is_private_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "private-state").await;
+    let repo = Repo::new();
+    repo.write(
+        "secret.yaml",
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\nstringData:\n  password: hunter2\n",
+    );
+    repo.write("config/a.yaml", &config_map("a", "1"));
+    let sha = repo.commit("a secret");
+    let setup = Setup::new(cp, "private-state", &repo, &ns, "");
+    // The usual umask, and a state folder an older berth left open to everyone.
+    // SAFETY: umask(2) cannot fail; berth inherits it.
+    unsafe { libc::umask(0o022) };
+    let state = setup.state.path();
+    std::fs::set_permissions(state, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let (code, out, err) = setup.berth(&["sync", "--once"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(state), 0o700);
+    let secret = std::fs::read_dir(state.join("sources"))
+        .unwrap()
+        .flatten()
+        .map(|source| source.path().join("trees").join(&sha).join("secret.yaml"))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("no written-out tree of {sha} in {}", state.display()));
+    assert_eq!(mode(&secret), 0o600, "{}", secret.display());
+    let open = open_to_others(state, &setup.config);
+    assert!(open.is_empty(), "open to others: {open:#?}");
+}

@@ -25,6 +25,7 @@ use crate::config::{AppConfig, Config};
 use crate::history::{Outcome, SyncRecord};
 use crate::service::http::{self, Endpoint};
 use crate::service::lease::{self, Elector};
+use crate::service::listener;
 use crate::service::metrics::Metrics;
 use crate::service::notify::{watchdog_period, Notifier};
 use crate::service::shards::Membership;
@@ -173,10 +174,12 @@ pub async fn run(
     syncer: Arc<Syncer>,
     mut signals: Signals,
 ) -> Result<(), AgentError> {
+    // Before anything opens files: the syncs and the endpoint share the limit.
+    let open_files = listener::raise_open_files();
     let metrics = Arc::new(Metrics::default());
     metrics.notifications(syncer.notifications.clone());
     let shared = Arc::new(Shared {
-        endpoint: start_http(&config, &metrics, &syncer, &signals.shutdown).await?,
+        endpoint: start_http(&config, open_files, &metrics, &syncer, &signals.shutdown).await?,
         syncer: RwLock::new(syncer.clone()),
         notifier: Notifier::from_env(),
         metrics,
@@ -188,8 +191,11 @@ pub async fn run(
             duration: config.agent.lease_duration,
         }),
     });
-    let _ = std::fs::create_dir_all(&config.agent.state_dir);
-    let _ = std::fs::write(pid_file(&config), std::process::id().to_string());
+    let _ = crate::state::private_dir(&config.agent.state_dir);
+    let _ = crate::state::write_private(
+        &pid_file(&config),
+        std::process::id().to_string().as_bytes(),
+    );
     let (leader_tx, mut leader) =
         watch::channel(!config.agent.leader_election && !config.agent.sharding);
     let (members_tx, mut members) = watch::channel(Vec::new());
@@ -266,6 +272,7 @@ pub async fn run(
 
 async fn start_http(
     config: &Config,
+    open_files: u64,
     metrics: &Arc<Metrics>,
     syncer: &Syncer,
     shutdown: &Signal,
@@ -273,15 +280,20 @@ async fn start_http(
     let Some(address) = config.agent.listen else {
         return Ok(None);
     };
-    let listener = tokio::net::TcpListener::bind(address)
+    let tcp = tokio::net::TcpListener::bind(address)
         .await
         .map_err(|source| AgentError::Listen { address, source })?;
-    let endpoint = Arc::new(Endpoint {
-        metrics: metrics.clone(),
-        hooks: RwLock::new(HashMap::new()),
-        client: syncer.client.clone(),
-    });
-    tracing::info!(%address, "serving /healthz, /readyz, /metrics and /hooks/<app>");
+    let endpoint = Arc::new(Endpoint::new(metrics.clone(), syncer.client.clone()));
+    let cap = listener::connection_cap(config.agent.max_connections, open_files);
+    if cap < config.agent.max_connections {
+        tracing::warn!(
+            max_connections = cap,
+            open_files,
+            "agent.max_connections lowered: descriptors are kept for the syncs (raise LimitNOFILE= to serve more)"
+        );
+    }
+    tracing::info!(%address, max_connections = cap, "serving /healthz, /readyz, /metrics and /hooks/<app>");
+    let listener = listener::Listener::new(tcp, cap);
     tokio::spawn(http::serve(listener, endpoint.clone(), shutdown.clone()));
     Ok(Some(endpoint))
 }

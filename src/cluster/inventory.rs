@@ -291,20 +291,17 @@ pub fn load_local(state_dir: &Path, app: &str) -> Option<Inventory> {
     serde_json::from_slice(&text).ok()
 }
 
-/// Replaces the local copy (a temporary file renamed over it).
+/// Replaces the local copy (atomically, private: [`crate::state::write_private`]).
 ///
 /// # Errors
 /// The file cannot be written.
 pub fn store_local(state_dir: &Path, app: &str, inventory: &Inventory) -> std::io::Result<()> {
     let path = local_path(state_dir, app);
-    let dir = path.parent().unwrap_or(state_dir);
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{app}.json.tmp"));
-    std::fs::write(
-        &tmp,
-        serde_json::to_vec(inventory).map_err(std::io::Error::other)?,
-    )?;
-    std::fs::rename(&tmp, &path)
+    crate::state::private_dir(path.parent().unwrap_or(state_dir))?;
+    crate::state::write_private(
+        &path,
+        &serde_json::to_vec(inventory).map_err(std::io::Error::other)?,
+    )
 }
 
 /// A resource and namespace with at most this many of the app's objects is read object

@@ -189,6 +189,9 @@ pub struct AgentConfig {
     /// file) disables it.
     #[serde(deserialize_with = "listen")]
     pub listen: Option<SocketAddr>,
+    /// Connections the HTTP endpoint serves at once (lowered to keep file descriptors for
+    /// the syncs); 32 more get one request each with short timeouts, the rest are closed.
+    pub max_connections: usize,
     /// A sync running longer than this counts as stuck: the systemd watchdog stops.
     #[serde(deserialize_with = "duration")]
     pub sync_timeout: Duration,
@@ -228,6 +231,7 @@ impl Default for AgentConfig {
             history_keep: 1000,
             history_max_age: Duration::from_secs(90 * 24 * 3600),
             listen: Some(SocketAddr::from(([127, 0, 0, 1], 9464))),
+            max_connections: 512,
             sync_timeout: Duration::from_secs(30 * 60),
             leader_election: false,
             sharding: false,

@@ -90,6 +90,9 @@ fn agent(agent: &AgentConfig, problems: &mut Problems) {
     if agent.max_concurrent_syncs == 0 {
         problems.add("agent.max_concurrent_syncs", "must be at least 1");
     }
+    if agent.max_connections == 0 {
+        problems.add("agent.max_connections", "must be at least 1");
+    }
     if !is_dns_label(&agent.inventory_namespace) {
         problems.add(
             "agent.inventory_namespace",

@@ -5,7 +5,7 @@
 //! Retention (by count and by age) streams the file, and only when records must go
 //! rewrites it to a temporary name and renames it.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -59,10 +59,10 @@ impl HistoryLog {
             path: path.clone(),
             source,
         };
-        fs::create_dir_all(&self.dir).map_err(io)?;
+        crate::state::private_dir(&self.dir).map_err(io)?;
         let mut line = serde_json::to_vec(record)?;
         line.push(b'\n');
-        let mut file = OpenOptions::new()
+        let mut file = crate::state::private_file()
             .create(true)
             .append(true)
             .read(true)
@@ -81,7 +81,9 @@ impl HistoryLog {
     /// The file exists but cannot be read.
     pub fn read(&self, app: &str) -> Result<Vec<SyncRecord>, HistoryError> {
         let path = self.file(app);
-        let text = match fs::read_to_string(&path) {
+        // Bytes, not a string: a line torn inside a multi-byte character is skipped like
+        // any other torn line instead of failing the whole read.
+        let text = match fs::read(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(source) => return Err(HistoryError::Io { path, source }),
@@ -170,7 +172,13 @@ impl HistoryLog {
             return Ok(());
         }
         let tmp = path.with_extension("jsonl.tmp");
-        let mut out = std::io::BufWriter::new(File::create(&tmp).map_err(io)?);
+        let tmp_file = crate::state::private_file()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&tmp)
+            .map_err(io)?;
+        let mut out = std::io::BufWriter::new(tmp_file);
         let mut seen = 0;
         for line in lines().map_err(io)? {
             let (at, line) = line.map_err(io)?;
@@ -211,10 +219,10 @@ fn ends_with_newline(file: &mut File) -> std::io::Result<bool> {
     Ok(last[0] == b'\n')
 }
 
-fn parse_lines(text: &str) -> Vec<SyncRecord> {
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .filter_map(|l| match serde_json::from_str(l) {
+fn parse_lines(text: &[u8]) -> Vec<SyncRecord> {
+    text.split(|b| *b == b'\n')
+        .filter(|l| !l.trim_ascii().is_empty())
+        .filter_map(|l| match serde_json::from_slice(l) {
             Ok(r) => Some(r),
             Err(e) => {
                 tracing::warn!(error = %e, "skipping an unreadable history line (torn by a crash?)");

@@ -81,6 +81,36 @@ mod tests {
         assert_eq!(ids(&log, "shop"), ["a", "c"]);
     }
 
+    #[test]
+    fn a_line_torn_inside_a_multi_byte_character_is_skipped() {
+        let d = tempfile::tempdir().unwrap();
+        let log = HistoryLog::new(d.path());
+        let now = Timestamp::now();
+        let path = d.path().join("history/shop.jsonl");
+        // A crash in the middle of "🚀" (F0 9F 9A 80): the line is not valid UTF-8.
+        let torn = b"{\"id\":\"torn\",\"subject\":\"ship \xF0\x9F";
+        log.append(&record("shop", "a", Outcome::Succeeded, now))
+            .unwrap();
+        OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(torn)
+            .unwrap();
+        log.append(&record("shop", "c", Outcome::Succeeded, now))
+            .unwrap();
+        OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(torn)
+            .unwrap();
+        assert_eq!(ids(&log, "shop"), ["a", "c"]);
+        assert_eq!(log.read_all().unwrap().len(), 2);
+        log.retain("shop", 1, Duration::from_secs(3600)).unwrap();
+        assert_eq!(ids(&log, "shop"), ["c"]);
+    }
+
     fn ids(log: &HistoryLog, app: &str) -> Vec<String> {
         log.read(app).unwrap().into_iter().map(|r| r.id).collect()
     }

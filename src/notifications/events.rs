@@ -175,11 +175,7 @@ impl Problems {
     fn save(&self) {
         let written = serde_json::to_vec(&self.open)
             .map_err(std::io::Error::other)
-            .and_then(|bytes| {
-                let tmp = self.path.with_extension("json.tmp");
-                std::fs::write(&tmp, bytes)?;
-                std::fs::rename(&tmp, &self.path)
-            });
+            .and_then(|bytes| crate::state::write_private(&self.path, &bytes));
         if let Err(e) = written {
             tracing::warn!(path = %self.path.display(), error = %e, "cannot keep the notifications' state: a restart may send an open problem again");
         }

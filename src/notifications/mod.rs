@@ -179,7 +179,7 @@ impl Notifications {
                 counts,
             });
         }
-        std::fs::create_dir_all(state_dir).map_err(|e| NotifyError {
+        crate::state::private_dir(state_dir).map_err(|e| NotifyError {
             receiver: "notify".into(),
             key: "state_dir".into(),
             message: e.to_string(),

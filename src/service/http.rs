@@ -1,7 +1,11 @@
 //! The HTTP endpoint (`[agent] listen`): `GET /healthz` (the process answers), `GET
-//! /readyz` (the cluster answers), `GET /metrics` (Prometheus) and `POST /hooks/<app>`, a
-//! webhook that starts a sync, signed like GitHub's (`X-Hub-Signature-256: sha256=<hex
-//! HMAC-SHA256 of the body>`). Bodies over 1 MiB are refused before they are read.
+//! /readyz` (the cluster answers; [`super::readiness`]), `GET /metrics` (Prometheus) and
+//! `POST /hooks/<app>`, a webhook that starts a sync, signed like GitHub's
+//! (`X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`). Bodies over 1 MiB are
+//! refused before they are read; a body must arrive within its lane's time (5 s, or 1 s
+//! in the overflow lane), and at most [`MAX_BODY_READS`] are read at once.
+//!
+//! Which connections are served, and for how long, is [`super::listener`]'s.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -12,15 +16,20 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 
+use super::listener::{Admitted, Lane, Listener, MAX_HEAD};
 use super::metrics::Metrics;
+use super::readiness::Readiness;
 use crate::history::Trigger;
-use crate::shutdown::{stopped, Signal};
+use crate::shutdown::Signal;
 
 /// Largest webhook body read.
 pub const MAX_BODY: usize = 1 << 20;
+/// Webhook bodies read at once: at most this many MiB are held for them.
+pub const MAX_BODY_READS: usize = 8;
+/// How long a connection whose lifetime is over has to finish the request in flight.
+const GRACE: Duration = Duration::from_secs(5);
 
 /// A webhook target: the app's secret and its trigger channel.
 #[derive(Clone)]
@@ -39,38 +48,62 @@ pub struct Endpoint {
     pub metrics: Arc<Metrics>,
     /// Webhook targets by app, replaced on reload.
     pub hooks: RwLock<HashMap<String, Hook>>,
-    /// For readiness.
-    pub client: kube::Client,
+    /// For `/readyz`.
+    pub readiness: Readiness,
+    /// Places to read a webhook body in.
+    body_reads: Semaphore,
+}
+
+impl Endpoint {
+    /// An endpoint with no webhooks yet, asking `client`'s cluster for readiness.
+    pub fn new(metrics: Arc<Metrics>, client: kube::Client) -> Self {
+        Endpoint {
+            metrics,
+            hooks: RwLock::new(HashMap::new()),
+            readiness: Readiness::new(client),
+            body_reads: Semaphore::new(MAX_BODY_READS),
+        }
+    }
 }
 
 /// Serves until `shutdown` turns true.
-pub async fn serve(listener: TcpListener, endpoint: Arc<Endpoint>, mut shutdown: Signal) {
-    loop {
-        let (stream, _) = tokio::select! {
-            () = stopped(&mut shutdown) => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "http accept failed");
-                    continue;
-                }
-            },
-        };
-        let endpoint = endpoint.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let endpoint = endpoint.clone();
-                async move { Ok::<_, Infallible>(handle(&endpoint, req).await) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10))
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "http connection ended");
-            }
-        });
+pub async fn serve(mut listener: Listener, endpoint: Arc<Endpoint>, mut shutdown: Signal) {
+    while let Some(admitted) = listener.next(&mut shutdown).await {
+        tokio::spawn(connection(endpoint.clone(), admitted));
     }
+}
+
+/// One connection, within its lane's head timeout and lifetime.
+async fn connection(endpoint: Arc<Endpoint>, admitted: Admitted) {
+    let Admitted {
+        stream,
+        lane,
+        place,
+    } = admitted;
+    let service = hyper::service::service_fn(move |req| {
+        let endpoint = endpoint.clone();
+        async move { Ok::<_, Infallible>(handle(&endpoint, lane, req).await) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(lane.head_timeout())
+        .keep_alive(lane.keep_alive())
+        .max_buf_size(MAX_HEAD)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    let ended = match tokio::time::timeout(lane.lifetime(), conn.as_mut()).await {
+        Ok(ended) => ended,
+        Err(_) => {
+            // Its time is up: an idle keep-alive closes now, a request in flight is
+            // answered first (for a moment at most).
+            conn.as_mut().graceful_shutdown();
+            tokio::time::timeout(GRACE, conn).await.unwrap_or(Ok(()))
+        }
+    };
+    if let Err(e) = ended {
+        tracing::debug!(error = %e, "http connection ended");
+    }
+    drop(place);
 }
 
 fn reply(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {
@@ -79,25 +112,14 @@ fn reply(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {
     r
 }
 
-async fn handle(endpoint: &Endpoint, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle(endpoint: &Endpoint, lane: Lane, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_string();
     match (req.method(), path.as_str()) {
         (&Method::GET, "/healthz") => reply(StatusCode::OK, "ok\n"),
-        (&Method::GET, "/readyz") => {
-            match tokio::time::timeout(Duration::from_secs(3), endpoint.client.apiserver_version())
-                .await
-            {
-                Ok(Ok(_)) => reply(StatusCode::OK, "ok\n"),
-                Ok(Err(e)) => reply(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("cluster unreachable: {e}\n"),
-                ),
-                Err(_) => reply(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "cluster unreachable: no answer in 3s\n",
-                ),
-            }
-        }
+        (&Method::GET, "/readyz") => match endpoint.readiness.check().await {
+            Ok(()) => reply(StatusCode::OK, "ok\n"),
+            Err(why) => reply(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+        },
         (&Method::GET, "/metrics") => {
             let mut r = reply(StatusCode::OK, endpoint.metrics.render());
             r.headers_mut().insert(
@@ -107,13 +129,18 @@ async fn handle(endpoint: &Endpoint, req: Request<Incoming>) -> Response<Full<By
             r
         }
         (&Method::POST, p) if p.starts_with("/hooks/") => {
-            webhook(endpoint, &p["/hooks/".len()..], req).await
+            webhook(endpoint, lane, &p["/hooks/".len()..], req).await
         }
         _ => reply(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
 
-async fn webhook(endpoint: &Endpoint, app: &str, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn webhook(
+    endpoint: &Endpoint,
+    lane: Lane,
+    app: &str,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
     let hook = endpoint.hooks.read().ok().and_then(|h| h.get(app).cloned());
     let Some((secret, repo)) = hook.and_then(|h| Some((h.secret?, h.repo))) else {
         return reply(
@@ -134,9 +161,9 @@ async fn webhook(endpoint: &Endpoint, app: &str, req: Request<Incoming>) -> Resp
         .get("x-hub-signature-256")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(_) => return reply(StatusCode::PAYLOAD_TOO_LARGE, "body over 1 MiB\n"),
+    let body = match read_body(endpoint, lane, req.into_body()).await {
+        Ok(body) => body,
+        Err(refused) => return refused,
     };
     let Some(signature) = signature else {
         return reply(StatusCode::UNAUTHORIZED, "missing X-Hub-Signature-256\n");
@@ -165,4 +192,32 @@ async fn webhook(endpoint: &Endpoint, app: &str, req: Request<Incoming>) -> Resp
         }
     }
     reply(StatusCode::ACCEPTED, format!("sync of {app} requested\n"))
+}
+
+/// The webhook's body: within the lane's time, in one of [`MAX_BODY_READS`] places, at
+/// most [`MAX_BODY`] bytes.
+async fn read_body(
+    endpoint: &Endpoint,
+    lane: Lane,
+    body: Incoming,
+) -> Result<Bytes, Response<Full<Bytes>>> {
+    // No waiting for a place: a sender that is slow would make everyone wait.
+    let Ok(_place) = endpoint.body_reads.try_acquire() else {
+        let mut busy = reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many webhooks at once\n",
+        );
+        busy.headers_mut()
+            .insert("retry-after", hyper::header::HeaderValue::from_static("1"));
+        return Err(busy);
+    };
+    let timeout = lane.body_timeout();
+    match tokio::time::timeout(timeout, Limited::new(body, MAX_BODY).collect()).await {
+        Ok(Ok(b)) => Ok(b.to_bytes()),
+        Ok(Err(_)) => Err(reply(StatusCode::PAYLOAD_TOO_LARGE, "body over 1 MiB\n")),
+        Err(_) => Err(reply(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("the body did not arrive within {}s\n", timeout.as_secs()),
+        )),
+    }
 }

@@ -194,7 +194,7 @@ pub fn fetch(app: &AppConfig, state_dir: &Path) -> Result<Checkout, SourceError>
         path: source.clone(),
         message,
     };
-    std::fs::create_dir_all(&source).map_err(|e| cache_err(e.to_string()))?;
+    crate::state::private_dir(&source).map_err(|e| cache_err(e.to_string()))?;
     let _lock = lock(&source.join("lock")).map_err(|e| cache_err(e.to_string()))?;
     let (repo, oid) = match fetch_into(app, &cache) {
         Err(SourceError::Cache { .. }) => {
@@ -258,7 +258,7 @@ fn remove_legacy_cache(state_dir: &Path, app: &str) {
 /// An exclusive `flock` on `path`, held until the file is dropped.
 fn lock(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::fd::AsRawFd;
-    let file = std::fs::OpenOptions::new()
+    let file = crate::state::private_file()
         .create(true)
         .truncate(false)
         .write(true)
@@ -289,7 +289,8 @@ fn write_tree(
     }
     let tmp = trees.join(format!(".{}.{}", commit.id(), std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp)?;
+    // The files in it take the process's umask (see `state::restrict_umask`).
+    crate::state::private_dir(&tmp)?;
     repo.checkout_tree(
         commit.as_object(),
         Some(

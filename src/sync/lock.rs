@@ -10,7 +10,7 @@
 //! next holder is therefore a sync that was killed or crashed: it is recorded in the
 //! history as interrupted, naming the step.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
@@ -84,9 +84,9 @@ impl AppLock {
     ) -> std::io::Result<Option<(AppLock, Left)>> {
         let path = path(state_dir, app);
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+            crate::state::private_dir(dir)?;
         }
-        let file = OpenOptions::new()
+        let file = crate::state::private_file()
             .create(true)
             .truncate(false)
             .read(true)

@@ -153,6 +153,10 @@ impl Syncer {
         engine_supervised: bool,
     ) -> Result<Self, ClusterError> {
         let client = crate::cluster::client::connect(&config.cluster).await?;
+        // Before anything is written there: the state holds Secret manifests.
+        if let Err(e) = crate::state::secure_state_dir(&config.agent.state_dir) {
+            tracing::warn!(state_dir = %config.agent.state_dir.display(), error = %e, "cannot make the state folder private (0700)");
+        }
         Ok(Syncer {
             kinds: SharedKinds::new(client.clone()),
             slots: Arc::new(tokio::sync::Semaphore::new(

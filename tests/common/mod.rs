@@ -6,6 +6,7 @@
 //! (`CI=true`) it fails loudly instead.
 #![allow(dead_code)]
 
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -273,6 +274,16 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(config: &Path, env: &[(&str, String)]) -> Daemon {
+        Daemon::start_with(config, env, |_| {})
+    }
+
+    /// As [`Daemon::start`], with `configure` having the last word on the command (its
+    /// stderr, its limits).
+    pub fn start_with(
+        config: &Path,
+        env: &[(&str, String)],
+        configure: impl FnOnce(&mut std::process::Command),
+    ) -> Daemon {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_berth"));
         cmd.args(["run", "--log-format", "text", "--config"])
             .arg(config);
@@ -282,6 +293,7 @@ impl Daemon {
         for (k, v) in env {
             cmd.env(k, v);
         }
+        configure(&mut cmd);
         Daemon {
             child: cmd.spawn().expect("berth run"),
         }
@@ -321,6 +333,39 @@ pub fn eventually(what: &str, timeout: Duration, check: impl Fn() -> bool) {
         assert!(Instant::now() < end, "{what}: not within {timeout:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// One HTTP/1.1 request on a fresh connection to the loopback `port`; the status code
+/// (0 when the connection closed without an answer) and body.
+pub fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    // A server that closes at once answers nothing: code 0, not a panic.
+    let _ = s.write_all(req.as_bytes());
+    let _ = s.write_all(body);
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let code = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
 }
 
 /// A loopback port nobody listens on (now).

@@ -1,0 +1,111 @@
+//! The state folder (`[agent] state_dir`) is private: it holds the written-out commit
+//! trees (Secret manifests among them), the inventories' local copies and the history.
+//! Everything berth creates there is 0700 (folders) or 0600 (files) whatever the umask
+//! it was started with: [`restrict_umask`] at start covers what libraries write (git2's
+//! cache and checkouts), [`secure_state_dir`] tightens a folder made earlier, and berth's
+//! own writes go through [`private_dir`], [`private_file`] and [`write_private`].
+
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+/// The mode of every folder berth creates.
+pub const DIR_MODE: u32 = 0o700;
+/// The mode of every file berth creates.
+pub const FILE_MODE: u32 = 0o600;
+
+/// Sets the process's umask to 0077, so files that libraries create (git2 honours the
+/// umask, not a mode berth could pass) are readable by berth's user only. Call it before
+/// any thread starts: the umask is process-wide.
+pub fn restrict_umask() {
+    // SAFETY: umask(2) cannot fail; it only swaps the process's file-creation mask.
+    unsafe { libc::umask(0o077) };
+}
+
+/// Creates `dir` (and its missing parents) 0700, and makes it 0700 if it exists: a state
+/// folder made by an older berth or by hand (0755 under the usual umask) is tightened, so
+/// nothing below it is reachable by other users.
+///
+/// # Errors
+/// The folder cannot be created or its mode changed.
+pub fn secure_state_dir(dir: &Path) -> std::io::Result<()> {
+    private_dir(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DIR_MODE))
+}
+
+/// Creates `dir` and its missing parents 0700 (an existing folder is left as it is).
+///
+/// # Errors
+/// The folder cannot be created.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    DirBuilder::new().recursive(true).mode(DIR_MODE).create(dir)
+}
+
+/// Options that create a file 0600; the caller adds how it opens it.
+pub fn private_file() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options.mode(FILE_MODE);
+    options
+}
+
+/// Replaces `path` with `bytes` atomically: written 0600 to a temporary file beside it,
+/// flushed to disk, renamed over it, and the rename flushed (a crash leaves the old
+/// content or the new, never half of it).
+///
+/// # Errors
+/// The folder cannot be written.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let written = (|| {
+        let mut file = private_file()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
+    // The rename lives in the folder: flush it too. Not every file system lets a folder
+    // be synced; the file's content is already safe then.
+    let _ = File::open(dir).and_then(|d| d.sync_all());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn what_berth_creates_is_private_and_an_open_state_dir_is_tightened() {
+        let d = tempfile::tempdir().unwrap();
+        let state = d.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+        secure_state_dir(&state).unwrap();
+        assert_eq!(mode(&state), DIR_MODE);
+
+        private_dir(&state.join("a/b")).unwrap();
+        assert_eq!(mode(&state.join("a")), DIR_MODE);
+        assert_eq!(mode(&state.join("a/b")), DIR_MODE);
+
+        let file = state.join("a/b/c.json");
+        write_private(&file, b"one").unwrap();
+        write_private(&file, b"two").unwrap();
+        assert_eq!(std::fs::read(&file).unwrap(), b"two");
+        assert_eq!(mode(&file), FILE_MODE);
+        let left: Vec<_> = std::fs::read_dir(state.join("a/b")).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temporary file is left behind");
+    }
+}

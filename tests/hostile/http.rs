@@ -1,0 +1,283 @@
+//! The HTTP endpoint (`[agent] listen`) under hostile load, on loopback only and bounded
+//! in count and time: slow clients at the file-descriptor limit, a webhook body that never
+//! ends, a flood of `/readyz`. Each test prints what it measured (`--nocapture`).
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use berth::history::Outcome;
+use tokio::io::AsyncWriteExt;
+
+use crate::common::{self, eventually, http, Daemon, Repo, Setup};
+
+const SECRET: &str = "s3cret";
+
+fn config_map(name: &str, value: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  value: \"{value}\"\n"
+    )
+}
+
+/// One app with a webhook, its endpoint on a free loopback port.
+struct Agent {
+    setup: Setup,
+    repo: Repo,
+    port: u16,
+    log: PathBuf,
+    _secrets: tempfile::TempDir,
+}
+
+impl Agent {
+    async fn new(test: &str) -> Option<Agent> {
+        let cp = common::control_plane()?;
+        let client = common::client(cp).await;
+        let ns = common::namespace(&client, test).await;
+        let repo = Repo::new();
+        repo.write("cm.yaml", &config_map("one", "1"));
+        repo.commit("first");
+        let secrets = tempfile::tempdir().unwrap();
+        let secret = secrets.path().join("hook");
+        std::fs::write(&secret, SECRET).unwrap();
+        let setup = Setup::new(
+            cp,
+            test,
+            &repo,
+            &ns,
+            &format!("webhook_secret_file = \"{}\"", secret.display()),
+        );
+        let port = common::free_port();
+        let text = std::fs::read_to_string(&setup.config).unwrap().replace(
+            "[cluster]",
+            &format!("listen = \"127.0.0.1:{port}\"\n[cluster]"),
+        );
+        std::fs::write(&setup.config, text).unwrap();
+        let log = setup.state.path().join("berth.log");
+        Some(Agent {
+            setup,
+            repo,
+            port,
+            log,
+            _secrets: secrets,
+        })
+    }
+
+    /// `berth run`, logging to `self.log`, with at most `open_files` descriptors.
+    fn start(&self, open_files: Option<u64>) -> Daemon {
+        let log = std::fs::File::create(&self.log).unwrap();
+        let daemon = Daemon::start_with(&self.setup.config, &[], |cmd| {
+            cmd.stderr(log);
+            if let Some(n) = open_files {
+                use std::os::unix::process::CommandExt;
+                // SAFETY: setrlimit(2) only, between fork and exec.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        let limit = libc::rlimit {
+                            rlim_cur: n,
+                            rlim_max: n,
+                        };
+                        if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    })
+                };
+            }
+        });
+        eventually("the first sync", Duration::from_secs(30), || {
+            self.synced(None)
+        });
+        eventually("/healthz", Duration::from_secs(10), || {
+            http(self.port, "GET", "/healthz", &[], b"").0 == 200
+        });
+        daemon
+    }
+
+    /// A sync of `commit` (any commit: `None`) succeeded.
+    fn synced(&self, commit: Option<&str>) -> bool {
+        self.setup.history().iter().any(|r| {
+            matches!(r.outcome, Outcome::Succeeded | Outcome::NoChange)
+                && commit.is_none_or(|c| r.commit.as_ref().is_some_and(|rc| rc.sha == c))
+        })
+    }
+}
+
+/// The resident set of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `n` slow clients, each stopping by itself after `lasting` or when the server closes
+/// it: half send a request head one byte every half second, half send a webhook's head
+/// at once and then its (1 MiB) body one byte every half second.
+fn slow_clients(
+    port: u16,
+    app: &str,
+    n: usize,
+    lasting: Duration,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let deadline = tokio::time::Instant::now() + lasting;
+    (0..n)
+        .map(|i| {
+            let head = if i % 2 == 0 {
+                format!("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow-{i}: ")
+            } else {
+                format!("POST /hooks/{app} HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\nX-Hub-Signature-256: sha256=00\r\n\r\n")
+            };
+            tokio::spawn(async move {
+                let connect = tokio::net::TcpStream::connect(("127.0.0.1", port));
+                let Ok(Ok(mut s)) = tokio::time::timeout_at(deadline, connect).await else {
+                    return;
+                };
+                if s.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                while tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    if s.write_all(b"a").await.is_err() {
+                        return;
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// Lines of the agent's log that mention `word`.
+fn log_lines(log: &Path, word: &str) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(word))
+        .count()
+}
+
+/// 400 slow clients against an agent limited to 256 open files: without limits they take
+/// every descriptor, accept fails in a loop (a log line each time), and syncs fail with
+/// "Too many open files".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_at_the_descriptor_limit_leave_health_syncs_and_the_log_alone() {
+    let Some(agent) = Agent::new("hostile-slow").await else {
+        return;
+    };
+    let daemon = agent.start(Some(256));
+    let pid = daemon.child.id();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss_before = rss_kib(pid);
+
+    let clients = slow_clients(agent.port, &agent.setup.app, 400, Duration::from_secs(8));
+    let mut rss_peak = rss_before;
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        rss_peak = rss_peak.max(rss_kib(pid));
+    }
+    let asked = Instant::now();
+    let (code, _) = http(agent.port, "GET", "/healthz", &[], b"");
+    let health_ms = asked.elapsed().as_millis();
+    assert_eq!(code, 200, "/healthz during the flood");
+    assert!(health_ms < 1000, "/healthz took {health_ms} ms");
+
+    agent.repo.write("cm.yaml", &config_map("one", "2"));
+    let second = agent.repo.commit("second");
+    let started = Instant::now();
+    while !agent.synced(Some(&second)) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the sync of the second commit during the flood: {:#?}",
+            agent.setup.history().last()
+        );
+        rss_peak = rss_peak.max(rss_kib(pid));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let sync_ms = started.elapsed().as_millis();
+    while clients.iter().any(|c| !c.is_finished()) {
+        rss_peak = rss_peak.max(rss_kib(pid));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(http(agent.port, "GET", "/healthz", &[], b"").0, 200);
+
+    let accept_lines = log_lines(&agent.log, "accept");
+    let all_lines = log_lines(&agent.log, "");
+    eprintln!(
+        "measured: 400 slow clients at 256 open files: RSS {} KiB before, {} KiB at the peak \
+         (+{} KiB); /healthz in {health_ms} ms; the sync during the flood in {sync_ms} ms; \
+         {accept_lines} log lines about accept, {all_lines} in all",
+        rss_before,
+        rss_peak,
+        rss_peak.saturating_sub(rss_before)
+    );
+    assert!(accept_lines <= 4, "{accept_lines} log lines about accept");
+    assert!(
+        rss_peak.saturating_sub(rss_before) < 32 << 10,
+        "RSS grew from {rss_before} KiB to {rss_peak} KiB"
+    );
+}
+
+#[tokio::test]
+async fn a_webhook_body_that_never_ends_is_cut_off() {
+    let Some(agent) = Agent::new("hostile-body").await else {
+        return;
+    };
+    let _daemon = agent.start(None);
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", agent.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let head = format!(
+        "POST /hooks/{} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\nX-Hub-Signature-256: {}\r\n\r\n",
+        agent.setup.app,
+        berth::body_hmac::sign(SECRET.as_bytes(), &[b'x'; 100])
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(&[b'x'; 10]).unwrap();
+    let sent = Instant::now();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    let waited = sent.elapsed();
+    eprintln!("measured: a body 90 bytes short was answered after {waited:?}: {answer:?}");
+    assert!(
+        answer.starts_with("HTTP/1.1 408"),
+        "{answer:?} after {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+}
+
+#[tokio::test]
+async fn readyz_asks_the_cluster_at_most_once_a_second() {
+    let Some(agent) = Agent::new("hostile-readyz").await else {
+        return;
+    };
+    let cp = common::control_plane().unwrap();
+    let _daemon = agent.start(None);
+    let since = jiff::Timestamp::now();
+    let started = Instant::now();
+    let port = agent.port;
+    let callers: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                (0..250)
+                    .filter(|_| http(port, "GET", "/readyz", &[], b"").0 == 200)
+                    .count()
+            })
+        })
+        .collect();
+    let ready: usize = callers.into_iter().map(|c| c.join().unwrap()).sum();
+    let took = started.elapsed();
+    // The audit log is written as requests end: give the last one a moment.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let asked = cp
+        .audit_events(since)
+        .iter()
+        .filter(|e| e["requestURI"] == "/version")
+        .count();
+    eprintln!("measured: 1000 /readyz calls in {took:?} ({ready} ready) made {asked} API requests");
+    assert_eq!(ready, 1000);
+    // Once a second at most; other tests' agents ask /version once as they start.
+    assert!(
+        asked as u64 <= took.as_secs() + 3,
+        "{asked} requests to /version in {took:?}"
+    );
+}
