@@ -191,7 +191,7 @@ impl Bench {
         std::fs::write(
             &path,
             format!(
-                "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\nconcurrency = {concurrency}\n[cluster]\nkubeconfig = \"{}\"\n[[app]]\nname = \"{name}\"\nrepo = \"{}\"\n",
+                "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\nconcurrency = {concurrency}\n[cluster]\nkubeconfig = \"{}\"\n[[app]]\nname = \"{name}\"\nrepo = \"{}\"\n[app.scope]\nnamespaces = [\"*\"]\n",
                 dir.display(),
                 self.cp.kubeconfig.display(),
                 repo.display()

@@ -134,7 +134,7 @@ impl Bench {
         for i in 0..apps {
             let _ = write!(
                 config,
-                "[[app]]\nname = \"app-{i}\"\nrepo = \"{}\"\npath = \"apps/app-{i}\"\n",
+                "[[app]]\nname = \"app-{i}\"\nrepo = \"{}\"\npath = \"apps/app-{i}\"\n[app.scope]\nnamespaces = [\"*\"]\n",
                 repo.display()
             );
         }
