@@ -450,7 +450,13 @@ async fn the_guestbook_syncs_with_the_least_privilege_identity() {
         );
     }
     repo.commit("guestbook");
-    let setup = Setup::new(cp, "guestbook", &repo, "guestbook", "prune = true");
+    let setup = Setup::new(
+        cp,
+        "guestbook",
+        &repo,
+        "guestbook",
+        "prune = true\nservice_account = \"guestbook/deployer\"",
+    );
     let text = std::fs::read_to_string(&setup.config).unwrap().replace(
         &cp.kubeconfig.display().to_string(),
         &kubeconfig.display().to_string(),
@@ -468,6 +474,14 @@ async fn the_guestbook_syncs_with_the_least_privilege_identity() {
         out.contains("configmap/frontend-config -n guestbook pruned"),
         "{out}"
     );
+    // The app's writes were the deployer's, not berth's: berth itself may not write there.
+    let limited = berth::testenv::control_plane::client_for(&kubeconfig)
+        .await
+        .unwrap();
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(limited, "guestbook");
+    let planted: k8s_openapi::api::core::v1::ConfigMap =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "planted"}})).unwrap();
+    assert!(maps.create(&Default::default(), &planted).await.is_err());
     // And the identity really is limited: it may not read Secrets.
     let limited = berth::testenv::control_plane::client_for(&kubeconfig)
         .await

@@ -49,6 +49,10 @@ const FUNCTION_MARKERS: [&str; 3] = [
     "exec:",
 ];
 
+/// Where kustomize's HTTP requests go when remote resources are not allowed: the discard
+/// port on loopback, where nothing listens.
+const CLOSED_PROXY: &str = "http://127.0.0.1:9";
+
 /// How kustomizations are rendered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kustomize {
@@ -208,13 +212,25 @@ impl Kustomize {
         let (program, args) = command
             .split_first()
             .ok_or_else(|| fail("agent.kustomize names no command".into()))?;
-        let mut child = Command::new(program)
+        let mut command = Command::new(program);
+        command
             .args(args)
             .arg(dir)
             .current_dir(root)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", std::env::temp_dir())
+            .env("HOME", std::env::temp_dir());
+        if !self.allow_remote {
+            // The second wall, behind the reference check: git may use no transport at all
+            // (an empty allow-list refuses every protocol, file and ssh included), and
+            // kustomize's own HTTP requests for remote files go to a closed port.
+            command
+                .env("GIT_ALLOW_PROTOCOL", "")
+                .env("GIT_TERMINAL_PROMPT", "0")
+                .env("HTTPS_PROXY", CLOSED_PROXY)
+                .env("HTTP_PROXY", CLOSED_PROXY);
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -431,6 +447,55 @@ mod tests {
             &mut HashSet::new(),
         )
         .map_err(|e| e.to_string())
+    }
+
+    fn git(dir: &Path, args: &[&str]) {
+        let ok = Command::new("git")
+            .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
+            .args(args)
+            .current_dir(dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+
+    /// Past the reference check (as a reference kustomize reads differently from berth
+    /// would be), the tool itself cannot fetch: a git repository on this machine, which it
+    /// renders when remote bases are allowed, is refused at git's transport.
+    #[test]
+    fn kustomize_cannot_fetch_when_remote_bases_are_not_allowed() {
+        let remote = tempfile::tempdir().unwrap();
+        let src = remote.path().join("src");
+        write(&src, "base/kustomization.yaml", "resources: [cm.yaml]\n");
+        write(
+            &src,
+            "base/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: fetched}\n",
+        );
+        git(&src, &["init", "-q"]);
+        git(&src, &["add", "-A"]);
+        git(&src, &["commit", "-qm", "base"]);
+        git(remote.path(), &["clone", "-q", "--bare", "src", "repo.git"]);
+        let repo = tempfile::tempdir().unwrap();
+        let root = repo.path().canonicalize().unwrap();
+        let url = format!("file://{}/repo.git//base", remote.path().display());
+        write(
+            &root,
+            "app/kustomization.yaml",
+            &format!("resources:\n- {url}\n"),
+        );
+        let run = |allow_remote: bool| {
+            let k = Kustomize {
+                allow_remote,
+                ..Kustomize::new(None, Duration::from_secs(30))
+            };
+            k.run(&root, &root.join("app"), "app/kustomization.yaml", 1 << 20)
+        };
+        let fetched = run(true).expect("fetched when allowed");
+        assert!(String::from_utf8_lossy(&fetched).contains("name: fetched"));
+        let e = run(false).unwrap_err().to_string();
+        assert!(e.contains("transport 'file' not allowed"), "{e}");
     }
 
     #[test]
