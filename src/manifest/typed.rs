@@ -56,6 +56,15 @@ impl Decorator for TypedCheck {
     }
 }
 
+/// How the base64 decoder's errors begin (`Invalid symbol 33, offset 7.`).
+const BASE64_ERRORS: [&str; 5] = [
+    "Invalid symbol",
+    "Invalid input length",
+    "Invalid byte",
+    "Invalid last symbol",
+    "Invalid padding",
+];
+
 /// Whether `object` reads as a `T`; the error names the field path. Values are never
 /// quoted (a Secret's would be), only the type found and the type expected.
 fn fits<T: DeserializeOwned>(object: &serde_json::Map<String, Value>) -> Result<(), String> {
@@ -63,10 +72,14 @@ fn fits<T: DeserializeOwned>(object: &serde_json::Map<String, Value>) -> Result<
         Ok(_) => Ok(()),
         Err(e) => {
             let path = e.path().to_string();
-            Err(format!(
-                "{path}: {}",
-                without_values(&e.inner().to_string())
-            ))
+            let message = e.inner().to_string();
+            // The base64 decoder names a byte of the value and its offset.
+            if BASE64_ERRORS.iter().any(|m| message.starts_with(m)) {
+                return Err(format!(
+                    "{path}: not valid base64 (put plain text under stringData instead)"
+                ));
+            }
+            Err(format!("{path}: {}", without_values(&message)))
         }
     }
 }
@@ -139,6 +152,13 @@ mod tests {
         }))
         .unwrap_err();
         assert!(e.contains("data.password") && !e.contains("12345"), "{e}");
+        // Not base64: neither a byte of the value nor where it is.
+        let e = check(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"},
+            "data": {"password": "hunter2!"}
+        }))
+        .unwrap_err();
+        assert_eq!(e, "f.yaml: Secret db: data.password: not valid base64 (put plain text under stringData instead)");
 
         assert_eq!(
             check(
