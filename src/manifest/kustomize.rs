@@ -400,15 +400,27 @@ fn references(doc: &Value) -> Vec<(String, String)> {
     out
 }
 
-/// URLs, git references and go-getter addresses, as kustomize reads them.
+/// Whether kustomize could read `entry` as something to fetch rather than a path. A
+/// superset of what its repospec parsing takes for a git repository (schemes, `git::`
+/// and `gh:`, scp-like `user@host:path` and `host:path`, `.git` and `_git/` markers,
+/// `?ref=`/`?version=` queries, bare `github.com/org/repo`) and of its remote files
+/// (URLs). Whether a folder of that name exists does not matter: some kustomize versions
+/// try the git reference first.
 fn is_remote(entry: &str) -> bool {
-    entry.contains("://")
-        || entry.starts_with("git@")
-        || entry.starts_with("github.com/")
-        || entry.starts_with("gitlab.com/")
-        || entry.starts_with("bitbucket.org/")
-        || entry.contains("?ref=")
-        || entry.contains(".git//")
+    let lower = entry.to_ascii_lowercase();
+    let first = lower.split('/').next().unwrap_or("");
+    lower.contains("://")
+        || lower.starts_with("git::")
+        || lower.starts_with("gh:")
+        // scp-like: `git@host:org/repo`, `x@127.0.0.1:repo.git`, `github.com:org/repo`
+        || first.contains(['@', ':'])
+        || lower.contains("?ref=")
+        || lower.contains("?version=")
+        || lower.contains("_git/")
+        || lower.ends_with(".git")
+        || lower.contains(".git/")
+        || lower.contains(".git?")
+        || ["github.com", "gitlab.com", "bitbucket.org"].contains(&first)
 }
 
 /// `path` relative to `root`, `/`-separated, for messages.
@@ -653,6 +665,50 @@ mod tests {
             "{e}"
         );
         assert_eq!(checked(root, "remote", true), Ok(()));
+
+        // What kustomize could fetch, even where a folder of that name exists.
+        for remote in [
+            "x@127.0.0.1:repo.git",
+            "github.com:org/repo",
+            "gh:org/repo",
+            "git::base",
+            "ssh://git@example.com/org/repo",
+            "file:///srv/repo.git//base",
+            "https://example.com/manifests/all.yaml",
+            "org/repo.git//base",
+            "base?ref=v1",
+            "base?version=v1",
+            "dev.azure.com/org/_git/repo",
+            "GitHub.com/org/repo",
+        ] {
+            assert!(is_remote(remote), "{remote}");
+        }
+        std::fs::create_dir_all(root.join("lookalike/x@127.0.0.1:repo.git")).unwrap();
+        write(
+            root,
+            "lookalike/x@127.0.0.1:repo.git/kustomization.yaml",
+            "resources: []\n",
+        );
+        write(
+            root,
+            "lookalike/kustomization.yaml",
+            "resources: [\"x@127.0.0.1:repo.git\"]\n",
+        );
+        let e = checked(root, "lookalike", false).unwrap_err();
+        assert!(
+            e.contains("remote resource \"x@127.0.0.1:repo.git\" refused"),
+            "{e}"
+        );
+        for local in [
+            "../base",
+            "overlays/prod",
+            "./deploy.yaml",
+            "base",
+            "my.app/base",
+            "v1.2",
+        ] {
+            assert!(!is_remote(local), "{local}");
+        }
 
         write(root, "helm/kustomization.yaml", "helmCharts:\n- name: x\n");
         let e = checked(root, "helm", false).unwrap_err();

@@ -161,3 +161,26 @@ fn a_kustomization_linked_out_of_the_checkout_is_refused_unread() {
         "over the 4194304-byte cap (agent.max_file_size); refused unread",
     );
 }
+
+#[test]
+fn folders_named_like_remote_bases_are_refused_as_remote() {
+    let dir = tempfile::tempdir().unwrap();
+    repository(dir.path());
+    for lookalike in ["x@127.0.0.1:repo.git", "github.com:org/repo"] {
+        write(
+            dir.path(),
+            &format!("app/{lookalike}/kustomization.yaml"),
+            "resources: []\n",
+        );
+        write(
+            dir.path(),
+            "app/kustomization.yaml",
+            &format!("resources: [\"{lookalike}\"]\n"),
+        );
+        let run = render(dir.path(), "app");
+        refused(
+            &run,
+            &format!("resources: remote resource \"{lookalike}\" refused (set allow_remote_bases = true in the app to allow it)"),
+        );
+    }
+}
