@@ -10,7 +10,7 @@
 use globset::GlobSet;
 
 use super::error::ManifestError;
-use super::object::Manifest;
+use super::object::{Manifest, ObjectKey};
 use super::scope::{Scope, ScopeLookup};
 use super::visitor::Decorator;
 use crate::config::{compile_globs, AgentConfig, AppConfig};
@@ -52,15 +52,7 @@ impl Confinement {
     /// Why `m` may not be written, if it may not.
     fn refusal(&self, m: &Manifest, scope: Option<Scope>) -> Option<String> {
         let (kind, name) = (m.kind(), m.name());
-        let berths = match m.namespace() {
-            None => kind == "Namespace" && name == self.reserved,
-            Some(ns) => {
-                ns == self.reserved
-                    && ((kind == "ConfigMap" && name.starts_with("berth-inventory-"))
-                        || (kind == "Lease" && m.group() == "coordination.k8s.io"))
-            }
-        };
-        if berths {
+        if is_berths_own(&m.key(), &self.reserved) {
             return Some(format!(
                 "is berth's own state (agent.inventory_namespace {:?} holds the inventories and Leases); no app may write it",
                 self.reserved
@@ -80,6 +72,22 @@ impl Confinement {
                 })
             }
             _ => None,
+        }
+    }
+}
+
+/// Whether `key` is berth's own state, with its inventories and Leases in `reserved`
+/// (`agent.inventory_namespace`): that namespace, an inventory ConfigMap, a Lease.
+pub fn is_berths_own(key: &ObjectKey, reserved: &str) -> bool {
+    let (kind, name) = (key.kind.as_str(), key.name.as_str());
+    match key.namespace.as_deref() {
+        None => kind == "Namespace" && key.group.is_empty() && name == reserved,
+        Some(ns) => {
+            ns == reserved
+                && ((kind == "ConfigMap"
+                    && key.group.is_empty()
+                    && name.starts_with("berth-inventory-"))
+                    || (kind == "Lease" && key.group == "coordination.k8s.io"))
         }
     }
 }

@@ -7,6 +7,7 @@ use crate::cluster::inventory;
 use crate::cluster::prune;
 use crate::cluster::ClusterError;
 use crate::history::ObjectAction;
+use crate::manifest::confine::is_berths_own;
 use crate::plan::{self, Entry, Inventory};
 
 impl Run<'_> {
@@ -22,6 +23,18 @@ impl Run<'_> {
     ) -> Result<(), Stop> {
         if !self.app.prune || candidates.is_empty() {
             return Ok(());
+        }
+        // berth's own state is never an app's to delete, even when an inventory written
+        // before it was protected lists it: it leaves the inventory, untouched.
+        let reserved = &self.syncer.agent.inventory_namespace;
+        let (own, candidates): (Vec<Entry>, Vec<Entry>) = candidates
+            .into_iter()
+            .partition(|e| is_berths_own(&e.key, reserved));
+        for e in &own {
+            (self.report)(&format!(
+                "warning: {} is berth's own state: not pruned, and no longer the app's",
+                e.key
+            ));
         }
         if let Err(stop) = self.interrupted() {
             next.objects.extend(candidates);
