@@ -4,10 +4,10 @@
 //!   collections it is in (`[[[…]]]`), so a deep file costs the square of its size before
 //!   the parser's own nesting limit is reached. The depth is measured first, in one linear
 //!   pass over the text, and a file deeper than [`MAX_FLOW_DEPTH`] is refused unparsed.
-//! - [`Budget`]: the nodes and bytes the decoded values may take, for one document and for
-//!   one render. Aliases replay their anchor, so an 8 KB file of one anchored list
-//!   referenced 5000 times decodes to millions of nodes; counting what is built bounds
-//!   memory whatever the file's size. It also refuses duplicate keys in a mapping, as
+//! - [`Budget`]: the nodes and bytes the decoded values may take, for one document (a
+//!   fixed bound) and for one render (in proportion to what it read). Aliases replay their
+//!   anchor, so an 8 KB file of one anchored list referenced 5000 times decodes to
+//!   millions of nodes; counting what is built bounds memory whatever the aliases. It also refuses duplicate keys in a mapping, as
 //!   kubectl does, instead of keeping the last.
 
 use std::cell::{Cell, RefCell};
@@ -27,35 +27,50 @@ pub const MAX_DOCUMENT_SIZE: u64 = 8 << 20;
 /// its JSON, and most of it is per node.
 const NODE_COST: u64 = 16;
 
+/// How much a byte read may decode to, for a render: honest YAML decodes to one to three
+/// units a byte (`replicas: 3` is the dense end), aliases to anything.
+pub const DECODED_PER_BYTE: u64 = 4;
+
 /// Which bound a decode went past.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Exceeded {
     /// One document expands past [`MAX_DOCUMENT_SIZE`].
     Document,
-    /// The render's documents together expand past the render's budget.
-    Render(u64),
+    /// The render's documents together expand past what it has read allows.
+    Render,
     /// A mapping holds the same key twice.
     DuplicateKey(String),
 }
 
-/// The decoded size one render may still build, and what stopped a decode. Not shared
-/// between threads: a render decodes on one.
+/// What one render may decode, and what stopped a decode. A render may build
+/// [`DECODED_PER_BYTE`] units for each byte it has read, plus one document's worth, up to
+/// a cap: memory stays proportional to what the repository holds, whatever its aliases.
+/// Not shared between threads: a render decodes on one.
 pub struct Budget {
-    render_left: Cell<u64>,
-    render_limit: u64,
+    used: Cell<u64>,
+    granted: Cell<u64>,
+    cap: u64,
     document_left: Cell<u64>,
     exceeded: RefCell<Option<Exceeded>>,
 }
 
 impl Budget {
-    /// A render's budget: its documents together decode to at most `limit` units.
-    pub fn new(limit: u64) -> Self {
+    /// A render's budget, never more than `cap` units.
+    pub fn new(cap: u64) -> Self {
         Budget {
-            render_left: Cell::new(limit),
-            render_limit: limit,
+            used: Cell::new(0),
+            granted: Cell::new(MAX_DOCUMENT_SIZE.min(cap)),
+            cap,
             document_left: Cell::new(MAX_DOCUMENT_SIZE),
             exceeded: RefCell::new(None),
         }
+    }
+
+    /// Grants what `bytes` more of input may decode to.
+    pub fn read(&self, bytes: usize) {
+        let more = (bytes as u64).saturating_mul(DECODED_PER_BYTE);
+        self.granted
+            .set(self.granted.get().saturating_add(more).min(self.cap));
     }
 
     /// Decodes one document (a serde_yaml or serde_json document) into a JSON value,
@@ -79,34 +94,34 @@ impl Budget {
     /// # Errors
     /// [`Exceeded::Render`] when they do not fit.
     pub fn charge_decoded(&self, size: u64) -> Result<(), Exceeded> {
-        let left = self.render_left.get();
-        if size > left {
-            return Err(Exceeded::Render(self.render_limit));
+        let used = self.used.get() + size;
+        if used > self.granted.get() {
+            return Err(Exceeded::Render);
         }
-        self.render_left.set(left - size);
+        self.used.set(used);
         Ok(())
     }
 
-    /// The render's limit.
+    /// What the render may decode, given what it has read so far.
     pub fn limit(&self) -> u64 {
-        self.render_limit
+        self.granted.get()
     }
 
     /// What the render has built so far.
     pub fn used(&self) -> u64 {
-        self.render_limit - self.render_left.get()
+        self.used.get()
     }
 
     fn charge<E: de::Error>(&self, text: usize) -> Result<(), E> {
         let cost = NODE_COST + text as u64;
-        let (doc, render) = (self.document_left.get(), self.render_left.get());
+        let (doc, used) = (self.document_left.get(), self.used.get());
         let over = if cost > doc {
             Exceeded::Document
-        } else if cost > render {
-            Exceeded::Render(self.render_limit)
+        } else if used + cost > self.granted.get() {
+            Exceeded::Render
         } else {
             self.document_left.set(doc - cost);
-            self.render_left.set(render - cost);
+            self.used.set(used + cost);
             return Ok(());
         };
         Err(self.stop(over))

@@ -37,6 +37,7 @@ pub struct Stream<'b> {
 
 impl Visitor for Stream<'_> {
     fn visit(&self, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
+        self.budget.read(self.bytes.len());
         let key = (self.path.clone(), blob_id(&self.bytes));
         if let Some((documents, size)) = cached(&key) {
             if self.budget.charge_decoded(size).is_err() {
@@ -233,7 +234,7 @@ impl Stream<'_> {
                 origin,
                 limit: MAX_DOCUMENT_SIZE,
             },
-            Some(Exceeded::Render(_)) => return Err(self.render_exceeded(Some(origin))),
+            Some(Exceeded::Render) => return Err(self.render_exceeded(Some(origin))),
             None => ManifestError::Syntax {
                 origin,
                 format,
@@ -548,22 +549,23 @@ metadata:
     }
 
     #[test]
-    fn the_render_budget_spans_files_and_the_cache() {
-        let budget = Budget::new(150_000);
+    fn the_render_budget_grows_with_what_is_read_and_counts_the_cache() {
+        let budget = Budget::new(u64::MAX);
         let file = |name: &str, text: &str| Stream {
             path: name.into(),
             bytes: text.as_bytes().to_vec(),
             budget: &budget,
         };
-        let text = fan_out(4); // about 5000 nodes: 16 bytes each and their text
+        let text = fan_out(400); // about 5 KB decoding to 6.8 MB: under one document's bound
         collect(&file("a.yaml", &text)).unwrap();
-        assert!(budget.used() > 80_000, "{}", budget.used());
-        // The same bytes again come from the cache, and are charged all the same.
+        assert!(budget.used() > 6_000_000, "{}", budget.used());
+        // The same bytes again come from the cache, and are charged all the same: twice
+        // 6.8 MB is more than 8 MiB and four units for each byte read.
         let e = collect(&file("a.yaml", &text)).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("the app's manifests expand past 150000 bytes once decoded"),
-            "{e}"
+        let limit = MAX_DOCUMENT_SIZE + 2 * 4 * text.len() as u64;
+        assert_eq!(
+            e.to_string(),
+            format!("a.yaml:1 (document 1): the app's manifests expand past {limit} bytes once decoded (4 bytes for each byte read, plus 8 MiB); reading stopped here")
         );
     }
 

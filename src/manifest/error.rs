@@ -135,7 +135,7 @@ pub enum ManifestError {
         limit: u64,
     },
     /// The app's documents together decode to more than the render's bound.
-    #[error("{origin}: the app's manifests expand past {limit} bytes once decoded (4 × agent.max_app_size); reading stopped here")]
+    #[error("{origin}: the app's manifests expand past {limit} bytes once decoded (4 bytes for each byte read, plus 8 MiB); reading stopped here")]
     DecodedTooLarge {
         /// The document that went over.
         origin: Origin,

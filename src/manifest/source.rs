@@ -24,8 +24,8 @@ use super::visitor::{Flow, Item, Visitor};
 pub struct Limits {
     /// Largest single file.
     pub max_file_size: u64,
-    /// Largest total over all files of one render; what they decode to is bounded at
-    /// four times this (see [`Budget`]).
+    /// Largest total over all files of one render; what they decode to is bounded in
+    /// proportion to what was read (see [`Budget`]).
     pub max_app_size: u64,
     /// Most objects one render may yield.
     pub max_objects: usize,
@@ -41,10 +41,14 @@ impl Limits {
         }
     }
 
-    /// The render's decode budget: four times the bytes it may read (dense YAML such as
-    /// `replicas: 3` decodes to about three units a byte).
+    /// The render's decode budget: what it reads may decode to
+    /// [`DECODED_PER_BYTE`](super::bounds::DECODED_PER_BYTE) times its size, up to that
+    /// many times the per-app cap.
     pub fn budget(&self) -> Budget {
-        Budget::new(self.max_app_size.saturating_mul(4))
+        Budget::new(
+            self.max_app_size
+                .saturating_mul(super::bounds::DECODED_PER_BYTE),
+        )
     }
 
     /// Counts the render's objects into `count`, stopping the walk past the cap whatever

@@ -49,6 +49,25 @@ fn alias_fan_out_is_refused_within_the_budget() {
 }
 
 #[test]
+fn many_documents_each_under_the_document_bound_stop_at_the_render_bound() {
+    // 40 documents of 400 aliases each (6.8 MB decoded, under the 8 MiB document bound),
+    // 267 KB in all: 1.5 GB and 22 s before the render's bound grew with what it read.
+    let items = vec!["lol"; 1000].join(", ");
+    let refs = vec!["*a"; 400].join(", ");
+    let docs: Vec<String> = (0..40)
+        .map(|i| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: fan{i}}}\nx: &a [{items}]\nd: [{refs}]\n"))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "docs.yaml", &docs.join("---\n"));
+    let run = render(dir.path(), "docs.yaml");
+    refused(
+        &run,
+        "the app's manifests expand past 9455752 bytes once decoded (4 bytes for each byte read, plus 8 MiB); reading stopped here",
+    );
+    assert!(run.took < Duration::from_secs(5), "{:?}", run.took);
+}
+
+#[test]
 fn deep_flow_nesting_is_refused_in_linear_time() {
     let dir = tempfile::tempdir().unwrap();
     for depth in [50_000, 100_000, 200_000] {
