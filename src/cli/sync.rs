@@ -23,6 +23,10 @@ pub struct Args {
     /// rollouts are then neither seen nor rolled back.
     #[arg(long)]
     pub no_wait: bool,
+    /// Apply the commit even though it does not descend from the last applied one (the
+    /// branch or tag was moved back, or rewritten): refused otherwise.
+    #[arg(long)]
+    pub accept_rewind: bool,
 }
 
 /// Runs `berth sync`: exit code 1 when any app failed.
@@ -49,6 +53,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
                     SyncOptions {
                         force: args.force,
                         wait: !args.no_wait,
+                        accept_rewind: args.accept_rewind,
                         ..SyncOptions::new(Trigger::Cli)
                     },
                     &shutdown,

@@ -347,6 +347,10 @@ pub struct AppConfig {
     /// Let kustomizations reach remote resources (URLs, git repositories).
     #[serde(default)]
     pub allow_remote_bases: bool,
+    /// Apply a branch or tag that moved to a commit not descending from the last applied
+    /// one (refused by default: a force-push could replay any older signed commit).
+    #[serde(default)]
+    pub allow_rewind: bool,
     /// Which commits may be applied: only those signed by a trusted key, or any.
     #[serde(default)]
     pub verify: VerifyConfig,
@@ -408,6 +412,9 @@ pub enum VerifyMode {
     Off,
     /// The commit about to be applied must be signed by a trusted key.
     Head,
+    /// The annotated tag the app follows (`tag = …`) must be signed by a trusted key; its
+    /// signature vouches for the commit it points at.
+    Tag,
 }
 
 /// How an app's folders are rendered.

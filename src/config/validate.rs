@@ -181,13 +181,24 @@ fn app_source(app: &AppConfig, key: &dyn Fn(&str) -> String, problems: &mut Prob
             );
         }
     }
-    if app.verify.mode == super::VerifyMode::Head
+    if app.verify.mode != super::VerifyMode::Off
         && app.verify.openpgp_keys.is_empty()
         && app.verify.ssh_allowed_signers.is_none()
     {
+        let mode = if app.verify.mode == super::VerifyMode::Tag {
+            "tag"
+        } else {
+            "head"
+        };
         problems.add(
             key("verify.mode"),
-            "\"head\" needs trusted keys: give openpgp_keys or ssh_allowed_signers",
+            format!("\"{mode}\" needs trusted keys: give openpgp_keys or ssh_allowed_signers"),
+        );
+    }
+    if app.verify.mode == super::VerifyMode::Tag && app.tag.is_none() {
+        problems.add(
+            key("verify.mode"),
+            "\"tag\" checks the signature of the tag the app follows: set tag = \"…\"",
         );
     }
     if app.auth.password_file.is_some() && app.auth.password_env.is_some() {

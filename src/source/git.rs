@@ -78,6 +78,8 @@ pub struct Checkout {
     pub source: PathBuf,
     /// The commit.
     pub commit: CommitInfo,
+    /// The annotated tag object the ref named (its id), when it names one.
+    pub tag: Option<String>,
 }
 
 /// What to fetch and which local ref then holds the commit.
@@ -204,8 +206,14 @@ pub fn fetch(app: &AppConfig, state_dir: &Path) -> Result<Checkout, SourceError>
         }
         other => other?,
     };
-    let commit = repo
-        .find_commit(oid)
+    // An annotated tag names a tag object: peeled to its commit, its id kept (a signed
+    // tag vouches for the commit with `mode = "tag"`).
+    let object = repo
+        .find_object(oid, None)
+        .map_err(|e| cache_err(e.message().to_string()))?;
+    let tag = object.as_tag().map(|t| t.id().to_string());
+    let commit = object
+        .peel_to_commit()
         .map_err(|e| cache_err(e.message().to_string()))?;
     let trees = source.join("trees");
     let dir = write_tree(&repo, &commit, &trees).map_err(|e| cache_err(e.to_string()))?;
@@ -214,6 +222,7 @@ pub fn fetch(app: &AppConfig, state_dir: &Path) -> Result<Checkout, SourceError>
         dir,
         source,
         commit: commit_info(&commit),
+        tag,
     })
 }
 
@@ -228,6 +237,7 @@ pub fn tree_at(state_dir: &Path, repo: &str, sha: &str) -> Option<Checkout> {
         dir,
         source,
         commit: commit_info(&commit),
+        tag: None,
     })
 }
 
@@ -291,23 +301,30 @@ fn write_tree(
     let _ = std::fs::remove_dir_all(&tmp);
     // The files in it take the process's umask (see `state::restrict_umask`).
     crate::state::private_dir(&tmp)?;
-    repo.checkout_tree(
-        commit.as_object(),
-        Some(
-            CheckoutBuilder::new()
-                .force()
-                .update_index(false)
-                .target_dir(&tmp),
-        ),
-    )
-    .map_err(std::io::Error::other)?;
-    match std::fs::rename(&tmp, &dir) {
+    let written = repo
+        .checkout_tree(
+            commit.as_object(),
+            Some(
+                CheckoutBuilder::new()
+                    .force()
+                    .update_index(false)
+                    .target_dir(&tmp),
+            ),
+        )
+        .map_err(std::io::Error::other)
+        .and_then(|()| std::fs::rename(&tmp, &dir));
+    match written {
         Ok(()) => Ok(dir),
-        Err(_) if dir.is_dir() => {
-            let _ = std::fs::remove_dir_all(&tmp); // another process wrote it meanwhile
-            Ok(dir)
+        Err(e) => {
+            // A failed checkout leaves nothing behind; a rename lost to another process
+            // that wrote the same tree meanwhile is no failure.
+            let _ = std::fs::remove_dir_all(&tmp);
+            if dir.is_dir() {
+                Ok(dir)
+            } else {
+                Err(e)
+            }
         }
-        Err(e) => Err(e),
     }
 }
 
@@ -324,8 +341,22 @@ fn trees_by_age(trees: &Path) -> Vec<(std::time::SystemTime, PathBuf)> {
     found
 }
 
-/// Removes trees beyond the newest [`TREES_KEPT`] that nobody used for [`TREE_GRACE`].
+/// Removes trees beyond the newest [`TREES_KEPT`] that nobody used for [`TREE_GRACE`], and
+/// half-written ones (`.SHA.PID`) that a killed process left for as long.
 fn prune_trees(trees: &Path) {
+    let abandoned = std::fs::read_dir(trees)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+        .filter(|e| {
+            e.metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > TREE_GRACE))
+        });
+    for entry in abandoned {
+        let _ = std::fs::remove_dir_all(entry.path());
+    }
     let found = trees_by_age(trees);
     let old = found.len().saturating_sub(TREES_KEPT);
     for (used, dir) in &found[..old] {
@@ -651,6 +682,59 @@ mod tests {
 
     fn content(c: &Checkout) -> String {
         std::fs::read_to_string(c.dir.join("a.yaml")).unwrap()
+    }
+
+    #[test]
+    fn an_annotated_tag_is_peeled_to_its_commit() {
+        let o = origin();
+        git(
+            o.path(),
+            &["tag", "-a", "v1-annotated", "-m", "release", "v1"],
+        );
+        let state = tempfile::tempdir().unwrap();
+        let tag = fetch(&app(o.path(), "tag = \"v1-annotated\""), state.path()).unwrap();
+        assert_eq!(content(&tag), "v: 1\n");
+        assert_eq!(tag.commit.sha, git(o.path(), &["rev-parse", "v1"]));
+        let object = git(o.path(), &["rev-parse", "v1-annotated"]);
+        assert_eq!(tag.tag.as_deref(), Some(object.as_str()));
+        let light = fetch(&app(o.path(), "tag = \"v1\""), state.path()).unwrap();
+        assert_eq!(light.tag, None, "a lightweight tag names the commit itself");
+    }
+
+    #[test]
+    fn a_failed_checkout_leaves_no_folder_behind() {
+        let o = origin();
+        // A commit whose file name no file system takes (over 255 bytes): git stores it,
+        // the checkout fails.
+        std::fs::write(o.path().join("blob"), "v: 3\n").unwrap();
+        let blob = git(o.path(), &["hash-object", "-w", "blob"]);
+        let mut mktree = std::process::Command::new("git")
+            .arg("mktree")
+            .current_dir(o.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        let entry = format!("100644 blob {blob}\t{}.yaml\n", "x".repeat(300));
+        mktree
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(entry.as_bytes())
+            .unwrap();
+        let out = mktree.wait_with_output().unwrap();
+        let tree = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let commit = git(o.path(), &["commit-tree", &tree, "-m", "long name"]);
+        git(o.path(), &["update-ref", "refs/heads/long", &commit]);
+        let state = tempfile::tempdir().unwrap();
+        let e = fetch(&app(o.path(), "branch = \"long\""), state.path()).unwrap_err();
+        assert!(e.to_string().contains("name too long"), "{e}");
+        let trees = source_dir(state.path(), &o.path().display().to_string()).join("trees");
+        let left: Vec<_> = std::fs::read_dir(&trees)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     #[test]

@@ -40,6 +40,12 @@ pub enum VerifyError {
         /// The commit.
         commit: String,
     },
+    /// `mode = "tag"`, and the tag is lightweight or carries no signature.
+    #[error("tag {tag} is not a signed annotated tag; [app.verify] mode = \"tag\" applies only tags signed by a trusted key (sign it: git tag -s)")]
+    UnsignedTag {
+        /// The tag's name.
+        tag: String,
+    },
     /// The signature does not match the commit (edited after signing) or cannot be read.
     #[error("commit {commit}: bad signature{}: {why}", by(fingerprint))]
     Bad {
@@ -80,6 +86,23 @@ pub enum VerifyError {
         /// What is wrong.
         message: String,
     },
+}
+
+/// A tag object's signed part and its signature: git appends the armored signature to
+/// the tag's message, on a line of its own.
+fn split_tag_signature(raw: &[u8]) -> Option<(&[u8], &[u8])> {
+    const MARKERS: [&[u8]; 2] = [
+        b"-----BEGIN PGP SIGNATURE-----",
+        b"-----BEGIN SSH SIGNATURE-----",
+    ];
+    let mut start = 0;
+    for line in raw.split_inclusive(|&b| b == b'\n') {
+        if MARKERS.iter().any(|m| line.starts_with(m)) {
+            return Some(raw.split_at(start));
+        }
+        start += line.len();
+    }
+    None
 }
 
 fn by(fingerprint: &Option<String>) -> String {
@@ -163,11 +186,52 @@ impl Trust {
                 })
             }
         };
-        let signature = String::from_utf8_lossy(&signature).into_owned();
+        self.check(&short, &signature, &data, now)
+    }
+
+    /// Checks the signature of the annotated tag object `tag` (named `name`, pointing at
+    /// commit `commit`) in `repo`: a signed tag vouches for its commit (`mode = "tag"`).
+    ///
+    /// # Errors
+    /// The tag is unsigned, its signature is bad, its key is not trusted, expired or
+    /// revoked.
+    pub fn verify_tag(
+        &self,
+        repo: &git2::Repository,
+        tag: &str,
+        name: &str,
+        commit: &str,
+        now: Timestamp,
+    ) -> Result<Signature, VerifyError> {
+        let shown = format!("{} (tag {name})", &commit[..commit.len().min(7)]);
+        let bad = |why: String| VerifyError::Bad {
+            commit: shown.clone(),
+            fingerprint: None,
+            why,
+        };
+        let oid = git2::Oid::from_str(tag).map_err(|e| bad(e.message().to_string()))?;
+        let odb = repo.odb().map_err(|e| bad(e.message().to_string()))?;
+        let object = odb.read(oid).map_err(|e| bad(e.message().to_string()))?;
+        let (data, signature) =
+            split_tag_signature(object.data()).ok_or_else(|| VerifyError::UnsignedTag {
+                tag: name.to_string(),
+            })?;
+        self.check(&shown, signature, data, now)
+    }
+
+    /// Checks `signature` (armored OpenPGP or SSH) over `data`.
+    fn check(
+        &self,
+        shown: &str,
+        signature: &[u8],
+        data: &[u8],
+        now: Timestamp,
+    ) -> Result<Signature, VerifyError> {
+        let signature = String::from_utf8_lossy(signature).into_owned();
         if signature.contains("BEGIN SSH SIGNATURE") {
-            self.verify_ssh(&short, &signature, &data, now)
+            self.verify_ssh(shown, &signature, data, now)
         } else {
-            self.verify_openpgp(&short, &signature, &data, now)
+            self.verify_openpgp(shown, &signature, data, now)
         }
     }
 

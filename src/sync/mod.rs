@@ -202,6 +202,9 @@ pub struct SyncOptions {
     /// Follow the rollouts of the Deployments it writes (off: apply and prune only, as
     /// `kubectl apply` does).
     pub wait: bool,
+    /// Apply a commit that does not descend from the last applied one (`berth sync
+    /// --accept-rewind`), once.
+    pub accept_rewind: bool,
     /// When the sync was asked for: a fetch of the repository started since is shared.
     pub requested: Instant,
 }
@@ -213,6 +216,7 @@ impl SyncOptions {
             trigger,
             force: false,
             wait: true,
+            accept_rewind: false,
             requested: Instant::now(),
         }
     }

@@ -8,6 +8,7 @@ use std::time::Instant;
 use super::{Inputs, Prepared, Run, Stop, SyncError};
 use crate::cluster::discovery::ClusterKinds;
 use crate::cluster::inventory;
+use crate::config::VerifyMode;
 use crate::history::Trigger;
 use crate::manifest::{kustomize, Builder, Manifest};
 use crate::plan::Inventory;
@@ -22,10 +23,10 @@ impl Run<'_> {
         let inventory = self.load_inventory().await?;
         if let Some(previous) = &inventory.commit {
             let rewritten = git::ancestry(&checkout.source, previous, &checkout.commit.sha);
-            if let Some(note) = &rewritten {
-                (self.report)(&format!("warning: {note}"));
+            self.rec.history_rewritten = rewritten.clone();
+            if let Some(note) = rewritten {
+                self.guard_rewind(note)?;
             }
-            self.rec.history_rewritten = rewritten;
         }
         let (mut kinds, discovered) = self.discover(None).await?;
         self.mark("render");
@@ -149,7 +150,16 @@ impl Run<'_> {
             fingerprint: None,
             why: format!("cannot open berth's repository cache ({})", e.message()),
         })?;
-        let signature = trust.verify(&repo, &checkout.commit.sha, jiff::Timestamp::now())?;
+        let now = jiff::Timestamp::now();
+        let signature = match (&self.app.verify.mode, &self.app.tag) {
+            (VerifyMode::Tag, Some(name)) => {
+                let Some(tag) = &checkout.tag else {
+                    return Err(VerifyError::UnsignedTag { tag: name.clone() });
+                };
+                trust.verify_tag(&repo, tag, name, &checkout.commit.sha, now)?
+            }
+            _ => trust.verify(&repo, &checkout.commit.sha, now)?,
+        };
         (self.report)(&format!(
             "signed by {} ({} key {})",
             signature.signer, signature.format, signature.fingerprint
@@ -220,6 +230,22 @@ impl Run<'_> {
                 Err(Stop::Failed)
             }
         }
+    }
+
+    /// A branch or tag that moved to a commit not descending from the last applied one:
+    /// refused unless the app or this sync accepts it. A pinned commit is the operator's
+    /// own choice in the configuration, never a replay.
+    fn guard_rewind(&mut self, note: String) -> Result<(), Stop> {
+        let pinned = matches!(self.app.git_ref(), crate::config::GitRef::Commit(_));
+        if pinned || self.app.allow_rewind || self.options.accept_rewind {
+            (self.report)(&format!("warning: {note}"));
+            return Ok(());
+        }
+        self.fail(SyncError::Rewound {
+            app: self.app.name.clone(),
+            note,
+        });
+        Err(Stop::Failed)
     }
 
     pub(super) fn guard_empty(
