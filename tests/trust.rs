@@ -5,11 +5,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use berth::history::Outcome;
+use common::gpg::Gpg;
 use common::receiver::{Answer, Receiver};
 use common::{eventually, Daemon, Repo, Setup};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -25,92 +25,6 @@ async fn value(client: &kube::Client, ns: &str) -> Option<String> {
         .await
         .unwrap()?;
     cm.data?.get("value").cloned()
-}
-
-/// A GnuPG home with keys made now; `gpg` is run only by the test, never by berth.
-struct Gpg {
-    home: tempfile::TempDir,
-}
-
-impl Gpg {
-    fn new() -> Gpg {
-        Gpg {
-            home: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn run(&self, args: &[&str]) -> String {
-        let out = Command::new("gpg")
-            .env("GNUPGHOME", self.home.path())
-            .args(["--batch", "--pinentry-mode", "loopback", "--passphrase", ""])
-            .args(args)
-            .output()
-            .expect("run gpg (apt install gnupg)");
-        assert!(
-            out.status.success(),
-            "gpg {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// A new signing key for `uid`, made at `faked_time` when given (for an expired key);
-    /// returns its fingerprint.
-    fn key(&self, uid: &str, expiry: &str, faked_time: Option<&str>) -> String {
-        let mut args = Vec::new();
-        if let Some(t) = faked_time {
-            args.extend(["--faked-system-time", t]);
-        }
-        args.extend(["--quick-gen-key", uid, "ed25519", "sign", expiry]);
-        self.run(&args);
-        let listing = self.run(&["--with-colons", "--list-keys", uid]);
-        listing
-            .lines()
-            .find_map(|l| l.strip_prefix("fpr:"))
-            .map(|l| l.trim_matches(':').to_string())
-            .expect("a fingerprint")
-    }
-
-    /// Revokes the key with the revocation certificate gpg made with it.
-    fn revoke(&self, fingerprint: &str) {
-        let cert = self
-            .home
-            .path()
-            .join(format!("openpgp-revocs.d/{fingerprint}.rev"));
-        // gpg neutralises the stored certificate with a leading ':' on its armor line.
-        let text = std::fs::read_to_string(&cert).unwrap().replace(
-            ":-----BEGIN PGP PUBLIC KEY BLOCK",
-            "-----BEGIN PGP PUBLIC KEY BLOCK",
-        );
-        std::fs::write(&cert, text).unwrap();
-        self.run(&["--import", cert.to_str().unwrap()]);
-    }
-
-    fn export(&self, fingerprint: &str, to: &Path) {
-        std::fs::write(to, self.run(&["--armor", "--export", fingerprint])).unwrap();
-    }
-
-    /// A `gpg.program` for git that signs as if at `faked_time`.
-    fn program(&self, faked_time: Option<&str>) -> PathBuf {
-        let path = self
-            .home
-            .path()
-            .join(format!("gpg-{}", faked_time.unwrap_or("now")));
-        let faked = faked_time
-            .map(|t| format!("--faked-system-time {t} "))
-            .unwrap_or_default();
-        std::fs::write(
-            &path,
-            format!(
-                "#!/bin/sh\nGNUPGHOME={} exec gpg --batch --pinentry-mode loopback --passphrase '' {faked}\"$@\"\n",
-                self.home.path().display()
-            ),
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path
-    }
 }
 
 /// Commits everything with `git commit -S` and the given signing settings.

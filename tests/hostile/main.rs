@@ -10,6 +10,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod git;
 mod http;
 mod render;
 mod scope;
