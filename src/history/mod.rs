@@ -89,22 +89,16 @@ mod tests {
         let path = d.path().join("history/shop.jsonl");
         // A crash in the middle of "🚀" (F0 9F 9A 80): the line is not valid UTF-8.
         let torn = b"{\"id\":\"torn\",\"subject\":\"ship \xF0\x9F";
+        let tear = || {
+            let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+            file.write_all(torn).unwrap();
+        };
         log.append(&record("shop", "a", Outcome::Succeeded, now))
             .unwrap();
-        OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .unwrap()
-            .write_all(torn)
-            .unwrap();
+        tear();
         log.append(&record("shop", "c", Outcome::Succeeded, now))
             .unwrap();
-        OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .unwrap()
-            .write_all(torn)
-            .unwrap();
+        tear();
         assert_eq!(ids(&log, "shop"), ["a", "c"]);
         assert_eq!(log.read_all().unwrap().len(), 2);
         log.retain("shop", 1, Duration::from_secs(3600)).unwrap();

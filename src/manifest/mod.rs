@@ -7,8 +7,11 @@
 //! - [`source`]: folders, files and stdin, with the path and size safety rules;
 //! - [`kustomize`]: folders holding a kustomization, rendered by the real tool after its
 //!   references are checked;
-//! - [`decode`]: multi-document YAML and JSON streams;
+//! - [`read`]: reading a file under those rules (for kustomize too);
+//! - [`decode`]: multi-document YAML and JSON streams, within [`bounds`] (flow depth
+//!   before parsing, the decoded size of a document and of a render, duplicate keys);
 //! - [`decorate`]: identity checks, default namespace, ownership label, annotations, filters;
+//! - [`confine`]: `[app.scope]`, and berth's own state out of every app's reach;
 //! - [`typed`]: built-in kinds read into their k8s-openapi types;
 //! - [`scope`]: which kinds are namespaced;
 //! - [`builder`]: assembles the chain for one render;
@@ -22,6 +25,7 @@ pub mod decorate;
 pub mod error;
 pub mod kustomize;
 pub mod object;
+pub mod read;
 pub mod scope;
 pub mod source;
 pub mod typed;

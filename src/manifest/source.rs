@@ -3,11 +3,10 @@
 //! `..` escapes, no symbolic links that lead out), files over the per-file cap are not
 //! read, and reading stops when the app's total passes the per-app cap.
 //!
-//! Over 450 lines only with its tests (about 180, against real folders, links and caps);
-//! the code is about 360.
+//! Over 450 lines only with its tests (about 200, against real folders, links and caps);
+//! the code is about 420.
 
 use std::collections::HashSet;
-use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 use globset::GlobSet;
@@ -17,6 +16,7 @@ use super::decode::Stream;
 use super::error::ManifestError;
 use super::kustomize::{kustomization_in, Kustomize};
 use super::object::Manifest;
+use super::read::{read_capped, ReadError};
 use super::visitor::{Flow, Item, Visitor};
 
 /// Size caps that bound the memory one render may use.
@@ -330,95 +330,6 @@ impl Walk<'_> {
             })),
         }
     }
-}
-
-enum ReadError {
-    Io(std::io::Error),
-    TooLarge(u64),
-}
-
-/// Why a file that a render needs (a kustomization, a plugin configuration) was not read.
-#[derive(Debug, thiserror::Error)]
-pub enum Unreadable {
-    /// After its links are resolved it lies outside the repository.
-    #[error("resolves outside the repository; refused unread")]
-    Outside,
-    /// A folder, FIFO, device or socket.
-    #[error("is not a regular file; refused unread")]
-    NotAFile,
-    /// Over the per-file cap.
-    #[error("is {size} bytes, over the {limit}-byte cap (agent.max_file_size); refused unread")]
-    TooLarge {
-        /// Its size.
-        size: u64,
-        /// The cap.
-        limit: u64,
-    },
-    /// It does not exist (or a link in it is broken).
-    #[error("does not exist")]
-    Missing,
-    /// The OS refused.
-    #[error("cannot read: {0}")]
-    Io(#[source] std::io::Error),
-}
-
-/// `path` with its links resolved, when that lies inside `root` (canonical).
-///
-/// # Errors
-/// [`Unreadable::Outside`], [`Unreadable::Missing`] or the OS's error.
-pub fn confined(root: &Path, path: &Path) -> Result<PathBuf, Unreadable> {
-    let resolved = path.canonicalize().map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Unreadable::Missing,
-        _ => Unreadable::Io(e),
-    })?;
-    if resolved.starts_with(root) {
-        Ok(resolved)
-    } else {
-        Err(Unreadable::Outside)
-    }
-}
-
-/// Checks that `path` (already [`confined`]) is a regular file of at most `limit` bytes.
-///
-/// # Errors
-/// [`Unreadable::NotAFile`], [`Unreadable::TooLarge`] or the OS's error.
-pub fn regular_file(path: &Path, limit: u64) -> Result<(), Unreadable> {
-    let meta = std::fs::metadata(path).map_err(Unreadable::Io)?;
-    if !meta.is_file() {
-        return Err(Unreadable::NotAFile);
-    }
-    if meta.len() > limit {
-        return Err(Unreadable::TooLarge {
-            size: meta.len(),
-            limit,
-        });
-    }
-    Ok(())
-}
-
-/// Reads a file a render needs under the rules every manifest follows: inside `root`
-/// (canonical) once its links are resolved, a regular file, at most `limit` bytes.
-///
-/// # Errors
-/// Why it was not read.
-pub fn read_confined(root: &Path, path: &Path, limit: u64) -> Result<Vec<u8>, Unreadable> {
-    let resolved = confined(root, path)?;
-    regular_file(&resolved, limit)?;
-    read_capped(std::fs::File::open(&resolved), limit).map_err(|e| match e {
-        ReadError::Io(e) => Unreadable::Io(e),
-        ReadError::TooLarge(size) => Unreadable::TooLarge { size, limit },
-    })
-}
-
-/// Reads at most `limit` bytes; a file that grew past it since `stat` is refused too.
-fn read_capped(file: std::io::Result<impl Read>, limit: u64) -> Result<Vec<u8>, ReadError> {
-    let mut bytes = Vec::new();
-    file.and_then(|r| r.take(limit + 1).read_to_end(&mut bytes))
-        .map_err(ReadError::Io)?;
-    if bytes.len() as u64 > limit {
-        return Err(ReadError::TooLarge(bytes.len() as u64));
-    }
-    Ok(bytes)
 }
 
 /// The resource file kustomize names in `config.kubernetes.io/origin` (`path: …`),

@@ -1,0 +1,98 @@
+//! Reading what a render needs under the rules every manifest follows: inside the
+//! repository checkout once links are resolved, a regular file, at most the per-file cap;
+//! never more bytes than the cap, even from a file that grows while it is read.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Why [`read_capped`] read nothing.
+pub enum ReadError {
+    /// The OS refused.
+    Io(std::io::Error),
+    /// Past the cap (the bytes found).
+    TooLarge(u64),
+}
+
+/// Why a file that a render needs (a kustomization, a plugin configuration) was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreadable {
+    /// After its links are resolved it lies outside the repository.
+    #[error("resolves outside the repository; refused unread")]
+    Outside,
+    /// A folder, FIFO, device or socket.
+    #[error("is not a regular file; refused unread")]
+    NotAFile,
+    /// Over the per-file cap.
+    #[error("is {size} bytes, over the {limit}-byte cap (agent.max_file_size); refused unread")]
+    TooLarge {
+        /// Its size.
+        size: u64,
+        /// The cap.
+        limit: u64,
+    },
+    /// It does not exist (or a link in it is broken).
+    #[error("does not exist")]
+    Missing,
+    /// The OS refused.
+    #[error("cannot read: {0}")]
+    Io(#[source] std::io::Error),
+}
+
+/// `path` with its links resolved, when that lies inside `root` (canonical).
+///
+/// # Errors
+/// [`Unreadable::Outside`], [`Unreadable::Missing`] or the OS's error.
+pub fn confined(root: &Path, path: &Path) -> Result<PathBuf, Unreadable> {
+    let resolved = path.canonicalize().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Unreadable::Missing,
+        _ => Unreadable::Io(e),
+    })?;
+    if resolved.starts_with(root) {
+        Ok(resolved)
+    } else {
+        Err(Unreadable::Outside)
+    }
+}
+
+/// Checks that `path` (already [`confined`]) is a regular file of at most `limit` bytes.
+///
+/// # Errors
+/// [`Unreadable::NotAFile`], [`Unreadable::TooLarge`] or the OS's error.
+pub fn regular_file(path: &Path, limit: u64) -> Result<(), Unreadable> {
+    let meta = std::fs::metadata(path).map_err(Unreadable::Io)?;
+    if !meta.is_file() {
+        return Err(Unreadable::NotAFile);
+    }
+    if meta.len() > limit {
+        return Err(Unreadable::TooLarge {
+            size: meta.len(),
+            limit,
+        });
+    }
+    Ok(())
+}
+
+/// Reads a file a render needs under the rules every manifest follows: inside `root`
+/// (canonical) once its links are resolved, a regular file, at most `limit` bytes.
+///
+/// # Errors
+/// Why it was not read.
+pub fn read_confined(root: &Path, path: &Path, limit: u64) -> Result<Vec<u8>, Unreadable> {
+    let resolved = confined(root, path)?;
+    regular_file(&resolved, limit)?;
+    read_capped(std::fs::File::open(&resolved), limit).map_err(|e| match e {
+        ReadError::Io(e) => Unreadable::Io(e),
+        ReadError::TooLarge(size) => Unreadable::TooLarge { size, limit },
+    })
+}
+
+/// Reads at most `limit` bytes; a file that grew past it since `stat` is refused too.
+pub fn read_capped(file: std::io::Result<impl Read>, limit: u64) -> Result<Vec<u8>, ReadError> {
+    let mut bytes = Vec::new();
+    file.and_then(|r| r.take(limit + 1).read_to_end(&mut bytes))
+        .map_err(ReadError::Io)?;
+    if bytes.len() as u64 > limit {
+        return Err(ReadError::TooLarge(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
