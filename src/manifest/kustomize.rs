@@ -474,32 +474,32 @@ mod tests {
     }
 
     /// Past the reference check (as a reference kustomize reads differently from berth
-    /// would be), the tool itself cannot fetch: a git repository on this machine, which it
-    /// renders when remote bases are allowed, is refused at git's transport.
+    /// would be), the tool itself cannot fetch. The tool here is a stand-in that does what
+    /// kustomize does with a remote base (`git clone`, from whichever kustomize version is
+    /// installed): a repository on this machine, cloned when remote bases are allowed, is
+    /// refused at git's transport when not.
     #[test]
     fn kustomize_cannot_fetch_when_remote_bases_are_not_allowed() {
         let remote = tempfile::tempdir().unwrap();
         let src = remote.path().join("src");
-        write(&src, "base/kustomization.yaml", "resources: [cm.yaml]\n");
         write(
             &src,
-            "base/cm.yaml",
+            "cm.yaml",
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: fetched}\n",
         );
         git(&src, &["init", "-q"]);
         git(&src, &["add", "-A"]);
         git(&src, &["commit", "-qm", "base"]);
-        git(remote.path(), &["clone", "-q", "--bare", "src", "repo.git"]);
         let repo = tempfile::tempdir().unwrap();
         let root = repo.path().canonicalize().unwrap();
-        let url = format!("file://{}/repo.git//base", remote.path().display());
-        write(
-            &root,
-            "app/kustomization.yaml",
-            &format!("resources:\n- {url}\n"),
+        write(&root, "app/kustomization.yaml", "resources: []\n");
+        let clone = format!(
+            "git clone -q file://{}/src \"$0/clone\" && cat \"$0/clone/cm.yaml\" && rm -rf \"$0/clone\"",
+            remote.path().display()
         );
         let run = |allow_remote: bool| {
             let k = Kustomize {
+                command: Some(vec!["sh".into(), "-c".into(), clone.clone()]),
                 allow_remote,
                 ..Kustomize::new(None, Duration::from_secs(30))
             };
