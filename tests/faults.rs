@@ -98,7 +98,9 @@ impl Fault {
             }
             Fault::OtherFieldManager => "an owned object changed by another field manager".into(),
             Fault::GitRemoteGone => "git remote disappears".into(),
-            Fault::GitForcePush => "branch force-pushed to an unrelated history".into(),
+            Fault::GitForcePush => {
+                "branch force-pushed to an unrelated history (refused, then accepted)".into()
+            }
             Fault::GitCacheTruncated => "repository cache truncated".into(),
             Fault::ConcurrentSync => "`berth sync` while `berth run` syncs the app".into(),
             Fault::ReloadRemovesApp => "SIGHUP mid-sync removing the app".into(),
@@ -254,6 +256,17 @@ impl Lab {
     /// `berth sync` to the end: exit code and output.
     fn sync(&self) -> (i32, String) {
         finish(self.spawn_sync())
+    }
+
+    /// `berth sync --accept-rewind` to the end: after a history rewritten on purpose.
+    fn sync_accepting_rewind(&self) -> (i32, String) {
+        finish(
+            self.berth(&["sync", "--accept-rewind"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("berth sync"),
+        )
     }
 
     fn history(&self) -> Vec<berth::history::SyncRecord> {
@@ -537,10 +550,24 @@ impl Lab {
                     .map_err(|e| format!("the failed fetch changed the cluster: {e}"))?;
             }
             Fault::GitForcePush => {
+                // What the cluster holds (HEAD is generation g, not yet synced).
+                let before = self.previous_commit();
                 self.repo.git(&["checkout", "-q", "--orphan", "rewritten"]);
                 let sha = self.commit(g);
                 self.repo.git(&["branch", "-q", "-M", "main"]);
-                self.expect_sync("after a force-push")?;
+                // Refused (a replay could be an attack), and nothing written...
+                let (code, out) = self.sync();
+                if code == 0 || !out.contains("refusing to apply it over the newer commit") {
+                    return Err(format!("a force-push was not refused: exit {code}: {out}"));
+                }
+                self.holds(g - 1, &before)
+                    .await
+                    .map_err(|e| format!("the refused force-push changed the cluster: {e}"))?;
+                // ...until the operator accepts it.
+                let (code, out) = self.sync_accepting_rewind();
+                if code != 0 {
+                    return Err(format!("the accepted force-push exited {code}: {out}"));
+                }
                 self.converged(g, &sha).await?;
             }
             Fault::GitCacheTruncated => {
@@ -904,10 +931,16 @@ async fn every_fault_converges_on_the_next_sync() {
                 }
                 Err(e) => {
                     failures.push(format!("{} (run {i}): {e}", fault.name()));
-                    // Start the next run from a converged cluster.
+                    // Start the next run from a converged cluster (whatever the failed run
+                    // left of the branch's history).
                     let sha = lab.commit(lab.generation + 1);
-                    let (code, out) = lab.sync();
-                    assert_eq!(code, 0, "resetting after a failure: {out}");
+                    let (code, out) = lab.sync_accepting_rewind();
+                    assert_eq!(
+                        code,
+                        0,
+                        "resetting after {}: {out}",
+                        failures.last().unwrap()
+                    );
                     lab.converged(lab.generation, &sha).await.expect("reset");
                 }
             }
