@@ -235,9 +235,12 @@ async fn force_push_and_deleted_branch() {
     assert_eq!(setup.berth(&["sync"]).0, 0);
     assert_eq!(data(&maps, "state").await.as_deref(), Some("new"));
 
-    // Force-push back to the older commit.
+    // Force-push back to the older commit: refused, until accepted.
     repo.git(&["reset", "-q", "--hard", &old]);
     let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(data(&maps, "state").await.as_deref(), Some("new"));
+    let (code, out, err) = setup.berth(&["sync", "--accept-rewind"]);
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(data(&maps, "state").await.as_deref(), Some("old"));
     let record = setup.history().pop().unwrap();
@@ -337,8 +340,19 @@ async fn a_no_change_sync_sends_no_write_request_and_drift_is_repaired() {
         .patch("web", &PatchParams::default(), &Patch::Merge(&scale))
         .await
         .unwrap();
-    let (code, out, _) = setup.berth(&["sync"]);
-    assert_eq!(code, 1, "a conflict is an error by default: {out}");
+    // With force_conflicts = false that is a conflict, and nothing is written.
+    let refusing = Setup::new(
+        cp,
+        "nochange",
+        &repo,
+        &ns,
+        "prune = true\nforce_conflicts = false",
+    );
+    let (code, out, _) = refusing.berth(&["sync"]);
+    assert_eq!(
+        code, 1,
+        "a conflict is an error with force_conflicts = false: {out}"
+    );
     assert!(
         out.contains(".spec.replicas") && out.contains("force_conflicts = true"),
         "{out}"
@@ -349,17 +363,12 @@ async fn a_no_change_sync_sends_no_write_request_and_drift_is_repaired() {
         "nothing written"
     );
 
-    // With force_conflicts the drift is repaired, and only that object is written.
-    let forced = Setup::new(
-        cp,
-        "nochange",
-        &repo,
-        &ns,
-        "prune = true\nforce_conflicts = true",
-    );
-    let (code, out, _) = forced.berth(&["sync"]);
+    // By default git wins: the drift is repaired, only that object is written, and the
+    // record says which field was taken back from which manager.
+    let (code, out, _) = setup.berth(&["sync"]);
     assert_eq!(code, 0, "{out}");
-    let record = forced.history().pop().unwrap();
+    assert!(out.contains("took back .spec.replicas from \""), "{out}");
+    let record = setup.history().pop().unwrap();
     assert_eq!(record.objects.len(), 1, "{:?}", record.objects);
     assert_eq!(
         (
@@ -381,6 +390,67 @@ async fn a_no_change_sync_sends_no_write_request_and_drift_is_repaired() {
         deployments.get("web").await.unwrap().spec.unwrap().replicas,
         Some(1)
     );
+}
+
+/// A field git does not set is never fought over: an HPA-like manager that owns
+/// `spec.replicas` of a Deployment whose manifest omits it sees no write from berth.
+#[tokio::test]
+async fn fields_git_does_not_set_are_left_to_their_manager() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "hpa-like").await;
+    let repo = Repo::new();
+    let web = deployment("web", "nginx:1.25").replace("  replicas: 1\n", "");
+    repo.write("web.yaml", &web);
+    repo.commit("no replicas in git");
+    let setup = Setup::new(cp, "hpalike", &repo, &ns, "");
+    assert_eq!(setup.berth(&["sync", "--no-wait"]).0, 0);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let scale = serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web"}, "spec": {"replicas": 4}
+    });
+    deployments
+        .patch(
+            "web",
+            &PatchParams::apply("hpa-like").force(),
+            &Patch::Apply(&scale),
+        )
+        .await
+        .unwrap();
+    // berth sees the Deployment changed (its generation moved), dry-runs it, finds that
+    // nothing of git's would change, and writes nothing to it; then it is quiet.
+    for _ in 0..2 {
+        let start = jiff::Timestamp::now();
+        let (code, out, _) = setup.berth(&["sync", "--no-wait"]);
+        assert_eq!(code, 0, "{out}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let berth_writes = cp
+            .audit_events(start)
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e["verb"].as_str(),
+                    Some("create" | "update" | "patch" | "delete")
+                ) && e["objectRef"]["resource"] == "deployments"
+                    && e["objectRef"]["namespace"] == ns.as_str()
+                    && e["userAgent"]
+                        .as_str()
+                        .is_some_and(|a| a.starts_with("berth/"))
+                    && e["requestURI"]
+                        .as_str()
+                        .is_some_and(|u| !u.contains("dryRun"))
+            })
+            .count();
+        assert_eq!(berth_writes, 0, "{out}");
+        assert_eq!(
+            deployments.get("web").await.unwrap().spec.unwrap().replicas,
+            Some(4)
+        );
+    }
+    assert_eq!(setup.history().pop().unwrap().outcome, Outcome::NoChange);
 }
 
 #[tokio::test]

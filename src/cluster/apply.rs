@@ -107,6 +107,25 @@ fn metadata_only(obj: DynamicObject) -> DynamicObject {
     }
 }
 
+/// The fields a conflicting server-side apply names, by manager, from the API server's
+/// message: `Apply failed with 2 conflicts: conflicts with "kubectl-patch" using v1:\n-
+/// .data.a\n- .data.b` (one conflict: `conflict with "m": .spec.replicas`).
+pub fn conflicts(message: &str) -> Vec<(String, Vec<String>)> {
+    let mut found: Vec<(String, Vec<String>)> = Vec::new();
+    for part in message.split("with \"").skip(1) {
+        let Some((manager, rest)) = part.split_once('"') else {
+            continue;
+        };
+        let fields = rest
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|w| w.starts_with('.') && w.len() > 1)
+            .map(|w| w.trim_end_matches(['.', ':']).to_string())
+            .collect();
+        found.push((manager.to_string(), fields));
+    }
+    found
+}
+
 /// The apiserver's message, with advice for conflicts and Secret values redacted.
 pub fn api_message(e: &kube::Error, secret: bool, field_manager: &str) -> String {
     let message = match e {
@@ -163,6 +182,21 @@ mod tests {
         assert!(
             r.contains("data[pa ss]: Invalid value: [redacted]: a valid config key"),
             "{r}"
+        );
+    }
+
+    #[test]
+    fn conflicts_name_fields_by_manager() {
+        assert_eq!(
+            conflicts("Apply failed with 1 conflict: conflict with \"kubectl-patch\" using apps/v1: .spec.replicas"),
+            [("kubectl-patch".to_string(), vec![".spec.replicas".to_string()])]
+        );
+        assert_eq!(
+            conflicts("Apply failed with 3 conflicts: conflicts with \"a\" using v1:\n- .data.x\n- .data.y\nconflict with \"b\": .metadata.labels.team"),
+            [
+                ("a".to_string(), vec![".data.x".to_string(), ".data.y".to_string()]),
+                ("b".to_string(), vec![".metadata.labels.team".to_string()])
+            ]
         );
     }
 

@@ -327,8 +327,10 @@ pub struct AppConfig {
     /// Allow a commit that holds no objects to prune every object of the app.
     #[serde(default)]
     pub allow_empty: bool,
-    /// Take over fields another field manager owns instead of failing with a conflict.
-    #[serde(default)]
+    /// Take back the fields git sets that another field manager took (git wins, as Argo
+    /// CD's self-heal and Flux do; each taken back is recorded); false: a conflict fails
+    /// the sync instead.
+    #[serde(default = "yes")]
     pub force_conflicts: bool,
     /// Credentials for the repository.
     #[serde(default)]
@@ -484,6 +486,10 @@ fn root_path() -> Vec<String> {
 
 fn default_namespace() -> String {
     "default".to_string()
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// `[app.rollout]`: how changed Deployments are followed.

@@ -77,6 +77,8 @@ pub struct Planned {
     pub change: Change,
     /// Digest of the manifest.
     pub digest: String,
+    /// The live object's version (see [`LiveObject::observed`]) when it was read.
+    pub live: Option<String>,
 }
 
 /// What a sync will do.
@@ -188,6 +190,7 @@ impl Draft {
         {
             let key = p.target.manifest.key();
             let recorded = entries.get(&key).map(|e| e.observed.as_str());
+            p.live = live.get(&key).map(|l| l.observed.clone());
             p.change = match live.get(&key) {
                 None => Change::Drifted("deleted from the cluster".into()),
                 Some(l) if Some(l.observed.as_str()) != recorded => {
@@ -237,6 +240,7 @@ pub fn draft(
             },
             change,
             digest,
+            live: None,
         });
     }
     plan.prune = inventory
@@ -460,6 +464,7 @@ mod tests {
             },
             change,
             digest: digest(m),
+            live: None,
         };
         let (same, changed) = split(vec![planned(&a, Change::Same), planned(&b, Change::New)]);
         assert_eq!(same, [a.key()]);

@@ -8,8 +8,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::runtime::wait::{await_condition, conditions};
 
 use super::{Run, Stop, SyncError, Write};
-use crate::cluster::apply::{apply_all, stage};
+use crate::cluster::apply::{apply_all, conflicts, stage, ApplySettings};
 use crate::cluster::Action;
+use crate::cluster::ClusterError;
 use crate::history::ObjectAction;
 use crate::manifest::Manifest;
 use crate::plan::Change;
@@ -90,17 +91,44 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// Dry-runs the writes at `indices`. Git wins by default: a write whose fields another
+    /// manager took is dry-run again with force, and what it takes back is noted.
     async fn dry_run(&mut self, writes: &mut [Write], indices: &[usize]) -> Result<(), Stop> {
+        let take_back = self.settings();
+        let settings = ApplySettings {
+            force: false,
+            ..take_back.clone()
+        };
         let targets: Vec<&Target> = indices.iter().map(|&i| &writes[i].target).collect();
         self.rec.requests += targets.len() as u64;
-        let results = apply_all(&self.client, &self.settings(), &targets, true).await;
-        let mut failed = false;
+        let results = apply_all(&self.client, &settings, &targets, true).await;
+        let (mut failed, mut conflicted) = (false, Vec::new());
         for (&i, result) in indices.iter().zip(results) {
             match result {
                 Ok(obj) => writes[i].dry_run = Some(obj),
-                Err(e) => {
-                    failed = true;
-                    self.fail(e);
+                Err(e) => match taken_fields(&e).filter(|_| take_back.force) {
+                    Some(note) => {
+                        writes[i].took_back = Some(note);
+                        conflicted.push(i);
+                    }
+                    None => {
+                        failed = true;
+                        self.fail(e);
+                    }
+                },
+            }
+        }
+        if !conflicted.is_empty() {
+            let targets: Vec<&Target> = conflicted.iter().map(|&i| &writes[i].target).collect();
+            self.rec.requests += targets.len() as u64;
+            let results = apply_all(&self.client, &take_back, &targets, true).await;
+            for (&i, result) in conflicted.iter().zip(results) {
+                match result {
+                    Ok(obj) => writes[i].dry_run = Some(obj),
+                    Err(e) => {
+                        failed = true;
+                        self.fail(e);
+                    }
                 }
             }
         }
@@ -112,6 +140,14 @@ impl Run<'_> {
     }
 
     async fn apply(&mut self, writes: &mut [Write], indices: &[usize]) -> Result<(), Stop> {
+        let (elsewhere, indices): (Vec<usize>, Vec<usize>) =
+            indices.iter().partition(|&&i| writes[i].drift_elsewhere());
+        for i in elsewhere {
+            // What is live is what berth would write: recorded, not written.
+            writes[i].applied = writes[i].dry_run.clone();
+            self.rec.unchanged += 1;
+        }
+        let indices = &indices[..];
         let targets: Vec<&Target> = indices.iter().map(|&i| &writes[i].target).collect();
         self.rec.requests += targets.len() as u64;
         let results = apply_all(&self.client, &self.settings(), &targets, false).await;
@@ -130,9 +166,14 @@ impl Run<'_> {
                         Some(Some(_)) => Action::Configured,
                     };
                     w.applied = Some(obj);
-                    let note = match &w.change {
+                    let drift = match &w.change {
                         Change::Drifted(why) => Some(format!("drift: {why}")),
                         _ => None,
+                    };
+                    let took_back = w.took_back.as_ref().map(|t| format!("took back {t}"));
+                    let note = match (drift, took_back) {
+                        (Some(d), Some(t)) => Some(format!("{d}; {t}")),
+                        (d, t) => d.or(t),
                     };
                     (action, note)
                 }
@@ -210,16 +251,12 @@ impl Run<'_> {
             match kinds.require(&m) {
                 Ok(resolved) => {
                     added.push(writes.len());
-                    writes.push(Write {
-                        digest: plan::digest(&m),
-                        target: Target {
-                            manifest: m,
-                            resolved,
-                        },
-                        change: Change::New,
-                        dry_run: None,
-                        applied: None,
-                    });
+                    let digest = plan::digest(&m);
+                    let target = Target {
+                        manifest: m,
+                        resolved,
+                    };
+                    writes.push(Write::new(target, Change::New, digest));
                 }
                 Err(e) => self.fail(e),
             }
@@ -229,4 +266,19 @@ impl Run<'_> {
         }
         Ok(added)
     }
+}
+
+/// `.spec.replicas from "kubectl-patch"` when `e` is a conflict over fields another
+/// field manager owns.
+fn taken_fields(e: &ClusterError) -> Option<String> {
+    let ClusterError::Object { message, .. } = e else {
+        return None;
+    };
+    let found = conflicts(message);
+    let named: Vec<String> = found
+        .iter()
+        .filter(|(_, fields)| !fields.is_empty())
+        .map(|(manager, fields)| format!("{} from {manager:?}", fields.join(", ")))
+        .collect();
+    (!named.is_empty()).then(|| named.join("; "))
 }

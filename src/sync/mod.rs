@@ -99,6 +99,11 @@ struct Write {
     /// The server's answer to the dry run: the object as it would be.
     dry_run: Option<DynamicObject>,
     applied: Option<DynamicObject>,
+    /// The fields git sets that another manager had taken, and this write takes back
+    /// (`.spec.replicas from "kubectl-patch"`).
+    took_back: Option<String>,
+    /// The live object's version when the plan read it.
+    live: Option<String>,
 }
 
 /// What a sync knows before its first write.
@@ -175,6 +180,31 @@ impl Syncer {
 }
 
 impl Write {
+    fn new(target: Target, change: Change, digest: String) -> Self {
+        Write {
+            target,
+            change,
+            digest,
+            dry_run: None,
+            applied: None,
+            took_back: None,
+            live: None,
+        }
+    }
+
+    /// A drifted object whose dry run changes no field of its spec (the generation stays
+    /// the live one): only fields git does not set moved (an HPA's replicas), and nothing
+    /// is written, so nobody's fields are fought over.
+    fn drift_elsewhere(&self) -> bool {
+        let Some(obj) = &self.dry_run else {
+            return false;
+        };
+        matches!(self.change, Change::Drifted(_))
+            && self.took_back.is_none()
+            && self.live.as_deref().is_some_and(|l| l.starts_with('g'))
+            && self.live.as_deref() == Some(crate::cluster::apply::observed(&obj.metadata).as_str())
+    }
+
     /// From the dry run: whether the object exists, and at which resourceVersion.
     fn existing(&self) -> Option<Option<&str>> {
         let obj = self.dry_run.as_ref()?;
@@ -527,11 +557,8 @@ fn split_writes(planned: Vec<crate::plan::Planned>) -> (Vec<ObjectKey>, Vec<Writ
     let writes = changed
         .into_iter()
         .map(|p| Write {
-            target: p.target,
-            change: p.change,
-            digest: p.digest,
-            dry_run: None,
-            applied: None,
+            live: p.live,
+            ..Write::new(p.target, p.change, p.digest)
         })
         .collect();
     (same, writes)
