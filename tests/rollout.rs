@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use berth::history::{Outcome, RolloutOutcome};
 use common::{Repo, Setup};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -597,4 +599,79 @@ async fn a_change_of_labels_only_starts_no_rollout_to_follow() {
         "a new image is a rollout, followed until it fails: {out}"
     );
     assert!(out.contains("exceeded its progress deadline"), "{out}");
+}
+
+/// Stops `berth run` with `signal` while it follows the rollout of `image`; then a
+/// one-shot `berth sync` picks the unfinished rollout up. Returns its exit code and output.
+async fn stopped_mid_rollout(
+    cp: &berth::testenv::ControlPlane,
+    ns: &str,
+    image: &str,
+    pods: &str,
+    deadline: &str,
+    signal: i32,
+) -> (Setup, i32, String) {
+    let repo = Repo::new();
+    repo.write("web.yaml", &deployment("web:1", "", deadline));
+    repo.commit("web 1");
+    let app = format!("restart-{signal}-{}", image.replace([':', '.'], "-"));
+    let setup = Setup::new(cp, &app, &repo, ns, "");
+    assert_eq!(setup.berth(&["sync"]).0, 0);
+
+    repo.write("web.yaml", &deployment(image, pods, deadline));
+    repo.commit("web 2");
+    let mut daemon = common::Daemon::start(&setup.config, &[]);
+    let state = setup.state.path().to_path_buf();
+    common::eventually(
+        "berth run follows the rollout",
+        Duration::from_secs(30),
+        || berth::sync::in_flight(&state, &app).is_some_and(|m| m.step == "roll out"),
+    );
+    daemon.signal(signal);
+    daemon.wait(Duration::from_secs(30));
+    if signal == libc::SIGTERM {
+        let record = setup.history().pop().unwrap();
+        assert_eq!(record.outcome, Outcome::Interrupted, "{record:?}");
+    }
+    let (code, out, err) = setup.berth(&["sync"]);
+    (setup, code, format!("{out}{err}"))
+}
+
+/// A restart (SIGTERM, as `systemctl restart` sends) or a kill mid-rollout is never
+/// recorded as a success: the next sync follows the unfinished rollout to its end and
+/// applies the failure policy as an uninterrupted sync would.
+#[tokio::test]
+async fn a_rollout_cut_short_by_a_restart_is_followed_to_its_end_by_the_next_sync() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    for signal in [libc::SIGTERM, libc::SIGKILL] {
+        // Pods that never become ready: the next sync sees it fail and rolls it back.
+        let ns = common::namespace(&client, &format!("cut-fails-{signal}")).await;
+        let deadline = "  progressDeadlineSeconds: 4\n";
+        let (setup, code, out) =
+            stopped_mid_rollout(cp, &ns, "web:broken", NEVER, deadline, signal).await;
+        assert_eq!(code, 1, "{out}");
+        assert!(out.contains("exceeded its progress deadline"), "{out}");
+        assert!(out.contains("rolled back Deployment"), "{out}");
+        assert_eq!(image(&client, &ns).await, "web:1");
+        let records = setup.history();
+        assert!(
+            records.iter().all(|r| r.outcome != Outcome::Succeeded
+                || r.commit.as_ref().is_some_and(|c| c.subject == "web 1")),
+            "{records:?}"
+        );
+
+        // Pods that become ready after a while: the next sync sees it complete.
+        let ns = common::namespace(&client, &format!("cut-completes-{signal}")).await;
+        let slow = "testenv.berth.dev/ready-after: \"3s\"";
+        let deadline = "  progressDeadlineSeconds: 60\n";
+        let (setup, code, out) =
+            stopped_mid_rollout(cp, &ns, "web:2", slow, deadline, signal).await;
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains("successfully rolled out"), "{out}");
+        assert_eq!(image(&client, &ns).await, "web:2");
+        assert_eq!(setup.history().pop().unwrap().outcome, Outcome::Succeeded);
+    }
 }

@@ -153,6 +153,24 @@ pub fn write_ahead<'a>(
     ahead
 }
 
+/// `next` with the entries of `keys` as they were before the sync (`old`), or pending
+/// where `old` had none: objects written but not followed to the end, so that the next
+/// sync writes and follows them again.
+pub fn unfinished(next: &Inventory, old: &Inventory, keys: &[ObjectKey]) -> Inventory {
+    let before = old.by_key();
+    let mut out = next.clone();
+    for e in out.objects.iter_mut().filter(|e| keys.contains(&e.key)) {
+        match before.get(&e.key) {
+            Some(was) => *e = (*was).clone(),
+            None => {
+                e.digest = PENDING.to_string();
+                e.observed = String::new();
+            }
+        }
+    }
+    out
+}
+
 impl Plan {
     /// True when nothing needs a write request.
     pub fn is_no_op(&self) -> bool {
@@ -506,6 +524,33 @@ mod tests {
             [entry(&kept, "rv1"), entry(&dropped, "rv1"), fresh]
         );
         assert_eq!(next.held, old.held);
+    }
+
+    #[test]
+    fn unfinished_entries_go_back_to_what_they_were_before_the_sync() {
+        let (a, b, c) = (cm("a", "1"), cm("b", "1"), cm("c", "1"));
+        let old = Inventory {
+            commit: Some("c1".into()),
+            objects: vec![entry(&a, "5"), entry(&c, "5")],
+            held: None,
+        };
+        let next = Inventory {
+            commit: Some("c2".into()),
+            objects: vec![entry(&a, "6"), entry(&b, "6"), entry(&c, "6")],
+            held: None,
+        };
+        let out = unfinished(&next, &old, &[a.key(), b.key()]);
+        assert_eq!(out.commit.as_deref(), Some("c2"));
+        assert_eq!(out.objects[0], old.objects[0], "as before the sync");
+        assert_eq!(
+            (
+                out.objects[1].digest.as_str(),
+                out.objects[1].observed.as_str()
+            ),
+            (PENDING, ""),
+            "new in this sync: pending"
+        );
+        assert_eq!(out.objects[2], next.objects[2], "finished: as written");
     }
 
     #[test]

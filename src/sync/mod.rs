@@ -516,7 +516,11 @@ impl<'a> Run<'a> {
             });
             return Err(Stop::Failed);
         }
-        if rollouts.interrupted {
+        if !rollouts.unfinished.is_empty() {
+            // As if this sync had not written them: the next one (after a restart, say)
+            // writes them again, finds their generation moved, follows them to the end and
+            // applies the failure policy.
+            *next = plan::unfinished(next, old, &rollouts.unfinished);
             return Err(Stop::Interrupted);
         }
         Ok(())

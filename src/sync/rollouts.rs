@@ -27,8 +27,8 @@ pub(super) struct Rollouts {
     pub held: Option<String>,
     /// Deployments whose template was rolled back (their inventory entry must not match git).
     pub rolled_back: Vec<ObjectKey>,
-    /// Shutdown came before a rollout ended.
-    pub interrupted: bool,
+    /// Deployments whose rollout shutdown cut short: the next sync follows them again.
+    pub unfinished: Vec<ObjectKey>,
 }
 
 /// The rollout of Deployment `m`, as berth wrote it (`applied`: the API server's answer).
@@ -110,6 +110,9 @@ impl Run<'_> {
         for (record, error) in records {
             if let Some(e) = error {
                 self.fail(SyncError::Rollout(e));
+            }
+            if record.rollout.outcome == RolloutOutcome::Interrupted {
+                result.unfinished.push(record.deployment.clone());
             }
             let failed = matches!(
                 record.rollout.outcome,
@@ -193,7 +196,9 @@ impl Run<'_> {
         }
     }
 
-    /// Restores the template of the revision that ran before this sync.
+    /// Restores the template of the revision that ran before this sync; for a rollout
+    /// this sync resumed (one a restart cut short: the template was live already), the
+    /// revision before it, as `kubectl rollout undo` would.
     async fn roll_back(
         &self,
         w: &Write,
@@ -202,10 +207,13 @@ impl Run<'_> {
     ) -> Result<Option<RollbackRecord>, String> {
         let prefix = w.target.manifest.key().kubectl();
         let report = |line: &str| (self.report)(&format!("{prefix}: {line}"));
+        let resumed =
+            failed.revision_from.is_some() && failed.revision_from == failed.rollout.revision;
         let Some(target) = failed
             .revision_from
             .and_then(|r| revisions.revision(r))
             .filter(|rs| rs.hash != revisions.hash)
+            .or_else(|| resumed.then(|| revisions.previous()).flatten())
         else {
             report("no earlier revision to roll back to: left as it is");
             return Ok(None);
