@@ -675,3 +675,132 @@ async fn a_rollout_cut_short_by_a_restart_is_followed_to_its_end_by_the_next_syn
         assert_eq!(setup.history().pop().unwrap().outcome, Outcome::Succeeded);
     }
 }
+
+/// The object lines of `berth plan` (`configmap/a -n ns configure`), and of `berth sync`
+/// (`configmap/a -n ns configured`) in plan's words, sorted.
+fn plan_lines(out: &str) -> Vec<String> {
+    let verbs = [" create", " configure", " prune", " kept", " refused"];
+    let mut lines: Vec<String> = out
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with("error:") && verbs.iter().any(|v| l.contains(v)))
+        .filter(|l| l.split(' ').next().is_some_and(|o| o.contains('/')))
+        .map(|l| l.split(" (").next().unwrap_or(l).to_string())
+        .collect();
+    lines.sort();
+    lines
+}
+
+fn sync_lines(out: &str, app: &str) -> Vec<String> {
+    let words = [
+        (" created", " create"),
+        (" configured", " configure"),
+        (" pruned", " prune"),
+        (" kept", " kept"),
+    ];
+    let mut lines: Vec<String> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix(&format!("{app}: ")))
+        .filter(|l| l.split(' ').next().is_some_and(|o| o.contains('/')))
+        .filter_map(|l| {
+            let l = l.split(" (").next().unwrap_or(l);
+            words
+                .iter()
+                .find_map(|(done, plan)| l.strip_suffix(done).map(|o| format!("{o}{plan}")))
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// `berth plan` and `berth sync` make one decision for every object: create, configure,
+/// unchanged, prune, kept, refused and held, compared line for line.
+#[tokio::test]
+async fn plan_and_sync_agree_line_for_line() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "agree").await;
+    let cm = |name: &str, value: &str, meta: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n{meta}data:\n  v: \"{value}\"\n")
+    };
+    let keep = "  annotations: {berth.dev/prune: \"false\"}\n";
+    let repo = Repo::new();
+    repo.write("same.yaml", &cm("same", "1", ""));
+    repo.write("conf.yaml", &cm("conf", "1", ""));
+    repo.write("gone.yaml", &cm("gone", "1", ""));
+    repo.write("keep.yaml", &cm("keep", "1", keep));
+    repo.commit("first");
+    let setup = Setup::new(cp, "agree", &repo, &ns, "prune = true");
+    assert_eq!(setup.berth(&["sync", "--no-wait"]).0, 0);
+
+    repo.write("conf.yaml", &cm("conf", "2", ""));
+    repo.write("new.yaml", &cm("new", "1", ""));
+    repo.write(
+        "bad.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad\ndata:\n  \"not a key!\": x\n",
+    );
+    repo.git(&["rm", "-q", "gone.yaml", "keep.yaml"]);
+    repo.commit("second");
+    let object = |name: &str, verb: &str| format!("configmap/{name} -n {ns} {verb}");
+    let (code, plan, _) = setup.berth(&["plan"]);
+    assert_eq!(code, 1, "{plan}");
+    assert_eq!(
+        plan_lines(&plan),
+        [
+            object("bad", "refused"),
+            object("conf", "configure"),
+            object("gone", "prune"),
+            object("keep", "kept"),
+            object("new", "create"),
+        ],
+        "{plan}"
+    );
+    // The sync refuses as the plan said: nothing written.
+    let (code, out, _) = setup.berth(&["sync", "--no-wait"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("ConfigMap") && out.contains("bad") && out.contains("nothing was written"),
+        "{out}"
+    );
+
+    repo.git(&["rm", "-q", "bad.yaml"]);
+    repo.commit("third");
+    let (code, plan, _) = setup.berth(&["plan"]);
+    assert_eq!(code, 0, "{plan}");
+    assert!(plan.contains("1 unchanged"), "{plan}");
+    let (code, out, _) = setup.berth(&["sync", "--no-wait"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        plan_lines(&plan),
+        sync_lines(&out, "agree"),
+        "{plan}\n{out}"
+    );
+    assert_eq!(
+        sync_lines(&out, "agree"),
+        [
+            object("conf", "configure"),
+            object("gone", "prune"),
+            object("keep", "kept"),
+            object("new", "create"),
+        ]
+    );
+
+    // Held after a failed rollout: neither writes anything.
+    let deadline = "  progressDeadlineSeconds: 3\n";
+    repo.write("web.yaml", &deployment("web:1", "", deadline));
+    repo.commit("web 1");
+    assert_eq!(setup.berth(&["sync"]).0, 0);
+    repo.write("web.yaml", &deployment("web:broken", NEVER, deadline));
+    repo.commit("web broken");
+    assert_eq!(setup.berth(&["sync"]).0, 1);
+    let (_, plan, _) = setup.berth(&["plan"]);
+    let (_, out, _) = setup.berth(&["sync"]);
+    assert!(
+        plan.contains("held:") && out.contains("held:"),
+        "{plan}\n{out}"
+    );
+    assert_eq!(plan_lines(&plan), Vec::<String>::new(), "{plan}");
+    assert_eq!(sync_lines(&out, "agree"), Vec::<String>::new(), "{out}");
+}

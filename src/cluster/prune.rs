@@ -28,7 +28,9 @@ pub struct Pruned {
     pub error: Option<ClusterError>,
 }
 
-/// Deletes the candidates that are still ours, `concurrency` at a time.
+/// Deletes the candidates that are still ours, `concurrency` at a time; with `dry_run`,
+/// the API server only checks each deletion (`berth plan`: the same decisions, nothing
+/// deleted).
 pub async fn prune(
     client: &kube::Client,
     kinds: &ClusterKinds,
@@ -36,10 +38,11 @@ pub async fn prune(
     candidates: &[Entry],
     live: &HashMap<ObjectKey, LiveObject>,
     concurrency: usize,
+    dry_run: bool,
 ) -> Vec<Pruned> {
     let requests: Vec<_> = candidates
         .iter()
-        .map(|e| prune_one(client, kinds, app, e, live.get(&e.key)))
+        .map(|e| prune_one(client, kinds, app, e, live.get(&e.key), dry_run))
         .collect();
     stream::iter(requests)
         .buffered(concurrency.max(1))
@@ -53,6 +56,7 @@ async fn prune_one(
     app: &str,
     entry: &Entry,
     live: Option<&LiveObject>,
+    dry_run: bool,
 ) -> Pruned {
     let result = |action, note: Option<String>, error| Pruned {
         key: entry.key.clone(),
@@ -62,7 +66,7 @@ async fn prune_one(
     };
     let Some(resolved) = kinds.resolve_kind(&entry.api_version, &entry.key.kind) else {
         let note = format!(
-            "kept: the cluster no longer serves {} {}",
+            "the cluster no longer serves {} {}",
             entry.api_version, entry.key.kind
         );
         return result(Action::Kept, Some(note), None);
@@ -79,11 +83,17 @@ async fn prune_one(
     };
     match live {
         Some(l) if l.keep => {
-            let note = format!("kept: annotated {ANNOTATION_PRUNE}: \"false\"");
+            let note = format!("annotated {ANNOTATION_PRUNE}: \"false\"");
             result(Action::Kept, Some(note), None)
         }
         Some(_) => match api
-            .delete(&entry.key.name, &DeleteParams::background())
+            .delete(
+                &entry.key.name,
+                &DeleteParams {
+                    dry_run,
+                    ..DeleteParams::background()
+                },
+            )
             .await
         {
             Ok(_) => result(Action::Pruned, None, None),
@@ -98,12 +108,10 @@ async fn prune_one(
             Ok(Some(meta)) => {
                 let owner = meta.metadata.labels.as_ref().and_then(|l| l.get(LABEL_APP));
                 let note = match owner {
-                    Some(other) => format!(
-                        "kept: taken over by another owner ({LABEL_APP}={other}, not {app})"
-                    ),
-                    None => {
-                        format!("kept: taken over by another owner (label {LABEL_APP} removed)")
+                    Some(other) => {
+                        format!("taken over by another owner ({LABEL_APP}={other}, not {app})")
                     }
+                    None => format!("taken over by another owner (label {LABEL_APP} removed)"),
                 };
                 result(Action::Kept, Some(note), None)
             }

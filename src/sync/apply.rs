@@ -113,6 +113,7 @@ impl Run<'_> {
                     }
                     None => {
                         failed = true;
+                        writes[i].refused = Some(e.to_string());
                         self.fail(e);
                     }
                 },
@@ -127,6 +128,7 @@ impl Run<'_> {
                     Ok(obj) => writes[i].dry_run = Some(obj),
                     Err(e) => {
                         failed = true;
+                        writes[i].refused = Some(e.to_string());
                         self.fail(e);
                     }
                 }

@@ -104,6 +104,8 @@ struct Write {
     took_back: Option<String>,
     /// The live object's version when the plan read it.
     live: Option<String>,
+    /// Why the dry run refused it, when it did.
+    refused: Option<String>,
 }
 
 /// What a sync knows before its first write.
@@ -189,6 +191,7 @@ impl Write {
             applied: None,
             took_back: None,
             live: None,
+            refused: None,
         }
     }
 

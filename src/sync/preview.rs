@@ -6,6 +6,7 @@ use kube::api::{Api, DynamicObject};
 use serde::Serialize;
 
 use super::{split_writes, Report, Run, Syncer, Write};
+use crate::cluster::Action;
 use crate::config::AppConfig;
 use crate::manifest::ObjectKey;
 use crate::rollout::predict::{predict, DeploymentPlan};
@@ -18,7 +19,8 @@ pub struct PlannedObject {
     /// The object.
     #[serde(flatten)]
     pub key: ObjectKey,
-    /// `create`, `configure` or `prune`.
+    /// `create`, `configure`, `prune`, `kept` (a prune candidate that stays) or `refused`
+    /// (the dry run refused it: the sync would fail).
     pub action: &'static str,
     /// Why, when not obvious.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -108,21 +110,27 @@ impl Syncer {
             Ok(checkout) => run.prepare(checkout).await,
             Err(stop) => Err(stop),
         };
-        if let Ok(prepared) = prepared {
-            preview.held = prepared
+        let prepared = prepared.ok().filter(|p| {
+            // A held app applies nothing, as its sync would not.
+            preview.held = p
                 .inventory
-                .held_at(&prepared.checkout.commit.sha)
+                .held_at(&p.checkout.commit.sha)
                 .map(|h| h.reason.clone());
+            preview.held.is_none()
+        });
+        if let Some(prepared) = prepared {
             let plan = prepared.plan;
             let (same, mut writes) = split_writes(plan.planned);
             preview.unchanged = same.len();
             let validated = run.validate(&mut writes).await.is_ok();
             for w in &writes {
-                let action = match w.existing() {
-                    Some(Some(_)) => "configure",
+                let action = match (&w.refused, w.existing()) {
+                    (Some(_), _) => "refused",
+                    (None, Some(Some(_))) => "configure",
                     _ => "create",
                 };
                 let note = match (&w.change, &w.dry_run) {
+                    _ if w.refused.is_some() => w.refused.clone(),
                     (crate::plan::Change::Drifted(why), _) => Some(format!("drift: {why}")),
                     (_, None) if validated => {
                         Some("checked once the namespace or CRD it needs exists".into())
@@ -152,12 +160,22 @@ impl Syncer {
                     diff: None,
                 });
             }
-            if app.prune {
-                for e in &plan.prune {
+            if app.prune && !plan.prune.is_empty() {
+                let decided = run
+                    .prune_decisions(&prepared.kinds, &plan.prune, true)
+                    .await
+                    .unwrap_or_default();
+                for p in decided {
+                    let action = match p.action {
+                        Action::Kept => "kept",
+                        Action::Failed => "refused",
+                        _ => "prune",
+                    };
+                    let note = p.error.map(|e| e.to_string()).or(p.note);
                     preview.objects.push(PlannedObject {
-                        key: e.key.clone(),
-                        action: "prune",
-                        note: None,
+                        key: p.key,
+                        action,
+                        note,
                         diff: None,
                     });
                 }

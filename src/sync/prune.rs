@@ -52,36 +52,9 @@ impl Run<'_> {
     /// Prunes the candidates; returns the entries that must stay in the inventory
     /// (their deletion failed, or the live objects could not be listed).
     pub(super) async fn prune(&mut self, kinds: &ClusterKinds, candidates: &[Entry]) -> Vec<Entry> {
-        let resources: Vec<_> = candidates
-            .iter()
-            .filter_map(|e| {
-                Some((
-                    kinds.resolve_kind(&e.api_version, &e.key.kind)?,
-                    e.key.namespace.clone(),
-                    e.key.name.clone(),
-                ))
-            })
-            .collect();
-        let live =
-            match inventory::live_objects(&self.syncer.client, resources, &self.app.name).await {
-                Ok(live) => live,
-                Err(e) => {
-                    self.fail(e);
-                    return candidates.to_vec();
-                }
-            };
-        let client = &self.client;
-        let concurrency = self.syncer.agent.concurrency;
-        self.rec.requests += candidates.len() as u64;
-        let results = prune::prune(
-            client,
-            kinds,
-            &self.app.name,
-            candidates,
-            &live,
-            concurrency,
-        )
-        .await;
+        let Some(results) = self.prune_decisions(kinds, candidates, false).await else {
+            return candidates.to_vec();
+        };
         let mut kept_back = Vec::new();
         for (entry, r) in candidates.iter().zip(results) {
             if let Some(e) = r.error {
@@ -102,6 +75,48 @@ impl Run<'_> {
             });
         }
         kept_back
+    }
+
+    /// What becomes of each candidate (with `dry_run`, nothing is deleted: `berth plan`
+    /// asks the same questions); `None` when the live objects could not be listed (the
+    /// error is recorded).
+    pub(super) async fn prune_decisions(
+        &mut self,
+        kinds: &ClusterKinds,
+        candidates: &[Entry],
+        dry_run: bool,
+    ) -> Option<Vec<prune::Pruned>> {
+        let resources: Vec<_> = candidates
+            .iter()
+            .filter_map(|e| {
+                Some((
+                    kinds.resolve_kind(&e.api_version, &e.key.kind)?,
+                    e.key.namespace.clone(),
+                    e.key.name.clone(),
+                ))
+            })
+            .collect();
+        let live =
+            match inventory::live_objects(&self.syncer.client, resources, &self.app.name).await {
+                Ok(live) => live,
+                Err(e) => {
+                    self.fail(e);
+                    return None;
+                }
+            };
+        self.rec.requests += candidates.len() as u64;
+        let concurrency = self.syncer.agent.concurrency;
+        let results = prune::prune(
+            &self.client,
+            kinds,
+            &self.app.name,
+            candidates,
+            &live,
+            concurrency,
+            dry_run,
+        )
+        .await;
+        Some(results)
     }
 
     /// Before the first write: the inventory gains an entry for every object this sync
