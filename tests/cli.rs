@@ -2,6 +2,8 @@
 
 use std::process::Command;
 
+mod common;
+
 fn berth(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_berth"))
         .args(args)
@@ -410,4 +412,57 @@ fn validate_reads_trusted_keys_and_notify_secrets_and_names_what_is_wrong() {
     ] {
         assert!(err.contains(expected), "{expected}: {err}");
     }
+}
+
+#[test]
+fn validate_renders_the_commit_the_ref_names_not_the_working_tree() {
+    let repo = common::Repo::new();
+    repo.write(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  value: \"1\"\n",
+    );
+    let first = repo.commit("one");
+    let (_dir, path) = config_file(
+        "berth.toml",
+        &format!(
+            "[agent]\nstate_dir = \"STATE\"\n[[app]]\nname = \"a\"\nrepo = \"{}\"\nbranch = \"mian\"\n",
+            repo.dir.path().display()
+        ),
+    );
+    // A misspelt branch: sync would fail, so validate does, naming it.
+    let (code, out, _) = berth(&["validate", "--config", &path]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("app a: branch mian not found in"), "{out}");
+
+    std::fs::write(
+        &path,
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("mian", "main"),
+    )
+    .unwrap();
+    // An uncommitted broken file, and another branch checked out with more objects: sync
+    // sees neither, and neither does validate.
+    repo.git(&["checkout", "-q", "-b", "other"]);
+    repo.write(
+        "more.yaml",
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: more\n",
+    );
+    repo.commit("more");
+    repo.write("broken.yaml", "kind: [\n");
+    let (code, out, _) = berth(&["validate", "--config", &path]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!(
+            "app a: 1 object from branch main at {} (1 ConfigMap)",
+            &first[..7]
+        )),
+        "{out}"
+    );
+
+    // `--dir` still renders a working tree as it is.
+    let dir = repo.dir.path().display().to_string();
+    let (code, out, _) = berth(&["validate", "--config", &path, "--dir", &dir]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("broken.yaml"), "{out}");
 }

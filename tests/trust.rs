@@ -85,6 +85,10 @@ async fn only_commits_signed_by_a_trusted_key_are_applied() {
         signers.display()
     );
     let setup = Setup::new(cp, "verify", &repo, &ns, &extra);
+    // A good GnuPG signature: applied, and the signer recorded.
+    repo.write("settings.yaml", &config_map("1"));
+    commit_with("one", gnupg(&trusted));
+    // validate renders the commit a sync would: there is one now.
     let (code, out, _) = setup.berth(&["validate"]);
     assert_eq!(code, 0, "{out}");
     assert!(
@@ -93,10 +97,6 @@ async fn only_commits_signed_by_a_trusted_key_are_applied() {
         ),
         "{out}"
     );
-
-    // A good GnuPG signature: applied, and the signer recorded.
-    repo.write("settings.yaml", &config_map("1"));
-    commit_with("one", gnupg(&trusted));
     let (code, out, err) = setup.berth(&["sync"]);
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(value(&client, &ns).await.as_deref(), Some("1"));
