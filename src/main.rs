@@ -43,7 +43,7 @@ enum Command {
     Plan(cli::plan::Args),
     /// Roll a Deployment back to an earlier revision (the previous one by default).
     Rollback(cli::rollback::Args),
-    /// Load and check the configuration, and render every app from a local checkout.
+    /// Load and check the configuration, and render the commit each app's ref names.
     Validate(cli::validate::Args),
     /// Run the manifest pipeline on a folder, a file or stdin (-) and print the objects.
     Render(cli::render::Args),

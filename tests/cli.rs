@@ -2,6 +2,8 @@
 
 use std::process::Command;
 
+mod common;
+
 fn berth(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_berth"))
         .args(args)
@@ -351,7 +353,7 @@ fn render_checks_built_in_kinds_and_masks_secret_values() {
     let (code, out, _) = berth(&["render", &secret]);
     assert_eq!(code, 0);
     assert!(
-        out.contains("password: '***'") && !out.contains("hunter2"),
+        out.contains("password: \"***\"") && !out.contains("hunter2"),
         "{out}"
     );
     let (code, out, _) = berth(&["render", &secret, "--show-secrets"]);
@@ -410,4 +412,136 @@ fn validate_reads_trusted_keys_and_notify_secrets_and_names_what_is_wrong() {
     ] {
         assert!(err.contains(expected), "{expected}: {err}");
     }
+}
+
+#[test]
+fn validate_renders_the_commit_the_ref_names_not_the_working_tree() {
+    let repo = common::Repo::new();
+    repo.write(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  value: \"1\"\n",
+    );
+    let first = repo.commit("one");
+    let (_dir, path) = config_file(
+        "berth.toml",
+        &format!(
+            "[agent]\nstate_dir = \"STATE\"\n[[app]]\nname = \"a\"\nrepo = \"{}\"\nbranch = \"mian\"\n",
+            repo.dir.path().display()
+        ),
+    );
+    // A misspelt branch: sync would fail, so validate does, naming it.
+    let (code, out, _) = berth(&["validate", "--config", &path]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("app a: branch mian not found in"), "{out}");
+
+    std::fs::write(
+        &path,
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("mian", "main"),
+    )
+    .unwrap();
+    // An uncommitted broken file, and another branch checked out with more objects: sync
+    // sees neither, and neither does validate.
+    repo.git(&["checkout", "-q", "-b", "other"]);
+    repo.write(
+        "more.yaml",
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: more\n",
+    );
+    repo.commit("more");
+    repo.write("broken.yaml", "kind: [\n");
+    let (code, out, _) = berth(&["validate", "--config", &path]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!(
+            "app a: 1 object from branch main at {} (1 ConfigMap)",
+            &first[..7]
+        )),
+        "{out}"
+    );
+
+    // `--dir` still renders a working tree as it is.
+    let dir = repo.dir.path().display().to_string();
+    let (code, out, _) = berth(&["validate", "--config", &path, "--dir", &dir]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("broken.yaml"), "{out}");
+}
+
+#[test]
+fn rendered_strings_stay_strings_through_kubectl() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let values = [
+        "off",
+        "on",
+        "yes",
+        "y",
+        "no",
+        "n",
+        "true",
+        "false",
+        "~",
+        "null",
+        "80",
+        "0755",
+        "1e3",
+        ".inf",
+        "-1",
+        "0x1F",
+        "1:20",
+        "2001-12-14",
+        "",
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let data: String = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| format!("  K{i}: {}\n", serde_json::to_string(v).unwrap()))
+        .collect();
+    let file = dir.path().join("cm.yaml");
+    std::fs::write(
+        &file,
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: flags\ndata:\n  FEATURE_X: \"off\"\n{data}"),
+    )
+    .unwrap();
+    let ns = format!("render-kubectl-{}", std::process::id() % 100_000);
+    let (code, rendered, err) = berth(&["render", file.to_str().unwrap(), "-n", &ns]);
+    assert_eq!(code, 0, "{err}");
+
+    let kubectl = |args: &[&str], input: &str| {
+        use std::io::Write;
+        let mut child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&cp.kubeconfig)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run kubectl");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "kubectl {args:?}: {stderr}\n{input}");
+        stdout
+    };
+    kubectl(&["create", "namespace", &ns], "");
+    kubectl(&["apply", "--server-side", "-f", "-"], &rendered);
+    let live: serde_json::Value = serde_json::from_str(&kubectl(
+        &["get", "configmap", "flags", "-n", &ns, "-o", "json"],
+        "",
+    ))
+    .unwrap();
+    assert_eq!(live["data"]["FEATURE_X"], "off", "{rendered}");
+    for (i, v) in values.iter().enumerate() {
+        assert_eq!(live["data"][format!("K{i}")], *v, "{rendered}");
+    }
+    assert!(rendered.contains("FEATURE_X: \"off\""), "{rendered}");
 }

@@ -804,3 +804,88 @@ async fn plan_and_sync_agree_line_for_line() {
     assert_eq!(plan_lines(&plan), Vec::<String>::new(), "{plan}");
     assert_eq!(sync_lines(&out, "agree"), Vec::<String>::new(), "{out}");
 }
+
+/// `berth status` is true while a sync runs and of a Service routing nowhere.
+#[tokio::test]
+async fn status_shows_the_sync_in_flight_and_a_service_without_endpoints() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "status-true").await;
+    let repo = Repo::new();
+    repo.write("web.yaml", &deployment("web:1", "", ""));
+    repo.write(
+        "lonely.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: lonely\nspec:\n  selector: {app: nobody}\n  ports:\n    - port: 80\n",
+    );
+    repo.commit("web 1");
+    let setup = Setup::new(
+        cp,
+        "truth",
+        &repo,
+        &ns,
+        "rollout = { timeout = \"90s\", on_failure = \"halt\" }",
+    );
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+
+    // A Service whose selector matches no pod is not ready.
+    let (code, out, err) = setup.berth(&["status"]);
+    assert_eq!(code, 0, "{err}");
+    let row = out
+        .lines()
+        .find(|l| l.contains(&format!("Service {ns}/lonely")))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(row.ends_with("waiting: no ready endpoints"), "{out}");
+    let status = |args: &[&str]| -> serde_json::Value {
+        let (code, out, err) = setup.berth(&[&["status", "-o", "json"], args].concat());
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(out.lines().count(), 1, "one line per app: {out}");
+        serde_json::from_str(&out).unwrap()
+    };
+    let v = status(&[]);
+    assert_eq!(v["app"], "truth");
+    assert_eq!(v["last"]["outcome"], "succeeded", "{v}");
+    assert_eq!(v["syncing"], serde_json::Value::Null, "{v}");
+    assert_eq!(
+        v["objects"][0]["health"], "waiting: no ready endpoints",
+        "{v}"
+    );
+    assert_eq!(v["deployments"][0]["phase"], "complete", "{v}");
+
+    // A rollout that takes its time: status says what runs, not the last record alone.
+    repo.write("web.yaml", &deployment("web:2", NEVER, ""));
+    let second = repo.commit("web 2");
+    let mut sync = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["sync", "--config"])
+        .arg(&setup.config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let v = loop {
+        let v = status(&[]);
+        if v["syncing"]["step"] == "roll out" {
+            break v;
+        }
+        assert!(std::time::Instant::now() < deadline, "{v}");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    };
+    assert_eq!(v["syncing"]["commit"], second.as_str(), "{v}");
+    let (_, out, _) = setup.berth(&["status"]);
+    let row = out.lines().find(|l| l.starts_with("truth")).unwrap();
+    assert!(
+        row.contains(&format!("syncing {}: roll out", &second[..7])),
+        "{out}"
+    );
+
+    // Killed: the marker it leaves is no sync in flight.
+    sync.kill().unwrap();
+    sync.wait().unwrap();
+    let v = status(&[]);
+    assert_eq!(v["syncing"], serde_json::Value::Null, "{v}");
+    let (_, out, _) = setup.berth(&["status"]);
+    assert!(!out.contains("syncing"), "{out}");
+}

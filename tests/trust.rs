@@ -85,6 +85,10 @@ async fn only_commits_signed_by_a_trusted_key_are_applied() {
         signers.display()
     );
     let setup = Setup::new(cp, "verify", &repo, &ns, &extra);
+    // A good GnuPG signature: applied, and the signer recorded.
+    repo.write("settings.yaml", &config_map("1"));
+    commit_with("one", gnupg(&trusted));
+    // validate renders the commit a sync would: there is one now.
     let (code, out, _) = setup.berth(&["validate"]);
     assert_eq!(code, 0, "{out}");
     assert!(
@@ -93,10 +97,6 @@ async fn only_commits_signed_by_a_trusted_key_are_applied() {
         ),
         "{out}"
     );
-
-    // A good GnuPG signature: applied, and the signer recorded.
-    repo.write("settings.yaml", &config_map("1"));
-    commit_with("one", gnupg(&trusted));
     let (code, out, err) = setup.berth(&["sync"]);
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(value(&client, &ns).await.as_deref(), Some("1"));
@@ -330,6 +330,12 @@ async fn each_event_is_sent_once_in_each_format() {
     assert_eq!(rolled["rollouts"][0]["rolled_back_to"], 2);
     sync(0);
     assert_eq!(events()[5..], ["held"]);
+    let held = json.accepted().pop().unwrap();
+    assert_eq!(
+        (held["outcome"].as_str(), held["resolves"].as_str()),
+        (Some("held"), Some("rolled_back")),
+        "{held}"
+    );
     sync(0);
     assert_eq!(events().len(), 6, "held once");
 
@@ -348,6 +354,13 @@ async fn each_event_is_sent_once_in_each_format() {
     assert_eq!(events()[7..], ["recovered", "synced"]);
     let recovered = &json.accepted()[7];
     assert_eq!(recovered["resolves"], "rollout_failed");
+    // Every message names a record that `berth history show` opens.
+    for message in json.accepted() {
+        let record = message["record"].as_str().unwrap();
+        let (code, shown, err) = setup.berth(&["history", "show", record]);
+        assert_eq!(code, 0, "{} names {record}: {err}", message["event"]);
+        assert!(shown.contains(record), "{shown}");
+    }
 }
 
 #[tokio::test]

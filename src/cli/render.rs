@@ -41,7 +41,8 @@ pub struct Args {
 /// How objects are printed.
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum Output {
-    /// A YAML stream, each object under a `# Source:` comment.
+    /// A YAML stream, each object under a `# Source:` comment; every string that a YAML
+    /// 1.1 parser (kubectl's) would read as a boolean, null or number is quoted.
     Yaml,
     /// One JSON object a line.
     Json,
@@ -144,7 +145,7 @@ fn print(manifests: &[Manifest], output: Output, show_secrets: bool) -> std::io:
         }
         match output {
             Output::Yaml => {
-                let yaml = serde_yaml::to_string(&object).map_err(std::io::Error::other)?;
+                let yaml = berth::manifest::emit::to_yaml(&object);
                 write!(out, "---\n# Source: {}\n{yaml}", m.origin)?;
             }
             Output::Json => writeln!(out, "{}", serde_json::to_string(&object)?)?,

@@ -1,5 +1,6 @@
-//! `berth status`: per app the last sync, and per Deployment its revision, readiness and
-//! rollout phase, like `kubectl get`.
+//! `berth status`: per app the last sync and the sync in flight, and per Deployment its
+//! revision, readiness and rollout phase, like `kubectl get`; `-o json` prints the same as
+//! one JSON object per app.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -8,12 +9,15 @@ use berth::cluster::discovery::ClusterKinds;
 use berth::cluster::{api_for, client, inventory};
 use berth::config;
 use berth::history::HistoryLog;
-use berth::rollout::health::{health, waits_for, Health};
+use berth::rollout::health::{health, routes, selects_pods, waits_for, Health, NO_ENDPOINTS};
 use berth::rollout::phase::phase;
 use berth::rollout::revisions::revision_of;
 use berth::service::shards;
+use berth::sync::{syncing, Marker};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Endpoints;
 use kube::api::Api;
+use serde::Serialize;
 
 use super::history::{short_age, table};
 use super::sync::select;
@@ -23,15 +27,87 @@ use super::sync::select;
 pub struct Args {
     /// Apps to show (default: all).
     pub apps: Vec<String>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
 }
 
-/// Runs `berth status`. The last sync of each app comes from the local history; when the
-/// cluster cannot be reached, that part is still shown and the command says so.
+/// How the status is printed.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// Tables, like `kubectl get`.
+    Table,
+    /// One JSON object per app, a line each (fields: see [`AppStatus`]).
+    Json,
+}
+
+/// One app's status, as `-o json` prints it.
+#[derive(Serialize)]
+struct AppStatus {
+    /// The app.
+    app: String,
+    /// With sharding: the host the assignment gives the app.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host: Option<String>,
+    /// The last recorded sync, `null` when never synced.
+    last: Option<LastSync>,
+    /// The sync in flight, `null` when none runs.
+    syncing: Option<Syncing>,
+    /// Why the app is held, `null` when it is not (or the cluster was not reached).
+    held: Option<String>,
+    /// The app's Deployments (`null` when the cluster was not reached).
+    deployments: Option<Vec<DeploymentStatus>>,
+    /// Every other object with a notion of readiness (`null` likewise).
+    objects: Option<Vec<ObjectStatus>>,
+}
+
+/// The last recorded sync of an app.
+#[derive(Serialize)]
+struct LastSync {
+    record: String,
+    commit: Option<String>,
+    outcome: String,
+    started_at: jiff::Timestamp,
+    finished_at: jiff::Timestamp,
+}
+
+/// The sync in flight (its marker in the app's lock file).
+#[derive(Serialize)]
+struct Syncing {
+    record: String,
+    commit: Option<String>,
+    step: String,
+    started_at: jiff::Timestamp,
+    pid: u32,
+}
+
+#[derive(Clone, Serialize)]
+struct DeploymentStatus {
+    /// `namespace/name`.
+    name: String,
+    revision: Option<i64>,
+    ready: i32,
+    replicas: i32,
+    updated: i32,
+    /// `complete`, `progressing`, `failed`, or `missing`.
+    phase: String,
+}
+
+#[derive(Clone, Serialize)]
+struct ObjectStatus {
+    /// `Kind namespace/name` as the inventory names it.
+    object: String,
+    /// `ready`, `waiting: …`, `failed: …` or `missing`.
+    health: String,
+}
+
+/// Runs `berth status`. The last sync of each app comes from the local history and the
+/// sync in flight from its lock file; when the cluster cannot be reached, that part is
+/// still shown and the command says so.
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     let selected = select(&config.apps, &args.apps)?;
     let log = HistoryLog::new(&config.agent.state_dir);
-    let now = jiff::Timestamp::now();
     let live = tokio::time::timeout(CLUSTER_TIMEOUT, live(&config, &selected))
         .await
         .unwrap_or_else(|_| {
@@ -40,63 +116,51 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
                 CLUSTER_TIMEOUT.as_secs()
             ))
         });
-    let mut apps = vec![["APP", "COMMIT", "OUTCOME", "AGE", "HELD"].map(String::from)];
+    let mut statuses = Vec::new();
     for (i, app) in selected.iter().enumerate() {
-        let last = log.read(&app.name)?.pop();
-        let held = match &live {
-            Ok(live) => live.held[i].clone().unwrap_or_else(|| "-".into()),
-            Err(_) => "?".into(),
+        let last = log.read(&app.name)?.pop().map(|r| LastSync {
+            record: r.id.clone(),
+            commit: r.commit.as_ref().map(|c| c.sha.clone()),
+            outcome: r.outcome.as_str().to_string(),
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+        });
+        let in_flight = syncing(&config.agent.state_dir, &app.name).map(|m: Marker| Syncing {
+            record: m.id,
+            commit: m.commit.map(|c| c.sha),
+            step: m.step,
+            started_at: m.started_at,
+            pid: m.pid,
+        });
+        let (host, live_app) = match &live {
+            Ok(l) => (
+                l.hosts
+                    .as_ref()
+                    .map(|h| h.get(&app.name).cloned().unwrap_or_else(|| "-".into())),
+                Some(&l.apps[i]),
+            ),
+            Err(_) => (None, None),
         };
-        apps.push([
-            app.name.clone(),
-            last.as_ref()
-                .map_or("-".into(), |r| r.short_commit().to_string()),
-            last.as_ref()
-                .map(|r| r.outcome.as_str().to_string())
-                .unwrap_or_else(|| "never synced".into()),
-            last.as_ref()
-                .map(|r| {
-                    short_age(
-                        now.duration_since(r.started_at)
-                            .try_into()
-                            .unwrap_or_default(),
-                    )
-                })
-                .unwrap_or_else(|| "-".into()),
-            held,
-        ]);
+        statuses.push(AppStatus {
+            app: app.name.clone(),
+            host,
+            last,
+            syncing: in_flight,
+            held: live_app.and_then(|l| l.held.clone()),
+            deployments: live_app.map(|l| l.deployments.clone()),
+            objects: live_app.map(|l| l.objects.clone()),
+        });
     }
-    let hosts = live.as_ref().ok().and_then(|l| l.hosts.as_ref());
-    match hosts {
-        // With sharding: which live host the assignment gives each app.
-        Some(hosts) => {
-            let rows: Vec<[String; 6]> = apps
-                .into_iter()
-                .enumerate()
-                .map(|(i, [a, b, c, d, e])| {
-                    let host = match i {
-                        0 => "HOST".to_string(),
-                        _ => hosts.get(&a).cloned().unwrap_or_else(|| "-".into()),
-                    };
-                    [a, host, b, c, d, e]
-                })
-                .collect();
-            print!("{}", table(&rows));
+    match args.output {
+        Output::Json => {
+            for s in &statuses {
+                println!("{}", serde_json::to_string(s)?);
+            }
         }
-        None => print!("{}", table(&apps)),
+        Output::Table => print_tables(&statuses, live.is_ok()),
     }
     match live {
-        Ok(live) => {
-            if live.deployments.len() > 1 {
-                println!();
-                print!("{}", table(&live.deployments));
-            }
-            if live.others.len() > 1 {
-                println!();
-                print!("{}", table(&live.others));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Ok(_) => Ok(ExitCode::SUCCESS),
         Err(e) => {
             eprintln!(
                 "error: the cluster is unavailable ({e:#}): held apps and Deployments are not shown; the table above is the local history (check [cluster] in {})",
@@ -107,17 +171,107 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
+fn print_tables(statuses: &[AppStatus], reached: bool) {
+    let now = jiff::Timestamp::now();
+    let age = |t: jiff::Timestamp| short_age(now.duration_since(t).try_into().unwrap_or_default());
+    let short = |sha: &str| sha[..sha.len().min(7)].to_string();
+    let sharded = statuses.iter().any(|s| s.host.is_some());
+    let mut apps = vec![["APP", "HOST", "COMMIT", "OUTCOME", "AGE", "HELD"].map(String::from)];
+    let mut deployments = vec![[
+        "APP",
+        "DEPLOYMENT",
+        "REVISION",
+        "READY",
+        "UP-TO-DATE",
+        "PHASE",
+    ]
+    .map(String::from)];
+    let mut others = vec![["APP", "OBJECT", "HEALTH"].map(String::from)];
+    for s in statuses {
+        let last = s.last.as_ref();
+        let outcome = match (&s.syncing, last) {
+            // What runs now, not the last record: that commit may be the one being replaced.
+            (Some(now_syncing), _) => format!(
+                "syncing {}: {} ({})",
+                now_syncing.commit.as_deref().map_or("?".into(), short),
+                now_syncing.step,
+                age(now_syncing.started_at)
+            ),
+            (None, Some(l)) => l.outcome.clone(),
+            (None, None) => "never synced".into(),
+        };
+        apps.push([
+            s.app.clone(),
+            s.host.clone().unwrap_or_else(|| "-".into()),
+            last.and_then(|l| l.commit.as_deref())
+                .map_or("-".into(), short),
+            outcome,
+            last.map_or("-".into(), |l| age(l.started_at)),
+            match (&s.held, reached) {
+                (_, false) => "?".into(),
+                (Some(h), true) => h.clone(),
+                (None, true) => "-".into(),
+            },
+        ]);
+        for d in s.deployments.iter().flatten() {
+            deployments.push([
+                s.app.clone(),
+                d.name.clone(),
+                d.revision.map_or("-".into(), |r| r.to_string()),
+                if d.phase == "missing" {
+                    "-".into()
+                } else {
+                    format!("{}/{}", d.ready, d.replicas)
+                },
+                if d.phase == "missing" {
+                    "-".into()
+                } else {
+                    d.updated.to_string()
+                },
+                d.phase.clone(),
+            ]);
+        }
+        for o in s.objects.iter().flatten() {
+            others.push([s.app.clone(), o.object.clone(), o.health.clone()]);
+        }
+    }
+    if sharded {
+        print!("{}", table(&apps));
+    } else {
+        let rows: Vec<[String; 5]> = apps
+            .into_iter()
+            .map(|[a, _, c, o, g, h]| [a, c, o, g, h])
+            .collect();
+        print!("{}", table(&rows));
+    }
+    if deployments.len() > 1 {
+        println!();
+        print!("{}", table(&deployments));
+    }
+    if others.len() > 1 {
+        println!();
+        print!("{}", table(&others));
+    }
+}
+
 /// How long `berth status` waits for the cluster before showing the local part alone.
 const CLUSTER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// What the cluster says of the apps: why each is held, a row per Deployment, and a row
-/// per other object with a notion of readiness (its health, as a sync waits for it).
+/// What the cluster says of the apps.
 struct Live {
     /// With sharding: the host the assignment gives each app.
     hosts: Option<std::collections::BTreeMap<String, String>>,
-    held: Vec<Option<String>>,
-    deployments: Vec<[String; 6]>,
-    others: Vec<[String; 3]>,
+    /// One per app asked about, in order.
+    apps: Vec<LiveApp>,
+}
+
+/// What the cluster says of one app: why it is held, its Deployments, and every other
+/// object with a notion of readiness (its health, as a sync waits for it).
+#[derive(Default)]
+struct LiveApp {
+    held: Option<String>,
+    deployments: Vec<DeploymentStatus>,
+    objects: Vec<ObjectStatus>,
 }
 
 async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::Result<Live> {
@@ -126,17 +280,7 @@ async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::R
     let mut kinds: Option<ClusterKinds> = None;
     let mut live = Live {
         hosts: None,
-        others: vec![["APP", "OBJECT", "HEALTH"].map(String::from)],
-        held: Vec::new(),
-        deployments: vec![[
-            "APP",
-            "DEPLOYMENT",
-            "REVISION",
-            "READY",
-            "UP-TO-DATE",
-            "PHASE",
-        ]
-        .map(String::from)],
+        apps: Vec::new(),
     };
     if config.agent.sharding {
         let leases = Api::namespaced(client.clone(), &config.agent.inventory_namespace);
@@ -155,7 +299,10 @@ async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::R
             .await?
             .map(|s| s.inventory)
             .unwrap_or_default();
-        live.held.push(inv.held.as_ref().map(|h| h.reason.clone()));
+        let mut one = LiveApp {
+            held: inv.held.as_ref().map(|h| h.reason.clone()),
+            ..LiveApp::default()
+        };
         for e in inv
             .objects
             .iter()
@@ -175,15 +322,29 @@ async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::R
                 None => "missing".to_string(),
                 Some(obj) => {
                     let json = serde_json::to_value(&obj).unwrap_or_default();
-                    match health(&e.key.group, &e.key.kind, &json) {
+                    let mut now = health(&e.key.group, &e.key.kind, &json);
+                    if now == Health::Current && selects_pods(&e.key.group, &e.key.kind, &json) {
+                        // A Service is only as ready as the pods it routes to.
+                        let ns = e.key.namespace.as_deref().unwrap_or("default");
+                        let endpoints = Api::<Endpoints>::namespaced(client.clone(), ns)
+                            .get_opt(&e.key.name)
+                            .await?
+                            .and_then(|ep| serde_json::to_value(ep).ok());
+                        if !endpoints.is_some_and(|ep| routes(&ep)) {
+                            now = Health::InProgress(NO_ENDPOINTS.into());
+                        }
+                    }
+                    match now {
                         Health::Current => "ready".into(),
                         Health::InProgress(m) => format!("waiting: {m}"),
                         Health::Failed(m) => format!("failed: {m}"),
                     }
                 }
             };
-            live.others
-                .push([app.name.clone(), e.key.to_string(), shown]);
+            one.objects.push(ObjectStatus {
+                object: e.key.to_string(),
+                health: shown,
+            });
         }
         for key in inv
             .objects
@@ -192,40 +353,34 @@ async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::R
             .filter(|k| k.group == "apps" && k.kind == "Deployment")
         {
             let ns = key.namespace.as_deref().unwrap_or("default");
+            let name = format!("{ns}/{}", key.name);
             let Some(d) = Api::<Deployment>::namespaced(client.clone(), ns)
                 .get_opt(&key.name)
                 .await?
             else {
-                live.deployments.push([
-                    app.name.clone(),
-                    format!("{ns}/{}", key.name),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                    "missing".into(),
-                ]);
+                one.deployments.push(DeploymentStatus {
+                    name,
+                    revision: None,
+                    ready: 0,
+                    replicas: 0,
+                    updated: 0,
+                    phase: "missing".into(),
+                });
                 continue;
             };
             let generation = d.metadata.generation.unwrap_or(0);
             let (p, _) = phase(&d, generation);
-            let revision = revision_of(&d.metadata).map_or("-".into(), |r| r.to_string());
-            let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
             let status = d.status.as_ref();
-            live.deployments.push([
-                app.name.clone(),
-                format!("{ns}/{}", key.name),
-                revision,
-                format!(
-                    "{}/{want}",
-                    status.and_then(|s| s.ready_replicas).unwrap_or(0)
-                ),
-                status
-                    .and_then(|s| s.updated_replicas)
-                    .unwrap_or(0)
-                    .to_string(),
-                p.as_str().to_string(),
-            ]);
+            one.deployments.push(DeploymentStatus {
+                name,
+                revision: revision_of(&d.metadata),
+                ready: status.and_then(|s| s.ready_replicas).unwrap_or(0),
+                replicas: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+                updated: status.and_then(|s| s.updated_replicas).unwrap_or(0),
+                phase: p.as_str().to_string(),
+            });
         }
+        live.apps.push(one);
     }
     Ok(live)
 }

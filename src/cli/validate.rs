@@ -1,11 +1,12 @@
-//! `berth validate`: load and check the configuration, then render every app from a local
-//! checkout (or `--dir`) without a cluster.
+//! `berth validate`: load and check the configuration, then render what a sync would: each
+//! app's configured ref, fetched into the repository's cache as a sync fetches it (or a
+//! folder given with `--dir`, such as a working tree), without a cluster.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use berth::config::{self, AppConfig, Config};
+use berth::config::{self, AppConfig, Config, GitRef};
 use berth::manifest::{Builder, BuiltinScopes, Manifest};
 use berth::notifications;
 use berth::source::git;
@@ -14,7 +15,8 @@ use berth::source::verify::Trust;
 /// Arguments of `berth validate`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Render every app from this folder instead of its checkout.
+    /// Render every app from this folder (a working tree, say) instead of the commit its
+    /// configured ref names.
     #[arg(long)]
     pub dir: Option<PathBuf>,
 }
@@ -40,27 +42,33 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
                 continue;
             }
         }
-        let Some(root) = args.dir.clone().or_else(|| local_checkout(&config, app)) else {
-            println!(
-                "app {}: skipped, no local checkout (run `berth sync {0}` first, or pass --dir)",
-                app.name
-            );
-            continue;
+        let (root, shown) = match &args.dir {
+            Some(dir) => (dir.clone(), dir.display().to_string()),
+            None => match git::fetch(app, &config.agent.state_dir) {
+                Ok(checkout) => {
+                    let shown = format!("{} at {}", what(app), checkout.commit.short());
+                    (checkout.dir, shown)
+                }
+                Err(e) => {
+                    failed = true;
+                    println!("app {}: {e}", app.name);
+                    continue;
+                }
+            },
         };
         let rendered = Builder::for_app(app, &config.agent, &root, &BuiltinScopes)
             .map_err(anyhow::Error::from)
             .and_then(|b| Ok(b.render()?));
         match rendered {
             Ok(manifests) => println!(
-                "app {}: {} from {} ({})",
+                "app {}: {} from {shown} ({})",
                 app.name,
                 berth::plural(manifests.len(), "object"),
-                root.display(),
                 kinds(&manifests)
             ),
             Err(e) => {
                 failed = true;
-                println!("app {}: {} — {e}", app.name, root.display());
+                println!("app {}: {shown} — {e}", app.name);
             }
         }
     }
@@ -119,11 +127,13 @@ fn receivers(config: &Config) -> bool {
     ok
 }
 
-/// The repository itself when it is a local path, else the agent's cached checkout.
-fn local_checkout(config: &Config, app: &AppConfig) -> Option<PathBuf> {
-    match git::local_path(&app.repo) {
-        Some(local) => local.is_dir().then_some(local),
-        None => git::latest_tree(&config.agent.state_dir, &app.repo),
+/// The ref the app follows, as a sync names it.
+fn what(app: &AppConfig) -> String {
+    match app.git_ref() {
+        GitRef::DefaultBranch => "the default branch".into(),
+        GitRef::Branch(b) => format!("branch {b}"),
+        GitRef::Tag(t) => format!("tag {t}"),
+        GitRef::Commit(c) => format!("commit {c}"),
     }
 }
 

@@ -11,6 +11,7 @@
 //! - [`decode`]: multi-document YAML and JSON streams, within [`bounds`] (flow depth
 //!   before parsing, the decoded size of a document and of a render, duplicate keys);
 //! - [`decorate`]: identity checks, default namespace, ownership label, annotations, filters;
+//! - [`emit`]: the YAML `berth render` prints, every string still a string to YAML 1.1;
 //! - [`confine`]: `[app.scope]`, and berth's own state out of every app's reach;
 //! - [`typed`]: built-in kinds read into their k8s-openapi types;
 //! - [`scope`]: which kinds are namespaced;
@@ -22,6 +23,7 @@ pub mod builder;
 pub mod confine;
 pub mod decode;
 pub mod decorate;
+pub mod emit;
 pub mod error;
 pub mod kustomize;
 pub mod object;

@@ -125,15 +125,20 @@ impl Problems {
     /// Reads `state_dir/notifications.json` (none, or unreadable: nothing is open).
     pub fn load(state_dir: &Path) -> Self {
         let path = state_dir.join("notifications.json");
-        let open = std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default();
+        let open = read(&path).unwrap_or_default();
         Problems { path, open }
     }
 
     /// The messages record `r` makes, given what was sent before; remembers what it sends.
+    ///
+    /// What was sent is read again first: another process (`berth sync` or `berth
+    /// rollback` beside `berth run`) may have sent the app's last problem, and a `held`
+    /// after its `rolled_back` must say it replaces it. The app's lock, held by the caller,
+    /// keeps the app's entry to one writer.
     pub fn messages(&mut self, r: &SyncRecord, now: Timestamp) -> Vec<Message> {
+        if let Some(on_disk) = read(&self.path) {
+            self.open = on_disk;
+        }
         let open = self.open.get(&r.app);
         let mut events = Vec::new();
         match problem(r) {
@@ -180,6 +185,12 @@ impl Problems {
             tracing::warn!(path = %self.path.display(), error = %e, "cannot keep the notifications' state: a restart may send an open problem again");
         }
     }
+}
+
+/// The open problems kept in `path`, when it can be read.
+fn read(path: &Path) -> Option<BTreeMap<String, Open>> {
+    let bytes = std::fs::read(path).ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 fn message(r: &SyncRecord, event: NotifyEvent, resolves: Option<NotifyEvent>) -> Message {
@@ -281,6 +292,26 @@ mod tests {
             events(&restarted.messages(&failed, later)),
             [(SyncFailed, None)],
             "failing again after a recovery is news"
+        );
+    }
+
+    #[test]
+    fn a_problem_sent_by_another_process_is_the_one_replaced() {
+        use NotifyEvent::*;
+        let dir = tempfile::tempdir().unwrap();
+        let now = Timestamp::now();
+        // `berth run` loaded its state before a one-shot `berth rollback` sent its message.
+        let mut daemon = Problems::load(dir.path());
+        let mut one_shot = Problems::load(dir.path());
+        let rolled_back = record("shop", Outcome::RolledBack, None);
+        assert_eq!(
+            events(&one_shot.messages(&rolled_back, now)),
+            [(RolledBack, None)]
+        );
+        let held = record("shop", Outcome::Held, None);
+        assert_eq!(
+            events(&daemon.messages(&held, now)),
+            [(Held, Some(RolledBack))]
         );
     }
 

@@ -62,6 +62,28 @@ pub fn health(group: &str, kind: &str, object: &Value) -> Health {
     }
 }
 
+/// A Service with a selector: kube-proxy routes it to the ready pods it selects, so its
+/// health is also its Endpoints' (see [`routes`]).
+pub fn selects_pods(group: &str, kind: &str, service: &Value) -> bool {
+    (group, kind) == ("", "Service")
+        && service["spec"]["selector"]
+            .as_object()
+            .is_some_and(|s| !s.is_empty())
+}
+
+/// Whether a Service's Endpoints (their JSON) list a ready address: traffic has somewhere
+/// to go.
+pub fn routes(endpoints: &Value) -> bool {
+    endpoints["subsets"].as_array().is_some_and(|subsets| {
+        subsets
+            .iter()
+            .any(|s| s["addresses"].as_array().is_some_and(|a| !a.is_empty()))
+    })
+}
+
+/// What a Service that selects pods is short of when its Endpoints route nowhere.
+pub const NO_ENDPOINTS: &str = "no ready endpoints";
+
 fn reports_generation(group: &str, kind: &str) -> bool {
     matches!(
         (group, kind),
@@ -297,5 +319,19 @@ mod tests {
             Health::Current
         );
         assert!(waits_for("example.com", "Widget") && !waits_for("apps", "Deployment"));
+    }
+
+    #[test]
+    fn a_service_that_selects_pods_is_as_ready_as_its_endpoints() {
+        let service = json!({"spec": {"selector": {"app": "web"}}});
+        assert!(selects_pods("", "Service", &service));
+        assert!(!selects_pods("", "Service", &json!({"spec": {}})));
+        assert!(!routes(
+            &json!({"subsets": [{"notReadyAddresses": [{"ip": "10.0.0.1"}]}]})
+        ));
+        assert!(!routes(&json!({})));
+        assert!(routes(
+            &json!({"subsets": [{"addresses": [{"ip": "10.0.0.1"}]}]})
+        ));
     }
 }

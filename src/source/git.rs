@@ -241,13 +241,6 @@ pub fn tree_at(state_dir: &Path, repo: &str, sha: &str) -> Option<Checkout> {
     })
 }
 
-/// The newest commit tree in the repository's cache (for `berth validate`).
-pub fn latest_tree(state_dir: &Path, repo: &str) -> Option<PathBuf> {
-    trees_by_age(&source_dir(state_dir, repo).join("trees"))
-        .pop()
-        .map(|(_, dir)| dir)
-}
-
 /// Removes the per-app cache of berth before 0.2 (`state_dir/repos/<app>`): the shared one
 /// replaces it.
 fn remove_legacy_cache(state_dir: &Path, app: &str) {

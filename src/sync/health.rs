@@ -14,7 +14,7 @@ use super::{Run, Stop, SyncError, Write};
 use crate::cluster::api_for;
 use crate::history::ObjectHealth;
 use crate::plan::Inventory;
-use crate::rollout::health::{health, waits_for, Health};
+use crate::rollout::health::{health, routes, selects_pods, waits_for, Health, NO_ENDPOINTS};
 
 /// How often the objects waited for are read again.
 const POLL: Duration = Duration::from_millis(500);
@@ -143,7 +143,7 @@ impl Run<'_> {
                                 .has_endpoints(m.namespace().unwrap_or("default"), m.name())
                                 .await
                         {
-                            Health::InProgress("no ready endpoints".into())
+                            Health::InProgress(NO_ENDPOINTS.into())
                         } else {
                             Health::Current
                         }
@@ -178,12 +178,12 @@ impl Run<'_> {
     /// Whether a Service has ready endpoints, as kube-proxy would route it.
     async fn has_endpoints(&self, ns: &str, name: &str) -> bool {
         let api: Api<Endpoints> = Api::namespaced(self.syncer.client.clone(), ns);
-        api.get_opt(name).await.ok().flatten().is_some_and(|e| {
-            e.subsets
-                .iter()
-                .flatten()
-                .any(|s| s.addresses.as_ref().is_some_and(|a| !a.is_empty()))
-        })
+        api.get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|e| serde_json::to_value(e).ok())
+            .is_some_and(|e| routes(&e))
     }
 
     /// Whether a ready pod matches the Service's selector.
@@ -238,14 +238,6 @@ impl Run<'_> {
             }
         }
     }
-}
-
-/// A Service with a selector: kube-proxy routes it to the ready pods it selects.
-fn selects_pods(group: &str, kind: &str, service: &serde_json::Value) -> bool {
-    (group, kind) == ("", "Service")
-        && service["spec"]["selector"]
-            .as_object()
-            .is_some_and(|s| !s.is_empty())
 }
 
 /// The record of how waiting for `w` ended.

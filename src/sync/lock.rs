@@ -57,6 +57,21 @@ pub fn in_flight(state_dir: &Path, app: &str) -> Option<Marker> {
     serde_json::from_str(&text).ok()
 }
 
+/// The marker of the sync in flight when a process holds the app's lock now (a marker a
+/// killed sync left behind is no sync in flight); for `berth status`.
+pub fn syncing(state_dir: &Path, app: &str) -> Option<Marker> {
+    let file = File::open(path(state_dir, app)).ok()?;
+    // SAFETY: flock(2) on a descriptor this function owns; a shared lock taken is given
+    // back at once (closing the file drops it too).
+    let free = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+    if free {
+        // SAFETY: as above.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+        return None;
+    }
+    in_flight(state_dir, app)
+}
+
 /// A held lock (released when dropped).
 pub(super) struct AppLock {
     file: File,
@@ -230,14 +245,13 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Records the run (a held app excepted) and releases the app's lock.
+    /// Records the run and releases the app's lock. A held run is recorded too: its
+    /// notification names its record, which `berth history show` must open.
     pub(super) fn end(mut self, clock: Instant) -> SyncRecord {
         self.mark("history");
         self.rec.finished_at = jiff::Timestamp::now();
         self.rec.duration_ms = clock.elapsed().as_millis() as u64;
-        if self.rec.outcome != Outcome::Held {
-            self.syncer.record(&mut self.rec);
-        }
+        self.syncer.record(&mut self.rec);
         self.syncer.notifications.observe(&self.rec);
         if let Some(lock) = self.lock.take() {
             lock.finish();
@@ -288,8 +302,10 @@ mod tests {
             commit: None,
         };
         lock.mark(&marker).unwrap();
-        assert_eq!(in_flight(dir.path(), "shop"), Some(marker));
+        assert_eq!(in_flight(dir.path(), "shop"), Some(marker.clone()));
+        assert_eq!(syncing(dir.path(), "shop"), Some(marker));
         drop(lock); // as a SIGKILL would: the kernel drops the lock, the marker stays
+        assert_eq!(syncing(dir.path(), "shop"), None, "no sync in flight");
         let (lock, left) = AppLock::acquire(dir.path(), "shop", crate::shutdown::never(), &quiet)
             .await
             .unwrap()

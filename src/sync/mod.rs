@@ -21,7 +21,7 @@ mod prune;
 mod rollouts;
 
 pub use error::SyncError;
-pub use lock::{in_flight, Marker};
+pub use lock::{in_flight, syncing, Marker};
 pub use manual::{RollbackRefused, RollbackRequest};
 pub use preview::{PlannedObject, Preview};
 
