@@ -138,6 +138,15 @@ fn config_errors_name_file_line_and_key_once() {
         "{err}"
     );
 
+    // [app] for [[app]]: the message says what to write.
+    let (_dir, path) = config_file("table.toml", "[app]\nname = \"a\"\nrepo = \"x\"\n");
+    let (code, _, err) = berth(&["validate", "--config", &path]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("write [[app]] (an array of tables: one per app), not [app]"),
+        "{err}"
+    );
+
     let (code, _, err) = berth(&["validate", "--config", "/nonexistent/berth.toml"]);
     assert_eq!(code, 1);
     assert_eq!(

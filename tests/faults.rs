@@ -941,7 +941,9 @@ async fn every_fault_converges_on_the_next_sync() {
                         "resetting after {}: {out}",
                         failures.last().unwrap()
                     );
-                    lab.converged(lab.generation, &sha).await.expect("reset");
+                    if let Err(e) = lab.converged(lab.generation, &sha).await {
+                        panic!("reset after {}: {e}", failures.last().unwrap());
+                    }
                 }
             }
         }

@@ -767,8 +767,8 @@ async fn plan_and_sync_agree_line_for_line() {
 
     repo.git(&["rm", "-q", "bad.yaml"]);
     repo.commit("third");
-    let (code, plan, _) = setup.berth(&["plan"]);
-    assert_eq!(code, 0, "{plan}");
+    let (code, plan, _) = setup.berth(&["plan", "--detailed-exitcode"]);
+    assert_eq!(code, 2, "changes to come: {plan}");
     assert!(plan.contains("1 unchanged"), "{plan}");
     let (code, out, _) = setup.berth(&["sync", "--no-wait"]);
     assert_eq!(code, 0, "{out}");
@@ -786,6 +786,8 @@ async fn plan_and_sync_agree_line_for_line() {
             object("new", "create"),
         ]
     );
+    let (code, plan, _) = setup.berth(&["plan", "--detailed-exitcode"]);
+    assert_eq!(code, 0, "nothing to change: {plan}");
 
     // Held after a failed rollout: neither writes anything.
     let deadline = "  progressDeadlineSeconds: 3\n";

@@ -175,9 +175,16 @@ async fn notify_status_reload_metrics_and_webhook() {
         "{seen:?}"
     );
 
-    // Health, readiness, metrics.
+    // Health, readiness, metrics; HEAD as GET without a body.
     assert_eq!(http(port, "GET", "/healthz", &[], b"").0, 200);
     assert_eq!(http(port, "GET", "/readyz", &[], b"").0, 200);
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(
+            http(port, "HEAD", path, &[], b""),
+            (200, String::new()),
+            "{path}"
+        );
+    }
     let (code, metrics) = http(port, "GET", "/metrics", &[], b"");
     assert_eq!(code, 200);
     assert!(

@@ -453,6 +453,85 @@ async fn fields_git_does_not_set_are_left_to_their_manager() {
     assert_eq!(setup.history().pop().unwrap().outcome, Outcome::NoChange);
 }
 
+/// Under `berth run`, a failed sync's lines are logged at ERROR and warnings at WARN
+/// (journald's priority follows the level), so `journalctl -p err` sees failures.
+#[tokio::test]
+async fn failures_are_logged_at_error_and_warnings_at_warn() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "levels").await;
+    let repo = Repo::new();
+    repo.write(
+        "lonely.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: lonely\nspec:\n  selector: {app: nobody}\n  ports:\n    - port: 80\n",
+    );
+    repo.commit("a Service routing nowhere");
+    let setup = Setup::new(cp, "levels", &repo, &ns, "");
+    let log = setup.state.path().join("berth.log");
+    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["run", "--log-format", "json", "--config"])
+        .arg(&setup.config)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    common::eventually("the first sync", Duration::from_secs(30), || {
+        !setup.history().is_empty()
+    });
+    repo.write("broken.yaml", "apiVersion: v1\nkind: [unclosed\n");
+    repo.commit("broken");
+    common::eventually("the broken commit's sync", Duration::from_secs(30), || {
+        setup
+            .history()
+            .last()
+            .is_some_and(|r| r.outcome == Outcome::Failed)
+    });
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    daemon.wait().unwrap();
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let level_of = |says: &str| {
+        lines
+            .iter()
+            .find(|l| {
+                l["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(says))
+            })
+            .and_then(|l| l["level"].as_str().map(str::to_string))
+    };
+    assert_eq!(
+        level_of("invalid YAML").as_deref(),
+        Some("ERROR"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        level_of("render failed").as_deref(),
+        Some("ERROR"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        level_of("sync failed").as_deref(),
+        Some("ERROR"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        level_of("no ready endpoints").as_deref(),
+        Some("WARN"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        level_of("sync succeeded").as_deref(),
+        Some("INFO"),
+        "{lines:?}"
+    );
+}
+
 #[tokio::test]
 async fn berth_run_syncs_a_new_commit_within_a_second() {
     let Some(cp) = common::control_plane() else {

@@ -331,7 +331,7 @@ async fn app_loop(
     mut stop: Signal,
     heart: Arc<Heartbeat>,
 ) {
-    let log = |line: &str| tracing::info!(app = %app.name, "{line}");
+    let log = |line: &str| log_progress(&app.name, line);
     let mut trigger = Trigger::Interval;
     loop {
         heart.busy(true);
@@ -395,4 +395,16 @@ fn random_below(max: Duration) -> Duration {
         return Duration::ZERO;
     }
     Duration::from_nanos(RandomState::new().hash_one(std::time::Instant::now()) % nanos)
+}
+
+/// A sync's progress line in the agent's log, at the level its words say (journald's
+/// priority follows): errors and failed steps at ERROR, warnings at WARN, the rest INFO.
+fn log_progress(app: &str, line: &str) {
+    if line.starts_with("error:") || line.ends_with("failed: nothing was written") {
+        tracing::error!(app, "{line}");
+    } else if line.starts_with("warning:") || line.contains(": warning: ") {
+        tracing::warn!(app, "{line}");
+    } else {
+        tracing::info!(app, "{line}");
+    }
 }

@@ -19,6 +19,10 @@ pub struct Args {
     /// Show Secret values in the diffs (masked as `***` otherwise).
     #[arg(long)]
     pub show_secrets: bool,
+    /// Exit 2 when a sync would change something (0: nothing, 1: an error), as `terraform
+    /// plan -detailed-exitcode` does, for scripts.
+    #[arg(long)]
+    pub detailed_exitcode: bool,
 }
 
 /// How the plan is printed.
@@ -34,20 +38,21 @@ pub enum Format {
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     let syncer = Syncer::connect(&config, false).await?;
-    let mut ok = true;
+    let (mut ok, mut changes) = (true, false);
     for app in select(&config.apps, &args.apps)? {
         let progress = |line: &str| eprintln!("{}: {line}", app.name);
         let preview = syncer.preview(app, args.show_secrets, &progress).await;
         ok &= preview.errors.is_empty();
+        changes |= preview.objects.iter().any(|o| o.action != "kept");
         match args.output {
             Format::Json => println!("{}", serde_json::to_string(&preview)?),
             Format::Text => print!("{}", text(&preview)),
         }
     }
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+    Ok(match (ok, changes && args.detailed_exitcode) {
+        (false, _) => ExitCode::FAILURE,
+        (true, true) => ExitCode::from(2),
+        (true, false) => ExitCode::SUCCESS,
     })
 }
 

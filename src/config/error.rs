@@ -121,6 +121,7 @@ pub(super) fn toml_error(text: &str, key: String, e: &toml::de::Error) -> Config
         .unwrap_or((1, 1));
     ConfigError::Parse {
         file: None,
+        message: hint(&key, e.message().trim()),
         key: if key.is_empty() || key == "." {
             "(top level)".to_string()
         } else {
@@ -128,7 +129,17 @@ pub(super) fn toml_error(text: &str, key: String, e: &toml::de::Error) -> Config
         },
         line,
         column,
-        message: e.message().trim().to_string(),
+    }
+}
+
+/// The parser's message, with what to write instead where the mistake is a common one.
+fn hint(key: &str, message: &str) -> String {
+    let table = ["app", "notify"].into_iter().find(|t| key == *t);
+    match table {
+        Some(t) if message.contains("expected a sequence") => {
+            format!("{message}: write [[{t}]] (an array of tables: one per {t}), not [{t}]")
+        }
+        _ => message.to_string(),
     }
 }
 

@@ -113,6 +113,14 @@ fn reply(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {
 }
 
 async fn handle(endpoint: &Endpoint, lane: Lane, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    // HEAD is GET without the body (probes and monitors send it).
+    if req.method() == Method::HEAD {
+        let (mut parts, body) = req.into_parts();
+        parts.method = Method::GET;
+        let mut r = Box::pin(handle(endpoint, lane, Request::from_parts(parts, body))).await;
+        *r.body_mut() = Full::new(Bytes::new());
+        return r;
+    }
     let path = req.uri().path().to_string();
     match (req.method(), path.as_str()) {
         (&Method::GET, "/healthz") => reply(StatusCode::OK, "ok\n"),

@@ -309,17 +309,29 @@ impl Syncer {
             tracing::error!(app = %rec.app, error = %e, "cannot write the sync history");
         }
         let commit = rec.commit.as_ref().map(|c| c.short()).unwrap_or("-");
-        tracing::info!(
-            app = %rec.app,
-            commit,
-            outcome = rec.outcome.as_str(),
-            duration_ms = rec.duration_ms,
-            changes = rec.changes(),
-            errors = rec.errors.len(),
-            trigger = rec.trigger.as_str(),
-            "sync {}",
-            rec.outcome.as_str()
-        );
+        // The level says how it went, so that `journalctl -p err` and level-based alerts
+        // see failures (a macro: tracing's levels are fixed per call site).
+        macro_rules! logged {
+            ($level:expr) => {
+                tracing::event!(
+                    $level,
+                    app = %rec.app,
+                    commit,
+                    outcome = rec.outcome.as_str(),
+                    duration_ms = rec.duration_ms,
+                    changes = rec.changes(),
+                    errors = rec.errors.len(),
+                    trigger = rec.trigger.as_str(),
+                    "sync {}",
+                    rec.outcome.as_str()
+                )
+            };
+        }
+        match rec.outcome {
+            Outcome::Failed => logged!(tracing::Level::ERROR),
+            Outcome::Interrupted | Outcome::Held => logged!(tracing::Level::WARN),
+            _ => logged!(tracing::Level::INFO),
+        }
     }
 }
 
@@ -423,7 +435,12 @@ impl<'a> Run<'a> {
                 self.mark("prune");
                 self.prune_step(&kinds, prune, &inventory, &mut next).await
             }
-            Err(stop) => Err(stop),
+            Err(stop) => {
+                // Not pruned now (a failed, held or interrupted rollout): still the app's,
+                // so that a later sync prunes them.
+                next.objects.extend(prune);
+                Err(stop)
+            }
         };
         self.mark("inventory");
         self.store_inventory(&ahead, &next).await;
