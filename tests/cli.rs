@@ -554,3 +554,31 @@ fn rendered_strings_stay_strings_through_kubectl() {
     }
     assert!(rendered.contains("FEATURE_X: \"off\""), "{rendered}");
 }
+
+/// A cluster that is down is one clear line within seconds for a one-shot command: the
+/// API server's address, the cause and what to check (was 58 s and 19 WARN lines).
+#[test]
+fn a_cluster_that_is_down_is_one_clear_line_within_seconds() {
+    let (dir, path) = config_file(
+        "berth.toml",
+        "[agent]\nstate_dir = \"STATE\"\n[cluster]\nkubeconfig = \"STATE/kubeconfig\"\n[[app]]\nname = \"web\"\nrepo = \"x\"\n",
+    );
+    write_down_kubeconfig(dir.path());
+    for command in ["sync", "plan", "status"] {
+        let start = std::time::Instant::now();
+        let (code, out, err) = berth(&[command, "--config", &path]);
+        let took = start.elapsed();
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(
+            took < std::time::Duration::from_secs(10),
+            "{command}: {took:?}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{command}: {err}");
+        assert!(
+            err.contains("cannot reach the API server at https://127.0.0.1:1/")
+                && err.contains("refused")
+                && err.contains("[cluster] kubeconfig"),
+            "{command}: {err}"
+        );
+    }
+}

@@ -18,3 +18,15 @@ pub fn say(line: impl std::fmt::Display) {
     use std::io::Write;
     let _ = writeln!(std::io::stdout().lock(), "{line}");
 }
+
+/// At a terminal, a cluster that is down is one clear line within seconds (the API
+/// server's address and the cause), not a minute of retries: one-shot commands ask it once
+/// before their first request.
+///
+/// # Errors
+/// The API server did not answer within 5 s.
+pub async fn reach_cluster(config: &berth::config::Config) -> anyhow::Result<()> {
+    const WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+    berth::cluster::client::probe(&config.cluster, WITHIN).await?;
+    Ok(())
+}

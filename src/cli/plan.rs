@@ -37,6 +37,7 @@ pub enum Format {
 /// Runs `berth plan`: exit code 1 when a sync would fail.
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
+    super::reach_cluster(&config).await?;
     let syncer = Syncer::connect(&config, false).await?;
     let (mut ok, mut changes) = (true, false);
     for app in select(&config.apps, &args.apps)? {

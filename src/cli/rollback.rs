@@ -28,6 +28,7 @@ pub struct Args {
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     let app = select(&config.apps, std::slice::from_ref(&args.app))?[0];
+    super::reach_cluster(&config).await?;
     let syncer = Syncer::connect(&config, false).await?.notify(&config)?;
     let request = RollbackRequest {
         deployment: &args.deployment,

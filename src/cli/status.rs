@@ -275,6 +275,8 @@ struct LiveApp {
 }
 
 async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::Result<Live> {
+    // A cluster that is down is said at once, not after the whole timeout.
+    super::reach_cluster(config).await?;
     let client = client::connect(&config.cluster).await?;
     // Discovery only when an app holds a kind beyond Deployments to show.
     let mut kinds: Option<ClusterKinds> = None;

@@ -33,6 +33,7 @@ pub struct Args {
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     let apps = select(&config.apps, &args.apps)?;
+    super::reach_cluster(&config).await?;
     let syncer = Syncer::connect(&config, false).await?.notify(&config)?;
     let (stop, shutdown) = berth::shutdown::channel();
     tokio::spawn(async move {

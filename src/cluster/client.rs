@@ -13,6 +13,50 @@ use crate::config::ClusterConfig;
 /// # Errors
 /// The kubeconfig cannot be read, names no such context, or no configuration is found.
 pub async fn connect(cluster: &ClusterConfig) -> Result<kube::Client, ClusterError> {
+    let config = config_of(cluster).await?;
+    client_of(config, cluster)
+}
+
+/// Asks the API server for its version once, within `within` and without retries: what a
+/// command at a terminal checks before its first request, so that a cluster that is down
+/// is one clear line in seconds (retries are for an agent riding out a restart).
+///
+/// # Errors
+/// [`ClusterError::Connect`] naming the server, the cause and what to check.
+pub async fn probe(
+    cluster: &ClusterConfig,
+    within: std::time::Duration,
+) -> Result<(), ClusterError> {
+    let config = config_of(cluster).await?;
+    let server = config.cluster_url.to_string();
+    let once = ClusterConfig {
+        request_timeout: within,
+        retry_for: std::time::Duration::ZERO,
+        ..cluster.clone()
+    };
+    let client = client_of(config, &once)?;
+    let cause = match tokio::time::timeout(within, client.apiserver_version()).await {
+        Ok(Ok(_)) => return Ok(()),
+        Ok(Err(e)) => root_cause(&e),
+        Err(_) => format!("no answer within {}s", within.as_secs()),
+    };
+    Err(ClusterError::Connect(format!(
+        "cannot reach the API server at {server}: {cause}. Is it running, and is [cluster] kubeconfig (or the context) the right one?"
+    )))
+}
+
+/// The innermost cause of a request's failure (`Connection refused (os error 111)`),
+/// not kube's chain of wrappers.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause: &dyn std::error::Error = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    cause.to_string()
+}
+
+/// The kube configuration `[cluster]` names.
+async fn config_of(cluster: &ClusterConfig) -> Result<kube::Config, ClusterError> {
     let options = KubeConfigOptions {
         context: cluster.context.clone(),
         ..KubeConfigOptions::default()
@@ -40,7 +84,14 @@ pub async fn connect(cluster: &ClusterConfig) -> Result<kube::Client, ClusterErr
             .await
             .map_err(|e| ClusterError::Connect(format!("{e} (set [cluster] kubeconfig)")))?,
     };
-    let mut config = config;
+    Ok(config)
+}
+
+/// A client of `config`, bounded and retried as `[cluster]` says.
+fn client_of(
+    mut config: kube::Config,
+    cluster: &ClusterConfig,
+) -> Result<kube::Client, ClusterError> {
     // So that audit logs and API server metrics can tell berth's requests apart.
     config.headers.push((
         http::header::USER_AGENT,
