@@ -496,3 +496,115 @@ async fn the_guestbook_syncs_with_the_least_privilege_identity() {
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(limited, "guestbook");
     assert!(secrets.list(&Default::default()).await.is_err());
 }
+
+/// A commit that touches none of an app's paths costs that app nothing: under `berth run`
+/// no API request at all and its metrics keep their values; under one-shot `berth sync`
+/// no write (not even the inventory's commit), recorded as no change.
+#[tokio::test]
+async fn a_commit_that_touches_none_of_an_apps_paths_costs_it_nothing() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "untouched").await;
+    let repo = Repo::new();
+    for i in 0..3 {
+        repo.write(
+            &format!("app/cm{i}.yaml"),
+            &format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm{i}\ndata: {{v: \"1\"}}\n"
+            ),
+        );
+    }
+    repo.write("other/readme.txt", "not the app's\n");
+    repo.commit("first");
+    let port = common::free_port();
+    let setup = Setup::new(cp, "untouched", &repo, &ns, "path = \"app\"");
+    let config = std::fs::read_to_string(&setup.config).unwrap().replace(
+        "[cluster]",
+        &format!("listen = \"127.0.0.1:{port}\"\n[cluster]"),
+    );
+    std::fs::write(&setup.config, &config).unwrap();
+    let managed = || {
+        let (_, metrics) = http(port, "GET", "/metrics", &[], b"");
+        metrics
+            .lines()
+            .find(|l| l.starts_with("berth_managed_objects{app=\"untouched\"}"))
+            .map(str::to_string)
+    };
+    let mut daemon = Daemon::start(&setup.config, &[]);
+    common::eventually("the endpoint", Duration::from_secs(30), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    common::eventually("the first sync", Duration::from_secs(30), || {
+        managed().as_deref() == Some("berth_managed_objects{app=\"untouched\"} 3")
+    });
+    let start = jiff::Timestamp::now();
+    repo.write("other/readme.txt", "still not the app's\n");
+    repo.commit("elsewhere");
+    common::eventually(
+        "the untouched commit's record",
+        Duration::from_secs(30),
+        || {
+            setup
+                .history()
+                .last()
+                .and_then(|r| r.note.clone())
+                .is_some_and(|n| n.contains("changes nothing under app"))
+        },
+    );
+    assert_eq!(
+        managed().as_deref(),
+        Some("berth_managed_objects{app=\"untouched\"} 3"),
+        "metrics keep their values"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let berths = |since| {
+        cp.audit_events(since)
+            .iter()
+            .filter(|e| {
+                e["userAgent"]
+                    .as_str()
+                    .is_some_and(|a| a.starts_with("berth/"))
+            })
+            .filter(|e| {
+                e["objectRef"]["namespace"] == ns.as_str()
+                    || e["objectRef"]["name"] == "berth-inventory-untouched"
+            })
+            .count()
+    };
+    assert_eq!(berths(start), 0, "no request for the untouched app");
+    daemon.signal(libc::SIGTERM);
+    daemon.wait(Duration::from_secs(30));
+
+    // One-shot: the cluster is read (drift), nothing is written.
+    repo.write("other/readme.txt", "once more\n");
+    repo.commit("elsewhere again");
+    let start = jiff::Timestamp::now();
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let writes = cp
+        .audit_events(start)
+        .iter()
+        .filter(|e| {
+            e["userAgent"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("berth/"))
+        })
+        .filter(|e| {
+            matches!(
+                e["verb"].as_str(),
+                Some("create" | "update" | "patch" | "delete")
+            )
+        })
+        .filter(|e| {
+            e["objectRef"]["namespace"] == ns.as_str()
+                || e["objectRef"]["name"] == "berth-inventory-untouched"
+        })
+        .count();
+    assert_eq!(writes, 0, "{out}");
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::NoChange, "{out}");
+    assert_eq!(record.managed(), 3);
+}

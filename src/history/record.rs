@@ -272,6 +272,17 @@ impl SyncRecord {
     pub fn changes(&self) -> usize {
         self.objects.iter().filter(|o| o.action.is_change()).count()
     }
+
+    /// The objects the app manages after this sync: those it left unchanged, created or
+    /// configured (meaningful for a succeeded or no-change sync).
+    pub fn managed(&self) -> usize {
+        let applied = self
+            .objects
+            .iter()
+            .filter(|o| matches!(o.action, Action::Created | Action::Configured))
+            .count();
+        self.unchanged + applied
+    }
 }
 
 /// A new record id: the start time in milliseconds, then three characters that tell

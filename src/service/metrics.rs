@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::{Arc, Mutex};
 
-use crate::cluster::Action;
 use crate::history::{Outcome, SyncRecord};
 use crate::notifications::Notifications;
 
@@ -77,13 +76,7 @@ impl Metrics {
         if matches!(r.outcome, Outcome::Succeeded | Outcome::NoChange) {
             s.last_success
                 .insert(app.clone(), r.finished_at.as_millisecond() as f64 / 1000.0);
-            let applied = r
-                .objects
-                .iter()
-                .filter(|o| matches!(o.action, Action::Created | Action::Configured))
-                .count();
-            s.managed
-                .insert(app.clone(), (r.unchanged + applied) as u64);
+            s.managed.insert(app.clone(), r.managed() as u64);
         }
         for ro in &r.rollouts {
             *s.rollouts

@@ -83,6 +83,8 @@ struct Inputs {
     app: AppConfig,
     paths: Vec<String>,
     digest: String,
+    /// The objects the app managed after that sync (a skipped commit changes none).
+    objects: usize,
 }
 
 /// Why the steps stopped early; the errors are already in the record.
@@ -280,7 +282,8 @@ impl Syncer {
         if let Ok(mut all) = self.inputs.lock() {
             match inputs {
                 Some(i) if matches!(record.outcome, Outcome::Succeeded | Outcome::NoChange) => {
-                    all.insert(app.name.clone(), i)
+                    let objects = record.managed();
+                    all.insert(app.name.clone(), Inputs { objects, ..i })
                 }
                 _ => all.remove(&app.name),
             };
@@ -476,6 +479,7 @@ impl<'a> Run<'a> {
         );
         (self.report)(&note);
         self.rec.note = Some(note);
+        self.rec.unchanged = last.objects;
         self.inputs = Some(last);
         Some(Outcome::NoChange)
     }
@@ -499,7 +503,9 @@ impl<'a> Run<'a> {
             self.rec.note = Some(note);
             return Some(Outcome::Held);
         }
-        if plan.is_no_op() && inventory.commit.as_deref() == Some(sha) && inventory.held.is_none() {
+        // A commit that changes none of the app's objects writes nothing, not even the
+        // inventory's commit (which stays the last commit that changed something).
+        if plan.is_no_op() && inventory.held.is_none() {
             self.rec.unchanged = plan.planned.len();
             (self.report)(&format!(
                 "no change: {} match {}",

@@ -184,6 +184,7 @@ impl Run<'_> {
             app: self.app.clone(),
             paths,
             digest,
+            objects: 0,
         })
     }
 
