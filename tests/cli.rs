@@ -582,3 +582,42 @@ fn a_cluster_that_is_down_is_one_clear_line_within_seconds() {
         );
     }
 }
+
+/// A kustomization in no git repository may reach what is under the current folder (and
+/// says so), or under `--root`; `../base` is no longer "outside the repository".
+#[test]
+fn render_outside_a_repository_reads_under_the_current_folder_or_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |rel: &str, text: &str| {
+        let p = dir.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    write("base/kustomization.yaml", "resources: [cm.yaml]\n");
+    write(
+        "base/cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-base}\n",
+    );
+    write("overlay/kustomization.yaml", "resources: [../base]\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["render", "overlay"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("name: from-base"), "{stdout}");
+    assert!(
+        stderr.contains("in no git repository") && stderr.contains("--root"),
+        "{stderr}"
+    );
+
+    let overlay = dir.path().join("overlay").display().to_string();
+    let root = dir.path().display().to_string();
+    let (code, out, err) = berth(&["render", &overlay, "--root", &root]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("name: from-base"), "{out}");
+}

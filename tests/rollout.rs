@@ -891,3 +891,28 @@ async fn status_shows_the_sync_in_flight_and_a_service_without_endpoints() {
     let (_, out, _) = setup.berth(&["status"]);
     assert!(!out.contains("syncing"), "{out}");
 }
+
+/// A long wait says it is still waiting, every 10 s, as `kubectl rollout status` does.
+#[tokio::test]
+async fn a_long_wait_shows_progress() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "long-wait").await;
+    let repo = Repo::new();
+    let deadline = "  progressDeadlineSeconds: 60\n";
+    repo.write("web.yaml", &deployment("web:1", "", deadline));
+    repo.commit("web 1");
+    let setup = Setup::new(cp, "longwait", &repo, &ns, "");
+    assert_eq!(setup.berth(&["sync"]).0, 0);
+    let slow = "testenv.berth.dev/ready-after: \"12s\"";
+    repo.write("web.yaml", &deployment("web:2", slow, deadline));
+    repo.commit("web 2, slow to start");
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!("deployment.apps/web -n {ns}: still waiting: Waiting for deployment \"web\" rollout to finish")),
+        "{out}"
+    );
+}

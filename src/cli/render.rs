@@ -15,6 +15,10 @@ use berth::manifest::{Builder, BuiltinScopes, ErrorPolicy, Input, Kustomize, Lim
 pub struct Args {
     /// A folder (walked recursively), a file, or - for stdin.
     pub path: PathBuf,
+    /// What a kustomization may reach (`../base`): nothing outside it is read. Default: the
+    /// git repository holding the folder, else the current folder.
+    #[arg(long)]
+    pub root: Option<PathBuf>,
     /// Namespace for namespaced objects that name none.
     #[arg(short, long, default_value = "default")]
     pub namespace: String,
@@ -51,7 +55,7 @@ pub enum Output {
 /// Runs `berth render`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let builder = Builder {
-        input: input(&args.path)?,
+        input: input(&args.path, args.root.as_deref())?,
         namespace: args.namespace,
         app: args.app,
         commit: None,
@@ -78,7 +82,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The source visitor for a path argument: origins show the path as the user typed it.
-fn input(path: &Path) -> anyhow::Result<Input> {
+fn input(path: &Path, root: Option<&Path>) -> anyhow::Result<Input> {
     if path.as_os_str() == "-" {
         return Ok(Input::Stdin(Stdin {
             limits: Limits::default(),
@@ -87,12 +91,20 @@ fn input(path: &Path) -> anyhow::Result<Input> {
     let meta =
         std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
     let (root, paths) = if meta.is_dir() && kustomization_in(path).is_some() {
-        // A kustomization may reach sibling folders (`../base`): its root is the git
-        // repository it is in.
-        match repository_of(path) {
-            Some((top, rel)) => (top, vec![rel]),
-            None => (path.to_path_buf(), vec![".".to_string()]),
-        }
+        // A kustomization may reach sibling folders (`../base`): its root is --root, else
+        // the git repository it is in, else the current folder.
+        let root = match (root, repository_of(path)) {
+            (Some(root), _) => root.to_path_buf(),
+            (None, Some(top)) => top,
+            (None, None) => {
+                eprintln!(
+                    "note: {} is in no git repository: its kustomization may reach what is under the current folder (--root sets another)",
+                    path.display()
+                );
+                PathBuf::from(".")
+            }
+        };
+        within(path, &root)?
     } else if meta.is_dir() {
         (path.to_path_buf(), vec![".".to_string()])
     } else {
@@ -121,18 +133,38 @@ fn input(path: &Path) -> anyhow::Result<Input> {
     }))
 }
 
-/// The git repository holding `dir` (shown relative to the current folder when inside
-/// it), and `dir` relative to it.
-fn repository_of(dir: &Path) -> Option<(PathBuf, String)> {
+/// `root` and `dir` relative to it, both as shown (`root` as given).
+///
+/// # Errors
+/// `dir` is not inside `root`.
+fn within(dir: &Path, root: &Path) -> anyhow::Result<(PathBuf, Vec<String>)> {
+    let (full, top) = (dir.canonicalize()?, root.canonicalize()?);
+    let rel = full.strip_prefix(&top).map_err(|_| {
+        anyhow::anyhow!(
+            "{} is not inside {} (--root names the folder a kustomization may reach)",
+            dir.display(),
+            root.display()
+        )
+    })?;
+    let rel = rel.to_string_lossy();
+    let rel = if rel.is_empty() {
+        ".".into()
+    } else {
+        rel.into_owned()
+    };
+    Ok((root.to_path_buf(), vec![rel]))
+}
+
+/// The git repository holding `dir`, shown as `.` when it is the current folder.
+fn repository_of(dir: &Path) -> Option<PathBuf> {
     let dir = dir.canonicalize().ok()?;
     let top = dir.ancestors().find(|a| a.join(".git").exists())?;
-    let rel = dir.strip_prefix(top).ok()?.to_string_lossy().into_owned();
     let cwd = std::env::current_dir().ok()?.canonicalize().ok()?;
-    let shown = match cwd.strip_prefix(top) {
-        Ok(inner) if inner.as_os_str().is_empty() => PathBuf::from("."),
-        _ => top.to_path_buf(),
-    };
-    Some((shown, if rel.is_empty() { ".".into() } else { rel }))
+    Some(if cwd == top {
+        PathBuf::from(".")
+    } else {
+        top.to_path_buf()
+    })
 }
 
 fn print(manifests: &[Manifest], output: Output, show_secrets: bool) -> std::io::Result<()> {

@@ -88,8 +88,14 @@ enum Seen {
     ReplicaSetGone(String, String),
     /// A scope's ReplicaSet watch has listed them all: steps mean something now.
     Listed(usize),
+    /// [`PROGRESS_EVERY`] passed: a long wait says it is still waiting.
+    Tick,
     Nothing,
 }
+
+/// How often a rollout that has not moved says where it stands, as `kubectl rollout
+/// status` does while it waits.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// Follows several rollouts at once; results in the order of `follows`. Progress lines
 /// go to `report` with the rollout they belong to.
@@ -112,6 +118,11 @@ pub async fn follow_many(
             .enumerate()
             .map(|(i, scope)| watch(client, i, scope).boxed()),
     );
+    let ticks = stream::unfold((), |()| async {
+        tokio::time::sleep(PROGRESS_EVERY).await;
+        Some((Seen::Tick, ()))
+    });
+    let events = stream::select(events, ticks);
     let mut shutdown = shutdown.clone();
     let outcome = tokio::select! {
         done = tokio::time::timeout(timeout, t.run(events, report)) => done.map_or(RolloutOutcome::TimedOut, |()| RolloutOutcome::Failed),
@@ -278,6 +289,14 @@ impl Tracker {
                     (0..self.states.len())
                         .filter(|&i| self.states[i].scope == scope)
                         .collect()
+                }
+                Seen::Tick => {
+                    for s in self.states.iter().filter(|s| s.outcome.is_none()) {
+                        if !s.message.is_empty() {
+                            report(&s.follow, &format!("still waiting: {}", s.message));
+                        }
+                    }
+                    continue;
                 }
                 Seen::Nothing => continue,
             };
