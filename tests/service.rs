@@ -598,3 +598,92 @@ async fn a_commit_that_touches_none_of_an_apps_paths_costs_it_nothing() {
     assert_eq!(record.outcome, Outcome::NoChange, "{out}");
     assert_eq!(record.managed(), 3);
 }
+
+/// `berth run` against a cluster that is down keeps serving: `/healthz` alive, `/readyz`
+/// and `berth_cluster_reachable` say the cluster is unreachable, and when it answers again
+/// the agent finds it back by itself (a commit then syncs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn berth_run_serves_while_the_cluster_is_down_and_recovers() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "down-then-up").await;
+    // Every request is answered 503 by a proxy in front of the API server until the test
+    // lets them through.
+    let proxy = common::proxy::Proxy::start(common::client(cp).await).await;
+    proxy.answer(503);
+    let repo = Repo::new();
+    repo.write(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: back\ndata: {v: \"1\"}\n",
+    );
+    repo.commit("first");
+    let port = common::free_port();
+    let setup = Setup::new(cp, "downup", &repo, &ns, "");
+    let kubeconfig = setup.state.path().join("proxy.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!("apiVersion: v1\nkind: Config\nclusters:\n- name: proxy\n  cluster:\n    server: {}\nusers:\n- name: anyone\n  user: {{}}\ncontexts:\n- name: proxy\n  context:\n    cluster: proxy\n    user: anyone\ncurrent-context: proxy\n", proxy.url),
+    )
+    .unwrap();
+    let config = std::fs::read_to_string(&setup.config)
+        .unwrap()
+        .replace(
+            &cp.kubeconfig.display().to_string(),
+            &kubeconfig.display().to_string(),
+        )
+        .replace(
+            "[cluster]",
+            &format!("listen = \"127.0.0.1:{port}\"\n[cluster]"),
+        );
+    std::fs::write(&setup.config, &config).unwrap();
+    let mut daemon = Daemon::start(&setup.config, &[]);
+    eventually(
+        "/healthz while the cluster is down",
+        Duration::from_secs(15),
+        || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+                && http(port, "GET", "/healthz", &[], b"").0 == 200
+        },
+    );
+    assert_eq!(http(port, "GET", "/readyz", &[], b"").0, 503);
+    let (_, metrics) = http(port, "GET", "/metrics", &[], b"");
+    assert!(metrics.contains("berth_cluster_reachable 0"), "{metrics}");
+
+    proxy.answer(0);
+    eventually(
+        "/readyz once the cluster answers",
+        Duration::from_secs(15),
+        || http(port, "GET", "/readyz", &[], b"").0 == 200,
+    );
+    let (_, metrics) = http(port, "GET", "/metrics", &[], b"");
+    assert!(metrics.contains("berth_cluster_reachable 1"), "{metrics}");
+    repo.write(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: back\ndata: {v: \"2\"}\n",
+    );
+    repo.commit("second");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    // The proxy's task runs on this runtime's other worker while the test waits here.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let value = maps
+            .get_opt("back")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|c| c.data)
+            .and_then(|d| d.get("v").cloned());
+        if value.as_deref() == Some("2") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the commit did not sync: {value:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    daemon.signal(libc::SIGTERM);
+    daemon.wait(Duration::from_secs(30));
+}

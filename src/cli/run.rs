@@ -15,14 +15,14 @@ use tokio::signal::unix::{signal, SignalKind};
 pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     let syncer = Arc::new(Syncer::connect(&config, true).await?.notify(&config)?);
-    let version = tokio::time::timeout(
-        std::time::Duration::from_secs(30),
-        syncer.client.apiserver_version(),
-    )
-    .await
-    .context("the cluster did not answer within 30s (check [cluster] in the configuration)")?
-    .context("the cluster is not reachable (check [cluster] in the configuration)")?;
-    tracing::info!(server = %version.git_version, "connected to the cluster");
+    // A cluster that is down does not stop the agent: it serves /healthz (alive), /readyz
+    // says the cluster is unreachable, and each app's next sync finds it back.
+    match super::reach_cluster(&config).await {
+        Ok(()) => tracing::info!("connected to the cluster"),
+        Err(e) => tracing::error!(
+            "{e:#}; serving /healthz meanwhile, /readyz says so, and the syncs try again on their interval"
+        ),
+    }
     let (stop, shutdown) = berth::shutdown::channel();
     let (reload_tx, reload) = tokio::sync::mpsc::channel(1);
     let mut term = signal(SignalKind::terminate())?;

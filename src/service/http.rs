@@ -129,7 +129,13 @@ async fn handle(endpoint: &Endpoint, lane: Lane, req: Request<Incoming>) -> Resp
             Err(why) => reply(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
         },
         (&Method::GET, "/metrics") => {
-            let mut r = reply(StatusCode::OK, endpoint.metrics.render());
+            // From the readiness check (at most one request a second).
+            let reachable = u8::from(endpoint.readiness.check().await.is_ok());
+            let text = format!(
+                "{}# HELP berth_cluster_reachable Whether the API server answers (1) or not (0).\n# TYPE berth_cluster_reachable gauge\nberth_cluster_reachable {reachable}\n",
+                endpoint.metrics.render()
+            );
+            let mut r = reply(StatusCode::OK, text);
             r.headers_mut().insert(
                 "content-type",
                 hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
