@@ -113,8 +113,7 @@ impl Run<'_> {
                     }
                     None => {
                         failed = true;
-                        writes[i].refused = Some(e.to_string());
-                        self.fail(e);
+                        self.refuse(&mut writes[i], e);
                     }
                 },
             }
@@ -128,8 +127,7 @@ impl Run<'_> {
                     Ok(obj) => writes[i].dry_run = Some(obj),
                     Err(e) => {
                         failed = true;
-                        writes[i].refused = Some(e.to_string());
-                        self.fail(e);
+                        self.refuse(&mut writes[i], e);
                     }
                 }
             }
@@ -139,6 +137,12 @@ impl Run<'_> {
             return Err(Stop::Failed);
         }
         Ok(())
+    }
+
+    /// Records the dry run's refusal of `w` (and says it).
+    fn refuse(&mut self, w: &mut Write, e: ClusterError) {
+        w.refused = Some(e.to_string());
+        self.fail(e);
     }
 
     async fn apply(&mut self, writes: &mut [Write], indices: &[usize]) -> Result<(), Stop> {
