@@ -687,3 +687,212 @@ async fn berth_run_serves_while_the_cluster_is_down_and_recovers() {
     daemon.signal(libc::SIGTERM);
     daemon.wait(Duration::from_secs(30));
 }
+
+/// The README's install (`scripts/install`, under a DESTDIR), the shipped configuration
+/// edited only where the README says to, then started the way the unit tells systemd to
+/// start it: `DynamicUser=yes` (an unprivileged uid with no account, when the test runs
+/// as root), `StateDirectory=`, `UMask=`, each `LoadCredential=NAME:PATH` copied into a
+/// credentials folder only that uid can read and named by `$CREDENTIALS_DIRECTORY`, the
+/// unit's own `ExecStart=` and `Type=notify`. systemd is not PID 1 on the machines these
+/// tests run on (containers), so the unit cannot be started for real here: this test
+/// performs what the unit asks of systemd, read from the installed unit file, and
+/// `the_unit_file_verifies_and_is_hardened` has systemd check the unit itself.
+#[tokio::test]
+async fn the_installed_layout_runs_as_an_unprivileged_user_with_its_secrets_as_credentials() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "installed").await;
+    let root = tempfile::tempdir().unwrap();
+    let dest = root.path();
+    std::fs::set_permissions(dest, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mode = |p: &str| {
+        std::fs::metadata(dest.join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    // A kubeconfig as an operator has it: self-contained.
+    let flat = std::process::Command::new("kubectl")
+        .args(["config", "view", "--flatten", "--raw", "--kubeconfig"])
+        .arg(&cp.kubeconfig)
+        .output()
+        .unwrap();
+    assert!(flat.status.success());
+    let kubeconfig = root.path().join("operator.kubeconfig");
+    std::fs::write(&kubeconfig, &flat.stdout).unwrap();
+
+    let install =
+        std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/install"))
+            .env("DESTDIR", dest)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--binary", env!("CARGO_BIN_EXE_berth")])
+            .output()
+            .unwrap();
+    assert!(
+        install.status.success(),
+        "scripts/install: {}",
+        String::from_utf8_lossy(&install.stderr)
+    );
+    assert_eq!(mode("etc/berth/berth.toml"), 0o644);
+    assert_eq!(mode("etc/berth/credentials"), 0o700);
+    assert_eq!(mode("etc/berth/credentials/kubeconfig"), 0o600);
+
+    // "then edit it": the app, and a state_dir under this test's root.
+    let repo = Repo::new();
+    repo.write("cm.yaml", &config_map("installed", "v1"));
+    repo.commit("first");
+    let port = common::free_port();
+    let shipped = std::fs::read_to_string(dest.join("etc/berth/berth.toml")).unwrap();
+    assert!(shipped.contains("\nkubeconfig = \"credential:kubeconfig\"\n"));
+    let edited = [
+        (
+            "state_dir = \"/var/lib/berth\"",
+            format!("state_dir = \"{}/var/lib/berth\"", dest.display()),
+        ),
+        ("jitter = \"10s\"", "jitter = \"0s\"".to_string()),
+        (
+            "listen = \"127.0.0.1:9464\"",
+            format!("listen = \"127.0.0.1:{port}\""),
+        ),
+        ("name = \"guestbook\"", "name = \"installed\"".to_string()),
+        (
+            "repo = \"https://git.example.com/platform/guestbook.git\"",
+            format!("repo = \"{}\"", repo.dir.path().display()),
+        ),
+        ("namespace = \"default\"", format!("namespace = \"{ns}\"")),
+    ]
+    .iter()
+    .fold(shipped.clone(), |text, (from, to)| {
+        assert!(
+            text.contains(from),
+            "the shipped configuration has no {from}"
+        );
+        text.replacen(from, to, 1)
+    });
+    std::fs::write(dest.join("etc/berth/berth.toml"), edited).unwrap();
+
+    // What the unit asks of systemd, read from the installed unit.
+    let unit = std::fs::read_to_string(dest.join("etc/systemd/system/berth.service")).unwrap();
+    let settings = |key: &str| -> Vec<String> {
+        unit.lines()
+            .filter_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .map(str::to_string)
+            .collect()
+    };
+    let under_root = |p: &str| dest.join(p.trim_start_matches('/'));
+    assert_eq!(settings("DynamicUser"), ["yes"]);
+    let root_user = unsafe { libc::geteuid() } == 0;
+    // DynamicUser= takes a uid from 61184–65519 that no account holds.
+    let uid = if root_user {
+        61184 + std::process::id() % 4000
+    } else {
+        unsafe { libc::geteuid() }
+    };
+    let chown = |p: &Path| {
+        if root_user {
+            std::os::unix::fs::chown(p, Some(uid), Some(uid)).unwrap();
+        }
+    };
+    for dir in settings("StateDirectory") {
+        let state = under_root(&format!("/var/lib/{dir}"));
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+        chown(&state);
+    }
+    let credentials = dest.join("run/credentials/berth.service");
+    std::fs::create_dir_all(&credentials).unwrap();
+    let loaded = settings("LoadCredential");
+    assert!(!loaded.is_empty(), "the unit loads no credential");
+    for spec in &loaded {
+        let (name, path) = spec.split_once(':').unwrap();
+        let copy = credentials.join(name);
+        std::fs::copy(under_root(path), &copy).unwrap_or_else(|e| {
+            panic!("LoadCredential={spec}: {e} (systemd would refuse to start)")
+        });
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o400)).unwrap();
+        chown(&copy);
+    }
+    std::fs::set_permissions(&credentials, std::fs::Permissions::from_mode(0o500)).unwrap();
+    chown(&credentials);
+    // The repository is the app's remote; the service user reads it (libgit2 wants its own).
+    std::fs::set_permissions(repo.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    if root_user {
+        let owned = std::process::Command::new("chown")
+            .arg("-R")
+            .arg(format!("{uid}:{uid}"))
+            .arg(repo.dir.path())
+            .status()
+            .unwrap();
+        assert!(owned.success());
+    }
+    let notify = NotifySocket::bind();
+    std::fs::set_permissions(
+        notify.path.parent().unwrap(),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::set_permissions(&notify.path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert_eq!(settings("Type"), ["notify"]);
+    let umask = u32::from_str_radix(&settings("UMask")[0], 8).unwrap();
+    let exec = settings("ExecStart");
+    let argv: Vec<PathBuf> = exec[0]
+        .split_whitespace()
+        .map(|a| {
+            if a.starts_with('/') {
+                under_root(a)
+            } else {
+                PathBuf::from(a)
+            }
+        })
+        .collect();
+    let mut cmd = std::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .env("HOME", "/")
+        .env("CREDENTIALS_DIRECTORY", &credentials)
+        .env("NOTIFY_SOCKET", &notify.path)
+        .stdout(std::process::Stdio::null());
+    if std::env::var_os("BERTH_TEST_LOG").is_none() {
+        cmd.stderr(std::process::Stdio::null());
+    }
+    if root_user {
+        cmd.uid(uid).gid(uid);
+    }
+    // SAFETY: umask is async-signal-safe and touches nothing but the child.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::umask(umask as libc::mode_t);
+            Ok(())
+        })
+    };
+    let mut daemon = Daemon {
+        child: cmd.spawn().unwrap(),
+    };
+    notify.until(Duration::from_secs(60), |m| m.contains("READY=1"));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.child.id())).unwrap();
+    let runs_as = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    assert_eq!(runs_as, uid.to_string());
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    common::wait_for_value(&maps, "installed", "v1", Duration::from_secs(60)).await;
+    daemon.signal(libc::SIGTERM);
+    assert!(daemon.wait(Duration::from_secs(30)).success());
+    let history = berth::history::HistoryLog::new(&dest.join("var/lib/berth"))
+        .read("installed")
+        .unwrap();
+    assert_eq!(history.last().unwrap().outcome, Outcome::Succeeded);
+}

@@ -7,6 +7,7 @@
 //! Over 450 lines only with its tests (about 160 lines: the schema's defaults, the shipped
 //! `config/berth.toml`, and each error); the code is about 400.
 
+mod credentials;
 mod error;
 mod globs;
 mod validate;
@@ -55,6 +56,7 @@ pub struct NotifyConfig {
     /// The receiver's address, when it holds no secret.
     pub url: Option<String>,
     /// File holding the address (a Slack or Mattermost webhook URL is a secret).
+    #[serde(default, deserialize_with = "credentials::file")]
     pub url_file: Option<PathBuf>,
     /// Environment variable holding the address.
     pub url_env: Option<String>,
@@ -68,10 +70,12 @@ pub struct NotifyConfig {
     #[serde(default)]
     pub apps: Globs,
     /// File holding the key of the `X-Berth-Signature-256` header (HMAC-SHA256 of the body).
+    #[serde(default, deserialize_with = "credentials::file")]
     pub secret_file: Option<PathBuf>,
     /// Environment variable holding that key.
     pub secret_env: Option<String>,
     /// File holding a bearer token sent as `Authorization: Bearer …`.
+    #[serde(default, deserialize_with = "credentials::file")]
     pub token_file: Option<PathBuf>,
     /// Environment variable holding that token.
     pub token_env: Option<String>,
@@ -262,6 +266,7 @@ pub enum LogFormat {
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
     /// A kubeconfig file; unset means `$KUBECONFIG`, `~/.kube/config`, then in-cluster.
+    #[serde(default, deserialize_with = "credentials::file")]
     pub kubeconfig: Option<PathBuf>,
     /// The kubeconfig context; unset means the current context.
     pub context: Option<String>,
@@ -336,6 +341,7 @@ pub struct AppConfig {
     #[serde(default)]
     pub auth: AuthConfig,
     /// File holding the webhook's HMAC secret (`POST /hooks/<app>`); no secret, no webhook.
+    #[serde(default, deserialize_with = "credentials::file")]
     pub webhook_secret_file: Option<PathBuf>,
     /// Environment variable holding the webhook's HMAC secret.
     pub webhook_secret_env: Option<String>,
@@ -402,6 +408,7 @@ pub struct VerifyConfig {
     /// (`/etc/berth/keys/*.asc`).
     pub openpgp_keys: Vec<String>,
     /// SSH signing keys in git's `allowed_signers` format (`gpg.ssh.allowedSignersFile`).
+    #[serde(default, deserialize_with = "credentials::file")]
     pub ssh_allowed_signers: Option<PathBuf>,
 }
 
@@ -468,12 +475,15 @@ pub struct AuthConfig {
     /// (default: the URL's, else `git`).
     pub username: Option<String>,
     /// File holding the https password or token.
+    #[serde(default, deserialize_with = "credentials::file")]
     pub password_file: Option<PathBuf>,
     /// Environment variable holding the https password or token.
     pub password_env: Option<String>,
     /// Private key for ssh.
+    #[serde(default, deserialize_with = "credentials::file")]
     pub ssh_key_file: Option<PathBuf>,
     /// known_hosts file that ssh host keys are verified against.
+    #[serde(default, deserialize_with = "credentials::file")]
     pub known_hosts: Option<PathBuf>,
 }
 
