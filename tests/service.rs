@@ -585,18 +585,34 @@ async fn a_commit_that_touches_none_of_an_apps_paths_costs_it_nothing() {
     daemon.signal(libc::SIGTERM);
     daemon.wait(Duration::from_secs(30));
 
-    // One-shot: the cluster is read (drift), nothing is written.
+    // One-shot `berth sync` of a new commit that changes none of the app's paths: what
+    // `berth run` last synced is in state_dir, and the app costs no request at all.
     repo.write("other/readme.txt", "once more\n");
     repo.commit("elsewhere again");
     let start = jiff::Timestamp::now();
     let (code, out, _) = setup.berth(&["sync"]);
     assert_eq!(code, 0, "{out}");
+    assert!(out.contains("changes nothing under app"), "{out}");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let writes = berths(start, true);
-    assert_eq!(writes, 0, "{out}");
+    assert_eq!(berths(start, false), 0, "{out}");
     let record = setup.history().pop().unwrap();
     assert_eq!(record.outcome, Outcome::NoChange, "{out}");
     assert_eq!(record.managed(), 3);
+
+    // `berth sync` of the commit already synced compares with the cluster: drift is
+    // repaired, and an app with none is read, not written.
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    maps.delete("cm0", &Default::default()).await.unwrap();
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(maps.get_opt("cm0").await.unwrap().is_some(), "{out}");
+    let start = jiff::Timestamp::now();
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(berths(start, false) > 0, "the cluster is read: {out}");
+    assert_eq!(berths(start, true), 0, "{out}");
+    assert_eq!(setup.history().pop().unwrap().outcome, Outcome::NoChange);
 }
 
 /// `berth run` against a cluster that is down keeps serving: `/healthz` alive, `/readyz`

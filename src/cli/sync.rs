@@ -16,7 +16,8 @@ pub struct Args {
     /// Sync once and exit (what `berth sync` always does; kept for scripts).
     #[arg(long)]
     pub once: bool,
-    /// Apply the commit even though its rollout failed before (the app is held).
+    /// Apply the commit even though its rollout failed before (the app is held), and
+    /// compare an app with the cluster even when the new commit changes none of its files.
     #[arg(long)]
     pub force: bool,
     /// Apply and prune without following rollouts (as `kubectl apply` does); failed

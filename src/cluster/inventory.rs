@@ -270,7 +270,8 @@ fn split(text: &str, max: usize) -> Vec<&str> {
     pieces
 }
 
-fn sha256(text: &str) -> String {
+/// The hex SHA-256 of `text`.
+pub(crate) fn sha256(text: &str) -> String {
     use sha2::{Digest, Sha256};
     Sha256::digest(text.as_bytes())
         .iter()

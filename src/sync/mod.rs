@@ -12,6 +12,7 @@
 mod apply;
 mod error;
 mod health;
+mod inputs;
 mod lock;
 mod manual;
 mod prepare;
@@ -25,8 +26,7 @@ pub use lock::{in_flight, syncing, Marker};
 pub use manual::{RollbackRefused, RollbackRequest};
 pub use preview::{PlannedObject, Preview};
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use kube::api::DynamicObject;
@@ -44,6 +44,7 @@ use crate::plan::{Entry, Held, Inventory};
 use crate::shutdown::{self, Signal};
 use crate::source::git::{self, Checkout};
 use crate::source::shared::Sources;
+use inputs::{Inputs, Remembered};
 
 /// Where progress lines go: the terminal for `berth sync`, the log for the daemon.
 pub type Report<'a> = &'a (dyn Fn(&str) + Send + Sync);
@@ -73,18 +74,7 @@ pub struct Syncer {
     /// them ([`Notifications::start`]).
     pub notifications: Arc<Notifications>,
     /// What each app's last good sync read, to skip commits that change none of it.
-    inputs: Mutex<HashMap<String, Inputs>>,
-}
-
-/// What an app's last successful sync read: the repository paths its render reached, and
-/// their digest at that commit.
-#[derive(Clone)]
-struct Inputs {
-    app: AppConfig,
-    paths: Vec<String>,
-    digest: String,
-    /// The objects the app managed after that sync (a skipped commit changes none).
-    objects: usize,
+    inputs: Remembered,
 }
 
 /// Why the steps stopped early; the errors are already in the record.
@@ -173,7 +163,7 @@ impl Syncer {
             )),
             sources: Sources::new(config.agent.state_dir.clone()),
             host: crate::service::lease::identity(),
-            inputs: Mutex::new(HashMap::new()),
+            inputs: Remembered::new(&config.agent, &config.cluster),
             notifications: Arc::new(Notifications::none()),
             client,
             agent: config.agent.clone(),
@@ -279,14 +269,12 @@ impl Syncer {
         };
         let inputs = run.inputs.take();
         let record = run.end(clock);
-        if let Ok(mut all) = self.inputs.lock() {
-            match inputs {
-                Some(i) if matches!(record.outcome, Outcome::Succeeded | Outcome::NoChange) => {
-                    let objects = record.managed();
-                    all.insert(app.name.clone(), Inputs { objects, ..i })
-                }
-                _ => all.remove(&app.name),
-            };
+        match inputs {
+            Some(i) if matches!(record.outcome, Outcome::Succeeded | Outcome::NoChange) => {
+                let objects = record.managed();
+                self.inputs.keep(&app.name, Inputs { objects, ..i });
+            }
+            _ => self.inputs.forget(&app.name),
         }
         record
     }
@@ -456,15 +444,25 @@ impl<'a> Run<'a> {
     }
 
     /// A commit that changes none of the paths the app's last good sync read is not
-    /// synced again (no request to the cluster) when a push triggered the sync; the
-    /// interval's syncs still compare with the cluster, which finds drift.
+    /// synced again (no request to the cluster) when a push triggered the sync, or when
+    /// `berth sync` finds a new commit (not `--force`); the interval's syncs, and `berth
+    /// sync` of the commit already synced, still compare with the cluster, which finds
+    /// drift. An app whose kustomizations reach remote bases reads more than its commit:
+    /// never skipped.
     fn untouched(&mut self, checkout: &Checkout) -> Option<Outcome> {
-        if !matches!(self.options.trigger, Trigger::Notify | Trigger::Webhook) {
+        if self.app.allow_remote_bases {
             return None;
         }
-        let last = self.syncer.inputs.lock().ok()?.get(&self.app.name)?.clone();
-        let digest = git::paths_digest(&checkout.source, &checkout.commit.sha, &last.paths)?;
-        if last.app != *self.app || digest != last.digest {
+        let sha = &checkout.commit.sha;
+        let last = match self.options.trigger {
+            Trigger::Notify | Trigger::Webhook => self.syncer.inputs.get(self.app)?,
+            Trigger::Cli if !self.options.force => {
+                Some(self.syncer.inputs.get(self.app)?).filter(|last| last.commit != *sha)?
+            }
+            _ => return None,
+        };
+        let digest = git::paths_digest(&checkout.source, sha, &last.paths)?;
+        if digest != last.digest {
             return None;
         }
         let shown: Vec<&str> = last
@@ -480,7 +478,10 @@ impl<'a> Run<'a> {
         (self.report)(&note);
         self.rec.note = Some(note);
         self.rec.unchanged = last.objects;
-        self.inputs = Some(last);
+        self.inputs = Some(Inputs {
+            commit: sha.clone(),
+            ..last
+        });
         Some(Outcome::NoChange)
     }
 

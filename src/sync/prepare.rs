@@ -181,9 +181,10 @@ impl Run<'_> {
         let paths = kustomize::reach(&root, &paths);
         let digest = git::paths_digest(&checkout.source, &checkout.commit.sha, &paths)?;
         Some(Inputs {
-            app: self.app.clone(),
+            config: self.syncer.inputs.config(self.app),
             paths,
             digest,
+            commit: checkout.commit.sha.clone(),
             objects: 0,
         })
     }
