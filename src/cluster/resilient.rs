@@ -5,7 +5,9 @@
 //! backoff with jitter, until `retry_for` has passed. Everything berth sends is safe to
 //! repeat: server-side apply and dry runs are idempotent, a repeated delete finds the
 //! object gone, a repeated create finds it there. A watch is not retried here: kube's
-//! watcher re-lists and re-watches with its own backoff.
+//! watcher re-lists and re-watches with its own backoff. A 500 is read before it is
+//! retried: one whose message says the request itself is invalid (an older API server
+//! answers server-side apply's schema errors with 500) is final.
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
@@ -14,12 +16,19 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Either, Full, Limited};
+use hyper::body::Bytes;
 use kube::client::Body;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
 /// The first backoff; each retry doubles it, up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// The most of a 500's body read to tell a final answer from a transient one.
+const MAX_ERROR_BODY: usize = 64 << 10;
+
+/// An answer as the inner service gave it, or a 500 whose body was read.
+pub type Answer<B> = Response<Either<B, Full<Bytes>>>;
 
 /// How long requests may take and how long failing ones are retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,11 +73,12 @@ impl<S, B> Service<Request<Body>> for Resilient<S>
 where
     S: Service<Request<Body>, Response = Response<B>, Error = BoxError> + Clone + Send + 'static,
     S::Future: Send + 'static,
-    B: Send + 'static,
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
 {
-    type Response = Response<B>;
+    type Response = Answer<B>;
     type Error = BoxError;
-    type Future = BoxFuture<Result<Response<B>, BoxError>>;
+    type Future = BoxFuture<Result<Answer<B>, BoxError>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.inner.poll_ready(cx)
@@ -87,9 +97,11 @@ async fn send<S, B>(
     mut again: S,
     req: Request<Body>,
     policy: Resilience,
-) -> Result<Response<B>, BoxError>
+) -> Result<Answer<B>, BoxError>
 where
     S: Service<Request<Body>, Response = Response<B>, Error = BoxError>,
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
 {
     let watch = is_watch(&req);
     let started = Instant::now();
@@ -112,13 +124,26 @@ where
                 Err(_) => Err(Box::new(TimedOut(policy.request_timeout)) as BoxError),
             }
         };
-        let (why, server_wait) = match &result {
-            Ok(res) if transient_status(res.status()) => {
-                (res.status().to_string(), retry_after(res.headers()))
+        let (why, server_wait, result) = match result {
+            Ok(res) if res.status() == StatusCode::INTERNAL_SERVER_ERROR => {
+                let (parts, body) = res.into_parts();
+                let body = read_error(body, policy.request_timeout).await;
+                let why = format!("{}: {}", parts.status, String::from_utf8_lossy(&body));
+                let invalid = invalid_request(&body);
+                let res = Ok(Response::from_parts(parts, Either::Right(Full::new(body))));
+                if invalid {
+                    return res;
+                }
+                (why, None, res)
             }
-            Ok(_) => return result,
-            Err(e) if transient_error(e.as_ref()) => (e.to_string(), None),
-            Err(_) => return result,
+            Ok(res) if transient_status(res.status()) => (
+                res.status().to_string(),
+                retry_after(res.headers()),
+                Ok(res.map(Either::Left)),
+            ),
+            Ok(res) => return Ok(res.map(Either::Left)),
+            Err(e) if transient_error(e.as_ref()) => (e.to_string(), None, Err(e)),
+            Err(e) => return Err(e),
         };
         let wait = server_wait.unwrap_or_else(|| backoff(attempt));
         let Some(kept) = next
@@ -148,6 +173,30 @@ fn copy(req: &Request<Body>) -> Option<Request<Body>> {
     *copy.headers_mut() = req.headers().clone();
     *copy.extensions_mut() = req.extensions().clone();
     Some(copy)
+}
+
+/// A 500's body, as much of it as arrives within `timeout` (up to [`MAX_ERROR_BODY`]).
+async fn read_error<B>(body: B, timeout: Duration) -> Bytes
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let read = Limited::new(body, MAX_ERROR_BODY).collect();
+    match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        _ => Bytes::new(),
+    }
+}
+
+/// A 500 that the same request would get again: server-side apply could not make a typed
+/// object of it (a field the schema does not declare, a value of the wrong type), which
+/// API servers before v1.22 report as an internal error.
+fn invalid_request(body: &[u8]) -> bool {
+    let message = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|status| Some(status.get("message")?.as_str()?.to_string()))
+        .unwrap_or_default();
+    message.contains("failed to create typed patch object")
 }
 
 /// 429 and the 5xx answers a busy, restarting or leader-changing API server gives.
@@ -261,10 +310,11 @@ mod tests {
     /// status 0 never answers.
     fn answering(
         statuses: &'static [u16],
+        message: &'static [u8],
     ) -> (
         impl Service<
                 Request<Body>,
-                Response = Response<()>,
+                Response = Response<Full<Bytes>>,
                 Error = BoxError,
                 Future = impl Send + 'static,
             > + Clone
@@ -282,7 +332,8 @@ mod tests {
                 if status == 0 {
                     futures::future::pending::<()>().await;
                 }
-                Ok::<_, BoxError>(Response::builder().status(status).body(()).unwrap())
+                let body = Full::new(Bytes::from_static(message));
+                Ok::<_, BoxError>(Response::builder().status(status).body(body).unwrap())
             }
         });
         (service, calls)
@@ -291,8 +342,16 @@ mod tests {
     async fn send_one(
         statuses: &'static [u16],
         policy: Resilience,
-    ) -> (Result<Response<()>, BoxError>, usize) {
-        let (service, calls) = answering(statuses);
+    ) -> (Result<Answer<Full<Bytes>>, BoxError>, usize) {
+        send_answering(statuses, b"", policy).await
+    }
+
+    async fn send_answering(
+        statuses: &'static [u16],
+        message: &'static [u8],
+        policy: Resilience,
+    ) -> (Result<Answer<Full<Bytes>>, BoxError>, usize) {
+        let (service, calls) = answering(statuses, message);
         let mut service = ResilientLayer(policy).layer(service);
         let req = Request::patch("/api/v1/namespaces/shop/configmaps/a")
             .body(Body::from(b"{}".to_vec()))
@@ -311,6 +370,21 @@ mod tests {
         let (result, calls) = send_one(&[503, 429, 200], PATIENT).await;
         assert_eq!(result.unwrap().status(), 200);
         assert_eq!(calls, 3);
+    }
+
+    #[tokio::test]
+    async fn a_500_for_an_invalid_request_is_final_and_keeps_its_message() {
+        let invalid = br#"{"kind":"Status","status":"Failure","message":"failed to create typed patch object: .data.x: expected string, got &value.valueUnstructured{Value:1}","reason":"InternalError","code":500}"#;
+        let (result, calls) = send_answering(&[500, 200], invalid, PATIENT).await;
+        let answer = result.unwrap();
+        assert_eq!(answer.status(), 500);
+        assert_eq!(calls, 1);
+        let body = answer.into_body().collect().await.unwrap().to_bytes();
+        assert!(String::from_utf8_lossy(&body).contains(".data.x: expected string"));
+        let busy = br#"{"kind":"Status","message":"etcdserver: request timed out","code":500}"#;
+        let (result, calls) = send_answering(&[500, 200], busy, PATIENT).await;
+        assert_eq!(result.unwrap().status(), 200);
+        assert_eq!(calls, 2);
     }
 
     #[tokio::test]
