@@ -2,6 +2,7 @@
 //! with one field manager, a bounded number of requests in flight, results in input order.
 
 use futures::{stream, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::api::{DynamicObject, ObjectMeta, Patch, PatchParams};
 
 use super::ClusterError;
@@ -31,13 +32,34 @@ pub fn stage(t: &Target) -> u8 {
     }
 }
 
-/// The version berth remembers of a live object: its generation where the kind has one
-/// (status updates do not move it), else its resourceVersion.
+/// The version berth remembers of a live object, which moves when someone changes what
+/// berth applied and not when a controller writes its status: the generation where the
+/// kind has one; else a digest of the fields each applier owns (`managedFields` entries of
+/// operation `Apply`, not of a subresource), which another manager's write of one of
+/// berth's fields changes (an update takes the fields it sets) and a Job completing or a
+/// claim binding does not; else (no server-side apply yet) the resourceVersion.
 pub fn observed(meta: &ObjectMeta) -> String {
-    match meta.generation {
-        Some(g) if g > 0 => format!("g{g}"),
-        _ => format!("rv{}", meta.resource_version.as_deref().unwrap_or("")),
+    if let Some(g) = meta.generation.filter(|&g| g > 0) {
+        return format!("g{g}");
     }
+    let applied: Vec<_> = meta
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| by_an_applier(m))
+        .map(|m| {
+            (
+                &m.manager,
+                &m.api_version,
+                m.fields_v1.as_ref().map(|f| &f.0),
+            )
+        })
+        .collect();
+    if applied.is_empty() {
+        return format!("rv{}", meta.resource_version.as_deref().unwrap_or(""));
+    }
+    let text = serde_json::to_string(&applied).unwrap_or_default();
+    format!("a{}", &crate::cluster::inventory::sha256(&text)[..16])
 }
 
 /// Applies every target (or dry-runs it), `settings.concurrency` at a time; results come
@@ -95,12 +117,24 @@ async fn apply_one(
         })
 }
 
-/// The object's metadata alone, without managedFields.
+/// A `managedFields` entry of a server-side apply to the object itself.
+fn by_an_applier(m: &ManagedFieldsEntry) -> bool {
+    m.operation.as_deref() == Some("Apply") && m.subresource.as_deref().is_none_or(str::is_empty)
+}
+
+/// The object's metadata alone, with no more of its managedFields than [`observed`]
+/// reads (the appliers' entries of a kind without a generation).
 fn metadata_only(obj: DynamicObject) -> DynamicObject {
+    let has_generation = obj.metadata.generation.is_some_and(|g| g > 0);
+    let managed_fields = obj
+        .metadata
+        .managed_fields
+        .filter(|_| !has_generation)
+        .map(|all| all.into_iter().filter(by_an_applier).collect());
     DynamicObject {
         types: obj.types,
         metadata: ObjectMeta {
-            managed_fields: None,
+            managed_fields,
             ..obj.metadata
         },
         data: serde_json::Value::Null,
@@ -207,6 +241,43 @@ mod tests {
             ..ObjectMeta::default()
         };
         assert_eq!(observed(&meta), "rv42");
+        let entry = |manager: &str, operation: &str, fields: serde_json::Value| {
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry {
+                manager: Some(manager.into()),
+                operation: Some(operation.into()),
+                api_version: Some("v1".into()),
+                fields_type: Some("FieldsV1".into()),
+                fields_v1: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
+                    fields,
+                )),
+                ..Default::default()
+            }
+        };
+        let berths = entry("berth", "Apply", serde_json::json!({"f:data": {"f:a": {}}}));
+        meta.managed_fields = Some(vec![berths.clone()]);
+        let applied = observed(&meta);
+        assert!(applied.starts_with('a'), "{applied}");
+        // A controller's status update moves the resourceVersion, not what berth owns.
+        meta.resource_version = Some("43".into());
+        let status = entry(
+            "job-controller",
+            "Update",
+            serde_json::json!({"f:status": {}}),
+        );
+        meta.managed_fields = Some(vec![berths, status.clone()]);
+        assert_eq!(observed(&meta), applied);
+        // kubectl edit of berth's field takes it: berth's entry no longer holds it.
+        let taken = entry(
+            "kubectl-edit",
+            "Update",
+            serde_json::json!({"f:data": {"f:a": {}}}),
+        );
+        meta.managed_fields = Some(vec![
+            entry("berth", "Apply", serde_json::json!({"f:data": {}})),
+            status,
+            taken,
+        ]);
+        assert_ne!(observed(&meta), applied);
         meta.generation = Some(3);
         assert_eq!(observed(&meta), "g3");
     }
