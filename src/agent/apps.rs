@@ -400,7 +400,7 @@ fn random_below(max: Duration) -> Duration {
 /// A sync's progress line in the agent's log, at the level its words say (journald's
 /// priority follows): errors and failed steps at ERROR, warnings at WARN, the rest INFO.
 fn log_progress(app: &str, line: &str) {
-    if line.starts_with("error:") || line.ends_with("failed: nothing was written") {
+    if line.starts_with("error:") || line.contains("failed: nothing was written") {
         tracing::error!(app, "{line}");
     } else if line.starts_with("warning:") || line.contains(": warning: ") {
         tracing::warn!(app, "{line}");

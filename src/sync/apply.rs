@@ -133,7 +133,7 @@ impl Run<'_> {
             }
         }
         if failed {
-            (self.report)("dry run failed: nothing was written");
+            (self.report)(&dry_run_failed(writes));
             return Err(Stop::Failed);
         }
         Ok(())
@@ -287,4 +287,22 @@ fn taken_fields(e: &ClusterError) -> Option<String> {
         .map(|(manager, fields)| format!("{} from {manager:?}", fields.join(", ")))
         .collect();
     (!named.is_empty()).then(|| named.join("; "))
+}
+
+/// What a failed dry run says was written: nothing, or — when objects in a namespace the
+/// commit creates could only be validated once it existed — exactly those first writes.
+fn dry_run_failed(writes: &[Write]) -> String {
+    let written: Vec<String> = writes
+        .iter()
+        .filter(|w| w.applied.is_some())
+        .map(|w| w.target.manifest.key().to_string())
+        .collect();
+    if written.is_empty() {
+        return "dry run failed: nothing was written".into();
+    }
+    format!(
+        "dry run failed: nothing was written but {} (applied first: the objects in a namespace the commit creates can be validated only once it exists); the inventory holds {}",
+        written.join(", "),
+        if written.len() == 1 { "it" } else { "them" }
+    )
 }

@@ -3,7 +3,8 @@
 //! DaemonSets, Jobs, claims, load balancers, Services' endpoints (a warning unless
 //! `rollout.require_endpoints`) and custom resources with kstatus conditions, up to the
 //! app's `rollout.timeout`. One that fails or times out fails the sync, and the
-//! inventory keeps the previous commit, so the next sync waits again.
+//! inventory keeps the previous commit and the entries those objects had before, so every
+//! next sync of that commit applies them and waits again.
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,7 @@ use kube::api::{Api, DynamicObject};
 use super::{Run, Stop, SyncError, Write};
 use crate::cluster::api_for;
 use crate::history::ObjectHealth;
+use crate::manifest::ObjectKey;
 use crate::plan::Inventory;
 use crate::rollout::health::{health, routes, selects_pods, waits_for, Health, NO_ENDPOINTS};
 
@@ -90,6 +92,11 @@ impl Run<'_> {
         if all_ready && !self.app.rollout.require_endpoints {
             self.warn_without_endpoints(&waiting).await;
         }
+        let unready: Vec<ObjectKey> = waiting
+            .iter()
+            .filter(|w| w.ended.as_ref().is_none_or(|h| h.outcome != "ready"))
+            .map(|w| w.write.target.manifest.key())
+            .collect();
         let mut failed = false;
         for w in waiting {
             let Some(h) = w.ended else { continue };
@@ -118,7 +125,9 @@ impl Run<'_> {
             self.rec.health.push(h);
         }
         if failed || self.interrupted().is_err() {
-            // Not applied in full yet: the next sync applies nothing new and waits again.
+            // Not healthy yet: the objects that were not ready keep their entries from
+            // before, so that every next sync of this commit applies them and waits again.
+            *next = crate::plan::unfinished(next, old, &unready);
             next.commit = old.commit.clone();
             return Err(if failed {
                 Stop::Failed
