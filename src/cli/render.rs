@@ -130,6 +130,7 @@ fn input(path: &Path, root: Option<&Path>) -> anyhow::Result<Input> {
         exclude: None,
         limits: Limits::default(),
         kustomize: Some(Kustomize::new(None, AgentConfig::default().render_timeout)),
+        allow_empty: false,
     }))
 }
 

@@ -174,7 +174,23 @@ pub enum ManifestError {
         /// The path as configured.
         path: String,
     },
-    /// Several errors, collected by the continue-on-error policy.
+    /// A configured path holds no object: a typo, a folder of another tool's files, or
+    /// everything deleted (which would otherwise prune the whole app).
+    #[error("{path}: {}; nothing was written or pruned (set allow_empty = true if the app is meant to hold no objects)", no_objects_why(*jsonnet))]
+    NoObjects {
+        /// The path as shown.
+        path: String,
+        /// The `.jsonnet` and `.libsonnet` files it holds.
+        jsonnet: usize,
+    },
+    /// A file found by walking a sub-folder is not a Kubernetes manifest.
+    #[error("{source}. berth reads sub-folders too (as kubectl apply -R does; kubectl apply -f DIR alone would not read {folder}/): if it holds no manifests, leave it out with exclude = [\"{folder}/**\"], or list what to read with include")]
+    NotAManifest {
+        /// What was wrong with it.
+        source: Box<ManifestError>,
+        /// Its folder, repository-relative.
+        folder: String,
+    },
     /// A kustomization was refused before kustomize ran, or kustomize failed.
     #[error("{path}: {message}")]
     Kustomization {
@@ -186,6 +202,16 @@ pub enum ManifestError {
     /// Several errors.
     #[error("{}", Many(.0))]
     Many(Vec<ManifestError>),
+}
+
+fn no_objects_why(jsonnet: usize) -> String {
+    if jsonnet == 0 {
+        return "no objects here (no .yaml, .yml or .json file holding one, after include and exclude)".into();
+    }
+    format!(
+        "holds Jsonnet ({}) and no YAML or JSON manifest: berth does not render Jsonnet. Render it where it is written (jsonnet -m, or kubecfg show) and commit the output, then point the app's path at that folder",
+        crate::plural(jsonnet, ".jsonnet/.libsonnet file")
+    )
 }
 
 struct Many<'a>(&'a [ManifestError]);
@@ -227,7 +253,9 @@ impl ManifestError {
             | ManifestError::EscapesRoot { path }
             | ManifestError::TooDeep { path, .. }
             | ManifestError::TooManyObjects { origin: path, .. }
-            | ManifestError::Kustomization { path, .. } => Some(path.clone()),
+            | ManifestError::Kustomization { path, .. }
+            | ManifestError::NoObjects { path, .. } => Some(path.clone()),
+            ManifestError::NotAManifest { source, .. } => source.origin(),
             ManifestError::Syntax { origin, .. }
             | ManifestError::DuplicateKey { origin, .. }
             | ManifestError::DocumentTooLarge { origin, .. }
@@ -250,6 +278,22 @@ impl ManifestError {
                 | ManifestError::DecodedTooLarge { .. }
                 | ManifestError::TooManyObjects { .. }
         )
+    }
+
+    /// This error, told that its file was found in the sub-folder `folder` of an app's
+    /// path when it says the file is no Kubernetes manifest.
+    pub fn in_subfolder(self, folder: &str) -> Self {
+        match self {
+            e @ (ManifestError::NotAnObject { .. }
+            | ManifestError::MissingField {
+                field: "apiVersion" | "kind",
+                ..
+            }) => ManifestError::NotAManifest {
+                source: Box::new(e),
+                folder: folder.to_string(),
+            },
+            e => e,
+        }
     }
 
     /// The single errors this one holds.

@@ -103,6 +103,8 @@ pub struct PathSource {
     pub limits: Limits,
     /// How folders holding a kustomization are rendered; `None`: as plain manifests.
     pub kustomize: Option<Kustomize>,
+    /// A path that yields nothing is no error (`allow_empty`).
+    pub allow_empty: bool,
 }
 
 struct Walk<'a> {
@@ -111,6 +113,10 @@ struct Walk<'a> {
     total: u64,
     seen_dirs: HashSet<PathBuf>,
     budget: Budget,
+    /// The configured path being walked (relative to the root).
+    named: String,
+    /// The Jsonnet files seen in it.
+    jsonnet: usize,
 }
 
 impl Visitor for PathSource {
@@ -128,6 +134,8 @@ impl Visitor for PathSource {
             total: 0,
             seen_dirs: HashSet::new(),
             budget: self.limits.budget(),
+            named: String::new(),
+            jsonnet: 0,
         };
         let mut objects = 0;
         let f = &mut self.limits.counted(&mut objects, f);
@@ -136,7 +144,19 @@ impl Visitor for PathSource {
                 f(Err(ManifestError::EscapesRoot { path: p.clone() }))?;
                 continue;
             };
-            walk.entry(&rel, true, f)?;
+            walk.named.clone_from(&rel);
+            walk.jsonnet = 0;
+            let mut items = 0;
+            walk.entry(&rel, true, &mut |item| {
+                items += 1;
+                f(item)
+            })?;
+            if items == 0 && !self.allow_empty {
+                f(Err(ManifestError::NoObjects {
+                    path: self.display(&rel),
+                    jsonnet: walk.jsonnet,
+                }))?;
+            }
         }
         Ok(())
     }
@@ -197,14 +217,25 @@ impl Walk<'_> {
             }
             return self.dir(rel, resolved, f);
         }
-        let extension_ok = Path::new(rel)
-            .extension()
-            .and_then(|e| e.to_str())
-            .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"));
-        if (named || extension_ok) && self.source.selected(rel) {
-            self.file(&resolved, shown, f)?;
+        let extension = Path::new(rel).extension().and_then(|e| e.to_str());
+        if !named && matches!(extension, Some("jsonnet" | "libsonnet")) {
+            self.jsonnet += 1;
         }
-        Ok(())
+        let extension_ok = matches!(extension, Some("yaml" | "yml" | "json"));
+        if !(named || extension_ok) || !self.source.selected(rel) {
+            return Ok(());
+        }
+        let folder = Path::new(rel)
+            .parent()
+            .and_then(|p| p.to_str())
+            .unwrap_or("");
+        if named || folder == self.named {
+            return self.file(&resolved, shown, f);
+        }
+        let folder = folder.to_string();
+        self.file(&resolved, shown, &mut |item| {
+            f(item.map_err(|e| e.in_subfolder(&folder)))
+        })
     }
 
     fn dir(&mut self, rel: &str, resolved: PathBuf, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
@@ -425,6 +456,7 @@ mod tests {
             exclude: None,
             limits: Limits::default(),
             kustomize: None,
+            allow_empty: false,
         }
     }
 
@@ -484,6 +516,44 @@ mod tests {
 
     fn run(s: PathSource) -> Result<Vec<String>, ManifestError> {
         collect(&ContinueOnError(s)).map(|v| v.iter().map(|m| m.origin.path.clone()).collect())
+    }
+
+    #[test]
+    fn a_non_manifest_in_a_sub_folder_says_how_to_leave_it_out() {
+        let d = tempfile::tempdir().unwrap();
+        write(d.path(), "app/cm.yaml", &CM.replace("NAME", "a"));
+        write(d.path(), "app/ci/pipeline.yaml", "steps: [build, test]\n");
+        write(d.path(), "app/odd.yaml", "steps: [build]\n");
+        let e = run(source(d.path(), &["app"])).unwrap_err().to_string();
+        assert!(
+            e.contains("app/ci/pipeline.yaml")
+                && e.contains("missing apiVersion")
+                && e.contains(r#"exclude = ["app/ci/**"]"#),
+            "{e}"
+        );
+        // A file right in the app's folder is the app's own: no hint.
+        let odd = e.lines().find(|l| l.contains("app/odd.yaml")).unwrap();
+        assert!(!odd.contains("exclude"), "{odd}");
+    }
+
+    #[test]
+    fn a_path_that_yields_no_object_is_refused_unless_allowed() {
+        let d = tempfile::tempdir().unwrap();
+        write(d.path(), "app/cm.yaml", &CM.replace("NAME", "a"));
+        write(d.path(), "docs/README.md", "words");
+        write(d.path(), "jsonnet/main.jsonnet", "{}");
+        let e = run(source(d.path(), &["app", "docs"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("docs: no objects here"), "{e}");
+        let e = run(source(d.path(), &["jsonnet"])).unwrap_err().to_string();
+        assert!(
+            e.contains("holds Jsonnet (1 .jsonnet/.libsonnet file)"),
+            "{e}"
+        );
+        let mut allowed = source(d.path(), &["app", "docs"]);
+        allowed.allow_empty = true;
+        assert_eq!(run(allowed).unwrap(), ["app/cm.yaml"]);
     }
 
     #[test]
