@@ -59,6 +59,8 @@ impl SharedKinds {
 /// The cluster's kinds.
 pub struct ClusterKinds {
     discovery: kube::Discovery,
+    /// The API server's version (`v1.20.2`), when it said.
+    version: Option<String>,
 }
 
 impl ClusterKinds {
@@ -74,7 +76,8 @@ impl ClusterKinds {
                 what: "discovery of the cluster's API resources".into(),
                 source,
             })?;
-        Ok(ClusterKinds { discovery })
+        let version = client.apiserver_version().await.ok().map(|v| v.git_version);
+        Ok(ClusterKinds { discovery, version })
     }
 
     /// The resource that serves a manifest's apiVersion and kind.
@@ -102,7 +105,43 @@ impl ClusterKinds {
     /// [`ClusterError::UnknownKind`].
     pub fn require(&self, m: &Manifest) -> Result<Resolved, ClusterError> {
         self.resolve(m)
-            .ok_or_else(|| ClusterError::UnknownKind(UnknownKind::of(m)))
+            .ok_or_else(|| ClusterError::UnknownKind(Box::new(self.explain(UnknownKind::of(m)))))
+    }
+
+    /// `e`, saying why the cluster does not serve its kind: for a built-in group (no dot,
+    /// or `*.k8s.io`) the server's version and the versions of that kind it does serve;
+    /// for any other group, that its CRD may be missing.
+    pub fn explain(&self, mut e: UnknownKind) -> UnknownKind {
+        let group = e.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        if group.contains('.') && !group.ends_with(".k8s.io") {
+            return e;
+        }
+        let served: Vec<String> = self
+            .discovery
+            .groups()
+            .filter(|g| g.name() == group)
+            .flat_map(|g| {
+                g.versions()
+                    .flat_map(|v| g.versioned_resources(v))
+                    .filter(|(r, _)| r.kind == e.kind)
+                    .map(|(r, _)| r.api_version)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let server = match &self.version {
+            Some(v) => format!("this cluster (Kubernetes {v})"),
+            None => "this cluster".to_string(),
+        };
+        e.why = if served.is_empty() {
+            format!("{server} serves no {} in any version", e.kind)
+        } else {
+            format!(
+                "{server} serves {} only in {}: write that apiVersion (and the fields it has)",
+                e.kind,
+                served.join(", ")
+            )
+        };
+        e
     }
 }
 

@@ -54,7 +54,7 @@ pub enum ClusterError {
     },
     /// The cluster does not serve a kind.
     #[error(transparent)]
-    UnknownKind(#[from] UnknownKind),
+    UnknownKind(#[from] Box<UnknownKind>),
     /// The apiserver refused one object (in a dry run or for real).
     #[error("{verb} {key} ({origin}): {message}")]
     Object {

@@ -34,7 +34,7 @@ pub struct Target {
 
 /// A manifest of a kind the cluster does not serve (and no CRD of the commit defines).
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{origin}: unknown kind {kind} in {api_version}: the cluster does not serve it (is its CRD installed?)")]
+#[error("{origin}: unknown kind {kind} in {api_version}: {why}")]
 pub struct UnknownKind {
     /// Where the object came from.
     pub origin: Origin,
@@ -42,6 +42,8 @@ pub struct UnknownKind {
     pub api_version: String,
     /// Its kind.
     pub kind: String,
+    /// Why, and what to do.
+    pub why: String,
 }
 
 impl UnknownKind {
@@ -51,6 +53,7 @@ impl UnknownKind {
             origin: m.origin.clone(),
             api_version: m.api_version().to_string(),
             kind: m.kind().to_string(),
+            why: "the cluster does not serve it (is its CRD installed?)".into(),
         }
     }
 }

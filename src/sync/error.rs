@@ -119,9 +119,8 @@ impl SyncError {
     pub fn origin(&self) -> Option<String> {
         match self {
             SyncError::Render(e) => e.origin(),
-            SyncError::UnknownKind(e) | SyncError::Cluster(ClusterError::UnknownKind(e)) => {
-                Some(e.origin.to_string())
-            }
+            SyncError::UnknownKind(e) => Some(e.origin.to_string()),
+            SyncError::Cluster(ClusterError::UnknownKind(e)) => Some(e.origin.to_string()),
             SyncError::Cluster(ClusterError::Object { origin, .. }) => Some(origin.clone()),
             SyncError::CrdNotEstablished { origin, .. }
             | SyncError::EngineRefused { origin, .. } => Some(origin.to_string()),

@@ -278,7 +278,7 @@ impl Run<'_> {
         let draft = match plan::draft(manifests, |m| kinds.resolve(m), inventory) {
             Ok(draft) => draft,
             Err(errors) => {
-                errors.into_iter().for_each(|e| self.fail(e));
+                errors.into_iter().for_each(|e| self.fail(kinds.explain(e)));
                 return Err(Stop::Failed);
             }
         };
