@@ -449,10 +449,17 @@ fn open_cache(cache: &Path, url: &str) -> Result<Repository, git2::Error> {
 }
 
 /// Errors from a broken cache (objects, index, refs) are retried with a fresh clone; the
-/// rest are the remote's.
+/// rest are the remote's — an object missing while every object the cache's refs name is
+/// there too: the source lacks it, and a fresh clone would fail the same way.
 fn classify(e: git2::Error, url: &str, shown: &str, cache: &Path) -> SourceError {
     let message = e.message().replace(url, shown);
     match e.class() {
+        ErrorClass::Odb | ErrorClass::Object if cache_is_whole(cache) => SourceError::Fetch {
+            url: shown.to_string(),
+            message: format!(
+                "the repository lacks an object that its history needs ({message}): it is damaged at the source (run git fsck there); berth's cache is intact and was kept"
+            ),
+        },
         ErrorClass::Odb | ErrorClass::Object | ErrorClass::Index | ErrorClass::Repository
             if !message.contains("could not find repository") =>
         {
@@ -466,6 +473,21 @@ fn classify(e: git2::Error, url: &str, shown: &str, cache: &Path) -> SourceError
             message,
         },
     }
+}
+
+/// Whether the cache opens and holds every commit its refs name, with its tree.
+fn cache_is_whole(cache: &Path) -> bool {
+    let Ok(repo) = Repository::open_bare(cache) else {
+        return false;
+    };
+    let Ok(refs) = repo.references() else {
+        return false;
+    };
+    let whole = refs
+        .flatten()
+        .filter_map(|r| r.target())
+        .all(|oid| repo.find_commit(oid).is_ok_and(|c| c.tree().is_ok()));
+    whole
 }
 
 /// The bare repository of a cache (see [`source_dir`]).
