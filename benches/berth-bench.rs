@@ -6,15 +6,16 @@
 //!
 //! Cases: cold apply of 1000 objects (vs `kubectl apply --server-side` and plain `kubectl
 //! apply`, plus the apiserver's ceiling); no-change resync (wall time, write requests);
-//! commit-to-applied latency with notify; memory and idle CPU of `berth run`; git fetch of
-//! one new commit in a 10,000-commit repository (git2 vs the git CLI); requests while
+//! commit-to-applied latency with notify; memory and idle CPU of `berth run`; the first
+//! fetch of a 10,000-commit repository (vs `git clone --depth=1` and a whole clone) and a
+//! fetch of one new commit (git2 vs the git CLI); requests while
 //! following a 10-replica rollout (vs `kubectl rollout status`); Flux's 100 / 500 / 1000
 //! apps of four objects from one repository, and one app of 1k / 5k / 10k objects
 //! (`scale/fleet.rs`).
 //!
 //! `BERTH_BENCH_FLEET` and `BERTH_BENCH_GROWTH` (comma-separated sizes) replace the scale
 //! cases' sizes; `BERTH_BENCH_ONLY=scale` runs only them (a trial; the file is written
-//! all the same).
+//! all the same); `BERTH_BENCH_ONLY=fetch` runs the git cases alone and only prints them.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -453,7 +454,45 @@ impl Bench {
         .apps
         .remove(0);
         let state = self.work.join("big-state");
-        berth::source::git::fetch(&app, &state)?;
+        // The first fetch: berth takes the newest commit alone, as git clone --depth 1.
+        let (mut first, mut shallow, mut whole) = (vec![], vec![], vec![]);
+        for rep in 0..REPS {
+            let _ = std::fs::remove_dir_all(&state);
+            let start = Instant::now();
+            berth::source::git::fetch(&app, &state)?;
+            first.push(start.elapsed().as_secs_f64());
+            for (depth, times) in [(Some("--depth=1"), &mut shallow), (None, &mut whole)] {
+                let dir = self.work.join(format!("big-clone-{rep}"));
+                let start = Instant::now();
+                run(Command::new("git")
+                    .args(["clone", "-q", "--no-checkout"])
+                    .args(depth)
+                    .arg(&url)
+                    .arg(&dir))?;
+                git(&dir, &["checkout", "-q", "main"])?;
+                times.push(start.elapsed().as_secs_f64());
+                std::fs::remove_dir_all(&dir)?;
+            }
+        }
+        let (first, shallow, whole) = (Samples(first), Samples(shallow), Samples(whole));
+        self.table(
+            "5a. first fetch + checkout (10,000 commits, 5,000 files)",
+            &[
+                (
+                    "berth (git2; a local repository: its object files copied)",
+                    &first,
+                ),
+                ("git clone --depth=1 (CLI)", &shallow),
+                ("git clone (CLI, whole history)", &whole),
+            ],
+            "s",
+            Some(&shallow),
+        );
+        self.notes.push(format!(
+            "First fetch: berth ÷ git clone --depth=1 = {:.2}; ÷ a whole git clone = {:.2}.",
+            first.median() / shallow.median(),
+            first.median() / whole.median()
+        ));
         let (mut berth, mut cli_times) = (vec![], vec![]);
         for rep in 0..REPS {
             std::fs::write(
@@ -603,7 +642,20 @@ async fn main() -> Result<()> {
             .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
             .unwrap_or_else(|| default.to_vec())
     };
-    let only_scale = std::env::var("BERTH_BENCH_ONLY").is_ok_and(|v| v == "scale");
+    let only = std::env::var("BERTH_BENCH_ONLY").unwrap_or_default();
+    let only_scale = only == "scale";
+    if only == "fetch" {
+        // The git cases alone need no cluster.
+        let result = b.git_fetch();
+        let _ = ControlPlane::down(&b.cp.dir);
+        let _ = std::fs::remove_dir_all(&work);
+        result?;
+        println!("{}", b.rows.join("\n"));
+        for n in &b.notes {
+            println!("- {n}");
+        }
+        return Ok(());
+    }
     let result = async {
         let sizes_growth = sizes("BERTH_BENCH_GROWTH", &[1000, 5000, 10000]);
         let sizes_fleet = sizes("BERTH_BENCH_FLEET", &[100, 500, 1000]);

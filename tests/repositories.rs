@@ -292,3 +292,119 @@ async fn a_source_missing_an_object_is_blamed_and_the_cache_kept() {
     assert!(out.contains("it is damaged at the source"), "{out}");
     assert!(marker.exists(), "the cache was cloned again: {out}");
 }
+
+/// `git daemon` serving a repository: a remote over git's own protocol, as a hosted
+/// repository is (libgit2's local transport cannot fetch shallow).
+struct GitDaemon {
+    child: std::process::Child,
+    url: String,
+}
+
+impl GitDaemon {
+    fn serve(repo: &Repo) -> GitDaemon {
+        let dir = repo.dir.path();
+        let port = common::free_port();
+        // git-daemon itself, not `git daemon`, which would leave it behind when killed.
+        let exec_path = std::process::Command::new("git")
+            .arg("--exec-path")
+            .output()
+            .expect("git --exec-path");
+        let exec_path = String::from_utf8_lossy(&exec_path.stdout)
+            .trim()
+            .to_string();
+        let child = std::process::Command::new(format!("{exec_path}/git-daemon"))
+            .args(["--export-all", "--reuseaddr", "--listen=127.0.0.1"])
+            .arg(format!("--port={port}"))
+            .arg(format!("--base-path={}", dir.parent().unwrap().display()))
+            .arg(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("git daemon");
+        common::eventually("git daemon listens", Duration::from_secs(10), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        let name = dir.file_name().unwrap().to_string_lossy();
+        GitDaemon {
+            child,
+            url: format!("git://127.0.0.1:{port}/{name}"),
+        }
+    }
+}
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The first fetch from a remote takes the newest commit alone (as `git clone --depth 1`);
+/// the history comes when a check needs it: a cache lost with the previous commit applied
+/// still tells a fast-forward from a force-push, and an app pinned to an older commit
+/// finds it.
+#[tokio::test]
+async fn a_fresh_cache_fetches_history_only_when_it_needs_it() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "shallow").await;
+    let repo = Repo::new();
+    let cm = |value: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  v: \"{value}\"\n")
+    };
+    repo.write("cm.yaml", &cm("1"));
+    let first = repo.commit("first");
+    let daemon = GitDaemon::serve(&repo);
+    let setup = Setup::new(cp, "shallow", &repo, &ns, "");
+    let path = format!("repo = \"{}\"", repo.dir.path().display());
+    let config = std::fs::read_to_string(&setup.config).unwrap();
+    assert!(config.contains(&path));
+    std::fs::write(
+        &setup.config,
+        config.replace(&path, &format!("repo = \"{}\"", daemon.url)),
+    )
+    .unwrap();
+    assert_eq!(setup.berth(&["sync"]).0, 0);
+    let sources = setup.state.path().join("sources");
+    let shallow_file = || {
+        std::fs::read_dir(&sources)
+            .unwrap()
+            .flatten()
+            .any(|d| d.path().join("git/shallow").exists())
+    };
+    assert!(shallow_file(), "the first fetch was not shallow");
+
+    // Two commits later, with the cache gone (a new host, a wiped state): a fast-forward.
+    repo.write("cm.yaml", &cm("2"));
+    repo.commit("second");
+    repo.write("cm.yaml", &cm("3"));
+    repo.commit("third");
+    std::fs::remove_dir_all(&sources).unwrap();
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("rewritten"), "{out}");
+
+    // A force-push back to the first commit, again from a fresh cache: still refused.
+    repo.git(&["reset", "-q", "--hard", &first]);
+    std::fs::remove_dir_all(&sources).unwrap();
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("history was rewritten"), "{out}");
+
+    // An app pinned to an older commit, in a cache whose first fetch was shallow.
+    repo.write("cm.yaml", &cm("4"));
+    repo.commit("fourth");
+    assert_eq!(setup.berth(&["sync", "--accept-rewind"]).0, 0);
+    std::fs::remove_dir_all(&sources).unwrap();
+    assert_eq!(setup.berth(&["sync"]).0, 0);
+    assert!(shallow_file());
+    let config = std::fs::read_to_string(&setup.config)
+        .unwrap()
+        .replace("[[app]]\n", &format!("[[app]]\ncommit = \"{first}\"\n"));
+    std::fs::write(&setup.config, config).unwrap();
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(&first[..7]), "{out}");
+}

@@ -198,11 +198,13 @@ pub fn fetch(app: &AppConfig, state_dir: &Path) -> Result<Checkout, SourceError>
     };
     crate::state::private_dir(&source).map_err(|e| cache_err(e.to_string()))?;
     let _lock = lock(&source.join("lock")).map_err(|e| cache_err(e.to_string()))?;
-    let (repo, oid) = match fetch_into(app, &cache) {
+    let depth = first_fetch(app, &cache);
+    let (repo, oid) = match fetch_into(app, &cache, depth) {
         Err(SourceError::Cache { .. }) => {
             tracing::warn!(app = %app.name, cache = %cache.display(), "repository cache is unreadable; cloning again");
             let _ = std::fs::remove_dir_all(&cache);
-            fetch_into(app, &cache)?
+            let depth = first_fetch(app, &cache);
+            fetch_into(app, &cache, depth)?
         }
         other => other?,
     };
@@ -224,6 +226,76 @@ pub fn fetch(app: &AppConfig, state_dir: &Path) -> Result<Checkout, SourceError>
         commit: commit_info(&commit),
         tag,
     })
+}
+
+/// How a fetch into `cache` begins. A first fetch from a remote takes the newest commit
+/// alone, as `git clone --depth 1` does, and history comes when an older commit is needed
+/// ([`deepen`]); a pinned commit takes history at once. From a repository on this host
+/// (libgit2's local transport cannot fetch shallow, and packs object by object) the cache
+/// starts as a copy of its object files, as `git clone` of a path does, then fetches as usual.
+fn first_fetch(app: &AppConfig, cache: &Path) -> Depth {
+    if Repository::open_bare(cache).is_ok() {
+        return Depth::AsItIs;
+    }
+    if local_path(&app.repo).is_some() {
+        let copied = git2::build::RepoBuilder::new()
+            .bare(true)
+            .clone_local(git2::build::CloneLocal::NoLinks)
+            .clone(&remote_url(&app.repo), cache);
+        if let Err(e) = copied {
+            // The fetch below reports what is wrong with the repository, if anything.
+            tracing::debug!(app = %app.name, error = %e, "cannot copy the local repository");
+            let _ = std::fs::remove_dir_all(cache);
+        }
+        return Depth::AsItIs;
+    }
+    match app.git_ref() {
+        GitRef::Commit(_) => Depth::AsItIs,
+        _ => Depth::Newest,
+    }
+}
+
+/// How much history a fetch asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Depth {
+    /// The newest commit of the ref alone (a first fetch).
+    Newest,
+    /// What the cache lacks down to what it holds (shallow or not).
+    AsItIs,
+    /// Everything: a shallow cache becomes whole.
+    Whole,
+}
+
+impl Depth {
+    /// libgit2's depth: 1, 0 (no limit), `GIT_FETCH_DEPTH_UNSHALLOW`.
+    fn git(self) -> i32 {
+        match self {
+            Depth::Newest => 1,
+            Depth::AsItIs => 0,
+            Depth::Whole => i32::MAX,
+        }
+    }
+}
+
+/// Fetches the whole history of the app's repository into a cache whose first fetch took
+/// the newest commit alone: telling whether an older commit is an ancestor, or rendering
+/// it, needs it. `Ok(false)`: the cache was whole already (or is not there).
+///
+/// # Errors
+/// As [`fetch`].
+pub fn deepen(app: &AppConfig, state_dir: &Path) -> Result<bool, SourceError> {
+    let source = source_dir(state_dir, &app.repo);
+    let cache = source.join("git");
+    let _lock = lock(&source.join("lock")).map_err(|e| SourceError::Cache {
+        path: source.clone(),
+        message: e.to_string(),
+    })?;
+    if !Repository::open_bare(&cache).is_ok_and(|r| r.is_shallow()) {
+        return Ok(false);
+    }
+    bound_network_waits();
+    fetch_into(app, &cache, Depth::Whole)?;
+    Ok(true)
 }
 
 /// The tree of commit `sha` from the repository's cache, written out if it is not (a
@@ -377,7 +449,11 @@ fn bound_network_waits() {
 }
 
 /// Fetches the app's ref into the bare repository `cache`; the repository and the commit.
-fn fetch_into(app: &AppConfig, cache: &Path) -> Result<(Repository, Oid), SourceError> {
+fn fetch_into(
+    app: &AppConfig,
+    cache: &Path,
+    depth: Depth,
+) -> Result<(Repository, Oid), SourceError> {
     let url = remote_url(&app.repo);
     let shown = redact_url(&url);
     let cache_err = |e: git2::Error| SourceError::Cache {
@@ -391,7 +467,8 @@ fn fetch_into(app: &AppConfig, cache: &Path) -> Result<(Repository, Oid), Source
     options
         .remote_callbacks(callbacks(app, &url)?)
         .prune(FetchPrune::On)
-        .download_tags(AutotagOption::None);
+        .download_tags(AutotagOption::None)
+        .depth(depth.git());
     remote
         .fetch(&[want.refspec.as_str()], Some(&mut options), None)
         .map_err(|e| classify(e, &url, &shown, cache))?;
@@ -422,6 +499,11 @@ fn fetch_into(app: &AppConfig, cache: &Path) -> Result<(Repository, Oid), Source
     drop(remote);
     match oid {
         Some(oid) => Ok((repo, oid)),
+        // A pinned commit older than a shallow cache's history: fetch the rest.
+        None if depth != Depth::Whole && repo.is_shallow() => {
+            drop(repo);
+            fetch_into(app, cache, Depth::Whole)
+        }
         None => Err(SourceError::RefNotFound {
             what: want.what,
             url: shown,

@@ -89,10 +89,11 @@ impl Run<'_> {
                 .collect::<Vec<_>>(),
             request.deployment,
         )?;
-        let checkout = inventory
-            .commit
-            .as_deref()
-            .and_then(|sha| git::tree_at(&self.syncer.agent.state_dir, &self.app.repo, sha));
+        let tree = |sha: &str| git::tree_at(&self.syncer.agent.state_dir, &self.app.repo, sha);
+        let mut checkout = inventory.commit.as_deref().and_then(tree);
+        if checkout.is_none() && inventory.commit.is_some() && self.deepen().await {
+            checkout = inventory.commit.as_deref().and_then(tree);
+        }
         self.rec.commit = checkout.as_ref().map(|c| c.commit.clone());
         let ns = key.namespace.clone().unwrap_or_else(|| "default".into());
         let api: Api<Deployment> = Api::namespaced(self.syncer.client.clone(), &ns);

@@ -22,7 +22,11 @@ impl Run<'_> {
     pub(super) async fn prepare(&mut self, checkout: Checkout) -> Result<Prepared, Stop> {
         let inventory = self.load_inventory().await?;
         if let Some(previous) = &inventory.commit {
-            let rewritten = git::ancestry(&checkout.source, previous, &checkout.commit.sha);
+            let ancestry = || git::ancestry(&checkout.source, previous, &checkout.commit.sha);
+            let mut rewritten = ancestry();
+            if rewritten.is_some() && self.deepen().await {
+                rewritten = ancestry();
+            }
             self.rec.history_rewritten = rewritten.clone();
             if let Some(note) = rewritten {
                 self.guard_rewind(note)?;
@@ -166,6 +170,22 @@ impl Run<'_> {
         ));
         self.rec.signature = Some(signature);
         Ok(())
+    }
+
+    /// Fetches the history a shallow cache lacks (its first fetch took the newest commit
+    /// alone); whether it did. A failure is logged: the caller goes on with what it has.
+    pub(super) async fn deepen(&self) -> bool {
+        let app = self.app.clone();
+        let state_dir = self.syncer.agent.state_dir.clone();
+        let deepened = tokio::task::spawn_blocking(move || git::deepen(&app, &state_dir)).await;
+        match deepened {
+            Ok(Ok(deepened)) => deepened,
+            Ok(Err(e)) => {
+                tracing::warn!(app = %self.app.name, error = %e, "cannot fetch the repository's history");
+                false
+            }
+            Err(_) => false,
+        }
     }
 
     /// What the render read: the app's paths and what its kustomizations reach.
