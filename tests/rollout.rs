@@ -326,6 +326,12 @@ async fn rollbacks_say_what_happened() {
     assert!(out.contains("say: rolled back in"), "{out}");
     let record = setup.history().pop().unwrap();
     assert_eq!(record.outcome, Outcome::RolledBack);
+    let note = record.note.clone().unwrap_or_default();
+    assert!(
+        note.starts_with(&format!("rolled back Deployment {ns}/web from revision"))
+            && note.contains(" by berth rollback; berth holds commit"),
+        "{note}"
+    );
     let (_, table, _) = setup.berth(&["history"]);
     let row = table
         .lines()

@@ -154,12 +154,12 @@ impl Run<'_> {
             .unwrap_or("-")
             .to_string();
         self.rec.note = Some(format!(
-            "manual {message}; berth holds commit {short} so it does not undo this, but the next commit to git rolls forward again: to keep this revision, revert the change in git"
+            "{message} by berth rollback; berth holds commit {short} so it does not undo this, but the next commit to git rolls forward again: to keep this revision, revert the change in git"
         ));
         let before = inventory.clone();
         inventory.held = Some(Held {
             commit: inventory.commit.clone().unwrap_or_default(),
-            reason: format!("manual {message}"),
+            reason: format!("{message} by berth rollback"),
         });
         for e in inventory.objects.iter_mut().filter(|e| e.key == key) {
             e.digest = "rolled-back".into();
