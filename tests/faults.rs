@@ -20,6 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use berth::history::{HistoryLog, Outcome};
+use berth::sync::Step;
 use berth::testenv::ControlPlane;
 use common::proxy::Proxy;
 use common::Repo;
@@ -35,7 +36,7 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(240);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
-    Kill(&'static str),
+    Kill(Step),
     ApiServerRestart,
     Api429,
     Api5xx,
@@ -55,13 +56,13 @@ enum Fault {
 }
 
 const FAULTS: &[Fault] = &[
-    Fault::Kill("fetch"),
-    Fault::Kill("render"),
-    Fault::Kill("dry run"),
-    Fault::Kill("apply"),
-    Fault::Kill("roll out"),
-    Fault::Kill("prune"),
-    Fault::Kill("history"),
+    Fault::Kill(Step::Fetch),
+    Fault::Kill(Step::Render),
+    Fault::Kill(Step::DryRun),
+    Fault::Kill(Step::Apply),
+    Fault::Kill(Step::RollOut),
+    Fault::Kill(Step::Prune),
+    Fault::Kill(Step::History),
     Fault::ApiServerRestart,
     Fault::Api429,
     Fault::Api5xx,
@@ -276,15 +277,15 @@ impl Lab {
     }
 
     /// The step of the sync in flight, from its lock file.
-    fn step(&self) -> Option<String> {
+    fn step(&self) -> Option<Step> {
         berth::sync::in_flight(&self.state, APP).map(|m| m.step)
     }
 
     /// Waits until the sync in flight is in `step` (false: `child` ended first).
-    fn wait_for_step(&self, child: &mut Child, step: &str) -> bool {
+    fn wait_for_step(&self, child: &mut Child, step: Step) -> bool {
         let end = Instant::now() + SYNC_TIMEOUT;
         while Instant::now() < end {
-            if self.step().as_deref() == Some(step) {
+            if self.step() == Some(step) {
                 return true;
             }
             if child.try_wait().unwrap().is_some() {
@@ -296,9 +297,9 @@ impl Lab {
     }
 
     /// Waits until a sync of the app (any process's) is in `step`.
-    fn wait_for_any_step(&self, step: &str) -> bool {
+    fn wait_for_any_step(&self, step: Step) -> bool {
         let end = Instant::now() + SYNC_TIMEOUT;
-        while self.step().as_deref() != Some(step) {
+        while self.step() != Some(step) {
             if Instant::now() > end {
                 return false;
             }
@@ -400,18 +401,20 @@ impl Lab {
                     return Err(format!("the sync ended (exit {code}) before {step}: {out}"));
                 }
                 let max_ms = match step {
-                    "dry run" => 100,
-                    "apply" => 40,
-                    "roll out" => 2000,
-                    "prune" => 30,
-                    "render" => 10,
+                    Step::DryRun => 100,
+                    Step::Apply => 40,
+                    Step::RollOut => 2000,
+                    Step::Prune => 30,
+                    Step::Render => 10,
                     _ => 0,
                 };
                 std::thread::sleep(Duration::from_millis(random(max_ms + 1)));
                 let marker = berth::sync::in_flight(&self.state, APP);
                 let _ = child.kill();
                 let _ = child.wait();
-                landed = marker.as_ref().map_or("ended".into(), |m| m.step.clone());
+                landed = marker
+                    .as_ref()
+                    .map_or("ended".into(), |m| m.step.to_string());
                 recorded = marker.map(|m| m.id);
             }
             Fault::ApiServerRestart | Fault::EtcdRestart => {
@@ -422,7 +425,7 @@ impl Lab {
                 };
                 let child = self.spawn_sync();
                 std::thread::sleep(Duration::from_millis(200 + random(2500)));
-                landed = self.step().unwrap_or_else(|| "ended".into());
+                landed = self.step().map_or("ended".into(), |s| s.to_string());
                 let restarted = self.restart(component).await;
                 let (code, _) = finish(child);
                 restarted?;
@@ -432,9 +435,9 @@ impl Lab {
             }
             Fault::Api429 | Fault::Api5xx => {
                 let mut child = self.spawn_sync();
-                let at = ["dry run", "apply", "roll out"][random(3) as usize];
+                let at = [Step::DryRun, Step::Apply, Step::RollOut][random(3) as usize];
                 self.wait_for_step(&mut child, at);
-                landed = at.into();
+                landed = at.to_string();
                 let answered = self.proxy.answered();
                 self.proxy
                     .answer(if fault == Fault::Api429 { 429 } else { 503 });
@@ -449,9 +452,9 @@ impl Lab {
             }
             Fault::WatchDrop => {
                 let mut child = self.spawn_sync();
-                if self.wait_for_step(&mut child, "roll out") {
+                if self.wait_for_step(&mut child, Step::RollOut) {
                     std::thread::sleep(Duration::from_millis(random(500)));
-                    landed = self.step().unwrap_or_else(|| "ended".into());
+                    landed = self.step().map_or("ended".into(), |s| s.to_string());
                     self.proxy.cut();
                 }
                 let (code, out) = finish(child);
@@ -505,9 +508,9 @@ impl Lab {
                 // write finds the ConfigMap changed, reads it again and keeps the entry.
                 let mut child = self.spawn_sync();
                 let mut edited = Ok(());
-                if self.wait_for_step(&mut child, "roll out") {
+                if self.wait_for_step(&mut child, Step::RollOut) {
                     std::thread::sleep(Duration::from_millis(random(300)));
-                    landed = "roll out".into();
+                    landed = Step::RollOut.to_string();
                     edited = self.add_inventory_entry("stray").await;
                 }
                 let (code, out) = finish(child);
@@ -583,7 +586,7 @@ impl Lab {
             }
             Fault::ConcurrentSync => {
                 let mut daemon = self.daemon();
-                let step = ["apply", "roll out"][random(2) as usize];
+                let step = [Step::Apply, Step::RollOut][random(2) as usize];
                 let in_flight = self.wait_for_any_step(step);
                 let mut child = self.spawn_sync();
                 let (code, out) = finish_mut(&mut child);
@@ -607,13 +610,13 @@ impl Lab {
                         ));
                     }
                 }
-                landed = step.into();
+                landed = step.to_string();
             }
             Fault::ReloadRemovesApp => {
                 let mut daemon = self.daemon();
-                let step = ["render", "apply", "roll out"][random(3) as usize];
+                let step = [Step::Render, Step::Apply, Step::RollOut][random(3) as usize];
                 self.wait_for_any_step(step);
-                landed = self.step().unwrap_or_else(|| "ended".into());
+                landed = self.step().map_or("ended".into(), |s| s.to_string());
                 self.write_config(false);
                 // SAFETY: a signal to the child this test started.
                 unsafe { libc::kill(daemon.id() as i32, libc::SIGHUP) };

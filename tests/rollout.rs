@@ -631,7 +631,10 @@ async fn stopped_mid_rollout(
     common::eventually(
         "berth run follows the rollout",
         Duration::from_secs(30),
-        || berth::sync::in_flight(&state, &app).is_some_and(|m| m.step == "roll out"),
+        || {
+            berth::sync::in_flight(&state, &app)
+                .is_some_and(|m| m.step == berth::sync::Step::RollOut)
+        },
     );
     daemon.signal(signal);
     daemon.wait(Duration::from_secs(30));

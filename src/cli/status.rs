@@ -76,7 +76,7 @@ struct LastSync {
 struct Syncing {
     record: String,
     commit: Option<String>,
-    step: String,
+    step: berth::sync::Step,
     started_at: jiff::Timestamp,
     pid: u32,
 }

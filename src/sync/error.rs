@@ -2,6 +2,7 @@
 //! the app) and keeps its cause as `source`; [`SyncError::origin`] is the file a history
 //! record's error points at.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cluster::ClusterError;
@@ -108,10 +109,31 @@ pub enum SyncError {
     /// A sync's history record could not be written.
     #[error("this sync's history record could not be written ({0}): the cluster holds what it lists; free space in [agent] state_dir")]
     Unrecorded(#[source] crate::history::HistoryError),
-    /// A rollout failed, timed out or could not be followed (the message says which, and
-    /// what the failure policy did).
-    #[error("{0}")]
-    Rollout(String),
+    /// A rollout failed or timed out; what the failure policy did follows.
+    #[error("rollout of Deployment {} {outcome}: {message}{}", key.qualified_name(), rollback.as_ref().map(|r| format!("; {r}")).unwrap_or_default())]
+    Rollout {
+        /// The Deployment.
+        key: ObjectKey,
+        /// `failed` or `timed-out`.
+        outcome: &'static str,
+        /// What its status said.
+        message: String,
+        /// The rollback that followed (`rolled back Deployment … from revision 3 to 2`).
+        rollback: Option<String>,
+    },
+    /// A rollout could not be followed (one cause, shared by the Deployments followed
+    /// together).
+    #[error(transparent)]
+    Follow(Arc<EngineError>),
+    /// Restoring an earlier revision's template failed.
+    #[error("rollback failed: {0}")]
+    RollbackFailed(ClusterError),
+    /// The API server gave no answer to the rollback's apply.
+    #[error("rollback of Deployment {} failed: no answer to its apply", .0.qualified_name())]
+    RollbackNotApplied(ObjectKey),
+    /// The rollout of a manual rollback did not complete.
+    #[error("the rollback's rollout did not complete")]
+    RollbackIncomplete,
 }
 
 impl SyncError {

@@ -15,12 +15,13 @@ use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::{Run, Stop, SyncError};
+use super::context::{Ctx, Journal, Stop};
+use super::{Step, SyncError};
 use crate::history::{new_id, CommitInfo, Outcome, SyncRecord, Trigger};
 use crate::shutdown::{self, Signal};
 
@@ -38,9 +39,8 @@ pub struct Marker {
     pub trigger: Trigger,
     /// When it started.
     pub started_at: Timestamp,
-    /// The step it is in: prepare, fetch, render, plan, dry run, apply, roll out, health,
-    /// prune, inventory, history.
-    pub step: String,
+    /// The step it is in.
+    pub step: Step,
     /// Its commit, once resolved.
     #[serde(default)]
     pub commit: Option<CommitInfo>,
@@ -197,86 +197,106 @@ impl Left {
     }
 }
 
-impl Run<'_> {
-    /// Takes the app's lock (waiting for another process's sync of it), records a sync
-    /// that died holding it, and leaves this sync's marker.
-    pub(super) async fn lock(&mut self) -> Result<(), Stop> {
-        let state_dir = &self.syncer.agent.state_dir;
-        let acquired =
-            AppLock::acquire(state_dir, &self.app.name, self.shutdown, self.report).await;
-        let state = |what, source| SyncError::State {
-            what,
-            path: path(state_dir, &self.app.name),
-            source,
-        };
-        let (held, left) = match acquired {
-            Ok(Some(acquired)) => acquired,
-            Ok(None) => return Err(Stop::Interrupted),
-            Err(e) => {
-                let e = state("cannot lock the app with", e);
-                self.fail(e);
-                return Err(Stop::Failed);
-            }
-        };
-        // The sync starts when it holds the lock: records of one app never overlap.
-        self.rec.started_at = jiff::Timestamp::now();
-        self.rec.id = new_id(self.rec.started_at);
-        let history = &self.syncer.history;
-        let unrecorded = |r: &SyncRecord| {
-            // Killed after its record was written, before it let go of the lock.
-            !history
-                .read(&r.app)
-                .is_ok_and(|all| all.iter().any(|done| done.id == r.id))
-        };
-        if let Some(mut died) = left.record(&self.app.name).filter(unrecorded) {
-            (self.report)(&format!(
-                "note: {}",
-                died.note.as_deref().unwrap_or_default()
-            ));
-            self.syncer.record(&mut died);
+/// The app's lock as a sync holds it, with the marker it keeps in the file.
+pub(super) struct Locked {
+    /// `None` for a command that plans and writes nothing (`berth plan`).
+    lock: Option<AppLock>,
+    marker: Marker,
+}
+
+impl Locked {
+    /// No lock: the steps of a command that writes nothing mark nothing.
+    pub fn none(trigger: Trigger) -> Self {
+        let started_at = Timestamp::now();
+        Locked {
+            lock: None,
+            marker: marker(new_id(started_at), trigger, started_at),
         }
-        let marked = held.mark(&self.marker("prepare"));
-        self.lock = Some(held);
-        if let Err(e) = marked {
-            let e = state("cannot write", e);
-            self.fail(e);
-            return Err(Stop::Failed);
-        }
-        Ok(())
     }
 
-    /// Records the run and releases the app's lock. A held run is recorded too: its
-    /// notification names its record, which `berth history show` must open.
-    pub(super) fn end(mut self, clock: Instant) -> SyncRecord {
-        self.mark("history");
-        self.rec.finished_at = jiff::Timestamp::now();
-        self.rec.duration_ms = clock.elapsed().as_millis() as u64;
-        self.syncer.record(&mut self.rec);
-        self.syncer.notifications.observe(&self.rec);
-        if let Some(lock) = self.lock.take() {
+    /// The history id of the sync holding the lock.
+    pub fn id(&self) -> &str {
+        &self.marker.id
+    }
+
+    /// When the sync holding the lock started: when it took the lock.
+    pub fn started_at(&self) -> Timestamp {
+        self.marker.started_at
+    }
+
+    /// Notes the step the sync is in, in its lock file (see the module's documentation).
+    pub fn enter(&mut self, step: Step) {
+        self.marker.step = step;
+        let Some(lock) = &self.lock else { return };
+        if let Err(e) = lock.mark(&self.marker) {
+            tracing::warn!(error = %e, "cannot note the sync's step");
+        }
+    }
+
+    /// Notes the sync's commit, said from the next step on.
+    pub fn commit(&mut self, commit: &CommitInfo) {
+        self.marker.commit = Some(commit.clone());
+    }
+
+    /// Empties the lock file and lets go of it: the sync ended.
+    pub fn release(self) {
+        if let Some(lock) = self.lock {
             lock.finish();
         }
-        self.rec
     }
+}
 
-    fn marker(&self, step: &str) -> Marker {
-        Marker {
-            pid: std::process::id(),
-            id: self.rec.id.clone(),
-            trigger: self.rec.trigger,
-            started_at: self.rec.started_at,
-            step: step.to_string(),
-            commit: self.rec.commit.clone(),
-        }
+/// Takes the app's lock (waiting for another process's sync of it), records a sync that
+/// died holding it, and leaves this sync's marker: the sync starts now, so the records of
+/// one app never overlap.
+pub(super) async fn take(ctx: &Ctx<'_>, journal: &mut Journal<'_>) -> Result<Locked, Stop> {
+    let state_dir = &ctx.syncer.agent.state_dir;
+    let app = &ctx.app.name;
+    let state = |what, source| SyncError::State {
+        what,
+        path: path(state_dir, app),
+        source,
+    };
+    let (lock, left) = match AppLock::acquire(state_dir, app, ctx.shutdown, ctx.report).await {
+        Ok(Some(acquired)) => acquired,
+        Ok(None) => return Err(Stop::Interrupted),
+        Err(e) => return Err(journal.stop(state("cannot lock the app with", e))),
+    };
+    let history = &ctx.syncer.history;
+    let unrecorded = |r: &SyncRecord| {
+        // Killed after its record was written, before it let go of the lock.
+        !history
+            .read(&r.app)
+            .is_ok_and(|all| all.iter().any(|done| done.id == r.id))
+    };
+    if let Some(mut died) = left.record(app).filter(unrecorded) {
+        ctx.say(&format!(
+            "note: {}",
+            died.note.as_deref().unwrap_or_default()
+        ));
+        super::record::append(ctx.syncer, &mut died);
     }
+    let started_at = Timestamp::now();
+    let marker = marker(new_id(started_at), ctx.options.trigger, started_at);
+    if let Err(e) = lock.mark(&marker) {
+        lock.finish();
+        return Err(journal.stop(state("cannot write", e)));
+    }
+    Ok(Locked {
+        lock: Some(lock),
+        marker,
+    })
+}
 
-    /// Notes the step this sync is in, in its lock file (see the module's documentation).
-    pub(super) fn mark(&self, step: &str) {
-        if let Some(held) = &self.lock {
-            if let Err(e) = held.mark(&self.marker(step)) {
-                tracing::warn!(app = %self.app.name, error = %e, "cannot note the sync's step");
-            }
-        }
+/// The marker of a sync of this process that starts now.
+fn marker(id: String, trigger: Trigger, started_at: Timestamp) -> Marker {
+    Marker {
+        pid: std::process::id(),
+        id,
+        trigger,
+        started_at,
+        step: Step::Prepare,
+        commit: None,
     }
 }
 
@@ -298,7 +318,7 @@ mod tests {
             id: "abc".into(),
             trigger: Trigger::Webhook,
             started_at: Timestamp::now(),
-            step: "apply".into(),
+            step: Step::Apply,
             commit: None,
         };
         lock.mark(&marker).unwrap();

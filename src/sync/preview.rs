@@ -5,9 +5,13 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DynamicObject};
 use serde::Serialize;
 
-use super::{split_writes, Report, Run, Syncer, Write};
+use super::context::{Ctx, Journal};
+use super::lock::Locked;
+use super::write::{split_writes, Write};
+use super::{fetch_verified, prepare, prune, validate, Prepared, Report, Syncer};
 use crate::cluster::Action;
 use crate::config::AppConfig;
+use crate::history::Trigger;
 use crate::manifest::ObjectKey;
 use crate::rollout::predict::{predict, DeploymentPlan};
 use crate::rollout::revisions::{self, Revisions};
@@ -65,6 +69,130 @@ pub struct Preview {
 }
 
 impl Syncer {
+    /// Plans a sync of `app` against the cluster without writing anything; Secret values
+    /// in its diffs are masked unless `show_secrets`.
+    pub async fn preview(
+        &self,
+        app: &AppConfig,
+        show_secrets: bool,
+        report: Report<'_>,
+    ) -> Preview {
+        let mut ctx = Ctx::for_command(self, app, report);
+        ctx.bodies = true; // the diffs and the Deployments' predictions read them
+        let mut journal = ctx.journal();
+        let mut rec = self.new_record(&ctx);
+        let mut lock = Locked::none(Trigger::Cli);
+        let mut preview = Preview {
+            app: app.name.clone(),
+            commit: None,
+            previous_commit: None,
+            held: None,
+            objects: Vec::new(),
+            unchanged: 0,
+            deployments: Vec::new(),
+            errors: Vec::new(),
+        };
+        let prepared = match fetch_verified(&ctx, &mut lock, &mut rec, &mut journal).await {
+            Ok(checkout) => prepare(&ctx, checkout, &mut lock, &mut rec, &mut journal).await,
+            Err(stop) => Err(stop),
+        };
+        let prepared = prepared.ok().filter(|p| {
+            // A held app applies nothing, as its sync would not.
+            preview.held = p
+                .inventory
+                .held_at(&p.checkout.commit.sha)
+                .map(|h| h.reason.clone());
+            preview.held.is_none()
+        });
+        if let Some(prepared) = prepared {
+            self.plan_objects(&ctx, prepared, show_secrets, &mut preview, &mut journal)
+                .await;
+        }
+        preview.commit = rec.commit.take();
+        preview.previous_commit = rec.previous_commit.take();
+        preview.errors = journal.errors.iter().map(|e| e.message.clone()).collect();
+        preview
+    }
+
+    /// What becomes of each object of the plan: the writes as the dry run answers them,
+    /// the objects of kinds the commit defines, and the prune candidates as the sync's
+    /// own prune decides them.
+    async fn plan_objects(
+        &self,
+        ctx: &Ctx<'_>,
+        prepared: Prepared,
+        show_secrets: bool,
+        preview: &mut Preview,
+        journal: &mut Journal<'_>,
+    ) {
+        let plan = prepared.plan;
+        let (same, mut writes) = split_writes(plan.planned);
+        preview.unchanged = same.len();
+        let validated = validate::validate(ctx, &mut writes, journal).await.is_ok();
+        for w in &writes {
+            preview
+                .objects
+                .push(self.planned_write(w, validated, show_secrets).await);
+            if let Some(plan) = self.predict_deployment(w).await {
+                preview.deployments.push(plan);
+            }
+        }
+        for m in &plan.deferred {
+            let note = Some("its kind is defined by a CRD of this commit".into());
+            preview.objects.push(PlannedObject {
+                key: m.key(),
+                action: "create",
+                note,
+                diff: None,
+            });
+        }
+        if !ctx.app.prune || plan.prune.is_empty() {
+            return;
+        }
+        let decided = prune::decide(ctx, &prepared.kinds, &plan.prune, true, journal).await;
+        for p in decided.unwrap_or_default() {
+            let action = match p.action {
+                Action::Kept => "kept",
+                Action::Failed => "refused",
+                _ => "prune",
+            };
+            let note = p.error.map(|e| e.to_string()).or(p.note);
+            preview.objects.push(PlannedObject {
+                key: p.key,
+                action,
+                note,
+                diff: None,
+            });
+        }
+    }
+
+    /// One write of the plan, as the dry run answered it.
+    async fn planned_write(&self, w: &Write, validated: bool, show_secrets: bool) -> PlannedObject {
+        let action = match (&w.refused, w.existing()) {
+            (Some(_), _) => "refused",
+            (None, Some(Some(_))) => "configure",
+            _ => "create",
+        };
+        let note = match (&w.change, &w.dry_run) {
+            _ if w.refused.is_some() => w.refused.clone(),
+            (crate::plan::Change::Drifted(why), _) => Some(format!("drift: {why}")),
+            (_, None) if validated => {
+                Some("checked once the namespace or CRD it needs exists".into())
+            }
+            _ => None,
+        };
+        let diff = match &w.dry_run {
+            Some(planned) => self.diff(w, planned, show_secrets).await,
+            None => None,
+        };
+        PlannedObject {
+            key: w.target.manifest.key(),
+            action,
+            note,
+            diff,
+        }
+    }
+
     /// The diff of one write: the live object (read now; absent when it is created)
     /// against the dry run's answer. A read that fails shows as a note in the diff.
     async fn diff(&self, w: &Write, planned: &DynamicObject, show_secrets: bool) -> Option<String> {
@@ -86,108 +214,7 @@ impl Syncer {
         )
     }
 
-    /// Plans a sync of `app` against the cluster without writing anything; Secret values
-    /// in its diffs are masked unless `show_secrets`.
-    pub async fn preview(
-        &self,
-        app: &AppConfig,
-        show_secrets: bool,
-        report: Report<'_>,
-    ) -> Preview {
-        let mut run = Run::for_command(self, app, report);
-        run.bodies = true; // the diffs and the Deployments' predictions read them
-        let mut preview = Preview {
-            app: app.name.clone(),
-            commit: None,
-            previous_commit: None,
-            held: None,
-            objects: Vec::new(),
-            unchanged: 0,
-            deployments: Vec::new(),
-            errors: Vec::new(),
-        };
-        let prepared = match run.fetch().await {
-            Ok(checkout) => run.prepare(checkout).await,
-            Err(stop) => Err(stop),
-        };
-        let prepared = prepared.ok().filter(|p| {
-            // A held app applies nothing, as its sync would not.
-            preview.held = p
-                .inventory
-                .held_at(&p.checkout.commit.sha)
-                .map(|h| h.reason.clone());
-            preview.held.is_none()
-        });
-        if let Some(prepared) = prepared {
-            let plan = prepared.plan;
-            let (same, mut writes) = split_writes(plan.planned);
-            preview.unchanged = same.len();
-            let validated = run.validate(&mut writes).await.is_ok();
-            for w in &writes {
-                let action = match (&w.refused, w.existing()) {
-                    (Some(_), _) => "refused",
-                    (None, Some(Some(_))) => "configure",
-                    _ => "create",
-                };
-                let note = match (&w.change, &w.dry_run) {
-                    _ if w.refused.is_some() => w.refused.clone(),
-                    (crate::plan::Change::Drifted(why), _) => Some(format!("drift: {why}")),
-                    (_, None) if validated => {
-                        Some("checked once the namespace or CRD it needs exists".into())
-                    }
-                    _ => None,
-                };
-                let diff = match &w.dry_run {
-                    Some(planned) => self.diff(w, planned, show_secrets).await,
-                    None => None,
-                };
-                preview.objects.push(PlannedObject {
-                    key: w.target.manifest.key(),
-                    action,
-                    note,
-                    diff,
-                });
-                if let Some(plan) = self.predict_deployment(w).await {
-                    preview.deployments.push(plan);
-                }
-            }
-            for m in &plan.deferred {
-                let note = Some("its kind is defined by a CRD of this commit".into());
-                preview.objects.push(PlannedObject {
-                    key: m.key(),
-                    action: "create",
-                    note,
-                    diff: None,
-                });
-            }
-            if app.prune && !plan.prune.is_empty() {
-                let decided = run
-                    .prune_decisions(&prepared.kinds, &plan.prune, true)
-                    .await
-                    .unwrap_or_default();
-                for p in decided {
-                    let action = match p.action {
-                        Action::Kept => "kept",
-                        Action::Failed => "refused",
-                        _ => "prune",
-                    };
-                    let note = p.error.map(|e| e.to_string()).or(p.note);
-                    preview.objects.push(PlannedObject {
-                        key: p.key,
-                        action,
-                        note,
-                        diff: None,
-                    });
-                }
-            }
-        }
-        preview.commit = run.rec.commit.take();
-        preview.previous_commit = run.rec.previous_commit.take();
-        preview.errors = run.rec.errors.iter().map(|e| e.message.clone()).collect();
-        preview
-    }
-
-    async fn predict_deployment(&self, w: &super::Write) -> Option<DeploymentPlan> {
+    async fn predict_deployment(&self, w: &Write) -> Option<DeploymentPlan> {
         let m = &w.target.manifest;
         if m.group() != "apps" || m.kind() != "Deployment" {
             return None;

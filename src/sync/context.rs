@@ -1,0 +1,166 @@
+//! What every step of a sync reads ([`Ctx`]: the agent, the app, the client that writes
+//! its objects, the options, shutdown and where progress goes) and what a step says it did
+//! ([`Journal`]: errors, object actions, rollouts, health, requests; folded into the record by the
+//! orchestrator). Steps take the one by shared reference and the other, when they report
+//! object actions or errors that do not stop the sync, by `&mut`.
+
+use std::time::Instant;
+
+use super::{Report, SyncError, SyncOptions, Syncer};
+use crate::cluster::apply::ApplySettings;
+use crate::config::AppConfig;
+use crate::history::{ObjectAction, ObjectHealth, RecordError, RolloutRecord, SyncRecord, Trigger};
+use crate::shutdown::{self, Signal};
+
+/// The read-only context of one sync's steps.
+pub(super) struct Ctx<'a> {
+    /// What every sync of the agent shares: berth's client (its own state and reads), the
+    /// agent's settings, the shared discovery, the repositories' fetches, the history.
+    pub syncer: &'a Syncer,
+    /// The app.
+    pub app: &'a AppConfig,
+    /// What writes the app's objects (dry run, apply, prune, restore): berth's client, or
+    /// one impersonating the app's account.
+    pub writer: kube::Client,
+    /// How this sync runs.
+    pub options: SyncOptions,
+    /// The shutdown signal.
+    pub shutdown: &'a Signal,
+    /// Where progress lines go.
+    pub report: Report<'a>,
+    /// Keep the server's whole answers to the dry run and the apply (`berth plan`).
+    pub bodies: bool,
+    /// When the sync began (a discovery older than this may miss a new kind).
+    pub begun: Instant,
+}
+
+/// Why the steps stopped early; the errors are already in the journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stop {
+    /// A step failed.
+    Failed,
+    /// Shutdown came.
+    Interrupted,
+}
+
+/// What the steps of a sync say they did, in the order they did it. Steps append; only
+/// the orchestrator reads it, to fold it into the record.
+pub(super) struct Journal<'a> {
+    report: Report<'a>,
+    /// Errors, each said when it happened.
+    pub errors: Vec<RecordError>,
+    /// Objects written or pruned.
+    pub objects: Vec<ObjectAction>,
+    /// Rollouts followed (and rollbacks).
+    pub rollouts: Vec<RolloutRecord>,
+    /// Objects waited for, and how each ended.
+    pub health: Vec<ObjectHealth>,
+    /// Write requests sent.
+    pub requests: u64,
+    /// Objects found needing no write.
+    pub unchanged: usize,
+}
+
+impl<'a> Ctx<'a> {
+    /// The context of one sync of `app`.
+    pub fn new(
+        syncer: &'a Syncer,
+        app: &'a AppConfig,
+        options: SyncOptions,
+        shutdown: &'a Signal,
+        report: Report<'a>,
+    ) -> Self {
+        let writer = match crate::cluster::client::Identity::of(app) {
+            Some(identity) => crate::cluster::client::impersonating(&syncer.client, &identity),
+            None => syncer.client.clone(),
+        };
+        Ctx {
+            syncer,
+            app,
+            writer,
+            options,
+            shutdown,
+            report,
+            bodies: false,
+            begun: Instant::now(),
+        }
+    }
+
+    /// The context of a one-shot command (`berth plan`, `berth rollback`): started from
+    /// the command line, never interrupted.
+    pub fn for_command(syncer: &'a Syncer, app: &'a AppConfig, report: Report<'a>) -> Self {
+        Ctx::new(
+            syncer,
+            app,
+            SyncOptions::new(Trigger::Cli),
+            shutdown::never(),
+            report,
+        )
+    }
+
+    /// Says one progress line.
+    pub fn say(&self, line: &str) {
+        (self.report)(line);
+    }
+
+    /// `Err(Stop::Interrupted)` once shutdown came.
+    pub fn interrupted(&self) -> Result<(), Stop> {
+        if shutdown::is_stopped(self.shutdown) {
+            Err(Stop::Interrupted)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// How the app's objects are applied.
+    pub fn settings(&self) -> ApplySettings {
+        ApplySettings {
+            field_manager: self.syncer.agent.field_manager.clone(),
+            force: self.app.force_conflicts,
+            concurrency: self.syncer.agent.concurrency,
+            bodies: self.bodies,
+        }
+    }
+
+    /// An empty journal for this sync.
+    pub fn journal(&self) -> Journal<'a> {
+        Journal {
+            report: self.report,
+            errors: Vec::new(),
+            objects: Vec::new(),
+            rollouts: Vec::new(),
+            health: Vec::new(),
+            requests: 0,
+            unchanged: 0,
+        }
+    }
+}
+
+impl Journal<'_> {
+    /// Records an error (and says it).
+    pub fn fail(&mut self, e: impl Into<SyncError>) {
+        let e = e.into();
+        let message = e.to_string();
+        (self.report)(&format!("error: {message}"));
+        self.errors.push(RecordError {
+            message,
+            source: e.origin(),
+        });
+    }
+
+    /// Records an error that stops the sync.
+    pub fn stop(&mut self, e: impl Into<SyncError>) -> Stop {
+        self.fail(e);
+        Stop::Failed
+    }
+
+    /// Moves what the journal holds into `rec`.
+    pub fn fold_into(self, rec: &mut SyncRecord) {
+        rec.errors.extend(self.errors);
+        rec.objects.extend(self.objects);
+        rec.rollouts.extend(self.rollouts);
+        rec.health.extend(self.health);
+        rec.requests += self.requests;
+        rec.unchanged += self.unchanged;
+    }
+}

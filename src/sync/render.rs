@@ -1,0 +1,133 @@
+//! The render step: the cluster's kinds from the agent's shared discovery, the commit
+//! through the manifest pipeline (kustomize, typed checks, `[app.scope]`), what the render
+//! read, and the refusal to prune everything when a commit renders nothing.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::context::{Ctx, Journal, Stop};
+use super::inputs::Inputs;
+use super::SyncError;
+use crate::cluster::discovery::ClusterKinds;
+use crate::manifest::{kustomize, Builder, Manifest};
+use crate::plan::Inventory;
+use crate::source::git::{self, Checkout};
+
+/// What the render step made of a commit.
+pub(super) struct Rendered {
+    /// The commit's objects.
+    pub manifests: Vec<Manifest>,
+    /// The kinds they were resolved against.
+    pub kinds: Arc<ClusterKinds>,
+    /// What the render read (the app's paths and what its kustomizations reach).
+    pub inputs: Option<Inputs>,
+}
+
+/// Renders the commit against the cluster's kinds; a kind the shared discovery does not
+/// know may be new since it ran, so it is discovered again once.
+pub(super) async fn render(
+    ctx: &Ctx<'_>,
+    checkout: &Checkout,
+    journal: &mut Journal<'_>,
+) -> Result<Rendered, Stop> {
+    let (mut kinds, discovered) = discover(ctx, None, journal).await?;
+    let mut manifests = render_with(ctx, checkout, &kinds, journal)?;
+    if discovered < ctx.begun && manifests.iter().any(|m| kinds.resolve(m).is_none()) {
+        kinds = discover(ctx, Some(ctx.begun), journal).await?.0;
+        manifests = render_with(ctx, checkout, &kinds, journal)?;
+    }
+    Ok(Rendered {
+        manifests,
+        kinds,
+        inputs: inputs_of(ctx, checkout),
+    })
+}
+
+/// The cluster's kinds from the agent's shared discovery, discovered at `newer_than` or
+/// later when given; and when they were discovered.
+pub(super) async fn discover(
+    ctx: &Ctx<'_>,
+    newer_than: Option<Instant>,
+    journal: &mut Journal<'_>,
+) -> Result<(Arc<ClusterKinds>, Instant), Stop> {
+    ctx.syncer
+        .kinds
+        .get(newer_than)
+        .await
+        .map_err(|e| journal.stop(e))
+}
+
+/// The commit's objects through the manifest pipeline; every error of a broken commit is
+/// recorded.
+pub(super) fn render_with(
+    ctx: &Ctx<'_>,
+    checkout: &Checkout,
+    kinds: &ClusterKinds,
+    journal: &mut Journal<'_>,
+) -> Result<Vec<Manifest>, Stop> {
+    let agent = &ctx.syncer.agent;
+    let builder = Builder::for_app(ctx.app, agent, &checkout.dir, kinds).map_err(|source| {
+        journal.stop(SyncError::Glob {
+            app: ctx.app.name.clone(),
+            source,
+        })
+    })?;
+    match builder.render() {
+        Ok(manifests) => {
+            ctx.say(&format!(
+                "rendered {}",
+                crate::plural(manifests.len(), "object")
+            ));
+            Ok(manifests)
+        }
+        Err(errors) => {
+            for e in errors.into_vec() {
+                journal.fail(e);
+            }
+            ctx.say("render failed: nothing was written");
+            Err(Stop::Failed)
+        }
+    }
+}
+
+/// What the render read: the app's paths and what its kustomizations reach.
+fn inputs_of(ctx: &Ctx<'_>, checkout: &Checkout) -> Option<Inputs> {
+    let root = checkout.dir.canonicalize().ok()?;
+    let paths: Vec<String> = ctx
+        .app
+        .path
+        .iter()
+        .map(|p| p.trim_start_matches("./").trim_end_matches('/').to_string())
+        .map(|p| if p == "." { String::new() } else { p })
+        .collect();
+    let paths = kustomize::reach(&root, &paths);
+    let digest = git::paths_digest(&checkout.source, &checkout.commit.sha, &paths)?;
+    Some(Inputs {
+        config: ctx.syncer.inputs.config(ctx.app),
+        paths,
+        digest,
+        commit: checkout.commit.sha.clone(),
+        objects: 0,
+    })
+}
+
+/// A commit with no objects would prune every object of the app: refused unless the app
+/// allows it (`allow_empty`) or does not prune.
+pub(super) fn refuse_empty(
+    ctx: &Ctx<'_>,
+    manifests: &[Manifest],
+    inventory: &Inventory,
+    journal: &mut Journal<'_>,
+) -> Result<(), Stop> {
+    if manifests.is_empty()
+        && !inventory.objects.is_empty()
+        && ctx.app.prune
+        && !ctx.app.allow_empty
+    {
+        return Err(journal.stop(SyncError::EmptyCommit {
+            app: ctx.app.name.clone(),
+            objects: inventory.objects.len(),
+        }));
+    }
+    Ok(())
+}

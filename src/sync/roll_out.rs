@@ -1,0 +1,411 @@
+//! The roll-out step: the rollouts of the Deployments a sync wrote, followed concurrently
+//! (berth's engine drives them with `engine = "agent"`), and the app's failure policy:
+//! roll back to the previous revision's template, halt, or continue. A rollout shutdown
+//! cut short leaves its Deployment's entry as it was, so the next sync follows it again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::future::join_all;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, DynamicObject};
+
+use super::context::{Ctx, Journal, Stop};
+use super::write::Write;
+use super::SyncError;
+use crate::cluster::apply::{apply_all, observed};
+use crate::config::{OnFailure, RolloutEngine};
+use crate::history::{
+    commit_of_template, FollowedRollout, RollbackRecord, RolloutOutcome, RolloutRecord,
+};
+use crate::manifest::{Manifest, ObjectKey};
+use crate::plan::{Entry, Held, Inventory, Target};
+use crate::rollout::engine::{follow_driving, Engine, EngineError};
+use crate::rollout::revisions::{self, ReplicaSetInfo, Revisions};
+use crate::rollout::rollback;
+use crate::rollout::track::Follow;
+
+/// What the rollouts of a sync came to.
+#[derive(Default)]
+struct Rollouts {
+    /// Why the app must wait for a new commit, when it must.
+    held: Option<String>,
+    /// Deployments whose template was rolled back (their inventory entry must not match git).
+    rolled_back: Vec<ObjectKey>,
+    /// Deployments whose rollout shutdown cut short: the next sync follows them again.
+    unfinished: Vec<ObjectKey>,
+}
+
+/// Follows the rollouts of the Deployments written and applies the failure policy to
+/// `next`, the inventory this sync stores: a rolled-back or halted commit (`sha`) holds
+/// the app, and its rolled-back entries never match git again (so a forced sync re-applies
+/// them); a rollout cut short leaves its entry as `old` had it.
+pub(super) async fn roll_out(
+    ctx: &Ctx<'_>,
+    writes: &[Write],
+    old: &Inventory,
+    next: &mut Inventory,
+    sha: &str,
+    journal: &mut Journal<'_>,
+) -> Result<(), Stop> {
+    let rollouts = follow_all(ctx, writes, old, sha, journal).await;
+    for e in next
+        .objects
+        .iter_mut()
+        .filter(|e| rollouts.rolled_back.contains(&e.key))
+    {
+        e.digest = "rolled-back".into();
+    }
+    if let Some(reason) = rollouts.held {
+        next.held = Some(Held {
+            commit: sha.to_string(),
+            reason,
+        });
+        return Err(Stop::Failed);
+    }
+    if !rollouts.unfinished.is_empty() {
+        // As if this sync had not written them: the next one (after a restart, say)
+        // writes them again, finds their generation moved, follows them to the end and
+        // applies the failure policy.
+        *next = crate::plan::unfinished(next, old, &rollouts.unfinished);
+        return Err(Stop::Interrupted);
+    }
+    Ok(())
+}
+
+/// The rollout of Deployment `m`, as berth wrote it (`applied`: the API server's answer).
+fn follow_of(m: &Manifest, applied: Option<&DynamicObject>) -> Follow {
+    let selector = m
+        .object
+        .get("spec")
+        .and_then(|s| s.get("selector"))
+        .and_then(|s| serde_json::from_value(s.clone()).ok())
+        .map(|s| revisions::match_labels(&s))
+        .unwrap_or_default();
+    Follow {
+        selector,
+        namespace: m.namespace().unwrap_or("default").to_string(),
+        name: m.name().to_string(),
+        generation: applied.and_then(|o| o.metadata.generation).unwrap_or(0),
+    }
+}
+
+/// A Deployment whose spec this sync changed: its generation moved since the last sync
+/// recorded it. Labels, annotations or an unchanged re-apply start no rollout, so there is
+/// nothing to follow (nor to roll back).
+fn starts_rollout(w: &Write, old: &HashMap<&ObjectKey, &Entry>) -> bool {
+    let Some(applied) = &w.applied else {
+        return false;
+    };
+    let before = old
+        .get(&w.target.manifest.key())
+        .map(|e| e.observed.as_str());
+    w.is_deployment() && before != Some(observed(&applied.metadata).as_str())
+}
+
+/// Follows every Deployment whose spec this sync changed (sharing watches), applies the
+/// failure policy and records each rollout worth recording.
+async fn follow_all(
+    ctx: &Ctx<'_>,
+    writes: &[Write],
+    old: &Inventory,
+    sha: &str,
+    journal: &mut Journal<'_>,
+) -> Rollouts {
+    let before = old.by_key();
+    let deployments: Vec<&Write> = writes
+        .iter()
+        .filter(|w| starts_rollout(w, &before))
+        .collect();
+    if !ctx.options.wait {
+        if !deployments.is_empty() {
+            ctx.say(&format!(
+                "not following the rollouts of {} Deployments (--no-wait)",
+                deployments.len()
+            ));
+        }
+        return Rollouts::default();
+    }
+    let follows: Vec<Follow> = deployments
+        .iter()
+        .map(|w| follow_of(&w.target.manifest, w.applied.as_ref()))
+        .collect();
+    let records = match follow_and_drive(ctx, &follows).await {
+        Ok(followed) => {
+            let recorded = deployments
+                .iter()
+                .zip(followed)
+                .map(|(w, f)| record_rollout(ctx, w, f));
+            join_all(recorded).await
+        }
+        Err(e) => {
+            let e = Arc::new(e);
+            let record = |w: &&Write| refused(ctx, w.target.manifest.key(), e.to_string());
+            let error = || Some(SyncError::Follow(e.clone()));
+            deployments.iter().map(|w| (record(w), error())).collect()
+        }
+    };
+    let mut result = Rollouts::default();
+    for (record, error) in records {
+        if let Some(e) = error {
+            journal.fail(e);
+        }
+        result.judge(ctx, record, sha, journal);
+    }
+    result
+}
+
+impl Rollouts {
+    /// Applies the failure policy to one followed rollout, and records it when it did
+    /// something (a new revision, more than one step, a failure).
+    fn judge(
+        &mut self,
+        ctx: &Ctx<'_>,
+        record: RolloutRecord,
+        sha: &str,
+        journal: &mut Journal<'_>,
+    ) {
+        if record.rollout.outcome == RolloutOutcome::Interrupted {
+            self.unfinished.push(record.deployment.clone());
+        }
+        let failed = failed(&record);
+        if failed {
+            let key = record.deployment.clone();
+            let rollback = record.rollback.as_ref().map(|rb| rb.message.clone());
+            if rollback.is_some() {
+                self.rolled_back.push(key.clone());
+            }
+            journal.fail(SyncError::Rollout {
+                key,
+                outcome: record.rollout.outcome.as_str(),
+                message: record.rollout.message.clone(),
+                rollback,
+            });
+            let short = &sha[..sha.len().min(7)];
+            match ctx.app.rollout.on_failure {
+                OnFailure::Rollback => {
+                    self.held = Some(format!(
+                        "the rollout of commit {short} failed and was rolled back"
+                    ))
+                }
+                OnFailure::Halt => {
+                    self.held = Some(format!(
+                        "the rollout of commit {short} failed; the app is halted"
+                    ))
+                }
+                OnFailure::Continue => {}
+            }
+        }
+        if record.revision_from != record.rollout.revision
+            || record.rollout.steps.len() > 1
+            || failed
+        {
+            journal.rollouts.push(record);
+        }
+    }
+}
+
+/// Whether the rollout failed or timed out.
+fn failed(record: &RolloutRecord) -> bool {
+    matches!(
+        record.rollout.outcome,
+        RolloutOutcome::Failed | RolloutOutcome::TimedOut
+    )
+}
+
+/// The record of one followed rollout; on failure with `on_failure = "rollback"`, rolls
+/// it back and follows that too. Returns the record and an error that is not the
+/// rollout's own.
+async fn record_rollout(
+    ctx: &Ctx<'_>,
+    w: &Write,
+    followed: FollowedRollout,
+) -> (RolloutRecord, Option<SyncError>) {
+    let m = &w.target.manifest;
+    let ns = m.namespace().unwrap_or("default");
+    let revisions = current_revisions(&ctx.syncer.client, ns, m.name()).await;
+    let from = w.existing_revision().and_then(|r| revisions.revision(r));
+    let mut record = RolloutRecord {
+        deployment: m.key(),
+        engine: engine_name(ctx).into(),
+        revision_from: w.existing_revision(),
+        replica_set_from: from.map(|rs| rs.name.clone()),
+        hash_from: from.map(|rs| rs.hash.clone()),
+        images_from: from.map(|rs| rs.images.clone()).unwrap_or_default(),
+        hash_to: revisions.hash.clone(),
+        images_to: revisions
+            .new
+            .as_ref()
+            .map(|rs| rs.images.clone())
+            .unwrap_or_default(),
+        rollout: followed,
+        rollback: None,
+    };
+    if !failed(&record) || ctx.app.rollout.on_failure != OnFailure::Rollback {
+        return (record, None);
+    }
+    match roll_back(ctx, w, &revisions, &record).await {
+        Ok(rb) => {
+            record.rollback = rb;
+            (record, None)
+        }
+        Err(e) => (record, Some(e)),
+    }
+}
+
+/// Restores the template of the revision that ran before this sync; for a rollout this
+/// sync resumed (one a restart cut short: the template was live already), the revision
+/// before it, as `kubectl rollout undo` would.
+async fn roll_back(
+    ctx: &Ctx<'_>,
+    w: &Write,
+    revisions: &Revisions,
+    failed: &RolloutRecord,
+) -> Result<Option<RollbackRecord>, SyncError> {
+    let prefix = w.target.manifest.key().kubectl();
+    let report = |line: &str| ctx.say(&format!("{prefix}: {line}"));
+    let resumed = failed.revision_from.is_some() && failed.revision_from == failed.rollout.revision;
+    let Some(target) = failed
+        .revision_from
+        .and_then(|r| revisions.revision(r))
+        .filter(|rs| rs.hash != revisions.hash)
+        .or_else(|| resumed.then(|| revisions.previous()).flatten())
+    else {
+        report("no earlier revision to roll back to: left as it is");
+        return Ok(None);
+    };
+    let Restored {
+        applied,
+        commit,
+        message,
+    } = restore(ctx, &w.target, failed.rollout.revision, target).await?;
+    report(&message);
+    let rollout = follow_one(ctx, &applied, &w.target.manifest).await?;
+    Ok(Some(RollbackRecord {
+        to_revision: target.revision,
+        commit,
+        message,
+        rollout,
+    }))
+}
+
+/// What restoring an earlier revision's template did.
+pub(super) struct Restored {
+    /// The Deployment as applied.
+    pub applied: DynamicObject,
+    /// The commit whose sync first rolled that template out, when the history knows it.
+    pub commit: Option<String>,
+    /// "rolled back Deployment shop/web from revision 3 to 2 (commit abc1234)".
+    pub message: String,
+}
+
+/// Applies the template of revision `to` to `target`'s Deployment, as `kubectl rollout
+/// undo` does: the one rollback, of the failure policy and of `berth rollback`.
+pub(super) async fn restore(
+    ctx: &Ctx<'_>,
+    target: &Target,
+    from: Option<i64>,
+    to: &ReplicaSetInfo,
+) -> Result<Restored, SyncError> {
+    let key = target.manifest.key();
+    let restore = Target {
+        manifest: rollback::manifest(&target.manifest, to),
+        resolved: target.resolved.clone(),
+    };
+    let applied = apply_all(&ctx.writer, &ctx.settings(), &[&restore], false)
+        .await
+        .pop()
+        .ok_or_else(|| SyncError::RollbackNotApplied(key.clone()))?
+        .map_err(SyncError::RollbackFailed)?;
+    let records = ctx.syncer.history.read(&ctx.app.name).unwrap_or_default();
+    let commit = commit_of_template(&records, &key, &to.hash);
+    let message = rollback::message(&key.qualified_name(), from, to.revision, commit.as_deref());
+    Ok(Restored {
+        applied,
+        commit,
+        message,
+    })
+}
+
+/// Follows the rollout of one Deployment just written.
+pub(super) async fn follow_one(
+    ctx: &Ctx<'_>,
+    applied: &DynamicObject,
+    manifest: &Manifest,
+) -> Result<FollowedRollout, SyncError> {
+    let follow = follow_of(manifest, Some(applied));
+    let mut followed = follow_and_drive(ctx, &[follow])
+        .await
+        .map_err(|e| SyncError::Follow(Arc::new(e)))?;
+    Ok(followed.remove(0))
+}
+
+/// `cluster` or `agent`: who drives the app's rollouts.
+pub(super) fn engine_name(ctx: &Ctx<'_>) -> &'static str {
+    match ctx.app.rollout.engine {
+        RolloutEngine::Cluster => "cluster",
+        RolloutEngine::Agent => "agent",
+    }
+}
+
+/// Follows rollouts; with `engine = "agent"` (and no supervisor elsewhere) berth's engine
+/// drives them meanwhile.
+async fn follow_and_drive(
+    ctx: &Ctx<'_>,
+    follows: &[Follow],
+) -> Result<Vec<FollowedRollout>, EngineError> {
+    let report = |f: &Follow, line: &str| {
+        ctx.say(&format!(
+            "deployment.apps/{} -n {}: {line}",
+            f.name, f.namespace
+        ))
+    };
+    let driving = ctx.app.rollout.engine == RolloutEngine::Agent && !ctx.syncer.engine_supervised;
+    let engine = driving.then(|| Engine {
+        client: ctx.syncer.client.clone(),
+        field_manager: ctx.syncer.agent.field_manager.clone(),
+    });
+    follow_driving(
+        &ctx.syncer.client,
+        follows,
+        ctx.app.rollout.timeout,
+        ctx.shutdown,
+        engine.as_ref(),
+        &report,
+    )
+    .await
+}
+
+/// The record of a rollout that could not be followed.
+fn refused(ctx: &Ctx<'_>, key: ObjectKey, message: String) -> RolloutRecord {
+    let now = jiff::Timestamp::now();
+    RolloutRecord {
+        deployment: key,
+        engine: engine_name(ctx).into(),
+        revision_from: None,
+        replica_set_from: None,
+        hash_from: None,
+        images_from: Vec::new(),
+        hash_to: String::new(),
+        images_to: Vec::new(),
+        rollout: FollowedRollout {
+            outcome: RolloutOutcome::Failed,
+            message,
+            revision: None,
+            replica_set: None,
+            started_at: now,
+            finished_at: now,
+            steps: Vec::new(),
+        },
+        rollback: None,
+    }
+}
+
+/// The revisions of Deployment `namespace/name` as they stand.
+async fn current_revisions(client: &kube::Client, ns: &str, name: &str) -> Revisions {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    match api.get(name).await {
+        Ok(d) => revisions::list(client, &d).await.unwrap_or_default(),
+        Err(_) => Revisions::default(),
+    }
+}

@@ -1,0 +1,47 @@
+//! The verify step (`[app.verify]`): nothing is rendered unless a trusted key signed the
+//! commit (or, with `mode = "tag"`, the tag).
+
+use super::context::{Ctx, Journal, Stop};
+use super::SyncError;
+use crate::config::VerifyMode;
+use crate::source::git::{self, Checkout};
+use crate::source::verify::{Signature, Trust, VerifyError};
+
+/// The commit's signature, checked against the trusted keys (read again each sync, so a
+/// key added or removed counts at once); `None` when the app does not verify.
+pub(super) fn verify(
+    ctx: &Ctx<'_>,
+    checkout: &Checkout,
+    journal: &mut Journal<'_>,
+) -> Result<Option<Signature>, Stop> {
+    match signature(ctx, checkout) {
+        Ok(signature) => Ok(signature),
+        Err(source) => Err(journal.stop(SyncError::Verify { source })),
+    }
+}
+
+fn signature(ctx: &Ctx<'_>, checkout: &Checkout) -> Result<Option<Signature>, VerifyError> {
+    let Some(trust) = Trust::load(&ctx.app.verify)? else {
+        return Ok(None);
+    };
+    let repo = git::repository(&checkout.source).map_err(|e| VerifyError::Bad {
+        commit: checkout.commit.short().to_string(),
+        fingerprint: None,
+        why: format!("cannot open berth's repository cache ({})", e.message()),
+    })?;
+    let now = jiff::Timestamp::now();
+    let signature = match (&ctx.app.verify.mode, &ctx.app.tag) {
+        (VerifyMode::Tag, Some(name)) => {
+            let Some(tag) = &checkout.tag else {
+                return Err(VerifyError::UnsignedTag { tag: name.clone() });
+            };
+            trust.verify_tag(&repo, tag, name, &checkout.commit.sha, now)?
+        }
+        _ => trust.verify(&repo, &checkout.commit.sha, now)?,
+    };
+    ctx.say(&format!(
+        "signed by {} ({} key {})",
+        signature.signer, signature.format, signature.fingerprint
+    ));
+    Ok(Some(signature))
+}

@@ -1,0 +1,105 @@
+//! [`Write`]: one object the plan would write, and what the dry run and the apply made of
+//! it — what the validate, apply, roll-out and health steps pass along.
+
+use kube::api::DynamicObject;
+
+use crate::cluster::apply::observed;
+use crate::manifest::ObjectKey;
+use crate::plan::{Change, Entry, Planned, Target};
+
+/// An object to write and what became of it.
+pub(super) struct Write {
+    pub target: Target,
+    pub change: Change,
+    pub digest: String,
+    /// The server's answer to the dry run: the object as it would be.
+    pub dry_run: Option<DynamicObject>,
+    pub applied: Option<DynamicObject>,
+    /// The fields git sets that another manager had taken, and this write takes back
+    /// (`.spec.replicas from "kubectl-patch"`).
+    pub took_back: Option<String>,
+    /// The live object's version when the plan read it.
+    pub live: Option<String>,
+    /// Why the dry run refused it, when it did.
+    pub refused: Option<String>,
+}
+
+impl Write {
+    /// A write of `target`, not yet dry-run.
+    pub fn new(target: Target, change: Change, digest: String) -> Self {
+        Write {
+            target,
+            change,
+            digest,
+            dry_run: None,
+            applied: None,
+            took_back: None,
+            live: None,
+            refused: None,
+        }
+    }
+
+    /// A drifted object whose dry run changes no field of its spec (the generation stays
+    /// the live one): only fields git does not set moved (an HPA's replicas), and nothing
+    /// is written, so nobody's fields are fought over.
+    pub fn drift_elsewhere(&self) -> bool {
+        let Some(obj) = &self.dry_run else {
+            return false;
+        };
+        matches!(self.change, Change::Drifted(_))
+            && self.took_back.is_none()
+            && self.live.as_deref().is_some_and(|l| l.starts_with('g'))
+            && self.live.as_deref() == Some(observed(&obj.metadata).as_str())
+    }
+
+    /// From the dry run: whether the object exists, and at which resourceVersion.
+    pub fn existing(&self) -> Option<Option<&str>> {
+        let obj = self.dry_run.as_ref()?;
+        Some(
+            obj.metadata
+                .resource_version
+                .as_deref()
+                .filter(|rv| !rv.is_empty()),
+        )
+    }
+
+    /// From the dry run: a Deployment's revision before this sync.
+    pub fn existing_revision(&self) -> Option<i64> {
+        crate::rollout::revisions::revision_of(&self.dry_run.as_ref()?.metadata)
+    }
+
+    /// Whether the object is a Deployment.
+    pub fn is_deployment(&self) -> bool {
+        let m = &self.target.manifest;
+        m.group() == "apps" && m.kind() == "Deployment"
+    }
+}
+
+/// Splits planned objects into the unchanged ones (by key) and those to write.
+pub(super) fn split_writes(planned: Vec<Planned>) -> (Vec<ObjectKey>, Vec<Write>) {
+    let (same, changed) = crate::plan::split(planned);
+    let writes = changed
+        .into_iter()
+        .map(|p| Write {
+            live: p.live,
+            ..Write::new(p.target, p.change, p.digest)
+        })
+        .collect();
+    (same, writes)
+}
+
+/// The inventory entries of what was applied.
+pub(super) fn written(writes: &[Write]) -> Vec<Entry> {
+    writes
+        .iter()
+        .filter_map(|w| {
+            let obj = w.applied.as_ref()?;
+            Some(Entry {
+                key: w.target.manifest.key(),
+                api_version: w.target.manifest.api_version().to_string(),
+                digest: w.digest.clone(),
+                observed: observed(&obj.metadata),
+            })
+        })
+        .collect()
+}
