@@ -196,38 +196,17 @@ pub async fn run(
         &pid_file(&config),
         std::process::id().to_string().as_bytes(),
     );
-    let (leader_tx, mut leader) =
+    let (leader_tx, leader) =
         watch::channel(!config.agent.leader_election && !config.agent.sharding);
-    let (members_tx, mut members) = watch::channel(Vec::new());
-    let mut background = vec![tokio::spawn(watchdog(
-        shared.clone(),
-        config.agent.sync_timeout,
-        signals.shutdown.clone(),
-    ))];
-    if config.agent.leader_election {
-        let elector = Elector {
-            api: kube::Api::namespaced(syncer.client.clone(), &config.agent.inventory_namespace),
-            name: config.agent.lease_name.clone(),
-            identity: lease::identity(),
-            duration: config.agent.lease_duration,
-        };
-        tracing::info!(lease = %elector.name, identity = %elector.identity, "leader election on: waiting for the lease");
-        background.push(tokio::spawn(
-            elector.run(leader_tx, signals.shutdown.clone()),
-        ));
-    }
-    if let Some(shard) = &shared.shard {
-        let membership = Membership {
-            api: kube::Api::namespaced(syncer.client.clone(), &shard.namespace),
-            group: config.agent.lease_name.clone(),
-            identity: shard.identity.clone(),
-            duration: shard.duration,
-        };
-        tracing::info!(group = %membership.group, identity = %membership.identity, "sharding on: the apps are shared out across the live berth hosts");
-        background.push(tokio::spawn(
-            membership.run(members_tx, signals.shutdown.clone()),
-        ));
-    }
+    let (members_tx, members) = watch::channel(Vec::new());
+    let background = start_background(
+        &config,
+        &shared,
+        &syncer,
+        leader_tx,
+        members_tx,
+        &signals.shutdown,
+    );
     let mut agent = Agent {
         config_path,
         config,
@@ -238,28 +217,7 @@ pub async fn run(
     };
     shared.notifier.send("READY=1");
     tracing::info!(apps = agent.config.apps.len(), "berth is running");
-    let mut shutdown = signals.shutdown.clone();
-    loop {
-        if *leader.borrow_and_update() && agent.apps.is_empty() {
-            agent.start_all();
-        }
-        tokio::select! {
-            () = stopped(&mut shutdown) => break,
-            Some(()) = signals.reload.recv() => agent.reload().await,
-            Ok(()) = members.changed() => {
-                let live = members.borrow_and_update().clone();
-                agent.rebalance(live).await;
-            }
-            Ok(()) = leader.changed() => {
-                if !*leader.borrow() {
-                    tracing::warn!("lost the lease: another host applies now");
-                    agent.stop_all().await;
-                } else {
-                    tracing::info!("holding the lease: this host applies");
-                }
-            }
-        }
-    }
+    agent.serve(&mut signals, leader, members).await;
     shared.notifier.send("STOPPING=1");
     tracing::info!("shutting down: the syncs in progress finish first");
     agent.stop_all().await;
@@ -268,6 +226,79 @@ pub async fn run(
     }
     let _ = std::fs::remove_file(pid_file(&agent.config));
     Ok(())
+}
+
+/// The daemon's background tasks: the watchdog, and with leader election or sharding the
+/// task that holds the Lease (telling `leader`) or the membership (telling `members`).
+fn start_background(
+    config: &Config,
+    shared: &Arc<Shared>,
+    syncer: &Syncer,
+    leader: watch::Sender<bool>,
+    members: watch::Sender<Vec<String>>,
+    shutdown: &Signal,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut background = vec![tokio::spawn(watchdog(
+        shared.clone(),
+        config.agent.sync_timeout,
+        shutdown.clone(),
+    ))];
+    if config.agent.leader_election {
+        let elector = Elector {
+            api: kube::Api::namespaced(syncer.client.clone(), &config.agent.inventory_namespace),
+            name: config.agent.lease_name.clone(),
+            identity: lease::identity(),
+            duration: config.agent.lease_duration,
+        };
+        tracing::info!(lease = %elector.name, identity = %elector.identity, "leader election on: waiting for the lease");
+        background.push(tokio::spawn(elector.run(leader, shutdown.clone())));
+    }
+    if let Some(shard) = &shared.shard {
+        let membership = Membership {
+            api: kube::Api::namespaced(syncer.client.clone(), &shard.namespace),
+            group: config.agent.lease_name.clone(),
+            identity: shard.identity.clone(),
+            duration: shard.duration,
+        };
+        tracing::info!(group = %membership.group, identity = %membership.identity, "sharding on: the apps are shared out across the live berth hosts");
+        background.push(tokio::spawn(membership.run(members, shutdown.clone())));
+    }
+    background
+}
+
+impl Agent {
+    /// Runs the apps while this host may (it holds the lease, or needs none), until
+    /// shutdown: a reload, a change of the live hosts or of the lease's holder each
+    /// reshapes the running apps.
+    async fn serve(
+        &mut self,
+        signals: &mut Signals,
+        mut leader: watch::Receiver<bool>,
+        mut members: watch::Receiver<Vec<String>>,
+    ) {
+        let mut shutdown = signals.shutdown.clone();
+        loop {
+            if *leader.borrow_and_update() && self.apps.is_empty() {
+                self.start_all();
+            }
+            tokio::select! {
+                () = stopped(&mut shutdown) => return,
+                Some(()) = signals.reload.recv() => self.reload().await,
+                Ok(()) = members.changed() => {
+                    let live = members.borrow_and_update().clone();
+                    self.rebalance(live).await;
+                }
+                Ok(()) = leader.changed() => {
+                    if !*leader.borrow() {
+                        tracing::warn!("lost the lease: another host applies now");
+                        self.stop_all().await;
+                    } else {
+                        tracing::info!("holding the lease: this host applies");
+                    }
+                }
+            }
+        }
+    }
 }
 
 async fn start_http(

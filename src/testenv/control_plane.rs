@@ -195,10 +195,11 @@ pub async fn client_for(kubeconfig: &Path) -> Result<kube::Client, TestenvError>
     kube::Client::try_from(config).map_err(|e| client(&e))
 }
 
+/// Starts etcd, kube-apiserver (then writes the kubeconfig), kube-controller-manager and
+/// the kubelet stand-in in `dir`, each waited ready.
 async fn start(opts: &UpOptions, dir: &Path) -> Result<ControlPlane, TestenvError> {
-    let bin = |name: &str| opts.bin.join(name);
+    let deadline = Instant::now() + READY_TIMEOUT;
     let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
-
     let token = random_hex()?;
     write(
         dir,
@@ -216,32 +217,83 @@ async fn start(opts: &UpOptions, dir: &Path) -> Result<ControlPlane, TestenvErro
         ],
         &dir.join("sa.key"),
     )?;
-    let d = dir.display();
     let etcd_url = format!("http://127.0.0.1:{etcd_port}");
-    let mut etcd = spawn(
+    let mut etcd = spawn_etcd(opts, dir, &etcd_url, peer_port)?;
+    let mut apiserver = spawn_apiserver(opts, dir, &etcd_url, api_port)?;
+    let kubeconfig = dir.join("kubeconfig");
+    let cert = dir.join("certs/apiserver.crt");
+    loop {
+        check_running(&mut etcd, "etcd", dir)?;
+        check_running(&mut apiserver, "kube-apiserver", dir)?;
+        if !kubeconfig.exists() && cert.exists() {
+            write(dir, "kubeconfig", &kubeconfig_yaml(api_port, &cert, &token))?;
+        }
+        if kubeconfig.exists() && apiserver_ready(&kubeconfig).await {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(not_ready("kube-apiserver", dir));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut kcm = spawn_controllers(opts, dir, &kubeconfig)?;
+    if let Some(exe) = &opts.kubelet {
+        spawn(
+            dir,
+            "kubelet",
+            Command::new(exe)
+                .arg("kubelet")
+                .arg("--kubeconfig")
+                .arg(&kubeconfig),
+        )?;
+    }
+    wait_for_controllers(dir, &kubeconfig, &mut kcm, deadline).await?;
+    Ok(ControlPlane {
+        dir: dir.to_path_buf(),
+        kubeconfig,
+    })
+}
+
+fn spawn_etcd(
+    opts: &UpOptions,
+    dir: &Path,
+    etcd_url: &str,
+    peer_port: u16,
+) -> Result<Child, TestenvError> {
+    let peer_url = format!("http://127.0.0.1:{peer_port}");
+    spawn(
         dir,
         "etcd",
-        Command::new(bin("etcd")).args([
+        Command::new(opts.bin.join("etcd")).args([
             "--data-dir",
-            &format!("{d}/etcd"),
+            &format!("{}/etcd", dir.display()),
             "--listen-client-urls",
-            &etcd_url,
+            etcd_url,
             "--advertise-client-urls",
-            &etcd_url,
+            etcd_url,
             "--listen-peer-urls",
-            &format!("http://127.0.0.1:{peer_port}"),
+            &peer_url,
             "--initial-advertise-peer-urls",
-            &format!("http://127.0.0.1:{peer_port}"),
+            &peer_url,
             "--initial-cluster",
-            &format!("default=http://127.0.0.1:{peer_port}"),
+            &format!("default={peer_url}"),
         ]),
-    )?;
-    let mut apiserver = spawn(
+    )
+}
+
+fn spawn_apiserver(
+    opts: &UpOptions,
+    dir: &Path,
+    etcd_url: &str,
+    api_port: u16,
+) -> Result<Child, TestenvError> {
+    let d = dir.display();
+    spawn(
         dir,
         "kube-apiserver",
-        Command::new(bin("kube-apiserver")).args([
+        Command::new(opts.bin.join("kube-apiserver")).args([
             "--etcd-servers",
-            &etcd_url,
+            etcd_url,
             "--bind-address",
             "127.0.0.1",
             "--secure-port",
@@ -270,40 +322,30 @@ async fn start(opts: &UpOptions, dir: &Path) -> Result<ControlPlane, TestenvErro
             "--audit-policy-file",
             &write(dir, "audit-policy.yaml", AUDIT_POLICY)?,
         ]),
-    )?;
-    let kubeconfig = dir.join("kubeconfig");
-    let cert = dir.join("certs/apiserver.crt");
-    let deadline = Instant::now() + READY_TIMEOUT;
-    loop {
-        check_running(&mut etcd, "etcd", dir)?;
-        check_running(&mut apiserver, "kube-apiserver", dir)?;
-        if !kubeconfig.exists() && cert.exists() {
-            write(dir, "kubeconfig", &kubeconfig_yaml(api_port, &cert, &token))?;
-        }
-        if kubeconfig.exists() && apiserver_ready(&kubeconfig).await {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err(not_ready("kube-apiserver", dir));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    )
+}
+
+fn spawn_controllers(
+    opts: &UpOptions,
+    dir: &Path,
+    kubeconfig: &Path,
+) -> Result<Child, TestenvError> {
     let controllers = if opts.deployment_controller {
         "*,-serviceaccount-token"
     } else {
         "*,-serviceaccount-token,-deployment"
     };
-    let mut kcm = spawn(
+    spawn(
         dir,
         "kube-controller-manager",
-        Command::new(bin("kube-controller-manager")).args([
+        Command::new(opts.bin.join("kube-controller-manager")).args([
             "--kubeconfig",
             &kubeconfig.to_string_lossy(),
             "--leader-elect=false",
             "--controllers",
             controllers,
             "--service-account-private-key-file",
-            &format!("{d}/sa.key"),
+            &format!("{}/sa.key", dir.display()),
             "--bind-address",
             "127.0.0.1",
             "--port",
@@ -311,34 +353,30 @@ async fn start(opts: &UpOptions, dir: &Path) -> Result<ControlPlane, TestenvErro
             "--secure-port",
             "0",
         ]),
-    )?;
-    if let Some(exe) = &opts.kubelet {
-        spawn(
-            dir,
-            "kubelet",
-            Command::new(exe)
-                .arg("kubelet")
-                .arg("--kubeconfig")
-                .arg(&kubeconfig),
-        )?;
-    }
-    let client = client_for(&kubeconfig)
+    )
+}
+
+/// Waits until the service account controller creates `default`: the proof that the
+/// controllers run.
+async fn wait_for_controllers(
+    dir: &Path,
+    kubeconfig: &Path,
+    kcm: &mut Child,
+    deadline: Instant,
+) -> Result<(), TestenvError> {
+    let client = client_for(kubeconfig)
         .await
         .map_err(|_| not_ready("kube-apiserver", dir))?;
-    // The service account controller creating `default` proves the controllers run.
     let accounts: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
         kube::Api::namespaced(client, "default");
     while accounts.get_opt("default").await.ok().flatten().is_none() {
-        check_running(&mut kcm, "kube-controller-manager", dir)?;
+        check_running(kcm, "kube-controller-manager", dir)?;
         if Instant::now() > deadline {
             return Err(not_ready("kube-controller-manager", dir));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    Ok(ControlPlane {
-        dir: dir.to_path_buf(),
-        kubeconfig,
-    })
+    Ok(())
 }
 
 /// Writes request metadata (verb, object, user agent, time) for every request, so tests
