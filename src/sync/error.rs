@@ -1,6 +1,10 @@
 //! What can go wrong in a sync. Every variant carries its context (the file, the object,
-//! the app) and keeps its cause as `source`; [`SyncError::origin`] is the file a history
-//! record's error points at.
+//! the app); [`SyncError::origin`] is the file a history record's error points at.
+//!
+//! A sync error's message is whole: it is what the history records, the journal logs
+//! and `berth history show` prints. So a cause is part of its variant's message (the
+//! `cause` fields), never also its `source()`, and `{e:#}` prints it once; the variants
+//! that wrap another module's error whole are `transparent` and pass its source on.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,29 +20,26 @@ use crate::source::verify::VerifyError;
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
     /// The repository could not be fetched or checked out.
-    #[error("{source}; the cluster keeps its last applied state")]
+    #[error("{cause}; the cluster keeps its last applied state")]
     Fetch {
         /// Why.
-        #[source]
-        source: SourceError,
+        cause: SourceError,
     },
     /// The commit is not signed by a trusted key (`[app.verify]`).
     #[error(
-        "{source}; nothing was rendered or written, the cluster keeps its last applied commit"
+        "{cause}; nothing was rendered or written, the cluster keeps its last applied commit"
     )]
     Verify {
         /// Why.
-        #[source]
-        source: VerifyError,
+        cause: VerifyError,
     },
     /// An app's include/exclude glob does not compile.
-    #[error("invalid glob in app {app}: {source}")]
+    #[error("invalid glob in app {app}: {cause}")]
     Glob {
         /// The app.
         app: String,
         /// The glob's error.
-        #[source]
-        source: globset::Error,
+        cause: globset::Error,
     },
     /// The commit does not render: its file, document and object are in the message.
     #[error(transparent)]
@@ -76,13 +77,12 @@ pub enum SyncError {
         timeout: Duration,
     },
     /// berth's engine refused a Deployment (another controller made its ReplicaSets).
-    #[error("{source}; nothing was written")]
+    #[error("{cause}; nothing was written")]
     EngineRefused {
         /// Where the Deployment came from.
         origin: Origin,
         /// The engine's refusal.
-        #[source]
-        source: EngineError,
+        cause: EngineError,
     },
     /// An applied object failed, or did not become ready in time.
     #[error("{key} {what}: {reason}")]
@@ -96,19 +96,18 @@ pub enum SyncError {
     },
     /// `state_dir` does not take writes (missing, read-only, full): berth changes nothing
     /// it could not record.
-    #[error("{what} {}: {source}; nothing was written to the cluster (free space in, or fix the permissions of, [agent] state_dir)", path.display())]
+    #[error("{what} {}: {cause}; nothing was written to the cluster (free space in, or fix the permissions of, [agent] state_dir)", path.display())]
     State {
         /// What berth was doing.
         what: &'static str,
         /// The file.
         path: std::path::PathBuf,
         /// What the OS said.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A sync's history record could not be written.
     #[error("this sync's history record could not be written ({0}): the cluster holds what it lists; free space in [agent] state_dir")]
-    Unrecorded(#[source] crate::history::HistoryError),
+    Unrecorded(crate::history::HistoryError),
     /// A rollout failed or timed out; what the failure policy did follows.
     #[error("rollout of Deployment {} {outcome}: {message}{}", key.qualified_name(), rollback.as_ref().map(|r| format!("; {r}")).unwrap_or_default())]
     Rollout {

@@ -30,7 +30,7 @@ pub(super) async fn fetch(ctx: &Ctx<'_>, journal: &mut Journal<'_>) -> Result<Ch
             ));
             Ok(checkout)
         }
-        Err(source) => Err(journal.stop(SyncError::Fetch { source })),
+        Err(cause) => Err(journal.stop(SyncError::Fetch { cause })),
     }
 }
 

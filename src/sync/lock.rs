@@ -252,10 +252,10 @@ impl Locked {
 pub(super) async fn take(ctx: &Ctx<'_>, journal: &mut Journal<'_>) -> Result<Locked, Stop> {
     let state_dir = &ctx.syncer.agent.state_dir;
     let app = &ctx.app.name;
-    let state = |what, source| SyncError::State {
+    let state = |what, cause| SyncError::State {
         what,
         path: path(state_dir, app),
-        source,
+        cause,
     };
     let (lock, left) = match AppLock::acquire(state_dir, app, ctx.shutdown, ctx.report).await {
         Ok(Some(acquired)) => acquired,

@@ -66,10 +66,10 @@ pub(super) fn render_with(
     journal: &mut Journal<'_>,
 ) -> Result<Vec<Manifest>, Stop> {
     let agent = &ctx.syncer.agent;
-    let builder = Builder::for_app(ctx.app, agent, &checkout.dir, kinds).map_err(|source| {
+    let builder = Builder::for_app(ctx.app, agent, &checkout.dir, kinds).map_err(|cause| {
         journal.stop(SyncError::Glob {
             app: ctx.app.name.clone(),
-            source,
+            cause,
         })
     })?;
     match builder.render() {

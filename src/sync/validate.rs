@@ -138,13 +138,13 @@ async fn check_engine_ownership(
     let mut refused = false;
     for w in writes.iter().filter(|w| w.is_deployment()) {
         let m = &w.target.manifest;
-        if let Err(source) = engine
+        if let Err(cause) = engine
             .check_ownership(m.namespace().unwrap_or("default"), m.name())
             .await
         {
             journal.fail(SyncError::EngineRefused {
                 origin: m.origin.clone(),
-                source,
+                cause,
             });
             refused = true;
         }

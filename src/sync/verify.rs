@@ -16,7 +16,7 @@ pub(super) fn verify(
 ) -> Result<Option<Signature>, Stop> {
     match signature(ctx, checkout) {
         Ok(signature) => Ok(signature),
-        Err(source) => Err(journal.stop(SyncError::Verify { source })),
+        Err(cause) => Err(journal.stop(SyncError::Verify { cause })),
     }
 }
 
