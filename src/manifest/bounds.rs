@@ -16,6 +16,46 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
+/// Size caps that bound the memory one render may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest single file.
+    pub max_file_size: u64,
+    /// Largest total over all files of one render; what they decode to is bounded in
+    /// proportion to what was read (see [`Budget`]).
+    pub max_app_size: u64,
+    /// Most objects one render may yield.
+    pub max_objects: usize,
+}
+
+impl Limits {
+    /// The caps `[agent]` sets (`max_file_size`, `max_app_size`).
+    pub fn of(agent: &crate::config::AgentConfig) -> Limits {
+        Limits {
+            max_file_size: agent.max_file_size,
+            max_app_size: agent.max_app_size,
+            max_objects: agent.max_objects,
+        }
+    }
+
+    /// The render's decode budget: what it reads may decode to
+    /// [`DECODED_PER_BYTE`](DECODED_PER_BYTE) times its size, up to that
+    /// many times the per-app cap.
+    pub fn budget(&self) -> Budget {
+        Budget::new(self.max_app_size.saturating_mul(DECODED_PER_BYTE))
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_file_size: 4 << 20,
+            max_app_size: 64 << 20,
+            max_objects: 20_000,
+        }
+    }
+}
+
 /// Deepest flow nesting read: serde's own limit (128) refuses anything deeper anyway.
 pub const MAX_FLOW_DEPTH: usize = 128;
 

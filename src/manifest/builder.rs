@@ -12,6 +12,7 @@
 
 use globset::GlobSet;
 
+use super::bounds::Limits;
 use super::confine::{Confine, Confinement};
 use super::decorate::{
     AppLabel, DefaultPortProtocol, IgnoreAnnotated, ObjectGlobs, RequireIdentity, SetNamespace,
@@ -21,7 +22,7 @@ use super::error::ManifestError;
 use super::kustomize::Kustomize;
 use super::object::Manifest;
 use super::scope::{ScopeLookup, WithCrds};
-use super::source::{Limits, PathSource, Stdin};
+use super::source::{PathSource, Stdin};
 use super::typed::TypedCheck;
 use super::visitor::{
     collect, ContinueOnError, Decorated, Decorator, Filtered, Flatten, ManifestList, Unique,

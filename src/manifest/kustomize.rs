@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use serde_yaml::Value;
 
+use super::bounds::Limits;
 use super::error::ManifestError;
 use super::read::{confined, read_confined, regular_file};
-use super::source::Limits;
 use crate::config::{AgentConfig, AppConfig, RenderMode};
 
 /// The file names kustomize looks for in a folder, in its order.

@@ -33,12 +33,12 @@ pub mod source;
 pub mod typed;
 pub mod visitor;
 
+pub use bounds::Limits;
 pub use builder::{Builder, ErrorPolicy, Input};
 pub use error::ManifestError;
 pub use kustomize::Kustomize;
 pub use object::{Manifest, ObjectKey, Origin};
 pub use scope::{BuiltinScopes, Scope, ScopeLookup};
-pub use source::Limits;
 pub use visitor::Visitor;
 
 /// The ownership label: `berth.dev/app=<app>` on every object berth applies.

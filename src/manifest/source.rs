@@ -11,7 +11,7 @@ use std::path::{Component, Path, PathBuf};
 
 use globset::GlobSet;
 
-use super::bounds::Budget;
+use super::bounds::{Budget, Limits};
 use super::decode::Stream;
 use super::error::ManifestError;
 use super::kustomize::{kustomization_in, Kustomize};
@@ -19,68 +19,25 @@ use super::object::Manifest;
 use super::read::{read_capped, ReadError};
 use super::visitor::{Flow, Item, Visitor};
 
-/// Size caps that bound the memory one render may use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Largest single file.
-    pub max_file_size: u64,
-    /// Largest total over all files of one render; what they decode to is bounded in
-    /// proportion to what was read (see [`Budget`]).
-    pub max_app_size: u64,
-    /// Most objects one render may yield.
-    pub max_objects: usize,
-}
-
-impl Limits {
-    /// The caps `[agent]` sets (`max_file_size`, `max_app_size`).
-    pub fn of(agent: &crate::config::AgentConfig) -> Limits {
-        Limits {
-            max_file_size: agent.max_file_size,
-            max_app_size: agent.max_app_size,
-            max_objects: agent.max_objects,
+/// Counts the render's objects into `count`, stopping the walk past the cap whatever
+/// the error policy (a resource bound, not a bad item).
+fn counted<'f>(
+    limits: &Limits,
+    count: &'f mut usize,
+    f: &'f mut dyn FnMut(Item) -> Flow,
+) -> impl FnMut(Item) -> Flow + 'f {
+    let limit = limits.max_objects;
+    move |item| {
+        // Bad items count too: collecting errors costs memory as objects do.
+        *count += 1;
+        if *count > limit {
+            let origin = match &item {
+                Ok(m) => m.origin.to_string(),
+                Err(e) => e.origin().unwrap_or_default(),
+            };
+            return Err(ManifestError::TooManyObjects { origin, limit });
         }
-    }
-
-    /// The render's decode budget: what it reads may decode to
-    /// [`DECODED_PER_BYTE`](super::bounds::DECODED_PER_BYTE) times its size, up to that
-    /// many times the per-app cap.
-    pub fn budget(&self) -> Budget {
-        Budget::new(
-            self.max_app_size
-                .saturating_mul(super::bounds::DECODED_PER_BYTE),
-        )
-    }
-
-    /// Counts the render's objects into `count`, stopping the walk past the cap whatever
-    /// the error policy (a resource bound, not a bad item).
-    fn counted<'f>(
-        &self,
-        count: &'f mut usize,
-        f: &'f mut dyn FnMut(Item) -> Flow,
-    ) -> impl FnMut(Item) -> Flow + 'f {
-        let limit = self.max_objects;
-        move |item| {
-            // Bad items count too: collecting errors costs memory as objects do.
-            *count += 1;
-            if *count > limit {
-                let origin = match &item {
-                    Ok(m) => m.origin.to_string(),
-                    Err(e) => e.origin().unwrap_or_default(),
-                };
-                return Err(ManifestError::TooManyObjects { origin, limit });
-            }
-            f(item)
-        }
-    }
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_file_size: 4 << 20,
-            max_app_size: 64 << 20,
-            max_objects: 20_000,
-        }
+        f(item)
     }
 }
 
@@ -138,7 +95,7 @@ impl Visitor for PathSource {
             jsonnet: 0,
         };
         let mut objects = 0;
-        let f = &mut self.limits.counted(&mut objects, f);
+        let f = &mut counted(&self.limits, &mut objects, f);
         for p in &self.paths {
             let Some(rel) = normalize(p) else {
                 f(Err(ManifestError::EscapesRoot { path: p.clone() }))?;
@@ -416,7 +373,7 @@ impl Visitor for Stdin {
     fn visit(&self, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
         let path = "STDIN".to_string();
         let (budget, mut objects) = (self.limits.budget(), 0);
-        let f = &mut self.limits.counted(&mut objects, f);
+        let f = &mut counted(&self.limits, &mut objects, f);
         match read_capped(Ok(std::io::stdin().lock()), self.limits.max_file_size) {
             Ok(bytes) => Stream {
                 path,

@@ -26,9 +26,7 @@ pub enum SyncError {
         cause: SourceError,
     },
     /// The commit is not signed by a trusted key (`[app.verify]`).
-    #[error(
-        "{cause}; nothing was rendered or written, the cluster keeps its last applied commit"
-    )]
+    #[error("{cause}; nothing was rendered or written, the cluster keeps its last applied commit")]
     Verify {
         /// Why.
         cause: VerifyError,
