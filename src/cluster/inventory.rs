@@ -141,30 +141,11 @@ pub async fn store(
     inventory: &Inventory,
     previous: Option<&Version>,
 ) -> Result<Version, ClusterError> {
-    let request = |what: String| move |source| ClusterError::Request { what, source };
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    // An inventory read before lives in a namespace that exists (were it deleted since,
-    // the write's 404 sends the caller back to read it again, without a version).
-    if previous.is_none()
-        && namespaces
-            .get_opt(namespace)
-            .await
-            .map_err(request(format!("reading namespace {namespace}")))?
-            .is_none()
-    {
-        let ns: Namespace = serde_json::from_value(
-            serde_json::json!({"metadata": {"name": namespace}}),
-        )
-        .map_err(|e| ClusterError::Inventory {
-            name: namespace.into(),
-            message: e.to_string(),
-        })?;
-        match namespaces.create(&PostParams::default(), &ns).await {
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            other => {
-                other.map_err(request(format!("creating namespace {namespace}")))?;
-            }
-        }
+    if previous.is_none() {
+        // An inventory read before lives in a namespace that exists (were it deleted
+        // since, the write's 404 sends the caller back to read it again, without a
+        // version).
+        ensure_namespace(client, namespace).await?;
     }
     let text = serde_json::to_string(inventory).map_err(|e| ClusterError::Inventory {
         name: name(app),
@@ -178,25 +159,7 @@ pub async fn store(
     let mut parts = Vec::new();
     if parted {
         let digest = sha256(&text);
-        for (i, piece) in pieces.iter().enumerate() {
-            let part = format!("{}-{}-{i}", name(app), &digest[..10]);
-            let cm = serde_json::json!({
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {
-                    "name": part,
-                    "namespace": namespace,
-                    "labels": {"app.kubernetes.io/managed-by": "berth", LABEL_PART: app},
-                },
-                "data": {DATA_KEY: piece},
-            });
-            api.patch(&part, &apply, &Patch::Apply(&cm))
-                .await
-                .map_err(request(format!(
-                    "writing inventory part {namespace}/{part}"
-                )))?;
-            parts.push(part);
-        }
+        parts = write_parts(&api, &apply, app, &digest, &pieces).await?;
         data.insert(PARTS_KEY.into(), parts.join("\n").into());
         data.insert(DIGEST_KEY.into(), digest.into());
     } else {
@@ -229,28 +192,103 @@ pub async fn store(
             },
         })?;
     if parted || previous.is_some_and(|v| v.parted) {
-        let labelled = ListParams::default().labels(&format!("{LABEL_PART}={app}"));
-        let stale = api
-            .list_metadata(&labelled)
-            .await
-            .map_err(request(format!("listing inventory parts in {namespace}")))?;
-        for part in stale.items.into_iter().filter_map(|p| p.metadata.name) {
-            if !parts.contains(&part) {
-                match api.delete(&part, &Default::default()).await {
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    other => {
-                        other.map_err(request(format!(
-                            "deleting inventory part {namespace}/{part}"
-                        )))?;
-                    }
-                }
-            }
-        }
+        delete_stale_parts(&api, app, &parts).await?;
     }
     Ok(Version {
         resource_version: written.metadata.resource_version.unwrap_or_default(),
         parted,
     })
+}
+
+/// `ClusterError::Request` for `what`.
+fn request(what: String) -> impl FnOnce(kube::Error) -> ClusterError {
+    move |source| ClusterError::Request { what, source }
+}
+
+/// Creates `namespace` when it does not exist.
+async fn ensure_namespace(client: &kube::Client, namespace: &str) -> Result<(), ClusterError> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let found = namespaces
+        .get_opt(namespace)
+        .await
+        .map_err(request(format!("reading namespace {namespace}")))?;
+    if found.is_some() {
+        return Ok(());
+    }
+    let ns: Namespace = serde_json::from_value(
+        serde_json::json!({"metadata": {"name": namespace}}),
+    )
+    .map_err(|e| ClusterError::Inventory {
+        name: namespace.into(),
+        message: e.to_string(),
+    })?;
+    match namespaces.create(&PostParams::default(), &ns).await {
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        other => other
+            .map(drop)
+            .map_err(request(format!("creating namespace {namespace}"))),
+    }
+}
+
+/// Writes the parts of a split inventory, each named by the digest of the whole; returns
+/// their names.
+async fn write_parts(
+    api: &Api<ConfigMap>,
+    apply: &PatchParams,
+    app: &str,
+    digest: &str,
+    pieces: &[&str],
+) -> Result<Vec<String>, ClusterError> {
+    let namespace = api.namespace().unwrap_or_default();
+    let mut parts = Vec::new();
+    for (i, piece) in pieces.iter().enumerate() {
+        let part = format!("{}-{}-{i}", name(app), &digest[..10]);
+        let cm = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": part,
+                "namespace": namespace,
+                "labels": {"app.kubernetes.io/managed-by": "berth", LABEL_PART: app},
+            },
+            "data": {DATA_KEY: piece},
+        });
+        api.patch(&part, apply, &Patch::Apply(&cm))
+            .await
+            .map_err(request(format!(
+                "writing inventory part {namespace}/{part}"
+            )))?;
+        parts.push(part);
+    }
+    Ok(parts)
+}
+
+/// Deletes the parts of `app`'s inventory that the head no longer lists (`current`).
+async fn delete_stale_parts(
+    api: &Api<ConfigMap>,
+    app: &str,
+    current: &[String],
+) -> Result<(), ClusterError> {
+    let namespace = api.namespace().unwrap_or_default();
+    let labelled = ListParams::default().labels(&format!("{LABEL_PART}={app}"));
+    let stale = api
+        .list_metadata(&labelled)
+        .await
+        .map_err(request(format!("listing inventory parts in {namespace}")))?;
+    for part in stale.items.into_iter().filter_map(|p| p.metadata.name) {
+        if current.contains(&part) {
+            continue;
+        }
+        match api.delete(&part, &Default::default()).await {
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            other => {
+                other.map_err(request(format!(
+                    "deleting inventory part {namespace}/{part}"
+                )))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `text` cut into pieces of at most `max` bytes, at character boundaries.
