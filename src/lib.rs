@@ -53,6 +53,7 @@ pub mod body_hmac;
 pub mod cluster;
 pub mod config;
 pub mod diff;
+pub mod digest;
 pub mod history;
 pub mod manifest;
 pub mod notifications;
