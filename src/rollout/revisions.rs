@@ -9,6 +9,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 
+use crate::manifest::object::namespace_or_default;
+
 use super::hash::{template_hash, POD_TEMPLATE_HASH};
 
 /// The revision annotation, on ReplicaSets and Deployments.
@@ -182,11 +184,7 @@ pub async fn list(
     client: &kube::Client,
     deployment: &Deployment,
 ) -> Result<Revisions, kube::Error> {
-    let ns = deployment
-        .metadata
-        .namespace
-        .as_deref()
-        .unwrap_or("default");
+    let ns = namespace_or_default(deployment.metadata.namespace.as_deref());
     let api: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
     let replica_sets = api
         .list(&ListParams::default().labels(&selector(deployment)))

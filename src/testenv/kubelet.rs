@@ -25,6 +25,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use serde_json::{json, Value};
 
+use crate::manifest::object::namespace_or_default;
+
 /// Pod annotation: `"false"` keeps the pod unready.
 pub const ANNOTATION_READY: &str = "testenv.berth.dev/ready";
 /// Pod annotation: a duration after which the pod becomes ready.
@@ -250,10 +252,7 @@ impl StandIn {
 }
 
 fn namespace(pod: &Pod) -> String {
-    pod.metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into())
+    namespace_or_default(pod.metadata.namespace.as_deref()).to_string()
 }
 
 fn created(pod: &Pod) -> Timestamp {
