@@ -192,12 +192,7 @@ struct Tracker {
 }
 
 fn owner_uid(rs: &ReplicaSet) -> Option<&str> {
-    rs.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-        .map(|o| o.uid.as_str())
+    super::revisions::controller(&rs.metadata).map(|o| o.uid.as_str())
 }
 
 impl Tracker {

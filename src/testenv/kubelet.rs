@@ -133,11 +133,7 @@ async fn register_node(client: &kube::Client) -> Result<(), kube::Error> {
 
 /// True for a pod a Job made: it runs to completion.
 fn runs_to_completion(pod: &Pod) -> bool {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "Job")
+    crate::rollout::revisions::controller(&pod.metadata).is_some_and(|o| o.kind == "Job")
 }
 
 struct StandIn {
