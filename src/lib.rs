@@ -58,6 +58,7 @@ pub mod history;
 pub mod manifest;
 pub mod notifications;
 pub mod plan;
+pub mod retry;
 pub mod rollout;
 pub mod service;
 pub mod shutdown;

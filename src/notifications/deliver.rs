@@ -11,9 +11,13 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-/// The first retry's delay; each next one doubles, up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_secs(1);
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
+use crate::retry::Backoff;
+
+/// The delay before a retry: from a second, doubling, up to a minute.
+const BACKOFF: Backoff = Backoff {
+    base: Duration::from_secs(1),
+    max: Duration::from_secs(60),
+};
 
 /// The HTTP(S) client every receiver shares.
 pub type HttpClient = Client<
@@ -130,7 +134,7 @@ async fn send(receiver: &Receiver, client: &HttpClient, delivery: &Delivery) -> 
         if attempt >= receiver.retries {
             return Err(format!("{why}; gave up after {} attempts", attempt + 1));
         }
-        let wait = backoff(attempt);
+        let wait = BACKOFF.delay(attempt);
         tracing::debug!(receiver = %receiver.name, attempt = attempt + 1, "{why}; retrying in {wait:?}");
         tokio::time::sleep(wait).await;
         attempt += 1;
@@ -152,19 +156,6 @@ fn connect_error(e: &hyper_util::client::legacy::Error) -> String {
     "the connection broke".into()
 }
 
-/// The delay before retry `attempt + 1`: half of the doubled delay, plus up to the other
-/// half at random, so receivers that failed together do not retry together.
-fn backoff(attempt: u32) -> Duration {
-    let full = FIRST_BACKOFF
-        .saturating_mul(1 << attempt.min(16))
-        .min(MAX_BACKOFF);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let random = f64::from(nanos % 1000) / 1000.0;
-    full / 2 + full.mul_f64(random / 2.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,10 +163,10 @@ mod tests {
     #[test]
     fn backoff_doubles_with_jitter_up_to_a_minute() {
         for attempt in 0..10 {
-            let full = (FIRST_BACKOFF * (1 << attempt)).min(MAX_BACKOFF);
-            let wait = backoff(attempt);
+            let full = (BACKOFF.base * (1 << attempt)).min(BACKOFF.max);
+            let wait = BACKOFF.delay(attempt);
             assert!(wait >= full / 2 && wait <= full, "{attempt}: {wait:?}");
         }
-        assert!(backoff(40) <= MAX_BACKOFF);
+        assert!(BACKOFF.delay(40) <= BACKOFF.max);
     }
 }
