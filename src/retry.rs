@@ -1,5 +1,5 @@
-//! Retrying after a transient failure: the one exponential backoff with jitter and the
-//! one random source behind every jitter.
+//! Retrying after a transient failure: the one exponential backoff with jitter, the one
+//! random source behind every jitter, and which HTTP answers are worth sending again.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -42,6 +42,20 @@ pub fn random_below(max: Duration) -> Duration {
     Duration::from_nanos(random % nanos)
 }
 
+/// Whether the API server's answer `status` is worth sending again: 429 and the 5xx a
+/// busy, restarting or leader-changing API server gives (500, 502, 503, 504). Other 5xx
+/// (501 Not Implemented, 505 …) would come back the same.
+pub fn transient_status(status: u16) -> bool {
+    matches!(status, 429 | 500 | 502 | 503 | 504)
+}
+
+/// Whether a notification receiver's answer `status` is worth sending again: 429 or any
+/// 5xx. Wider than [`transient_status`] on purpose: a receiver is often behind a proxy
+/// whose 5xx says nothing about the next attempt.
+pub fn transient_receiver_status(status: u16) -> bool {
+    status == 429 || (500..600).contains(&status)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,5 +83,16 @@ mod tests {
         for _ in 0..100 {
             assert!(random_below(Duration::from_millis(3)) < Duration::from_millis(3));
         }
+    }
+
+    #[test]
+    fn transient_statuses() {
+        for s in [429, 500, 502, 503, 504] {
+            assert!(transient_status(s) && transient_receiver_status(s), "{s}");
+        }
+        for s in [400, 404, 409, 422] {
+            assert!(!transient_status(s) && !transient_receiver_status(s), "{s}");
+        }
+        assert!(!transient_status(501) && transient_receiver_status(501));
     }
 }

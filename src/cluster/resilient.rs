@@ -20,7 +20,7 @@ use hyper::body::Bytes;
 use kube::client::Body;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
-use crate::retry::Backoff;
+use crate::retry::{transient_status, Backoff};
 
 /// The delay before a retry: from 200 ms, doubling, up to [`MAX_BACKOFF`].
 const BACKOFF: Backoff = Backoff {
@@ -140,7 +140,7 @@ where
                 }
                 (why, None, res)
             }
-            Ok(res) if transient_status(res.status()) => (
+            Ok(res) if transient_status(res.status().as_u16()) => (
                 res.status().to_string(),
                 retry_after(res.headers()),
                 Ok(res.map(Either::Left)),
@@ -201,18 +201,6 @@ fn invalid_request(body: &[u8]) -> bool {
         .and_then(|status| Some(status.get("message")?.as_str()?.to_string()))
         .unwrap_or_default();
     message.contains("failed to create typed patch object")
-}
-
-/// 429 and the 5xx answers a busy, restarting or leader-changing API server gives.
-fn transient_status(status: StatusCode) -> bool {
-    matches!(
-        status,
-        StatusCode::TOO_MANY_REQUESTS
-            | StatusCode::INTERNAL_SERVER_ERROR
-            | StatusCode::BAD_GATEWAY
-            | StatusCode::SERVICE_UNAVAILABLE
-            | StatusCode::GATEWAY_TIMEOUT
-    )
 }
 
 /// A lost connection or a timeout; not a TLS or configuration error, which would fail
@@ -283,10 +271,10 @@ mod tests {
 
     #[test]
     fn transient_answers_and_errors() {
-        assert!(transient_status(StatusCode::TOO_MANY_REQUESTS));
-        assert!(transient_status(StatusCode::SERVICE_UNAVAILABLE));
-        assert!(!transient_status(StatusCode::CONFLICT));
-        assert!(!transient_status(StatusCode::UNPROCESSABLE_ENTITY));
+        assert!(transient_status(StatusCode::TOO_MANY_REQUESTS.as_u16()));
+        assert!(transient_status(StatusCode::SERVICE_UNAVAILABLE.as_u16()));
+        assert!(!transient_status(StatusCode::CONFLICT.as_u16()));
+        assert!(!transient_status(StatusCode::UNPROCESSABLE_ENTITY.as_u16()));
         let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
         assert!(transient_error(&reset));
         let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);

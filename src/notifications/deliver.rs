@@ -125,7 +125,7 @@ async fn send(receiver: &Receiver, client: &HttpClient, delivery: &Delivery) -> 
                 if status.is_success() {
                     return Ok(());
                 }
-                if !status.is_server_error() && status != http::StatusCode::TOO_MANY_REQUESTS {
+                if !crate::retry::transient_receiver_status(status.as_u16()) {
                     return Err(format!("the receiver refused it ({status}); not retried"));
                 }
                 format!("the receiver answered {status}")
