@@ -54,6 +54,7 @@ pub mod cluster;
 pub mod config;
 pub mod diff;
 pub mod digest;
+pub mod health;
 pub mod history;
 pub mod manifest;
 pub mod notifications;
