@@ -96,8 +96,45 @@ pub async fn run(
     }
 }
 
+/// Why a message was given up (never with the receiver's address: it may hold a secret).
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    /// The address makes no request.
+    #[error("the address is not a valid URL")]
+    InvalidUrl,
+    /// A 4xx (other than 429): sending it again would be refused again.
+    #[error("the receiver refused it ({0}); not retried")]
+    Refused(http::StatusCode),
+    /// The last attempt failed too.
+    #[error("{last}; gave up after {attempts} attempts")]
+    GaveUp {
+        /// Why the last attempt failed.
+        last: AttemptError,
+        /// Attempts made, the first included.
+        attempts: u32,
+    },
+}
+
+/// Why one attempt failed; worth another.
+#[derive(Debug, thiserror::Error)]
+pub enum AttemptError {
+    /// No answer within the receiver's timeout.
+    #[error("no answer within {}s", .0.as_secs_f32())]
+    NoAnswer(Duration),
+    /// The connection failed or broke (the reason without the address).
+    #[error("request failed ({0})")]
+    Request(String),
+    /// A 5xx or 429.
+    #[error("the receiver answered {0}")]
+    Answered(http::StatusCode),
+}
+
 /// One message, with its retries; the reason when it was given up.
-async fn send(receiver: &Receiver, client: &HttpClient, delivery: &Delivery) -> Result<(), String> {
+async fn send(
+    receiver: &Receiver,
+    client: &HttpClient,
+    delivery: &Delivery,
+) -> Result<(), DeliveryError> {
     let signature = receiver
         .secret
         .as_ref()
@@ -116,23 +153,26 @@ async fn send(receiver: &Receiver, client: &HttpClient, delivery: &Delivery) -> 
         }
         let request = request
             .body(Full::new(delivery.body.clone()))
-            .map_err(|_| "the address is not a valid URL".to_string())?;
+            .map_err(|_| DeliveryError::InvalidUrl)?;
         let why = match tokio::time::timeout(receiver.timeout, client.request(request)).await {
-            Err(_) => format!("no answer within {}s", receiver.timeout.as_secs_f32()),
-            Ok(Err(e)) => format!("request failed ({})", connect_error(&e)),
+            Err(_) => AttemptError::NoAnswer(receiver.timeout),
+            Ok(Err(e)) => AttemptError::Request(connect_error(&e)),
             Ok(Ok(answer)) => {
                 let status = answer.status();
                 if status.is_success() {
                     return Ok(());
                 }
                 if !crate::retry::transient_receiver_status(status.as_u16()) {
-                    return Err(format!("the receiver refused it ({status}); not retried"));
+                    return Err(DeliveryError::Refused(status));
                 }
-                format!("the receiver answered {status}")
+                AttemptError::Answered(status)
             }
         };
         if attempt >= receiver.retries {
-            return Err(format!("{why}; gave up after {} attempts", attempt + 1));
+            return Err(DeliveryError::GaveUp {
+                last: why,
+                attempts: attempt + 1,
+            });
         }
         let wait = BACKOFF.delay(attempt);
         tracing::debug!(receiver = %receiver.name, attempt = attempt + 1, "{why}; retrying in {wait:?}");
