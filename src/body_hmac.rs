@@ -8,13 +8,10 @@ use sha2::Sha256;
 pub fn sign(secret: &[u8], body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
     mac.update(body);
-    let hex: String = mac
-        .finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("sha256={hex}")
+    format!(
+        "sha256={}",
+        crate::digest::hex(&mac.finalize().into_bytes())
+    )
 }
 
 /// Whether `header` (`sha256=<hex>`) is the signature of `body` under `secret`, compared

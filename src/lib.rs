@@ -33,15 +33,22 @@
 //! Modules:
 //! - [`config`]: the TOML configuration, validated settings and their errors;
 //! - [`shutdown`]: the one shutdown signal every task takes;
-//! - [`source`]: git fetch and checkout, ssh host keys, repository watches;
+//! - [`digest`]: SHA-256 and lower-case hex, behind every digest berth writes;
+//! - [`retry`]: the one backoff with jitter, its random source, the transient HTTP statuses;
+//! - [`body_hmac`]: the `sha256=<hex>` HMAC of an HTTP body (webhooks in, notifications out);
+//! - [`source`]: git fetch and checkout, commit signatures, ssh host keys, repository
+//!   watches;
 //! - [`manifest`]: the Visitor pipeline that turns a checkout into manifests;
 //! - [`cluster`]: client, discovery, apply, inventory, prune;
+//! - [`health`]: the health of every kind but Deployments, from its status (pure);
 //! - [`rollout`]: template hashes, revisions, step math, status, following, berth's own
 //!   engine, rollback;
 //! - [`plan`]: what a sync writes, keeps and prunes, and the inventory's data (pure);
 //! - [`diff`]: `berth plan`'s per-object diffs, Secret values masked (pure);
-//! - [`history`]: the sync record and its JSON Lines log;
-//! - [`state`]: the private state folder (0700 folders, 0600 files, atomic writes);
+//! - [`history`]: the sync record (rollout timelines included) and its JSON Lines log;
+//! - [`state`]: the private state folder (0700 folders, 0600 files, atomic durable writes);
+//! - [`notifications`]: `[[notify]]` receivers: which events a record makes, their
+//!   payloads, delivery with retries;
 //! - [`sync`]: one sync of one app, step by step; `berth plan` and `berth rollback`;
 //! - [`service`]: systemd notify and watchdog, the HTTP endpoint, the leader Lease;
 //! - [`agent`]: the daemon's tasks and triggers;
@@ -53,10 +60,13 @@ pub mod body_hmac;
 pub mod cluster;
 pub mod config;
 pub mod diff;
+pub mod digest;
+pub mod health;
 pub mod history;
 pub mod manifest;
 pub mod notifications;
 pub mod plan;
+pub mod retry;
 pub mod rollout;
 pub mod service;
 pub mod shutdown;

@@ -6,7 +6,7 @@
 //! own writes go through [`private_dir`], [`private_file`] and [`write_private`].
 
 use std::fs::{DirBuilder, File, OpenOptions};
-use std::io::Write;
+use std::io::{BufWriter, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
@@ -51,21 +51,36 @@ pub fn private_file() -> OpenOptions {
 
 /// Replaces `path` with `bytes` atomically: written 0600 to a temporary file beside it,
 /// flushed to disk, renamed over it, and the rename flushed (a crash leaves the old
-/// content or the new, never half of it).
+/// content or the new, never half of it, nor an empty file).
 ///
 /// # Errors
 /// The folder cannot be written.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_private_with(path, |out| out.write_all(bytes))
+}
+
+/// [`write_private`] for content streamed by `write` (a file too large to hold in memory
+/// at once): the same temporary file, fsync, rename and fsync of the folder. When
+/// `write` fails, `path` is left as it was.
+///
+/// # Errors
+/// `write` fails, or the folder cannot be written.
+pub fn write_private_with<F>(path: &Path, write: F) -> std::io::Result<()>
+where
+    F: FnOnce(&mut dyn Write) -> std::io::Result<()>,
+{
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let written = (|| {
-        let mut file = private_file()
+        let file = private_file()
             .create(true)
             .truncate(true)
             .write(true)
             .open(&tmp)?;
-        file.write_all(bytes)?;
+        let mut out = BufWriter::new(file);
+        write(&mut out)?;
+        let file = out.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
         std::fs::rename(&tmp, path)
     })();
@@ -107,5 +122,18 @@ mod tests {
         assert_eq!(mode(&file), FILE_MODE);
         let left: Vec<_> = std::fs::read_dir(state.join("a/b")).unwrap().collect();
         assert_eq!(left.len(), 1, "no temporary file is left behind");
+
+        let failed = write_private_with(&file, |out| {
+            out.write_all(b"half")?;
+            Err(std::io::Error::other("cut short"))
+        });
+        assert!(failed.is_err());
+        assert_eq!(
+            std::fs::read(&file).unwrap(),
+            b"two",
+            "a failed write keeps the old"
+        );
+        let left: Vec<_> = std::fs::read_dir(state.join("a/b")).unwrap().collect();
+        assert_eq!(left.len(), 1, "nor a temporary file");
     }
 }

@@ -1,9 +1,7 @@
 //! The app tasks: one loop per app that syncs on its interval, on a commit and on a
 //! webhook, one sync at a time; started, stopped and changed by a reload.
 
-use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};
-use std::hash::BuildHasher;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -369,7 +367,7 @@ async fn app_loop(
             status.insert(app.name.clone(), (status_line(&record), record.finished_at));
         }
         shared.publish_status();
-        let wake = tokio::time::Instant::now() + interval + random_below(jitter);
+        let wake = tokio::time::Instant::now() + interval + crate::retry::random_below(jitter);
         trigger = loop {
             tokio::select! {
                 () = tokio::time::sleep_until(wake) => break Trigger::Interval,
@@ -386,15 +384,6 @@ async fn app_loop(
             return;
         }
     }
-}
-
-/// A random duration in `[0, max)`.
-fn random_below(max: Duration) -> Duration {
-    let nanos = max.as_nanos() as u64;
-    if nanos == 0 {
-        return Duration::ZERO;
-    }
-    Duration::from_nanos(RandomState::new().hash_one(std::time::Instant::now()) % nanos)
 }
 
 /// A sync's progress line in the agent's log, at the level its words say (journald's

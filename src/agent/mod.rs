@@ -50,7 +50,9 @@ pub struct Signals {
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     /// The HTTP endpoint's address could not be bound.
-    #[error("cannot listen on {address} (agent.listen): {source}")]
+    // The OS's error is the source, printed after this message by `{e:#}`, the only way
+    // this error is shown (through the command line's anyhow chain).
+    #[error("cannot listen on {address} (agent.listen)")]
     Listen {
         /// The address.
         address: std::net::SocketAddr,

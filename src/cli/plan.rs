@@ -86,7 +86,7 @@ fn text(p: &Preview) -> String {
             .unwrap_or_default();
         out += &format!(
             "  {}/{}: {from}revision {}{reuse}; {} replicas {}, maxSurge {}, maxUnavailable {}\n    STEP   NEW   OLD\n",
-            d.deployment.namespace.as_deref().unwrap_or("default"),
+            d.deployment.namespace_or_default(),
             d.deployment.name,
             d.revision_to,
             d.strategy,

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use berth::cluster::discovery::ClusterKinds;
 use berth::cluster::{api_for, client, inventory};
 use berth::config;
+use berth::health::{health, routes, selects_pods, waits_for, Health, NO_ENDPOINTS};
 use berth::history::HistoryLog;
-use berth::rollout::health::{health, routes, selects_pods, waits_for, Health, NO_ENDPOINTS};
 use berth::rollout::phase::phase;
 use berth::rollout::revisions::revision_of;
 use berth::service::shards;
@@ -327,7 +327,7 @@ async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::R
                     let mut now = health(&e.key.group, &e.key.kind, &json);
                     if now == Health::Current && selects_pods(&e.key.group, &e.key.kind, &json) {
                         // A Service is only as ready as the pods it routes to.
-                        let ns = e.key.namespace.as_deref().unwrap_or("default");
+                        let ns = e.key.namespace_or_default();
                         let endpoints = Api::<Endpoints>::namespaced(client.clone(), ns)
                             .get_opt(&e.key.name)
                             .await?
@@ -354,7 +354,7 @@ async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::R
             .map(|e| &e.key)
             .filter(|k| k.group == "apps" && k.kind == "Deployment")
         {
-            let ns = key.namespace.as_deref().unwrap_or("default");
+            let ns = key.namespace_or_default();
             let name = format!("{ns}/{}", key.name);
             let Some(d) = Api::<Deployment>::namespaced(client.clone(), ns)
                 .get_opt(&key.name)

@@ -59,7 +59,7 @@ pub fn observed(meta: &ObjectMeta) -> String {
         return format!("rv{}", meta.resource_version.as_deref().unwrap_or(""));
     }
     let text = serde_json::to_string(&applied).unwrap_or_default();
-    format!("a{}", &crate::cluster::inventory::sha256(&text)[..16])
+    format!("a{}", &crate::digest::sha256_hex(text.as_bytes())[..16])
 }
 
 /// Applies every target (or dry-runs it), `settings.concurrency` at a time; results come

@@ -102,7 +102,7 @@ pub async fn load(
                 .ok_or_else(|| unreadable(format!("its part {part} is missing")))?;
             text.push_str(&piece);
         }
-        if data.get(DIGEST_KEY) != Some(&sha256(&text)) {
+        if data.get(DIGEST_KEY) != Some(&crate::digest::sha256_hex(text.as_bytes())) {
             return Err(unreadable(format!(
                 "its parts ({}) do not add up to what it was written with",
                 parts.join(", ")
@@ -158,7 +158,7 @@ pub async fn store(
     let mut data = serde_json::Map::new();
     let mut parts = Vec::new();
     if parted {
-        let digest = sha256(&text);
+        let digest = crate::digest::sha256_hex(text.as_bytes());
         parts = write_parts(&api, &apply, app, &digest, &pieces).await?;
         data.insert(PARTS_KEY.into(), parts.join("\n").into());
         data.insert(DIGEST_KEY.into(), digest.into());
@@ -306,15 +306,6 @@ fn split(text: &str, max: usize) -> Vec<&str> {
     }
     pieces.push(rest);
     pieces
-}
-
-/// The hex SHA-256 of `text`.
-pub(crate) fn sha256(text: &str) -> String {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// The local copy of an app's inventory (`state_dir/inventory/<app>.json`), written after

@@ -26,7 +26,7 @@ pub fn api_for(
     if resolved.namespaced {
         Api::namespaced_with(
             client.clone(),
-            namespace.unwrap_or("default"),
+            crate::manifest::object::namespace_or_default(namespace),
             &resolved.resource,
         )
     } else {

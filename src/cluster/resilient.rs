@@ -10,7 +10,6 @@
 //! answers server-side apply's schema errors with 500) is final.
 
 use std::future::Future;
-use std::hash::{BuildHasher, Hasher};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -21,8 +20,13 @@ use hyper::body::Bytes;
 use kube::client::Body;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
-/// The first backoff; each retry doubles it, up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+use crate::retry::{transient_status, Backoff};
+
+/// The delay before a retry: from 200 ms, doubling, up to [`MAX_BACKOFF`].
+const BACKOFF: Backoff = Backoff {
+    base: Duration::from_millis(200),
+    max: MAX_BACKOFF,
+};
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// The most of a 500's body read to tell a final answer from a transient one.
 const MAX_ERROR_BODY: usize = 64 << 10;
@@ -136,7 +140,7 @@ where
                 }
                 (why, None, res)
             }
-            Ok(res) if transient_status(res.status()) => (
+            Ok(res) if transient_status(res.status().as_u16()) => (
                 res.status().to_string(),
                 retry_after(res.headers()),
                 Ok(res.map(Either::Left)),
@@ -145,7 +149,7 @@ where
             Err(e) if transient_error(e.as_ref()) => (e.to_string(), None, Err(e)),
             Err(e) => return Err(e),
         };
-        let wait = server_wait.unwrap_or_else(|| backoff(attempt));
+        let wait = server_wait.unwrap_or_else(|| BACKOFF.delay(attempt));
         let Some(kept) = next
             .as_ref()
             .filter(|_| started.elapsed() + wait <= policy.retry_for)
@@ -199,18 +203,6 @@ fn invalid_request(body: &[u8]) -> bool {
     message.contains("failed to create typed patch object")
 }
 
-/// 429 and the 5xx answers a busy, restarting or leader-changing API server gives.
-fn transient_status(status: StatusCode) -> bool {
-    matches!(
-        status,
-        StatusCode::TOO_MANY_REQUESTS
-            | StatusCode::INTERNAL_SERVER_ERROR
-            | StatusCode::BAD_GATEWAY
-            | StatusCode::SERVICE_UNAVAILABLE
-            | StatusCode::GATEWAY_TIMEOUT
-    )
-}
-
 /// A lost connection or a timeout; not a TLS or configuration error, which would fail
 /// the same way again.
 fn transient_error(e: &(dyn std::error::Error + 'static)) -> bool {
@@ -253,19 +245,6 @@ fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
     Some(Duration::from_secs(secs.min(MAX_BACKOFF.as_secs() * 6)))
 }
 
-/// Exponential backoff with jitter: a random wait in the upper half of
-/// `FIRST_BACKOFF · 2^attempt`, capped at `MAX_BACKOFF`.
-pub fn backoff(attempt: u32) -> Duration {
-    let full = FIRST_BACKOFF
-        .saturating_mul(1u32 << attempt.min(16))
-        .min(MAX_BACKOFF);
-    let half = full / 2;
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    half + Duration::from_nanos(random % (half.as_nanos() as u64).max(1))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,13 +252,13 @@ mod tests {
     #[test]
     fn backoff_doubles_with_jitter_up_to_the_cap() {
         for attempt in 0..8 {
-            let full = (FIRST_BACKOFF * 2u32.pow(attempt)).min(MAX_BACKOFF);
+            let full = (BACKOFF.base * 2u32.pow(attempt)).min(MAX_BACKOFF);
             for _ in 0..20 {
-                let b = backoff(attempt);
+                let b = BACKOFF.delay(attempt);
                 assert!(b >= full / 2 && b <= full, "attempt {attempt}: {b:?}");
             }
         }
-        assert_eq!(backoff(40).max(MAX_BACKOFF), MAX_BACKOFF);
+        assert_eq!(BACKOFF.delay(40).max(MAX_BACKOFF), MAX_BACKOFF);
     }
 
     #[test]
@@ -292,10 +271,10 @@ mod tests {
 
     #[test]
     fn transient_answers_and_errors() {
-        assert!(transient_status(StatusCode::TOO_MANY_REQUESTS));
-        assert!(transient_status(StatusCode::SERVICE_UNAVAILABLE));
-        assert!(!transient_status(StatusCode::CONFLICT));
-        assert!(!transient_status(StatusCode::UNPROCESSABLE_ENTITY));
+        assert!(transient_status(StatusCode::TOO_MANY_REQUESTS.as_u16()));
+        assert!(transient_status(StatusCode::SERVICE_UNAVAILABLE.as_u16()));
+        assert!(!transient_status(StatusCode::CONFLICT.as_u16()));
+        assert!(!transient_status(StatusCode::UNPROCESSABLE_ENTITY.as_u16()));
         let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
         assert!(transient_error(&reset));
         let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);

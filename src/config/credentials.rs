@@ -15,19 +15,25 @@ pub const CREDENTIALS_DIR: &str = "/etc/berth/credentials";
 
 const PREFIX: &str = "credential:";
 
+/// A `credential:NAME` whose NAME systemd would not accept; holds the setting as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} names no credential: write credential:NAME with NAME as in the unit's LoadCredential=NAME:PATH (no '/')")]
+pub struct CredentialNameError(pub String);
+
 /// The path a file setting names: `credential:NAME` in `credentials_directory` (the value
 /// of `$CREDENTIALS_DIRECTORY`, else [`CREDENTIALS_DIR`]); anything else as written.
 ///
 /// # Errors
 /// NAME is not a credential name systemd accepts (empty, `.`, `..`, a `/`, over 255 bytes).
-pub fn resolve(value: &str, credentials_directory: Option<&OsStr>) -> Result<PathBuf, String> {
+pub fn resolve(
+    value: &str,
+    credentials_directory: Option<&OsStr>,
+) -> Result<PathBuf, CredentialNameError> {
     let Some(name) = value.strip_prefix(PREFIX) else {
         return Ok(PathBuf::from(value));
     };
     if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.len() > 255 {
-        return Err(format!(
-            "{value:?} names no credential: write credential:NAME with NAME as in the unit's LoadCredential=NAME:PATH (no '/')"
-        ));
+        return Err(CredentialNameError(value.to_string()));
     }
     let dir = credentials_directory.map_or(Path::new(CREDENTIALS_DIR), Path::new);
     Ok(dir.join(name))
@@ -81,7 +87,7 @@ mod tests {
             "credential:../shadow",
             "credential:a/b",
         ] {
-            let e = resolve(bad, None).unwrap_err();
+            let e = resolve(bad, None).unwrap_err().to_string();
             assert!(e.contains("LoadCredential=NAME:PATH"), "{bad}: {e}");
         }
     }

@@ -15,7 +15,7 @@ mod validate;
 pub use error::{io_message, ConfigError, Problem};
 use error::{toml_error, unknown_field};
 pub use globs::{compile_globs, Globs};
-pub use validate::{check_notify_url, check_repo_path, is_dns_label};
+pub use validate::{check_notify_url, check_repo_path, is_dns_label, ValueError};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

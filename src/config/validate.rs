@@ -217,8 +217,8 @@ fn notify(n: &super::NotifyConfig, key: &dyn Fn(&str) -> String, problems: &mut 
         problems.add(key("url"), "give exactly one of url, url_file and url_env");
     }
     if let Some(url) = &n.url {
-        if let Err(message) = check_notify_url(url) {
-            problems.add(key("url"), message);
+        if let Err(e) = check_notify_url(url) {
+            problems.add(key("url"), e.to_string());
         }
     }
     for (k, file, env) in [
@@ -253,15 +253,34 @@ fn notify(n: &super::NotifyConfig, key: &dyn Fn(&str) -> String, problems: &mut 
     }
 }
 
+/// Why [`check_notify_url`] or [`check_repo_path`] refuses a value; the caller adds the
+/// file, line and key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    /// A receiver's address does not parse (the address is not shown: it may hold a
+    /// secret).
+    #[error("is not a URL")]
+    NotAUrl,
+    /// A receiver's address is not http(s) or names no host.
+    #[error("must be an http:// or https:// URL with a host")]
+    NotHttp,
+    /// A path climbs out of the repository.
+    #[error("{0:?} escapes the repository root")]
+    EscapesRoot(String),
+    /// A path is absolute.
+    #[error("{0:?} is absolute: paths are relative to the repository root")]
+    Absolute(String),
+}
+
 /// Checks a receiver's address: `http://` or `https://` and a host.
 ///
 /// # Errors
 /// Why the address is refused (without the address: it may hold a secret).
-pub fn check_notify_url(url: &str) -> Result<(), String> {
-    let uri: http::Uri = url.trim().parse().map_err(|_| "is not a URL".to_string())?;
+pub fn check_notify_url(url: &str) -> Result<(), ValueError> {
+    let uri: http::Uri = url.trim().parse().map_err(|_| ValueError::NotAUrl)?;
     match (uri.scheme_str(), uri.host()) {
         (Some("http" | "https"), Some(_)) => Ok(()),
-        _ => Err("must be an http:// or https:// URL with a host".into()),
+        _ => Err(ValueError::NotHttp),
     }
 }
 
@@ -271,8 +290,8 @@ fn app_files(app: &AppConfig, key: &dyn Fn(&str) -> String, problems: &mut Probl
         problems.add(key("path"), "give at least one path");
     }
     for p in &app.path {
-        if let Err(message) = check_repo_path(p) {
-            problems.add(key("path"), message);
+        if let Err(e) = check_repo_path(p) {
+            problems.add(key("path"), e.to_string());
         }
     }
     for (k, globs) in [
@@ -298,7 +317,7 @@ fn app_files(app: &AppConfig, key: &dyn Fn(&str) -> String, problems: &mut Probl
 ///
 /// # Errors
 /// A message naming the path and why it is refused.
-pub fn check_repo_path(p: &str) -> Result<(), String> {
+pub fn check_repo_path(p: &str) -> Result<(), ValueError> {
     let path = Path::new(p);
     let mut depth: usize = 0;
     for c in path.components() {
@@ -308,12 +327,10 @@ pub fn check_repo_path(p: &str) -> Result<(), String> {
             Component::ParentDir => {
                 depth = depth
                     .checked_sub(1)
-                    .ok_or_else(|| format!("{p:?} escapes the repository root"))?;
+                    .ok_or_else(|| ValueError::EscapesRoot(p.to_string()))?;
             }
             Component::RootDir | Component::Prefix(_) => {
-                return Err(format!(
-                    "{p:?} is absolute: paths are relative to the repository root"
-                ))
+                return Err(ValueError::Absolute(p.to_string()))
             }
         }
     }

@@ -3,7 +3,8 @@
 //! Each record is appended with a single `write` and an `fsync`, so a crash leaves at most
 //! a torn last line; readers skip it, and the next append starts on a fresh line.
 //! Retention (by count and by age) streams the file, and only when records must go
-//! rewrites it to a temporary name and renames it.
+//! rewrites it through [`crate::state::write_private_with`] (a temporary file, fsynced,
+//! renamed over the log, the folder fsynced).
 
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
@@ -171,29 +172,25 @@ impl HistoryLog {
         if dropped == 0 {
             return Ok(());
         }
-        let tmp = path.with_extension("jsonl.tmp");
-        let tmp_file = crate::state::private_file()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&tmp)
-            .map_err(io)?;
-        let mut out = std::io::BufWriter::new(tmp_file);
-        let mut seen = 0;
-        for line in lines().map_err(io)? {
-            let (at, line) = line.map_err(io)?;
-            if at.is_none() {
-                continue; // a torn line
+        // The kept records are streamed into a temporary file that replaces the log
+        // (fsynced, renamed, the folder fsynced): a crash keeps the old log or the new.
+        let kept = lines().map_err(io)?;
+        crate::state::write_private_with(&path, |out| {
+            let mut seen = 0;
+            for line in kept {
+                let (at, line) = line?;
+                if at.is_none() {
+                    continue; // a torn line
+                }
+                seen += 1;
+                if seen > dropped {
+                    out.write_all(&line)?;
+                    out.write_all(b"\n")?;
+                }
             }
-            seen += 1;
-            if seen > dropped {
-                out.write_all(&line).map_err(io)?;
-                out.write_all(b"\n").map_err(io)?;
-            }
-        }
-        let file = out.into_inner().map_err(|e| io(e.into_error()))?;
-        file.sync_data().map_err(io)?;
-        fs::rename(&tmp, &path).map_err(io)
+            Ok(())
+        })
+        .map_err(io)
     }
 }
 

@@ -3,20 +3,22 @@
 //!
 //! [`record`] is the schema of one record; it composes the types of the steps that made
 //! its parts (the commit from [`source`](crate::source), object actions from
-//! [`cluster`](crate::cluster), rollout timelines from [`rollout::track`](crate::rollout::track)).
-//! [`log`] appends, reads and trims the log file.
+//! [`cluster`](crate::cluster)); [`rollout`] is a followed rollout's outcome and
+//! timeline, which [`rollout::track`](crate::rollout::track) fills in. [`log`] appends,
+//! reads and trims the log file.
 
 pub mod log;
 pub mod record;
+pub mod rollout;
 
 pub use crate::cluster::Action;
-pub use crate::rollout::track::{FollowedRollout, RolloutOutcome, TimelineStep};
 pub use crate::source::CommitInfo;
 pub use log::{HistoryError, HistoryLog};
 pub use record::{
     commit_of_template, new_id, ObjectAction, ObjectHealth, Outcome, RecordError, RollbackRecord,
     RolloutRecord, SyncRecord, Trigger,
 };
+pub use rollout::{FollowedRollout, RolloutOutcome, TimelineStep};
 
 #[cfg(test)]
 mod tests {

@@ -393,10 +393,7 @@ mod tests {
     #[test]
     fn a_file_is_decoded_once_per_blob_and_errors_are_not_kept() {
         // `printf 'hello\n' | git hash-object --stdin`
-        let id: String = blob_id(b"hello\n")
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let id = crate::digest::hex(&blob_id(b"hello\n"));
         assert_eq!(id, "ce013625030ba8dba906f756967f9e9ca394464a");
         let text = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cached-once}\n";
         let first = decode(text).unwrap();

@@ -61,7 +61,22 @@ pub struct ObjectKey {
     pub name: String,
 }
 
+/// The namespace Kubernetes puts a namespaced object in when it names none.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// `namespace`, or [`DEFAULT_NAMESPACE`] when there is none: where the API server puts a
+/// namespaced object that names no namespace.
+pub fn namespace_or_default(namespace: Option<&str>) -> &str {
+    namespace.unwrap_or(DEFAULT_NAMESPACE)
+}
+
 impl ObjectKey {
+    /// The object's namespace, or `default` when it names none (see
+    /// [`namespace_or_default`]).
+    pub fn namespace_or_default(&self) -> &str {
+        namespace_or_default(self.namespace.as_deref())
+    }
+
     /// kubectl's way of naming it in progress lines: `deployment.apps/web -n shop`.
     pub fn kubectl(&self) -> String {
         let kind = self.kind.to_lowercase();
@@ -155,6 +170,12 @@ impl Manifest {
             .and_then(|m| m.get("namespace"))
             .and_then(Value::as_str)
             .filter(|ns| !ns.is_empty())
+    }
+
+    /// `metadata.namespace`, or `default` when it names none (see
+    /// [`namespace_or_default`]).
+    pub fn namespace_or_default(&self) -> &str {
+        namespace_or_default(self.namespace())
     }
 
     /// The object's identity.

@@ -34,8 +34,10 @@ pub enum Unreadable {
     #[error("does not exist")]
     Missing,
     /// The OS refused.
+    /// (The OS's error is in the message and not a `source` too: an `Unreadable` is only
+    /// ever shown inside a message, and a chain printed whole would show it twice.)
     #[error("cannot read: {0}")]
-    Io(#[source] std::io::Error),
+    Io(std::io::Error),
 }
 
 /// `path` with its links resolved, when that lies inside `root` (canonical).

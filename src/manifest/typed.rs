@@ -65,9 +65,29 @@ const BASE64_ERRORS: [&str; 5] = [
     "Invalid padding",
 ];
 
+/// Why an object does not read as its kind's type: the field path and what is wrong,
+/// never a value (a Secret's would be quoted).
+#[derive(Debug, thiserror::Error)]
+enum Misfit {
+    /// A base64 field that does not decode.
+    #[error("{path}: not valid base64 (put plain text under stringData instead)")]
+    Base64 {
+        /// The field.
+        path: String,
+    },
+    /// A field of the wrong type, or missing.
+    #[error("{path}: {message}")]
+    Field {
+        /// The field.
+        path: String,
+        /// serde's message without the value.
+        message: String,
+    },
+}
+
 /// Whether `object` reads as a `T`; the error names the field path. Values are never
 /// quoted (a Secret's would be), only the type found and the type expected.
-fn fits<T: DeserializeOwned>(object: &serde_json::Map<String, Value>) -> Result<(), String> {
+fn fits<T: DeserializeOwned>(object: &serde_json::Map<String, Value>) -> Result<(), Misfit> {
     match serde_path_to_error::deserialize::<_, T>(object) {
         Ok(_) => Ok(()),
         Err(e) => {
@@ -75,11 +95,12 @@ fn fits<T: DeserializeOwned>(object: &serde_json::Map<String, Value>) -> Result<
             let message = e.inner().to_string();
             // The base64 decoder names a byte of the value and its offset.
             if BASE64_ERRORS.iter().any(|m| message.starts_with(m)) {
-                return Err(format!(
-                    "{path}: not valid base64 (put plain text under stringData instead)"
-                ));
+                return Err(Misfit::Base64 { path });
             }
-            Err(format!("{path}: {}", without_values(&message)))
+            Err(Misfit::Field {
+                path,
+                message: without_values(&message),
+            })
         }
     }
 }

@@ -11,9 +11,13 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-/// The first retry's delay; each next one doubles, up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_secs(1);
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
+use crate::retry::Backoff;
+
+/// The delay before a retry: from a second, doubling, up to a minute.
+const BACKOFF: Backoff = Backoff {
+    base: Duration::from_secs(1),
+    max: Duration::from_secs(60),
+};
 
 /// The HTTP(S) client every receiver shares.
 pub type HttpClient = Client<
@@ -92,8 +96,45 @@ pub async fn run(
     }
 }
 
+/// Why a message was given up (never with the receiver's address: it may hold a secret).
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    /// The address makes no request.
+    #[error("the address is not a valid URL")]
+    InvalidUrl,
+    /// A 4xx (other than 429): sending it again would be refused again.
+    #[error("the receiver refused it ({0}); not retried")]
+    Refused(http::StatusCode),
+    /// The last attempt failed too.
+    #[error("{last}; gave up after {attempts} attempts")]
+    GaveUp {
+        /// Why the last attempt failed.
+        last: AttemptError,
+        /// Attempts made, the first included.
+        attempts: u32,
+    },
+}
+
+/// Why one attempt failed; worth another.
+#[derive(Debug, thiserror::Error)]
+pub enum AttemptError {
+    /// No answer within the receiver's timeout.
+    #[error("no answer within {}s", .0.as_secs_f32())]
+    NoAnswer(Duration),
+    /// The connection failed or broke (the reason without the address).
+    #[error("request failed ({0})")]
+    Request(String),
+    /// A 5xx or 429.
+    #[error("the receiver answered {0}")]
+    Answered(http::StatusCode),
+}
+
 /// One message, with its retries; the reason when it was given up.
-async fn send(receiver: &Receiver, client: &HttpClient, delivery: &Delivery) -> Result<(), String> {
+async fn send(
+    receiver: &Receiver,
+    client: &HttpClient,
+    delivery: &Delivery,
+) -> Result<(), DeliveryError> {
     let signature = receiver
         .secret
         .as_ref()
@@ -112,25 +153,28 @@ async fn send(receiver: &Receiver, client: &HttpClient, delivery: &Delivery) -> 
         }
         let request = request
             .body(Full::new(delivery.body.clone()))
-            .map_err(|_| "the address is not a valid URL".to_string())?;
+            .map_err(|_| DeliveryError::InvalidUrl)?;
         let why = match tokio::time::timeout(receiver.timeout, client.request(request)).await {
-            Err(_) => format!("no answer within {}s", receiver.timeout.as_secs_f32()),
-            Ok(Err(e)) => format!("request failed ({})", connect_error(&e)),
+            Err(_) => AttemptError::NoAnswer(receiver.timeout),
+            Ok(Err(e)) => AttemptError::Request(connect_error(&e)),
             Ok(Ok(answer)) => {
                 let status = answer.status();
                 if status.is_success() {
                     return Ok(());
                 }
-                if !status.is_server_error() && status != http::StatusCode::TOO_MANY_REQUESTS {
-                    return Err(format!("the receiver refused it ({status}); not retried"));
+                if !crate::retry::transient_receiver_status(status.as_u16()) {
+                    return Err(DeliveryError::Refused(status));
                 }
-                format!("the receiver answered {status}")
+                AttemptError::Answered(status)
             }
         };
         if attempt >= receiver.retries {
-            return Err(format!("{why}; gave up after {} attempts", attempt + 1));
+            return Err(DeliveryError::GaveUp {
+                last: why,
+                attempts: attempt + 1,
+            });
         }
-        let wait = backoff(attempt);
+        let wait = BACKOFF.delay(attempt);
         tracing::debug!(receiver = %receiver.name, attempt = attempt + 1, "{why}; retrying in {wait:?}");
         tokio::time::sleep(wait).await;
         attempt += 1;
@@ -152,19 +196,6 @@ fn connect_error(e: &hyper_util::client::legacy::Error) -> String {
     "the connection broke".into()
 }
 
-/// The delay before retry `attempt + 1`: half of the doubled delay, plus up to the other
-/// half at random, so receivers that failed together do not retry together.
-fn backoff(attempt: u32) -> Duration {
-    let full = FIRST_BACKOFF
-        .saturating_mul(1 << attempt.min(16))
-        .min(MAX_BACKOFF);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let random = f64::from(nanos % 1000) / 1000.0;
-    full / 2 + full.mul_f64(random / 2.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,10 +203,10 @@ mod tests {
     #[test]
     fn backoff_doubles_with_jitter_up_to_a_minute() {
         for attempt in 0..10 {
-            let full = (FIRST_BACKOFF * (1 << attempt)).min(MAX_BACKOFF);
-            let wait = backoff(attempt);
+            let full = (BACKOFF.base * (1 << attempt)).min(BACKOFF.max);
+            let wait = BACKOFF.delay(attempt);
             assert!(wait >= full / 2 && wait <= full, "{attempt}: {wait:?}");
         }
-        assert!(backoff(40) <= MAX_BACKOFF);
+        assert!(BACKOFF.delay(40) <= BACKOFF.max);
     }
 }

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::config::NotifyEvent;
 use crate::history::{Outcome, RolloutOutcome, SyncRecord};
@@ -102,17 +101,15 @@ pub struct Open {
 }
 
 fn fingerprint(event: NotifyEvent, r: &SyncRecord) -> String {
-    let mut h = Sha256::new();
-    h.update(event.as_str());
-    h.update(r.commit.as_ref().map_or("", |c| c.sha.as_str()));
-    for e in &r.errors {
-        h.update([0]);
-        h.update(&e.message);
-    }
-    h.finalize()[..8]
+    let head = [
+        event.as_str().as_bytes(),
+        r.commit.as_ref().map_or("", |c| c.sha.as_str()).as_bytes(),
+    ];
+    let errors = r
+        .errors
         .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+        .flat_map(|e| [&[0u8][..], e.message.as_bytes()]);
+    crate::digest::hex(&crate::digest::sha256_parts(head.into_iter().chain(errors))[..8])
 }
 
 /// The open problems of every app, kept in a file.

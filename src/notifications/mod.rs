@@ -92,7 +92,7 @@ pub fn secrets(config: &NotifyConfig, index: usize) -> Result<Secrets, NotifyErr
             )
         })?,
     };
-    crate::config::check_notify_url(&url).map_err(|m| fail("url".into(), m))?;
+    crate::config::check_notify_url(&url).map_err(|e| fail("url".into(), e.to_string()))?;
     let url = match config.format {
         NotifyFormat::Alertmanager => payload::alertmanager_url(&url),
         _ => url,

@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::manifest::{Manifest, ObjectKey};
 
@@ -71,10 +70,7 @@ impl Inventory {
 /// SHA-256 of a manifest as it is applied.
 pub fn digest(m: &Manifest) -> String {
     let bytes = serde_json::to_vec(&m.object).unwrap_or_default();
-    Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::digest::sha256_hex(&bytes)
 }
 
 /// What berth sees of a live object it owns.

@@ -7,7 +7,6 @@
 //! template of the Deployment and of each ReplicaSet the same way, and compares those.
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 /// The label Kubernetes adds to ReplicaSets and pods.
 pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
@@ -18,13 +17,13 @@ const ALPHABET: &[u8; 27] = b"bcdfghjklmnpqrstvwxz2456789";
 
 /// The hash of a pod template (a JSON value, as the API returns it).
 pub fn template_hash(template: &Value, collision_count: Option<i32>) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(canonical(&without_hash_label(template)).as_bytes());
-    if let Some(n) = collision_count {
-        hasher.update((n as u32).to_le_bytes());
-    }
-    hasher
-        .finalize()
+    let template = canonical(&without_hash_label(template));
+    let collision = collision_count.map(|n| (n as u32).to_le_bytes());
+    let parts = [
+        template.as_bytes(),
+        collision.as_ref().map_or(&[][..], |c| &c[..]),
+    ];
+    crate::digest::sha256_parts(parts)
         .iter()
         .take(10)
         .map(|b| ALPHABET[(*b as usize) % ALPHABET.len()] as char)

@@ -6,7 +6,6 @@
 
 pub mod engine;
 pub mod hash;
-pub mod health;
 pub mod phase;
 pub mod predict;
 pub mod revisions;

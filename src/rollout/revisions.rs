@@ -5,9 +5,11 @@
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::api::{Api, ListParams};
 use serde_json::Value;
+
+use crate::manifest::object::namespace_or_default;
 
 use super::hash::{template_hash, POD_TEMPLATE_HASH};
 
@@ -87,6 +89,22 @@ pub struct Owned {
     pub old: Vec<ReplicaSet>,
 }
 
+/// The owner reference that controls the object: the one with `controller: true` (the
+/// API server allows at most one), as the controllers that adopt objects see it.
+pub fn controller(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+}
+
+/// Whether the object's controller is the object with `owner_uid`: a ReplicaSet of a
+/// Deployment, a pod of a ReplicaSet or a Job. An owner reference without
+/// `controller: true` does not count, as it does not for Kubernetes' controllers.
+pub fn controlled_by(meta: &ObjectMeta, owner_uid: &str) -> bool {
+    controller(meta).is_some_and(|o| o.uid == owner_uid)
+}
+
 /// Splits `replica_sets` as [`Owned`] says (pure).
 pub fn owned(deployment: &Deployment, replica_sets: Vec<ReplicaSet>) -> Owned {
     let uid = deployment.metadata.uid.as_deref();
@@ -98,13 +116,7 @@ pub fn owned(deployment: &Deployment, replica_sets: Vec<ReplicaSet>) -> Owned {
     let hash = template_hash(&template, None);
     let mut old: Vec<ReplicaSet> = replica_sets
         .into_iter()
-        .filter(|rs| {
-            rs.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
-        })
+        .filter(|rs| uid.is_some_and(|uid| controlled_by(&rs.metadata, uid)))
         .collect();
     old.sort_by_key(|rs| {
         (
@@ -182,11 +194,7 @@ pub async fn list(
     client: &kube::Client,
     deployment: &Deployment,
 ) -> Result<Revisions, kube::Error> {
-    let ns = deployment
-        .metadata
-        .namespace
-        .as_deref()
-        .unwrap_or("default");
+    let ns = namespace_or_default(deployment.metadata.namespace.as_deref());
     let api: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
     let replica_sets = api
         .list(&ListParams::default().labels(&selector(deployment)))
@@ -295,5 +303,30 @@ mod tests {
         );
         assert!(none.new.is_none());
         assert_eq!(none.old.len(), 1);
+    }
+
+    #[test]
+    fn only_the_controller_reference_counts() {
+        let meta = |refs: Value| -> ObjectMeta {
+            serde_json::from_value(serde_json::json!({"name": "x", "ownerReferences": refs}))
+                .unwrap()
+        };
+        let owner = |uid: &str, controller: Option<bool>| {
+            serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                "uid": uid, "controller": controller})
+        };
+        let controlled = meta(serde_json::json!([owner("d-1", Some(true))]));
+        assert!(controlled_by(&controlled, "d-1"));
+        assert!(!controlled_by(&controlled, "d-2"));
+        for not in [Some(false), None] {
+            let referenced = meta(serde_json::json!([owner("d-1", not)]));
+            assert!(!controlled_by(&referenced, "d-1"), "controller: {not:?}");
+        }
+        let both = meta(serde_json::json!([
+            owner("d-0", None),
+            owner("d-1", Some(true))
+        ]));
+        assert_eq!(controller(&both).map(|o| o.uid.as_str()), Some("d-1"));
+        assert!(controller(&meta(serde_json::json!([]))).is_none());
     }
 }

@@ -21,24 +21,38 @@ pub enum IntOrPercent {
     Percent(i32),
 }
 
+/// Why a value is no [`IntOrPercent`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum IntOrPercentError {
+    /// A number that is no 32-bit whole number.
+    #[error("{0} is not a whole number")]
+    NotWhole(serde_json::Number),
+    /// A string that is no percentage.
+    #[error("{0:?} is neither a number nor a percentage like \"25%\"")]
+    NotPercent(String),
+    /// Neither a number nor a string.
+    #[error("{0} is neither a number nor a percentage")]
+    Neither(serde_json::Value),
+}
+
 impl IntOrPercent {
     /// Reads `3` or `"25%"`.
     ///
     /// # Errors
     /// Anything else, with the reason.
-    pub fn parse(v: &serde_json::Value) -> Result<Self, String> {
+    pub fn parse(v: &serde_json::Value) -> Result<Self, IntOrPercentError> {
         match v {
             serde_json::Value::Number(n) => n
                 .as_i64()
                 .and_then(|n| i32::try_from(n).ok())
                 .map(IntOrPercent::Int)
-                .ok_or_else(|| format!("{n} is not a whole number")),
+                .ok_or_else(|| IntOrPercentError::NotWhole(n.clone())),
             serde_json::Value::String(s) => s
                 .strip_suffix('%')
                 .and_then(|p| p.parse().ok())
                 .map(IntOrPercent::Percent)
-                .ok_or_else(|| format!("{s:?} is neither a number nor a percentage like \"25%\"")),
-            other => Err(format!("{other} is neither a number nor a percentage")),
+                .ok_or_else(|| IntOrPercentError::NotPercent(s.clone())),
+            other => Err(IntOrPercentError::Neither(other.clone())),
         }
     }
 

@@ -17,10 +17,10 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
-use serde::{Deserialize, Serialize};
 
 use super::phase::{phase, Phase};
 use super::revisions::select;
+use crate::history::{FollowedRollout, RolloutOutcome, TimelineStep};
 use crate::shutdown::{stopped, Signal};
 
 /// Timeline steps kept per rollout (the first and the last ones survive a long rollout).
@@ -192,12 +192,7 @@ struct Tracker {
 }
 
 fn owner_uid(rs: &ReplicaSet) -> Option<&str> {
-    rs.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-        .map(|o| o.uid.as_str())
+    super::revisions::controller(&rs.metadata).map(|o| o.uid.as_str())
 }
 
 impl Tracker {
@@ -426,69 +421,6 @@ pub fn not_followed(revision: i64) -> FollowedRollout {
         finished_at: now,
         steps: Vec::new(),
     }
-}
-
-/// How a rollout ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RolloutOutcome {
-    /// Every replica updated and available.
-    Complete,
-    /// The Deployment reported ProgressDeadlineExceeded.
-    Failed,
-    /// The app's `rollout.timeout` passed first.
-    TimedOut,
-    /// Shutdown came first.
-    Interrupted,
-}
-
-impl RolloutOutcome {
-    /// The word shown in output.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RolloutOutcome::Complete => "complete",
-            RolloutOutcome::Failed => "failed",
-            RolloutOutcome::TimedOut => "timed-out",
-            RolloutOutcome::Interrupted => "interrupted",
-        }
-    }
-}
-
-/// One point of a rollout's timeline: the sizes after a change.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TimelineStep {
-    /// When it was seen.
-    pub at: Timestamp,
-    /// New ReplicaSet: spec.replicas.
-    pub new_replicas: i32,
-    /// New ReplicaSet: ready pods.
-    pub new_ready: i32,
-    /// New ReplicaSet: available pods.
-    pub new_available: i32,
-    /// Old ReplicaSets: spec.replicas, summed.
-    pub old_replicas: i32,
-    /// Old ReplicaSets: available pods, summed.
-    #[serde(default)]
-    pub old_available: i32,
-}
-
-/// A rollout followed to its end.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FollowedRollout {
-    /// How it ended.
-    pub outcome: RolloutOutcome,
-    /// The last status message (kubectl style).
-    pub message: String,
-    /// Revision it reached (of the new ReplicaSet).
-    pub revision: Option<i64>,
-    /// The new ReplicaSet.
-    pub replica_set: Option<String>,
-    /// When following started.
-    pub started_at: Timestamp,
-    /// When it ended.
-    pub finished_at: Timestamp,
-    /// The steps seen.
-    pub steps: Vec<TimelineStep>,
 }
 
 #[cfg(test)]

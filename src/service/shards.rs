@@ -22,7 +22,6 @@ use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use super::lease::{expired, Elector};
@@ -37,7 +36,7 @@ pub const VNODES: usize = 100;
 pub const GROUP_LABEL: &str = "berth.dev/shard-group";
 
 fn point(s: &str) -> u64 {
-    let hash = Sha256::digest(s.as_bytes());
+    let hash = crate::digest::sha256(s.as_bytes());
     u64::from_be_bytes(hash[..8].try_into().unwrap_or_default())
 }
 
@@ -92,8 +91,7 @@ pub struct Membership {
 
 impl Membership {
     fn lease_name(&self) -> String {
-        let hash = Sha256::digest(self.identity.as_bytes());
-        let hex: String = hash[..5].iter().map(|b| format!("{b:02x}")).collect();
+        let hex = crate::digest::hex(&crate::digest::sha256(self.identity.as_bytes())[..5]);
         format!("{}-member-{hex}", self.group)
     }
 

@@ -162,7 +162,6 @@ pub fn redact_url(url: &str) -> String {
 /// The cache shared by every app of a repository: `state_dir/sources/<name>-<hash>`, the
 /// name being the URL's last segment and the hash the URL's.
 pub fn source_dir(state_dir: &Path, repo: &str) -> PathBuf {
-    use sha2::{Digest, Sha256};
     let url = remote_url(repo);
     let name: String = url
         .trim_end_matches('/')
@@ -174,8 +173,7 @@ pub fn source_dir(state_dir: &Path, repo: &str) -> PathBuf {
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         .take(40)
         .collect();
-    let hash = Sha256::digest(url.as_bytes());
-    let hex: String = hash[..6].iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::digest::hex(&crate::digest::sha256(url.as_bytes())[..6]);
     state_dir.join("sources").join(format!("{name}-{hex}"))
 }
 
@@ -608,26 +606,26 @@ pub fn ancestry(source: &Path, previous: &str, new: &str) -> Option<String> {
 /// A digest of what `paths` (relative to the repository's root; `""` is the root) hold at
 /// commit `sha`: the same digest at two commits means the same files there.
 pub fn paths_digest(source: &Path, sha: &str, paths: &[String]) -> Option<String> {
-    use sha2::{Digest, Sha256};
     let repo = repository(source).ok()?;
     let tree = repo
         .find_commit(Oid::from_str(sha).ok()?)
         .ok()?
         .tree()
         .ok()?;
-    let mut hash = Sha256::new();
-    for path in paths {
-        let id = match path.as_str() {
+    let ids: Vec<Oid> = paths
+        .iter()
+        .map(|path| match path.as_str() {
             "" => tree.id(),
             p => tree
                 .get_path(Path::new(p))
                 .map_or(Oid::ZERO_SHA1, |e| e.id()),
-        };
-        hash.update(path.as_bytes());
-        hash.update([0]);
-        hash.update(id.as_bytes());
-    }
-    Some(hash.finalize().iter().map(|b| format!("{b:02x}")).collect())
+        })
+        .collect();
+    let parts = paths
+        .iter()
+        .zip(&ids)
+        .flat_map(|(path, id)| [path.as_bytes(), &[0], id.as_bytes()]);
+    Some(crate::digest::hex(&crate::digest::sha256_parts(parts)))
 }
 
 fn commit_info(c: &git2::Commit<'_>) -> CommitInfo {

@@ -517,8 +517,27 @@ fn allowed_signers(path: &Path) -> Result<Vec<AllowedSigner>, VerifyError> {
     Ok(out)
 }
 
+/// Why a line of an `allowed_signers` file is refused (the file and line are added by
+/// [`VerifyError::Keys`]).
+#[derive(Debug, thiserror::Error)]
+enum SignerLineError {
+    /// The key does not parse; ssh-key's reason in the message (no source: the message
+    /// is all that is shown, inside [`VerifyError::Keys`]).
+    #[error("not a public key ({0})")]
+    NotAKey(ssh_key::Error),
+    /// `valid-after` or `valid-before` is no time.
+    #[error("{0:?} is not a time (YYYYMMDD[HHMM[SS]][Z])")]
+    NotATime(String),
+    /// `cert-authority`.
+    #[error("cert-authority (SSH certificates) is not supported: list the signing keys")]
+    CertAuthority,
+    /// An option ssh-keygen does not know either.
+    #[error("unknown option {0:?}")]
+    UnknownOption(String),
+}
+
 /// One `allowed_signers` line: `principals [options] keytype base64 [comment]`.
-fn allowed_signer(line: &str) -> Result<AllowedSigner, String> {
+fn allowed_signer(line: &str) -> Result<AllowedSigner, SignerLineError> {
     let (principals, rest) = token(line);
     let (next, after) = token(rest);
     let is_key_type =
@@ -528,8 +547,7 @@ fn allowed_signer(line: &str) -> Result<AllowedSigner, String> {
     } else {
         (next, after)
     };
-    let key = ssh_key::PublicKey::from_openssh(key.trim())
-        .map_err(|e| format!("not a public key ({e})"))?;
+    let key = ssh_key::PublicKey::from_openssh(key.trim()).map_err(SignerLineError::NotAKey)?;
     let mut signer = AllowedSigner {
         principals: principals.trim_matches('"').to_string(),
         key,
@@ -546,13 +564,8 @@ fn allowed_signer(line: &str) -> Result<AllowedSigner, String> {
             }
             "valid-after" => signer.valid_after = Some(ssh_time(value)?),
             "valid-before" => signer.valid_before = Some(ssh_time(value)?),
-            "cert-authority" => {
-                return Err(
-                    "cert-authority (SSH certificates) is not supported: list the signing keys"
-                        .into(),
-                )
-            }
-            other => return Err(format!("unknown option {other:?}")),
+            "cert-authority" => return Err(SignerLineError::CertAuthority),
+            other => return Err(SignerLineError::UnknownOption(other.to_string())),
         }
     }
     Ok(signer)
@@ -593,9 +606,9 @@ fn split_options(s: &str) -> Vec<&str> {
 }
 
 /// `YYYYMMDD[HHMM[SS]][Z]`, as `ssh-keygen` reads it (UTC here, with or without `Z`).
-fn ssh_time(s: &str) -> Result<Timestamp, String> {
+fn ssh_time(s: &str) -> Result<Timestamp, SignerLineError> {
     let digits = s.trim_end_matches(['Z', 'z']);
-    let bad = || format!("{s:?} is not a time (YYYYMMDD[HHMM[SS]][Z])");
+    let bad = || SignerLineError::NotATime(s.to_string());
     if !digits.chars().all(|c| c.is_ascii_digit()) || ![8, 12, 14].contains(&digits.len()) {
         return Err(bad());
     }
@@ -632,9 +645,13 @@ mod tests {
         assert_eq!(s.namespaces, Some(vec!["git".into(), "file".into()]));
         assert_eq!(s.valid_after.unwrap().to_string(), "2024-01-01T00:00:00Z");
         assert_eq!(s.valid_before.unwrap().to_string(), "2025-01-02T03:04:05Z");
-        let ca = allowed_signer(&format!("*@x cert-authority {ED25519}")).unwrap_err();
+        let ca = allowed_signer(&format!("*@x cert-authority {ED25519}"))
+            .unwrap_err()
+            .to_string();
         assert!(ca.contains("not supported"), "{ca}");
-        let bad = allowed_signer("dev@x ssh-ed25519 notbase64").unwrap_err();
+        let bad = allowed_signer("dev@x ssh-ed25519 notbase64")
+            .unwrap_err()
+            .to_string();
         assert!(bad.contains("not a public key"), "{bad}");
         assert!(ssh_time("2024").is_err());
     }

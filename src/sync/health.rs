@@ -15,10 +15,10 @@ use super::context::{Ctx, Journal, Stop};
 use super::write::Write;
 use super::SyncError;
 use crate::cluster::api_for;
+use crate::health::{health, routes, selects_pods, waits_for, Health, NO_ENDPOINTS};
 use crate::history::ObjectHealth;
 use crate::manifest::ObjectKey;
 use crate::plan::Inventory;
-use crate::rollout::health::{health, routes, selects_pods, waits_for, Health, NO_ENDPOINTS};
 
 /// How often the objects waited for are read again.
 const POLL: Duration = Duration::from_millis(500);

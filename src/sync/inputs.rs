@@ -50,16 +50,15 @@ impl Remembered {
         Remembered {
             memory: Mutex::new(HashMap::new()),
             dir: single_host.then(|| agent.state_dir.join("inputs")),
-            scope: crate::cluster::inventory::sha256(&format!(
-                "{} {agent:?} {cluster:?}",
-                env!("CARGO_PKG_VERSION")
-            )),
+            scope: crate::digest::sha256_hex(
+                format!("{} {agent:?} {cluster:?}", env!("CARGO_PKG_VERSION")).as_bytes(),
+            ),
         }
     }
 
     /// The digest that [`Inputs::config`] must hold for `app`.
     pub fn config(&self, app: &AppConfig) -> String {
-        crate::cluster::inventory::sha256(&format!("{} {app:?}", self.scope))
+        crate::digest::sha256_hex(format!("{} {app:?}", self.scope).as_bytes())
     }
 
     /// The app's inputs as its last good sync left them (in this process, else on disk),

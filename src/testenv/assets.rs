@@ -66,7 +66,7 @@ pub fn ensure() -> Result<PathBuf, TestenvError> {
     };
     let io_err = |what: &str| {
         let what = what.to_string();
-        move |source| TestenvError::Io { what, source }
+        move |cause| TestenvError::Io { what, cause }
     };
     let stderr = std::io::stderr()
         .as_fd()

@@ -500,7 +500,7 @@ fn random_hex() -> Result<String, TestenvError> {
     fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut bytes))
         .map_err(io("reading /dev/urandom"))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(crate::digest::hex(&bytes))
 }
 
 fn command_line(pid: i32) -> Option<String> {

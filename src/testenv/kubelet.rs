@@ -25,6 +25,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use serde_json::{json, Value};
 
+use crate::manifest::object::namespace_or_default;
+
 /// Pod annotation: `"false"` keeps the pod unready.
 pub const ANNOTATION_READY: &str = "testenv.berth.dev/ready";
 /// Pod annotation: a duration after which the pod becomes ready.
@@ -131,11 +133,7 @@ async fn register_node(client: &kube::Client) -> Result<(), kube::Error> {
 
 /// True for a pod a Job made: it runs to completion.
 fn runs_to_completion(pod: &Pod) -> bool {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "Job")
+    crate::rollout::revisions::controller(&pod.metadata).is_some_and(|o| o.kind == "Job")
 }
 
 struct StandIn {
@@ -250,10 +248,7 @@ impl StandIn {
 }
 
 fn namespace(pod: &Pod) -> String {
-    pod.metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into())
+    namespace_or_default(pod.metadata.namespace.as_deref()).to_string()
 }
 
 fn created(pod: &Pod) -> Timestamp {

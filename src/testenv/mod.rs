@@ -15,14 +15,15 @@ pub use control_plane::{ControlPlane, UpOptions};
 /// Errors of the local control plane tool.
 #[derive(Debug, thiserror::Error)]
 pub enum TestenvError {
-    /// A file or process operation failed.
-    #[error("{what}: {source}")]
+    /// A file or process operation failed. The OS's error is in the message and not a
+    /// `source` too, so a chain printed whole (`{e:#}`, anyhow's report) shows it once;
+    /// nothing walks it.
+    #[error("{what}: {cause}")]
     Io {
         /// What was being done.
         what: String,
         /// What the OS said.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The binaries are not there and could not be built.
     #[error("control plane binaries not found: {0}")]
@@ -54,5 +55,5 @@ pub enum TestenvError {
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> TestenvError {
     let what = what.into();
-    move |source| TestenvError::Io { what, source }
+    move |cause| TestenvError::Io { what, cause }
 }

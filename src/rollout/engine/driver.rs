@@ -13,8 +13,9 @@ use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
 
 use super::{Engine, EngineError};
+use crate::history::FollowedRollout;
 use crate::rollout::revisions::selector;
-use crate::rollout::track::{self, Follow, FollowedRollout};
+use crate::rollout::track::{self, Follow};
 use crate::shutdown::{stopped, Signal};
 
 /// Follows the rollouts of `follows` to their end; with an engine, it drives them

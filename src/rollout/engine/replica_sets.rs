@@ -13,7 +13,7 @@ use super::{
     ENGINE_ANNOTATION, HISTORY, MAX, SKIPPED,
 };
 use crate::rollout::hash::{template_hash, POD_TEMPLATE_HASH};
-use crate::rollout::revisions::{replica_set_template, REVISION};
+use crate::rollout::revisions::{controlled_by, replica_set_template, REVISION};
 use crate::rollout::steps::{self, DeploymentView, Pass, ReplicaSetView};
 
 impl Engine {
@@ -78,12 +78,11 @@ impl Engine {
                     .get(&rs_name)
                     .await
                     .map_err(request(format!("reading ReplicaSet {rs_name}")))?;
-                let ours = existing
+                let ours = d
                     .metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| Some(&o.uid) == d.metadata.uid.as_ref());
+                    .uid
+                    .as_deref()
+                    .is_some_and(|uid| controlled_by(&existing.metadata, uid));
                 if ours
                     && template_hash(&replica_set_template(&existing), None)
                         == template_hash(&w.template, None)

@@ -3,7 +3,7 @@
 //! DaemonSet, Job, PersistentVolumeClaim, Service of type LoadBalancer, and any object
 //! whose status follows the kstatus conventions (observedGeneration; `Ready`,
 //! `Reconciling`, `Stalled` conditions) — custom resources included. Deployments are
-//! followed step by step elsewhere ([`track`](super::track)).
+//! followed step by step by [`rollout::track`](crate::rollout::track).
 
 use serde_json::Value;
 
