@@ -94,6 +94,44 @@ where
     Ok(())
 }
 
+/// How [`flock`] takes a file's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lock {
+    /// Exclusive, waiting while another process holds it.
+    Exclusive,
+    /// Exclusive, or nothing when another process holds it.
+    TryExclusive,
+    /// Shared, or nothing when another process holds it exclusively.
+    TryShared,
+    /// Gives the lock back.
+    Unlock,
+}
+
+/// flock(2) on `file`: whether the lock was taken (`false` only when a `Try` mode found it
+/// held). The kernel drops the lock when the process dies, however it dies.
+///
+/// # Errors
+/// flock(2) failed for another reason than a held lock.
+pub fn flock(file: &File, mode: Lock) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let operation = match mode {
+        Lock::Exclusive => libc::LOCK_EX,
+        Lock::TryExclusive => libc::LOCK_EX | libc::LOCK_NB,
+        Lock::TryShared => libc::LOCK_SH | libc::LOCK_NB,
+        Lock::Unlock => libc::LOCK_UN,
+    };
+    // SAFETY: flock(2) on a descriptor `file` owns for the whole call.
+    if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.kind() == std::io::ErrorKind::WouldBlock {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -330,16 +330,12 @@ fn remove_legacy_cache(state_dir: &Path, app: &str) {
 
 /// An exclusive `flock` on `path`, held until the file is dropped.
 fn lock(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::fd::AsRawFd;
     let file = crate::state::private_file()
         .create(true)
         .truncate(false)
         .write(true)
         .open(path)?;
-    // SAFETY: flock(2) on a descriptor this function owns.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    crate::state::flock(&file, crate::state::Lock::Exclusive)?;
     Ok(file)
 }
 

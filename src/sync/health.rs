@@ -154,7 +154,7 @@ async fn check(ctx: &Ctx<'_>, w: &mut Waiting<'_>, started: Instant) {
                 Health::Current if selects_pods(m.group(), m.kind(), &json) => {
                     w.selects_pods = true;
                     if ctx.app.rollout.require_endpoints
-                        && !has_endpoints(ctx, m.namespace().unwrap_or("default"), m.name()).await
+                        && !has_endpoints(ctx, m.namespace_or_default(), m.name()).await
                     {
                         Health::InProgress(NO_ENDPOINTS.into())
                     } else {
@@ -232,7 +232,7 @@ async fn warn_without_endpoints(ctx: &Ctx<'_>, waiting: &[Waiting<'_>]) {
     let grace = Instant::now() + ENDPOINTS_GRACE;
     for w in waiting.iter().filter(|w| w.selects_pods) {
         let m = &w.write.target.manifest;
-        let ns = m.namespace().unwrap_or("default");
+        let ns = m.namespace_or_default();
         let mut routed = has_endpoints(ctx, ns, m.name()).await;
         // The grace is for the endpoints controller to catch up with ready pods; with
         // none selected (e.g. scaled to zero) there is nothing to wait for.

@@ -13,7 +13,6 @@
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -24,6 +23,7 @@ use super::context::{Ctx, Journal, Stop};
 use super::{Step, SyncError};
 use crate::history::{new_id, CommitInfo, Outcome, SyncRecord, Trigger};
 use crate::shutdown::{self, Signal};
+use crate::state::{flock, Lock};
 
 /// How often a waiting sync tries the lock again.
 const RETRY: Duration = Duration::from_millis(200);
@@ -61,12 +61,9 @@ pub fn in_flight(state_dir: &Path, app: &str) -> Option<Marker> {
 /// killed sync left behind is no sync in flight); for `berth status`.
 pub fn syncing(state_dir: &Path, app: &str) -> Option<Marker> {
     let file = File::open(path(state_dir, app)).ok()?;
-    // SAFETY: flock(2) on a descriptor this function owns; a shared lock taken is given
-    // back at once (closing the file drops it too).
-    let free = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
-    if free {
-        // SAFETY: as above.
-        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+    if flock(&file, Lock::TryShared).ok()? {
+        // Free: the shared lock taken is given back at once.
+        let _ = flock(&file, Lock::Unlock);
         return None;
     }
     in_flight(state_dir, app)
@@ -109,15 +106,7 @@ impl AppLock {
             .open(&path)?;
         let mut said = false;
         let mut shutdown = shutdown.clone();
-        loop {
-            // SAFETY: flock(2) on a descriptor this function owns.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-                break;
-            }
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::WouldBlock {
-                return Err(e);
-            }
+        while !flock(&file, Lock::TryExclusive)? {
             if !said {
                 let holder = in_flight(state_dir, app)
                     .map(|m| format!("berth (pid {}, {})", m.pid, m.step))

@@ -157,7 +157,7 @@ async fn live_revisions(
     key: &ObjectKey,
     journal: &mut Journal<'_>,
 ) -> Result<Revisions, Stop> {
-    let ns = key.namespace.as_deref().unwrap_or("default");
+    let ns = key.namespace_or_default();
     let api: Api<Deployment> = Api::namespaced(ctx.syncer.client.clone(), ns);
     let request = |what: &str| {
         let what = format!("{what} {}", key.qualified_name());

@@ -221,8 +221,7 @@ impl Syncer {
         }
         let planned: Deployment =
             serde_json::from_value(serde_json::to_value(w.dry_run.as_ref()?).ok()?).ok()?;
-        let api: Api<Deployment> =
-            Api::namespaced(self.client.clone(), m.namespace().unwrap_or("default"));
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), m.namespace_or_default());
         let live = match api.get_opt(m.name()).await.ok().flatten() {
             Some(d) => revisions::list(&self.client, &d).await.unwrap_or_default(),
             None => Revisions::default(),

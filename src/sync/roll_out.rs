@@ -84,7 +84,7 @@ fn follow_of(m: &Manifest, applied: Option<&DynamicObject>) -> Follow {
         .unwrap_or_default();
     Follow {
         selector,
-        namespace: m.namespace().unwrap_or("default").to_string(),
+        namespace: m.namespace_or_default().to_string(),
         name: m.name().to_string(),
         generation: applied.and_then(|o| o.metadata.generation).unwrap_or(0),
     }
@@ -222,7 +222,7 @@ async fn record_rollout(
     followed: FollowedRollout,
 ) -> (RolloutRecord, Option<SyncError>) {
     let m = &w.target.manifest;
-    let ns = m.namespace().unwrap_or("default");
+    let ns = m.namespace_or_default();
     let revisions = current_revisions(&ctx.syncer.client, ns, m.name()).await;
     let from = w.existing_revision().and_then(|r| revisions.revision(r));
     let mut record = RolloutRecord {

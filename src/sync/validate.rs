@@ -139,7 +139,7 @@ async fn check_engine_ownership(
     for w in writes.iter().filter(|w| w.is_deployment()) {
         let m = &w.target.manifest;
         if let Err(cause) = engine
-            .check_ownership(m.namespace().unwrap_or("default"), m.name())
+            .check_ownership(m.namespace_or_default(), m.name())
             .await
         {
             journal.fail(SyncError::EngineRefused {
