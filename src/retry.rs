@@ -29,6 +29,37 @@ impl Backoff {
     }
 }
 
+/// When a failed attempt is tried again: after the backoff's wait (or the server's own,
+/// a `Retry-After`), as long as neither limit is reached. The one retry policy of the API
+/// client (`retry_for`) and the notifications (`retries`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// How long to wait before each retry.
+    pub backoff: Backoff,
+    /// The most retries after the first attempt.
+    pub retries: u32,
+    /// No retry starts later than this after the first attempt.
+    pub within: Duration,
+}
+
+impl Policy {
+    /// The wait before retry `attempt + 1` (`attempt` counts from 0) of an operation that
+    /// started `elapsed` ago, or `None` when the policy gives up; `server_wait` replaces the
+    /// backoff's wait.
+    pub fn next(
+        &self,
+        attempt: u32,
+        elapsed: Duration,
+        server_wait: Option<Duration>,
+    ) -> Option<Duration> {
+        if attempt >= self.retries {
+            return None;
+        }
+        let wait = server_wait.unwrap_or_else(|| self.backoff.delay(attempt));
+        (elapsed.saturating_add(wait) <= self.within).then_some(wait)
+    }
+}
+
 /// A random duration in `[0, max)` (zero when `max` is): the one random source of every
 /// jitter. Not for secrets: it only spreads out waits.
 pub fn random_below(max: Duration) -> Duration {
@@ -58,6 +89,41 @@ pub fn transient_receiver_status(status: u16) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_policy_gives_up_at_either_limit() {
+        let backoff = super::Backoff {
+            base: std::time::Duration::from_millis(100),
+            max: std::time::Duration::from_secs(1),
+        };
+        let secs = std::time::Duration::from_secs;
+        let counted = super::Policy {
+            backoff,
+            retries: 2,
+            within: std::time::Duration::MAX,
+        };
+        assert!(counted.next(1, secs(0), None).is_some());
+        assert_eq!(
+            counted.next(2, secs(0), None),
+            None,
+            "two retries, then none"
+        );
+        let timed = super::Policy {
+            backoff,
+            retries: u32::MAX,
+            within: secs(10),
+        };
+        assert_eq!(
+            timed.next(0, secs(9), Some(secs(2))),
+            None,
+            "past the deadline"
+        );
+        assert_eq!(
+            timed.next(0, secs(1), Some(secs(2))),
+            Some(secs(2)),
+            "the server's wait"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -20,7 +20,7 @@ use hyper::body::Bytes;
 use kube::client::Body;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
-use crate::retry::{transient_status, Backoff};
+use crate::retry::{transient_status, Backoff, Policy};
 
 /// The delay before a retry: from 200 ms, doubling, up to [`MAX_BACKOFF`].
 const BACKOFF: Backoff = Backoff {
@@ -149,11 +149,13 @@ where
             Err(e) if transient_error(e.as_ref()) => (e.to_string(), None, Err(e)),
             Err(e) => return Err(e),
         };
-        let wait = server_wait.unwrap_or_else(|| BACKOFF.delay(attempt));
-        let Some(kept) = next
-            .as_ref()
-            .filter(|_| started.elapsed() + wait <= policy.retry_for)
-        else {
+        let retry = Policy {
+            backoff: BACKOFF,
+            retries: u32::MAX,
+            within: policy.retry_for,
+        };
+        let wait = retry.next(attempt, started.elapsed(), server_wait);
+        let (Some(kept), Some(wait)) = (next.as_ref(), wait) else {
             return result;
         };
         tracing::warn!(method = %kept.method(), path = kept.uri().path(), error = %why, retry_in_ms = wait.as_millis() as u64, attempt = attempt + 1, "API request failed; retrying");

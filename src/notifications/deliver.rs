@@ -11,7 +11,7 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::retry::Backoff;
+use crate::retry::{Backoff, Policy};
 
 /// The delay before a retry: from a second, doubling, up to a minute.
 const BACKOFF: Backoff = Backoff {
@@ -168,13 +168,17 @@ async fn send(
                 AttemptError::Answered(status)
             }
         };
-        if attempt >= receiver.retries {
+        let retry = Policy {
+            backoff: BACKOFF,
+            retries: receiver.retries,
+            within: Duration::MAX,
+        };
+        let Some(wait) = retry.next(attempt, Duration::ZERO, None) else {
             return Err(DeliveryError::GaveUp {
                 last: why,
                 attempts: attempt + 1,
             });
-        }
-        let wait = BACKOFF.delay(attempt);
+        };
         tracing::debug!(receiver = %receiver.name, attempt = attempt + 1, "{why}; retrying in {wait:?}");
         tokio::time::sleep(wait).await;
         attempt += 1;
