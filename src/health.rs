@@ -58,6 +58,7 @@ pub fn health(group: &str, kind: &str, object: &Value) -> Health {
             phase => Health::InProgress(format!("phase {}", phase.unwrap_or("Pending"))),
         },
         ("", "Service") => service(object),
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => established(status),
         _ => conditions(status),
     }
 }
@@ -170,6 +171,28 @@ fn service(object: &Value) -> Health {
 
 /// kstatus conventions: `Stalled=True` fails, `Reconciling=True` or `Ready=False` waits,
 /// `Ready=True` or no conditions at all is current.
+/// A CustomResourceDefinition serves its kind once `Established`; names another CRD took
+/// (`NamesAccepted` false) never will be.
+fn established(status: &Value) -> Health {
+    let conditions = status["conditions"].as_array().into_iter().flatten();
+    let mut established = false;
+    for c in conditions {
+        match (c["type"].as_str(), c["status"].as_str()) {
+            (Some("Established"), Some("True")) => established = true,
+            (Some("NamesAccepted"), Some("False")) => {
+                let message = c["message"].as_str().unwrap_or("");
+                return Health::Failed(format!("NamesAccepted=False: {message}"));
+            }
+            _ => {}
+        }
+    }
+    if established {
+        Health::Current
+    } else {
+        Health::InProgress("not Established yet".into())
+    }
+}
+
 fn conditions(status: &Value) -> Health {
     let all = status["conditions"].as_array();
     let find = |t: &str| {
@@ -200,6 +223,20 @@ fn conditions(status: &Value) -> Health {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_crd_is_ready_once_established() {
+        let crd = |conditions: Value| json!({"status": {"conditions": conditions}});
+        let health = |o: &Value| health("apiextensions.k8s.io", "CustomResourceDefinition", o);
+        assert_eq!(
+            health(&crd(json!([]))),
+            Health::InProgress("not Established yet".into())
+        );
+        let ok = json!([{"type": "NamesAccepted", "status": "True"}, {"type": "Established", "status": "True"}]);
+        assert_eq!(health(&crd(ok)), Health::Current);
+        let taken = json!([{"type": "NamesAccepted", "status": "False", "message": "\"widgets\" is already in use"}]);
+        assert!(matches!(health(&crd(taken)), Health::Failed(m) if m.contains("already in use")));
+    }
 
     #[test]
     fn stateful_sets_wait_for_the_update_and_readiness() {

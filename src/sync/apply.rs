@@ -4,9 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::runtime::wait::{await_condition, conditions};
-
 use super::context::{Ctx, Journal, Stop};
 use super::render::discover;
 use super::validate::{dry_run, Validated};
@@ -138,22 +135,24 @@ async fn wait_for_crds(
     indices: &[usize],
     journal: &mut Journal<'_>,
 ) -> Result<(), Stop> {
-    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(ctx.syncer.client.clone());
-    for &i in indices {
-        let m = &writes[i].target.manifest;
-        if m.kind() != "CustomResourceDefinition" {
-            continue;
-        }
-        let established = await_condition(crds.clone(), m.name(), conditions::is_crd_established());
-        if !matches!(
-            tokio::time::timeout(CRD_TIMEOUT, established).await,
-            Ok(Ok(Some(_)))
-        ) {
-            return Err(journal.stop(SyncError::CrdNotEstablished {
-                origin: m.origin.clone(),
-                name: m.name().to_string(),
-                timeout: CRD_TIMEOUT,
-            }));
+    let crds: Vec<&Write> = indices
+        .iter()
+        .map(|&i| &writes[i])
+        .filter(|w| w.target.manifest.kind() == "CustomResourceDefinition")
+        .collect();
+    let ended = super::health::wait_ready(ctx, &crds, CRD_TIMEOUT).await;
+    for (w, h) in crds.iter().zip(ended) {
+        match h.outcome.as_str() {
+            "ready" => {}
+            "interrupted" => return Err(Stop::Interrupted),
+            _ => {
+                let m = &w.target.manifest;
+                return Err(journal.stop(SyncError::CrdNotEstablished {
+                    origin: m.origin.clone(),
+                    name: m.name().to_string(),
+                    timeout: CRD_TIMEOUT,
+                }));
+            }
         }
     }
     Ok(())

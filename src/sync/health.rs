@@ -46,22 +46,11 @@ pub(super) async fn wait_healthy(
     next: &mut Inventory,
     journal: &mut Journal<'_>,
 ) -> Result<(), Stop> {
-    let mut waiting: Vec<Waiting> = writes
+    let waited = writes
         .iter()
         .filter(|w| w.applied.is_some())
-        .filter(|w| waits_for(w.target.manifest.group(), w.target.manifest.kind()))
-        .map(|w| {
-            let m = &w.target.manifest;
-            let api = api_for(&ctx.syncer.client, &w.target.resolved, m.namespace());
-            Waiting {
-                write: w,
-                api,
-                last: None,
-                ended: None,
-                selects_pods: false,
-            }
-        })
-        .collect();
+        .filter(|w| waits_for(w.target.manifest.group(), w.target.manifest.kind()));
+    let mut waiting = waiting_for(ctx, waited);
     if waiting.is_empty() || !ctx.options.wait {
         return Ok(());
     }
@@ -102,6 +91,36 @@ pub(super) async fn wait_healthy(
         });
     }
     Ok(())
+}
+
+/// The objects `writes` as they are waited for.
+fn waiting_for<'w>(ctx: &Ctx<'_>, writes: impl Iterator<Item = &'w Write>) -> Vec<Waiting<'w>> {
+    writes
+        .map(|w| Waiting {
+            write: w,
+            api: api_for(
+                &ctx.syncer.client,
+                &w.target.resolved,
+                w.target.manifest.namespace(),
+            ),
+            last: None,
+            ended: None,
+            selects_pods: false,
+        })
+        .collect()
+}
+
+/// Waits, as for every other kind's health, until each of `writes` is ready, failed, or
+/// `timeout` or shutdown cut it short; how each ended, in their order. The apply step waits
+/// so for the CRDs it has just written to be Established.
+pub(super) async fn wait_ready(
+    ctx: &Ctx<'_>,
+    writes: &[&Write],
+    timeout: Duration,
+) -> Vec<ObjectHealth> {
+    let mut waiting = waiting_for(ctx, writes.iter().copied());
+    poll(ctx, &mut waiting, timeout).await;
+    waiting.into_iter().filter_map(|w| w.ended).collect()
 }
 
 /// What an object that ended with `outcome` did wrong, when it did.
