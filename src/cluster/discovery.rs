@@ -74,7 +74,7 @@ impl ClusterKinds {
             .await
             .map_err(|source| ClusterError::Request {
                 what: "discovery of the cluster's API resources".into(),
-                source,
+                cause: source,
             })?;
         let version = client.apiserver_version().await.ok().map(|v| v.git_version);
         Ok(ClusterKinds { discovery, version })

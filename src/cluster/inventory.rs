@@ -73,7 +73,7 @@ pub async fn load(
                 .await
                 .map_err(|source| ClusterError::Request {
                     what: format!("reading inventory {namespace}/{name}"),
-                    source,
+                    cause: source,
                 })
         }
     };
@@ -188,7 +188,7 @@ pub async fn store(
             }
             source => ClusterError::Request {
                 what: what.clone(),
-                source,
+                cause: source,
             },
         })?;
     if parted || previous.is_some_and(|v| v.parted) {
@@ -202,7 +202,7 @@ pub async fn store(
 
 /// `ClusterError::Request` for `what`.
 fn request(what: String) -> impl FnOnce(kube::Error) -> ClusterError {
-    move |source| ClusterError::Request { what, source }
+    move |cause| ClusterError::Request { what, cause }
 }
 
 /// Creates `namespace` when it does not exist.
@@ -378,7 +378,7 @@ pub async fn live_objects(
                     .map(|n| format!(" in {n}"))
                     .unwrap_or_default()
             ),
-            source,
+            cause: source,
         };
         let items = if names.len() <= GET_AT_MOST {
             let mut items = Vec::new();

@@ -44,13 +44,12 @@ pub enum ClusterError {
     #[error("{0}: the inventory changed since berth read it (another writer)")]
     InventoryChanged(String),
     /// A request that is not about one object failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {cause}")]
     Request {
         /// What was being done.
         what: String,
-        /// The API error.
-        #[source]
-        source: kube::Error,
+        /// The API error (part of the message).
+        cause: kube::Error,
     },
     /// The cluster does not serve a kind.
     #[error(transparent)]

@@ -19,17 +19,22 @@ use super::{Outcome, SyncRecord};
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
     /// The file could not be read or written.
-    #[error("history file {}: {source}", path.display())]
+    #[error("history file {}: {cause}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// What the OS said.
-        #[source]
-        source: std::io::Error,
+        /// What the OS said (part of the message).
+        cause: std::io::Error,
     },
     /// A record could not be encoded.
     #[error("cannot encode a history record: {0}")]
-    Encode(#[from] serde_json::Error),
+    Encode(serde_json::Error),
+}
+
+impl From<serde_json::Error> for HistoryError {
+    fn from(e: serde_json::Error) -> Self {
+        HistoryError::Encode(e)
+    }
 }
 
 /// The history folder of an agent.
@@ -58,7 +63,7 @@ impl HistoryLog {
         let path = self.file(&record.app);
         let io = |source| HistoryError::Io {
             path: path.clone(),
-            source,
+            cause: source,
         };
         crate::state::private_dir(&self.dir).map_err(io)?;
         let mut line = serde_json::to_vec(record)?;
@@ -87,7 +92,7 @@ impl HistoryLog {
         let text = match fs::read(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => return Err(HistoryError::Io { path, source }),
+            Err(cause) => return Err(HistoryError::Io { path, cause }),
         };
         Ok(parse_lines(&text))
     }
@@ -103,7 +108,7 @@ impl HistoryLog {
             Err(source) => {
                 return Err(HistoryError::Io {
                     path: self.dir.clone(),
-                    source,
+                    cause: source,
                 })
             }
         };
@@ -142,7 +147,7 @@ impl HistoryLog {
         let path = self.file(app);
         let io = |source| HistoryError::Io {
             path: path.clone(),
-            source,
+            cause: source,
         };
         let cutoff = Timestamp::now()
             .checked_sub(

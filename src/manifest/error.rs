@@ -10,13 +10,12 @@ use super::object::{ObjectKey, Origin};
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     /// A file or folder could not be read.
-    #[error("{path}: cannot read: {source}")]
+    #[error("{path}: cannot read: {cause}")]
     Read {
         /// Repository-relative path.
         path: String,
-        /// What the OS said.
-        #[source]
-        source: std::io::Error,
+        /// What the OS said (part of the message).
+        cause: std::io::Error,
     },
     /// A configured path does not exist.
     #[error("{path}: no such file or directory in the repository")]
@@ -184,10 +183,10 @@ pub enum ManifestError {
         jsonnet: usize,
     },
     /// A file found by walking a sub-folder is not a Kubernetes manifest.
-    #[error("{source}. berth reads sub-folders too (as kubectl apply -R does; kubectl apply -f DIR alone would not read {folder}/): if it holds no manifests, leave it out with exclude = [\"{folder}/**\"], or list what to read with include")]
+    #[error("{cause}. berth reads sub-folders too (as kubectl apply -R does; kubectl apply -f DIR alone would not read {folder}/): if it holds no manifests, leave it out with exclude = [\"{folder}/**\"], or list what to read with include")]
     NotAManifest {
-        /// What was wrong with it.
-        source: Box<ManifestError>,
+        /// What was wrong with it (part of the message).
+        cause: Box<ManifestError>,
         /// Its folder, repository-relative.
         folder: String,
     },
@@ -255,7 +254,7 @@ impl ManifestError {
             | ManifestError::TooManyObjects { origin: path, .. }
             | ManifestError::Kustomization { path, .. }
             | ManifestError::NoObjects { path, .. } => Some(path.clone()),
-            ManifestError::NotAManifest { source, .. } => source.origin(),
+            ManifestError::NotAManifest { cause, .. } => cause.origin(),
             ManifestError::Syntax { origin, .. }
             | ManifestError::DuplicateKey { origin, .. }
             | ManifestError::DocumentTooLarge { origin, .. }
@@ -289,7 +288,7 @@ impl ManifestError {
                 field: "apiVersion" | "kind",
                 ..
             }) => ManifestError::NotAManifest {
-                source: Box::new(e),
+                cause: Box::new(e),
                 folder: folder.to_string(),
             },
             e => e,

@@ -83,7 +83,7 @@ impl Visitor for PathSource {
             .canonicalize()
             .map_err(|source| ManifestError::Read {
                 path: self.display(""),
-                source,
+                cause: source,
             })?;
         let mut walk = Walk {
             source: self,
@@ -148,7 +148,7 @@ impl Walk<'_> {
             Err(source) => {
                 return f(Err(ManifestError::Read {
                     path: shown,
-                    source,
+                    cause: source,
                 }))
             }
         };
@@ -205,7 +205,7 @@ impl Walk<'_> {
             Err(source) => {
                 return f(Err(ManifestError::Read {
                     path: shown,
-                    source,
+                    cause: source,
                 }))
             }
         };
@@ -216,7 +216,7 @@ impl Walk<'_> {
                 Err(source) => {
                     return f(Err(ManifestError::Read {
                         path: shown.clone(),
-                        source,
+                        cause: source,
                     }))
                 }
             }
@@ -281,7 +281,7 @@ impl Walk<'_> {
             Err(source) => {
                 return f(Err(ManifestError::Read {
                     path: shown,
-                    source,
+                    cause: source,
                 }))
             }
         };
@@ -314,7 +314,7 @@ impl Walk<'_> {
             })),
             Err(ReadError::Io(source)) => f(Err(ManifestError::Read {
                 path: shown,
-                source,
+                cause: source,
             })),
         }
     }
@@ -386,7 +386,7 @@ impl Visitor for Stdin {
                 size,
                 limit: self.limits.max_file_size,
             })),
-            Err(ReadError::Io(source)) => f(Err(ManifestError::Read { path, source })),
+            Err(ReadError::Io(cause)) => f(Err(ManifestError::Read { path, cause })),
         }
     }
 }

@@ -161,7 +161,7 @@ async fn live_revisions(
     let api: Api<Deployment> = Api::namespaced(ctx.syncer.client.clone(), ns);
     let request = |what: &str| {
         let what = format!("{what} {}", key.qualified_name());
-        move |source| ClusterError::Request { what, source }
+        move |cause| ClusterError::Request { what, cause }
     };
     let live = api
         .get(&key.name)

@@ -53,19 +53,18 @@ pub enum EngineError {
         replica_set: String,
     },
     /// A request failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {cause}")]
     Request {
         /// What was being done.
         what: String,
-        /// The API error.
-        #[source]
-        source: kube::Error,
+        /// The API error (part of the message).
+        cause: kube::Error,
     },
 }
 
 fn request(what: impl Into<String>) -> impl FnOnce(kube::Error) -> EngineError {
     let what = what.into();
-    move |source| EngineError::Request { what, source }
+    move |cause| EngineError::Request { what, cause }
 }
 
 /// The engine for one cluster.
