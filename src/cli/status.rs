@@ -2,20 +2,23 @@
 //! revision, readiness and rollout phase, like `kubectl get`; `-o json` prints the same as
 //! one JSON object per app.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 
 use berth::cluster::discovery::ClusterKinds;
+use berth::cluster::health::{live_health, said};
 use berth::cluster::{api_for, client, inventory};
 use berth::config;
-use berth::health::{health, routes, selects_pods, waits_for, Health, NO_ENDPOINTS};
+use berth::health::waits_for;
 use berth::history::HistoryLog;
+use berth::manifest::ObjectKey;
+use berth::plan::Resolved;
 use berth::rollout::phase::phase;
 use berth::rollout::revisions::revision_of;
 use berth::service::shards;
 use berth::sync::{syncing, Marker};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Endpoints;
 use kube::api::Api;
 use serde::Serialize;
 
@@ -260,7 +263,7 @@ const CLUSTER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 /// What the cluster says of the apps.
 struct Live {
     /// With sharding: the host the assignment gives each app.
-    hosts: Option<std::collections::BTreeMap<String, String>>,
+    hosts: Option<BTreeMap<String, String>>,
     /// One per app asked about, in order.
     apps: Vec<LiveApp>,
 }
@@ -285,16 +288,7 @@ async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::R
         apps: Vec::new(),
     };
     if config.agent.sharding {
-        let leases = Api::namespaced(client.clone(), &config.agent.inventory_namespace);
-        let members = shards::live_members(&leases, &config.agent.lease_name).await?;
-        let names: Vec<String> = config.apps.iter().map(|a| a.name.clone()).collect();
-        let owners = shards::assign(&names, &members);
-        live.hosts = Some(
-            owners
-                .into_iter()
-                .map(|(app, host)| (app, host.to_string()))
-                .collect(),
-        );
+        live.hosts = Some(hosts(&client, config).await?);
     }
     for app in apps {
         let inv = inventory::load(&client, &config.agent.inventory_namespace, &app.name)
@@ -316,37 +310,10 @@ async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::R
             let resolved = kinds
                 .as_ref()
                 .and_then(|k| k.resolve_kind(&e.api_version, &e.key.kind));
-            let Some(resolved) = resolved else {
-                continue;
-            };
-            let api = api_for(&client, &resolved, e.key.namespace.as_deref());
-            let shown = match api.get_opt(&e.key.name).await? {
-                None => "missing".to_string(),
-                Some(obj) => {
-                    let json = serde_json::to_value(&obj).unwrap_or_default();
-                    let mut now = health(&e.key.group, &e.key.kind, &json);
-                    if now == Health::Current && selects_pods(&e.key.group, &e.key.kind, &json) {
-                        // A Service is only as ready as the pods it routes to.
-                        let ns = e.key.namespace_or_default();
-                        let endpoints = Api::<Endpoints>::namespaced(client.clone(), ns)
-                            .get_opt(&e.key.name)
-                            .await?
-                            .and_then(|ep| serde_json::to_value(ep).ok());
-                        if !endpoints.is_some_and(|ep| routes(&ep)) {
-                            now = Health::InProgress(NO_ENDPOINTS.into());
-                        }
-                    }
-                    match now {
-                        Health::Current => "ready".into(),
-                        Health::InProgress(m) => format!("waiting: {m}"),
-                        Health::Failed(m) => format!("failed: {m}"),
-                    }
-                }
-            };
-            one.objects.push(ObjectStatus {
-                object: e.key.to_string(),
-                health: shown,
-            });
+            if let Some(resolved) = resolved {
+                one.objects
+                    .push(object_status(&client, &resolved, &e.key).await?);
+            }
         }
         for key in inv
             .objects
@@ -354,35 +321,77 @@ async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::R
             .map(|e| &e.key)
             .filter(|k| k.group == "apps" && k.kind == "Deployment")
         {
-            let ns = key.namespace_or_default();
-            let name = format!("{ns}/{}", key.name);
-            let Some(d) = Api::<Deployment>::namespaced(client.clone(), ns)
-                .get_opt(&key.name)
-                .await?
-            else {
-                one.deployments.push(DeploymentStatus {
-                    name,
-                    revision: None,
-                    ready: 0,
-                    replicas: 0,
-                    updated: 0,
-                    phase: "missing".into(),
-                });
-                continue;
-            };
-            let generation = d.metadata.generation.unwrap_or(0);
-            let (p, _) = phase(&d, generation);
-            let status = d.status.as_ref();
-            one.deployments.push(DeploymentStatus {
-                name,
-                revision: revision_of(&d.metadata),
-                ready: status.and_then(|s| s.ready_replicas).unwrap_or(0),
-                replicas: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
-                updated: status.and_then(|s| s.updated_replicas).unwrap_or(0),
-                phase: p.as_str().to_string(),
-            });
+            one.deployments.push(deployment_status(&client, key).await?);
         }
         live.apps.push(one);
     }
     Ok(live)
+}
+
+/// With sharding: the host each app belongs to, as the live members share them out.
+async fn hosts(
+    client: &kube::Client,
+    config: &config::Config,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    let leases = Api::namespaced(client.clone(), &config.agent.inventory_namespace);
+    let members = shards::live_members(&leases, &config.agent.lease_name).await?;
+    let names: Vec<String> = config.apps.iter().map(|a| a.name.clone()).collect();
+    Ok(shards::assign(&names, &members)
+        .into_iter()
+        .map(|(app, host)| (app, host.to_string()))
+        .collect())
+}
+
+/// Where one managed object stands (a Service only as ready as the pods it routes to).
+async fn object_status(
+    client: &kube::Client,
+    resolved: &Resolved,
+    key: &ObjectKey,
+) -> anyhow::Result<ObjectStatus> {
+    let api = api_for(client, resolved, key.namespace.as_deref());
+    let health = match api.get_opt(&key.name).await? {
+        None => "missing".to_string(),
+        Some(obj) => {
+            let json = serde_json::to_value(&obj).unwrap_or_default();
+            let ns = key.namespace_or_default();
+            said(&live_health(client, &key.group, &key.kind, ns, &json, true).await)
+        }
+    };
+    Ok(ObjectStatus {
+        object: key.to_string(),
+        health,
+    })
+}
+
+/// A managed Deployment's revision, replicas and phase.
+async fn deployment_status(
+    client: &kube::Client,
+    key: &ObjectKey,
+) -> anyhow::Result<DeploymentStatus> {
+    let ns = key.namespace_or_default();
+    let name = format!("{ns}/{}", key.name);
+    let Some(d) = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get_opt(&key.name)
+        .await?
+    else {
+        return Ok(DeploymentStatus {
+            name,
+            revision: None,
+            ready: 0,
+            replicas: 0,
+            updated: 0,
+            phase: "missing".into(),
+        });
+    };
+    let generation = d.metadata.generation.unwrap_or(0);
+    let (p, _) = phase(&d, generation);
+    let status = d.status.as_ref();
+    Ok(DeploymentStatus {
+        name,
+        revision: revision_of(&d.metadata),
+        ready: status.and_then(|s| s.ready_replicas).unwrap_or(0),
+        replicas: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+        updated: status.and_then(|s| s.updated_replicas).unwrap_or(0),
+        phase: p.as_str().to_string(),
+    })
 }

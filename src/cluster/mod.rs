@@ -5,6 +5,7 @@
 pub mod apply;
 pub mod client;
 pub mod discovery;
+pub mod health;
 pub mod inventory;
 pub mod prune;
 pub mod resilient;

@@ -8,14 +8,15 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Endpoints, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject};
 
 use super::context::{Ctx, Journal, Stop};
 use super::write::Write;
 use super::SyncError;
 use crate::cluster::api_for;
-use crate::health::{health, routes, selects_pods, waits_for, Health, NO_ENDPOINTS};
+use crate::cluster::health::{has_ready_endpoints, live_health, said};
+use crate::health::{selects_pods, waits_for, Health};
 use crate::history::ObjectHealth;
 use crate::manifest::ObjectKey;
 use crate::plan::Inventory;
@@ -169,30 +170,17 @@ async fn check(ctx: &Ctx<'_>, w: &mut Waiting<'_>, started: Instant) {
     let now = match w.api.get_opt(m.name()).await {
         Ok(Some(obj)) => {
             let json = serde_json::to_value(&obj).unwrap_or_default();
-            match health(m.group(), m.kind(), &json) {
-                Health::Current if selects_pods(m.group(), m.kind(), &json) => {
-                    w.selects_pods = true;
-                    if ctx.app.rollout.require_endpoints
-                        && !has_endpoints(ctx, m.namespace_or_default(), m.name()).await
-                    {
-                        Health::InProgress(NO_ENDPOINTS.into())
-                    } else {
-                        Health::Current
-                    }
-                }
-                h => h,
-            }
+            w.selects_pods = selects_pods(m.group(), m.kind(), &json);
+            let client = &ctx.syncer.client;
+            let ns = m.namespace_or_default();
+            let endpoints = ctx.app.rollout.require_endpoints;
+            live_health(client, m.group(), m.kind(), ns, &json, endpoints).await
         }
         Ok(None) => Health::InProgress("not found (deleted meanwhile?)".into()),
         Err(e) => Health::InProgress(format!("cannot read it: {e}")),
     };
     if w.last.as_ref() != Some(&now) {
-        let line = match &now {
-            Health::Current => "ready".to_string(),
-            Health::InProgress(m) => format!("waiting: {m}"),
-            Health::Failed(m) => format!("failed: {m}"),
-        };
-        ctx.say(&format!("{}: {line}", m.key().kubectl()));
+        ctx.say(&format!("{}: {}", m.key().kubectl(), said(&now)));
         w.last = Some(now.clone());
     }
     w.ended = match now {
@@ -203,17 +191,6 @@ async fn check(ctx: &Ctx<'_>, w: &mut Waiting<'_>, started: Instant) {
         }),
         Health::InProgress(_) => None,
     };
-}
-
-/// Whether a Service has ready endpoints, as kube-proxy would route it.
-async fn has_endpoints(ctx: &Ctx<'_>, ns: &str, name: &str) -> bool {
-    let api: Api<Endpoints> = Api::namespaced(ctx.syncer.client.clone(), ns);
-    api.get_opt(name)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|e| serde_json::to_value(e).ok())
-        .is_some_and(|e| routes(&e))
 }
 
 /// Whether a ready pod matches the Service's selector.
@@ -252,13 +229,13 @@ async fn warn_without_endpoints(ctx: &Ctx<'_>, waiting: &[Waiting<'_>]) {
     for w in waiting.iter().filter(|w| w.selects_pods) {
         let m = &w.write.target.manifest;
         let ns = m.namespace_or_default();
-        let mut routed = has_endpoints(ctx, ns, m.name()).await;
+        let mut routed = has_ready_endpoints(&ctx.syncer.client, ns, m.name()).await;
         // The grace is for the endpoints controller to catch up with ready pods; with
         // none selected (e.g. scaled to zero) there is nothing to wait for.
         let expected = !routed && selects_ready_pod(ctx, ns, &w.write.target.manifest).await;
         while expected && !routed && Instant::now() < grace && ctx.interrupted().is_ok() {
             tokio::time::sleep(POLL).await;
-            routed = has_endpoints(ctx, ns, m.name()).await;
+            routed = has_ready_endpoints(&ctx.syncer.client, ns, m.name()).await;
         }
         if !routed {
             ctx.say(&format!(
