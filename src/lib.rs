@@ -2,33 +2,43 @@
 //! binary.
 //!
 //! ```text
-//! trigger ─ interval · notify · webhook · `berth sync`          agent, cli
+//! trigger    interval · notify · webhook · `berth sync`                agent, cli
 //!    │
-//! prepare     inventory · fetch commit C · discovery · render · plan
+//! lock       one writer per app; a killed sync recorded                 sync/lock
+//! fetch      the app's commit C, shared by the repository's apps         sync/fetch
+//! verify     C signed by a trusted key ([app.verify])                     sync/verify
+//! skip       C changes none of the paths the last sync read → no request  sync/skip
 //!    │
-//! skip        held at C, or C unchanged and nothing drifted → no write
+//! inventory  what the last sync left (the ConfigMap, or its local copy)   sync/inventory
+//! rewind     C must descend from the last applied commit                  sync/rewind
+//! render     discovery · the Visitor pipeline · kustomize → objects      sync/render
+//! plan       write · keep · prune, against the live objects               sync/plan
+//! skip       held at C, or nothing changed or drifted → no write          sync/skip
 //!    │
-//! validate    server-side dry run of every object; any failure → nothing is written
-//! apply       server-side apply, stage by stage
+//! validate   server-side dry run of every object; a refusal → no write   sync/validate
+//! apply      write ahead the inventory, then server-side apply by stage   sync/apply
 //!    │
-//! roll out    follow each changed Deployment; on failure roll back, halt or continue
+//! roll out   follow each changed Deployment; on failure roll back, halt  sync/roll_out
+//! health     wait for every other kind's readiness                        sync/health
+//! prune      delete what the last inventory had and C does not            sync/prune
 //!    │
-//! prune       delete what the last inventory had and C does not
-//!    │
-//! record      inventory · history record · log line
+//! record     inventory · history record · log line                        sync/inventory, record
+//! notify     the record's events to the [[notify]] receivers              sync/notify
 //! ```
 //!
-//! The stages, by function (`docs/architecture.md` has the whole table):
-//! - one sync: [`sync::Syncer::sync`], its steps in [`sync`];
-//! - fetch: [`source::shared::Sources::fetch`];
+//! Each step is a function of [`sync`] with its inputs and output in its signature; the
+//! orchestrator is [`sync::Syncer::sync`] (`docs/architecture.md` has the whole table).
+//! Below the steps:
+//! - fetch: [`source::shared::Sources::fetch`]; verify: [`source::verify::Trust`];
 //! - render: [`manifest::Builder::render`];
 //! - plan: [`plan::draft`], the live objects of what git did not change, then
 //!   [`plan::Draft::settle`], [`plan::split`] and [`plan::next_inventory`];
 //! - validate and apply: [`cluster::apply::apply_all`];
 //! - roll out: [`rollout::engine::follow_driving`], revisions by
-//!   [`rollout::revisions::owned`];
+//!   [`rollout::revisions::owned`]; health: [`health::health`];
 //! - prune: [`cluster::prune::prune`];
-//! - record: [`cluster::inventory::store`] and [`history::HistoryLog::append`].
+//! - record: [`cluster::inventory::store`] and [`history::HistoryLog::append`]; notify:
+//!   [`notifications::Notifications::observe`].
 //!
 //! Modules:
 //! - [`config`]: the TOML configuration, validated settings and their errors;
@@ -39,7 +49,7 @@
 //! - [`source`]: git fetch and checkout, commit signatures, ssh host keys, repository
 //!   watches;
 //! - [`manifest`]: the Visitor pipeline that turns a checkout into manifests;
-//! - [`cluster`]: client, discovery, apply, inventory, prune;
+//! - [`cluster`]: client, discovery, apply, inventory, prune, a live object's health;
 //! - [`health`]: the health of every kind but Deployments, from its status (pure);
 //! - [`rollout`]: template hashes, revisions, step math, status, following, berth's own
 //!   engine, rollback;

@@ -39,7 +39,7 @@ impl Limits {
     }
 
     /// The render's decode budget: what it reads may decode to
-    /// [`DECODED_PER_BYTE`](DECODED_PER_BYTE) times its size, up to that
+    /// [`DECODED_PER_BYTE`] times its size, up to that
     /// many times the per-app cap.
     pub fn budget(&self) -> Budget {
         Budget::new(self.max_app_size.saturating_mul(DECODED_PER_BYTE))
