@@ -64,8 +64,7 @@ use std::time::Instant;
 
 use crate::cluster::discovery::{ClusterKinds, SharedKinds};
 use crate::cluster::ClusterError;
-use crate::config::AgentConfig;
-use crate::config::AppConfig;
+use crate::config::{AgentConfig, AppConfig};
 use crate::history::{new_id, HistoryLog, Outcome, SyncRecord, Trigger};
 use crate::notifications::{Notifications, NotifyError};
 use crate::plan::{next_inventory, Inventory, Plan};
