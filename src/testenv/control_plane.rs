@@ -3,14 +3,15 @@
 //! process recorded by pid so that `down` stops exactly what `up` started.
 
 use std::fs;
-use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+use super::process::{
+    alive, check_running, command_line, free_port, openssl, random_hex, spawn, write, PIDS,
+};
 use super::{io, TestenvError};
 
 /// How to start a control plane.
@@ -35,7 +36,6 @@ pub struct ControlPlane {
     pub kubeconfig: PathBuf,
 }
 
-const PIDS: &str = "pids";
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl ControlPlane {
@@ -405,110 +405,10 @@ fn kubeconfig_yaml(port: u16, ca: &Path, token: &str) -> String {
     )
 }
 
-/// Starts a process in its own session (so a terminal's Ctrl-C does not reach it), its
-/// output in `<dir>/<name>.log`, its pid appended to `<dir>/pids`, its command line in
-/// `<dir>/<name>.cmd` (for [`ControlPlane::start_again`]).
-fn spawn(dir: &Path, name: &'static str, cmd: &mut Command) -> Result<Child, TestenvError> {
-    let argv: Vec<String> = std::iter::once(cmd.get_program())
-        .chain(cmd.get_args())
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let argv = serde_json::to_string(&argv).unwrap_or_default();
-    write(dir, &format!("{name}.cmd"), &argv)?;
-    let log = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(format!("{name}.log")))
-        .map_err(io("creating a log file"))?;
-    let log2 = log.try_clone().map_err(io("creating a log file"))?;
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
-    let child = unsafe {
-        cmd.stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .pre_exec(|| {
-                libc::setsid();
-                Ok(())
-            })
-            .spawn()
-    }
-    .map_err(io(format!("starting {name}")))?;
-    let mut pids = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(PIDS))
-        .map_err(io("recording a pid"))?;
-    std::io::Write::write_all(&mut pids, format!("{name} {}\n", child.id()).as_bytes())
-        .map_err(io("recording a pid"))?;
-    Ok(child)
-}
-
-fn check_running(
-    child: &mut Child,
-    component: &'static str,
-    dir: &Path,
-) -> Result<(), TestenvError> {
-    match child.try_wait() {
-        Ok(Some(status)) => Err(TestenvError::Exited {
-            component,
-            status: status.to_string(),
-            log: dir.join(format!("{component}.log")).display().to_string(),
-        }),
-        _ => Ok(()),
-    }
-}
-
 fn not_ready(component: &'static str, dir: &Path) -> TestenvError {
     TestenvError::NotReady {
         component,
         seconds: READY_TIMEOUT.as_secs(),
         log: dir.join(format!("{component}.log")).display().to_string(),
     }
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> Result<String, TestenvError> {
-    let path = dir.join(name);
-    fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
-    Ok(path.display().to_string())
-}
-
-fn openssl(args: &[&str], out: &Path) -> Result<(), TestenvError> {
-    let status = Command::new("openssl")
-        .args(args)
-        .arg(out)
-        .status()
-        .map_err(io("running openssl (install the openssl package)"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(io("generating the service account key")(
-            std::io::Error::other(status.to_string()),
-        ))
-    }
-}
-
-fn free_port() -> Result<u16, TestenvError> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(io("finding a free port"))?;
-    Ok(listener
-        .local_addr()
-        .map_err(io("finding a free port"))?
-        .port())
-}
-
-fn random_hex() -> Result<String, TestenvError> {
-    let mut bytes = [0u8; 16];
-    fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(io("reading /dev/urandom"))?;
-    Ok(crate::digest::hex(&bytes))
-}
-
-fn command_line(pid: i32) -> Option<String> {
-    let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    Some(String::from_utf8_lossy(&raw).replace('\0', " "))
-}
-
-fn alive(pid: i32) -> bool {
-    // A zombie still has /proc/<pid>, but its cmdline is empty.
-    command_line(pid).is_some_and(|c| !c.is_empty())
 }

@@ -4,11 +4,13 @@
 //!
 //! - [`assets`]: finds (or builds) the binaries;
 //! - [`control_plane`]: `up` and `down`, by pid;
+//! - `process.rs`: starting and recording its processes, whether one still runs;
 //! - [`kubelet`]: the stand-in.
 
 pub mod assets;
 pub mod control_plane;
 pub mod kubelet;
+mod process;
 
 pub use control_plane::{ControlPlane, UpOptions};
 

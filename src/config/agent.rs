@@ -1,0 +1,150 @@
+//! `[agent]` (the agent process: state, intervals, limits, the endpoint, leases) and
+//! `[cluster]` (how to reach the cluster), with their defaults.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::credentials;
+use super::values::{byte_size, duration, listen};
+
+/// `[agent]`: settings of the agent process.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// Where repositories, inventories' local copies and the history log live.
+    pub state_dir: PathBuf,
+    /// How often each app is synced when nothing else triggers it.
+    #[serde(deserialize_with = "duration")]
+    pub interval: Duration,
+    /// Up to this much random delay is added to each interval, so apps spread out.
+    #[serde(deserialize_with = "duration")]
+    pub jitter: Duration,
+    /// The server-side apply field manager; changing it orphans the fields the old one owned.
+    pub field_manager: String,
+    /// Log output format.
+    pub log_format: LogFormat,
+    /// Largest manifest file read; a larger one is an error.
+    #[serde(deserialize_with = "byte_size")]
+    pub max_file_size: u64,
+    /// Largest total of manifest bytes one app may render.
+    #[serde(deserialize_with = "byte_size")]
+    pub max_app_size: u64,
+    /// Most objects one app may render; reading stops past it.
+    pub max_objects: usize,
+    /// Requests in flight at once while applying one stage.
+    pub concurrency: usize,
+    /// Apps syncing at once; the others queue, first come first served.
+    pub max_concurrent_syncs: usize,
+    /// Namespace of the inventory ConfigMaps (`berth-inventory-<app>`); created if missing.
+    pub inventory_namespace: String,
+    /// Sync history records kept per app.
+    pub history_keep: usize,
+    /// Sync history records older than this are dropped.
+    #[serde(deserialize_with = "duration")]
+    pub history_max_age: Duration,
+    /// Address of the HTTP endpoint (health, metrics, webhooks); `None` (`"off"` in the
+    /// file) disables it.
+    #[serde(deserialize_with = "listen")]
+    pub listen: Option<SocketAddr>,
+    /// Connections the HTTP endpoint serves at once (lowered to keep file descriptors for
+    /// the syncs); 32 more get one request each with short timeouts, the rest are closed.
+    pub max_connections: usize,
+    /// A sync running longer than this counts as stuck: the systemd watchdog stops.
+    #[serde(deserialize_with = "duration")]
+    pub sync_timeout: Duration,
+    /// Only the holder of a Lease in the cluster applies (for several berth hosts).
+    pub leader_election: bool,
+    /// Share the apps out across every berth host with the same `lease_name` (membership
+    /// Leases, a consistent hash with bounded loads, a Lease per app as the fence).
+    pub sharding: bool,
+    /// The Lease's name (in `inventory_namespace`); with sharding, the group's name.
+    pub lease_name: String,
+    /// How long a Lease holds without renewal; another host takes over after that.
+    #[serde(deserialize_with = "duration")]
+    pub lease_duration: Duration,
+    /// The command that renders a kustomization, run as `COMMAND DIR` (e.g.
+    /// `"kustomize build"`); unset: `kustomize build` when a `kustomize` binary is on
+    /// PATH, else `kubectl kustomize`.
+    pub kustomize: Option<String>,
+    /// How long one kustomize run may take.
+    #[serde(deserialize_with = "duration")]
+    pub render_timeout: Duration,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            state_dir: PathBuf::from("/var/lib/berth"),
+            interval: Duration::from_secs(60),
+            jitter: Duration::from_secs(10),
+            field_manager: "berth".to_string(),
+            log_format: LogFormat::Auto,
+            max_file_size: 4 << 20,
+            max_app_size: 64 << 20,
+            max_objects: 20_000,
+            concurrency: 16,
+            max_concurrent_syncs: 8,
+            inventory_namespace: "berth-system".to_string(),
+            history_keep: 1000,
+            history_max_age: Duration::from_secs(90 * 24 * 3600),
+            listen: Some(SocketAddr::from(([127, 0, 0, 1], 9464))),
+            max_connections: 512,
+            sync_timeout: Duration::from_secs(30 * 60),
+            leader_election: false,
+            sharding: false,
+            lease_name: "berth".to_string(),
+            lease_duration: Duration::from_secs(15),
+            kustomize: None,
+            render_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// journald under systemd (`$JOURNAL_STREAM` set), else text.
+    Auto,
+    /// Human-readable lines.
+    Text,
+    /// One JSON object a line.
+    Json,
+    /// Native journald entries with structured fields (`APP=`, `COMMIT=`, …).
+    Journald,
+}
+
+/// `[cluster]`: how to reach the Kubernetes API.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// A kubeconfig file; unset means `$KUBECONFIG`, `~/.kube/config`, then in-cluster.
+    #[serde(default, deserialize_with = "credentials::file")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context; unset means the current context.
+    pub context: Option<String>,
+    /// How long one request (not a watch) may take before it counts as failed.
+    #[serde(deserialize_with = "duration")]
+    pub request_timeout: Duration,
+    /// How long a request failing transiently (429, 5xx, a lost connection, a timeout) is
+    /// retried, with exponential backoff and jitter, before the sync fails.
+    #[serde(deserialize_with = "duration")]
+    pub retry_for: Duration,
+    /// Requests to the API server in flight at once, across every app (watches count
+    /// only until their answer starts); the others queue.
+    pub max_requests_in_flight: usize,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            kubeconfig: None,
+            context: None,
+            request_timeout: Duration::from_secs(30),
+            retry_for: Duration::from_secs(60),
+            max_requests_in_flight: 64,
+        }
+    }
+}

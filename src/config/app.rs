@@ -1,0 +1,267 @@
+//! `[[app]]`: one git source and what to do with it — its ref, paths and globs, scope,
+//! signature verification, credentials and rollout — with their defaults.
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::credentials;
+use super::values::{duration, one_or_many};
+use super::Globs;
+
+/// `[[app]]`: one git source and what to do with it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppConfig {
+    /// The app's name: a DNS label, used in labels and the inventory's name.
+    pub name: String,
+    /// `https://…`, `ssh://…`, `git@host:path`, `file://…` or a local path.
+    pub repo: String,
+    /// Follow this branch (the remote's default branch when no ref is given).
+    pub branch: Option<String>,
+    /// Follow this tag.
+    pub tag: Option<String>,
+    /// Pin this full commit SHA.
+    pub commit: Option<String>,
+    /// Folders (or files) in the repository to render, relative to its root.
+    #[serde(default = "root_path", deserialize_with = "one_or_many")]
+    pub path: Vec<String>,
+    /// Only files matching one of these globs (relative to the repository root) are read.
+    #[serde(default)]
+    pub include: Globs,
+    /// Files matching one of these globs are skipped.
+    #[serde(default)]
+    pub exclude: Globs,
+    /// Only objects whose `Kind/name` matches one of these globs are kept.
+    #[serde(default)]
+    pub include_objects: Globs,
+    /// Objects whose `Kind/name` matches one of these globs are dropped.
+    #[serde(default)]
+    pub exclude_objects: Globs,
+    /// Namespace for namespaced objects that name none.
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Delete objects that an earlier commit applied and this one no longer holds.
+    #[serde(default)]
+    pub prune: bool,
+    /// Allow a commit that holds no objects to prune every object of the app.
+    #[serde(default)]
+    pub allow_empty: bool,
+    /// Take back the fields git sets that another field manager took (git wins, as Argo
+    /// CD's self-heal and Flux do; each taken back is recorded); false: a conflict fails
+    /// the sync instead.
+    #[serde(default = "yes")]
+    pub force_conflicts: bool,
+    /// Credentials for the repository.
+    #[serde(default)]
+    pub auth: AuthConfig,
+    /// File holding the webhook's HMAC secret (`POST /hooks/<app>`); no secret, no webhook.
+    #[serde(default, deserialize_with = "credentials::file")]
+    pub webhook_secret_file: Option<PathBuf>,
+    /// Environment variable holding the webhook's HMAC secret.
+    pub webhook_secret_env: Option<String>,
+    /// How changed Deployments are rolled out.
+    #[serde(default)]
+    pub rollout: RolloutConfig,
+    /// How the app's folders are rendered: a folder with a kustomization by kustomize
+    /// (`auto`), every folder as plain manifests (`plain`), or kustomize only.
+    #[serde(default)]
+    pub render: RenderMode,
+    /// Let kustomizations reach remote resources (URLs, git repositories).
+    #[serde(default)]
+    pub allow_remote_bases: bool,
+    /// Apply a branch or tag that moved to a commit not descending from the last applied
+    /// one (refused by default: a force-push could replay any older signed commit).
+    #[serde(default)]
+    pub allow_rewind: bool,
+    /// Which commits may be applied: only those signed by a trusted key, or any.
+    #[serde(default)]
+    pub verify: VerifyConfig,
+    /// Where the app may write (`[app.scope]`), checked before the dry run.
+    #[serde(default)]
+    pub scope: ScopeConfig,
+    /// A ServiceAccount (`namespace/name`) that every request made for the app
+    /// impersonates, so that the API server's RBAC decides what the app may write.
+    pub service_account: Option<String>,
+    /// A user that every request made for the app impersonates (instead of a
+    /// ServiceAccount).
+    pub user: Option<String>,
+    /// Groups impersonated with `user` or `service_account`.
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
+/// `[app.scope]`: the namespaces and cluster-scoped kinds an app may write.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScopeConfig {
+    /// Namespaces (globs) the app's objects may be in; unset: the app's own `namespace`
+    /// alone; `["*"]`: any.
+    pub namespaces: Option<Vec<String>>,
+    /// Cluster-scoped kinds the app may write (`"*"`: any). A Namespace whose name
+    /// `namespaces` allows needs no entry.
+    pub cluster_kinds: Vec<String>,
+}
+
+impl AppConfig {
+    /// The namespace globs of `[app.scope]`, the app's own namespace when unset.
+    pub fn scope_namespaces(&self) -> Vec<String> {
+        self.scope
+            .namespaces
+            .clone()
+            .unwrap_or_else(|| vec![self.namespace.clone()])
+    }
+}
+
+/// `[app.verify]`: apply only commits signed by a trusted key (OpenPGP or SSH).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VerifyConfig {
+    /// `head`: the commit about to be applied must carry a valid signature; `off`.
+    pub mode: VerifyMode,
+    /// Armored OpenPGP public keys: files, or a glob in the last part of a path
+    /// (`/etc/berth/keys/*.asc`).
+    pub openpgp_keys: Vec<String>,
+    /// SSH signing keys in git's `allowed_signers` format (`gpg.ssh.allowedSignersFile`).
+    #[serde(default, deserialize_with = "credentials::file")]
+    pub ssh_allowed_signers: Option<PathBuf>,
+}
+
+/// Whether commits are verified.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VerifyMode {
+    /// Any commit is applied.
+    #[default]
+    Off,
+    /// The commit about to be applied must be signed by a trusted key.
+    Head,
+    /// The annotated tag the app follows (`tag = …`) must be signed by a trusted key; its
+    /// signature vouches for the commit it points at.
+    Tag,
+}
+
+/// How an app's folders are rendered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RenderMode {
+    /// A folder holding `kustomization.yaml` (`.yml`, `Kustomization`) is rendered by
+    /// kustomize; other folders are read as plain manifests.
+    #[default]
+    Auto,
+    /// Every file is a plain manifest, kustomization files included.
+    Plain,
+    /// Every path must be a kustomization.
+    Kustomize,
+}
+
+/// Which commit of its repository an app follows (validation allows at most one of
+/// `branch`, `tag` and `commit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GitRef<'a> {
+    /// The remote's default branch (its `HEAD`).
+    DefaultBranch,
+    /// A branch's newest commit.
+    Branch(&'a str),
+    /// The commit a tag names.
+    Tag(&'a str),
+    /// One commit, by its full SHA.
+    Commit(&'a str),
+}
+
+impl AppConfig {
+    /// The ref this app follows.
+    pub fn git_ref(&self) -> GitRef<'_> {
+        match (&self.tag, &self.commit, &self.branch) {
+            (Some(tag), _, _) => GitRef::Tag(tag),
+            (None, Some(sha), _) => GitRef::Commit(sha),
+            (None, None, Some(branch)) => GitRef::Branch(branch),
+            (None, None, None) => GitRef::DefaultBranch,
+        }
+    }
+}
+
+/// `[app.auth]`: how to authenticate to the repository. Secrets come from files or
+/// environment variables, never from the configuration itself.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// User name for https (a token usually takes any name, e.g. `x-access-token`) or ssh
+    /// (default: the URL's, else `git`).
+    pub username: Option<String>,
+    /// File holding the https password or token.
+    #[serde(default, deserialize_with = "credentials::file")]
+    pub password_file: Option<PathBuf>,
+    /// Environment variable holding the https password or token.
+    pub password_env: Option<String>,
+    /// Private key for ssh.
+    #[serde(default, deserialize_with = "credentials::file")]
+    pub ssh_key_file: Option<PathBuf>,
+    /// known_hosts file that ssh host keys are verified against.
+    #[serde(default, deserialize_with = "credentials::file")]
+    pub known_hosts: Option<PathBuf>,
+}
+
+/// Where ssh host keys are looked up when `known_hosts` is not set.
+pub const DEFAULT_KNOWN_HOSTS: &str = "/etc/berth/known_hosts";
+
+fn root_path() -> Vec<String> {
+    vec![".".to_string()]
+}
+
+fn default_namespace() -> String {
+    "default".to_string()
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `[app.rollout]`: how changed Deployments are followed.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RolloutConfig {
+    /// Who runs the rolling steps.
+    pub engine: RolloutEngine,
+    /// How long a rollout may take before it counts as failed.
+    #[serde(deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// What to do when a rollout fails.
+    pub on_failure: OnFailure,
+    /// Wait for every Service with a selector to have ready endpoints (otherwise a
+    /// Service without any is only reported as a warning).
+    pub require_endpoints: bool,
+}
+
+impl Default for RolloutConfig {
+    fn default() -> Self {
+        RolloutConfig {
+            engine: RolloutEngine::Cluster,
+            timeout: Duration::from_secs(300),
+            on_failure: OnFailure::Rollback,
+            require_endpoints: false,
+        }
+    }
+}
+
+/// Who runs a Deployment's rolling steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RolloutEngine {
+    /// The cluster's Deployment controller; berth follows it.
+    Cluster,
+    /// berth runs the Deployment controller's algorithm itself.
+    Agent,
+}
+
+/// What happens after a failed rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// Restore the previous revision's pod template.
+    Rollback,
+    /// Leave it as it is and stop syncing the app until a new commit.
+    Halt,
+    /// Record the failure and go on.
+    Continue,
+}

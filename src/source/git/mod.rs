@@ -1,0 +1,150 @@
+//! The git source: fetch a ref into the repository's cache, resolve it to a commit and
+//! write that commit's tree out once, with git2.
+//!
+//! Every app of one repository shares one cache, `state_dir/sources/<name>-<hash>/`: a
+//! bare repository (`git/`), a lock that serialises fetches across processes (`lock`), and
+//! the trees of recent commits (`trees/<sha>/`), each written once and read by every app
+//! (kustomize needs a folder). URLs are shown with their user-info redacted.
+//!
+//! `fetch.rs` fills the cache, `trees.rs` writes commits out and removes the unused ones,
+//! `commits.rs` answers questions about commits (ancestry, what paths hold); this module
+//! names the cache, its URLs and its errors.
+use std::path::{Path, PathBuf};
+
+use git2::Repository;
+
+use super::CommitInfo;
+
+mod commits;
+mod fetch;
+#[cfg(test)]
+mod tests;
+mod trees;
+
+pub use commits::{ancestry, paths_digest};
+pub use fetch::{deepen, fetch};
+pub use trees::tree_at;
+
+/// Errors of the git source. Every message names the repository with its credentials
+/// redacted. Cloneable: every app sharing a fetch gets its error.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SourceError {
+    /// Fetching failed (network, authentication, host key).
+    #[error("cannot fetch {url}: {message}")]
+    Fetch {
+        /// The redacted URL.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A local repository path that does not exist.
+    #[error("cannot fetch {}: the path does not exist (check the app's repo)", path.display())]
+    NoSuchPath {
+        /// The absolute path.
+        path: PathBuf,
+    },
+    /// The ref does not exist on the remote (any more).
+    #[error("{what} not found in {url} (deleted, or never pushed?)")]
+    RefNotFound {
+        /// `branch main`, `tag v1`, `commit 0123…`.
+        what: String,
+        /// The redacted URL.
+        url: String,
+    },
+    /// The local cache could not be used, even after a fresh clone.
+    #[error("repository cache {}: {message}", path.display())]
+    Cache {
+        /// The cache folder.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// A credential file could not be read.
+    #[error("cannot read {what} {}: {message}", path.display())]
+    Credential {
+        /// Which credential.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        message: String,
+    },
+}
+
+/// A fetched commit and its tree.
+#[derive(Debug, Clone)]
+pub struct Checkout {
+    /// The commit's tree, written out (shared by every app of the repository: read only).
+    pub dir: PathBuf,
+    /// The repository's cache (see [`source_dir`]).
+    pub source: PathBuf,
+    /// The commit.
+    pub commit: CommitInfo,
+    /// The annotated tag object the ref named (its id), when it names one.
+    pub tag: Option<String>,
+}
+
+/// The URL git2 is given: local paths made absolute, the rest as configured.
+pub fn remote_url(repo: &str) -> String {
+    if repo.contains("://") || is_scp_like(repo) {
+        return repo.to_string();
+    }
+    std::path::absolute(repo)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| repo.to_string())
+}
+
+/// The local folder of a `file://` URL or a path, when the repository is local.
+pub fn local_path(repo: &str) -> Option<PathBuf> {
+    if let Some(path) = repo.strip_prefix("file://") {
+        return Some(PathBuf::from(path));
+    }
+    (!repo.contains("://") && !is_scp_like(repo)).then(|| PathBuf::from(remote_url(repo)))
+}
+
+fn is_scp_like(repo: &str) -> bool {
+    // user@host:path, as git understands it; a local path has no '@' before a ':'.
+    match (repo.find('@'), repo.find(':')) {
+        (Some(at), Some(colon)) => at < colon && !repo[..colon].contains('/'),
+        _ => false,
+    }
+}
+
+/// The URL with any user-info (tokens, passwords) replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{}***@{}", &url[..scheme_end + 3], &rest[at + 1..]),
+        None => url.to_string(),
+    }
+}
+
+/// The cache shared by every app of a repository: `state_dir/sources/<name>-<hash>`, the
+/// name being the URL's last segment and the hash the URL's.
+pub fn source_dir(state_dir: &Path, repo: &str) -> PathBuf {
+    let url = remote_url(repo);
+    let name: String = url
+        .trim_end_matches('/')
+        .trim_end_matches(".git")
+        .rsplit(['/', ':'])
+        .next()
+        .unwrap_or("repo")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .take(40)
+        .collect();
+    let hex = crate::digest::hex(&crate::digest::sha256(url.as_bytes())[..6]);
+    state_dir.join("sources").join(format!("{name}-{hex}"))
+}
+
+/// The bare repository of a cache (see [`source_dir`]).
+///
+/// # Errors
+/// It is not there or not a repository.
+pub fn repository(source: &Path) -> Result<Repository, git2::Error> {
+    Repository::open_bare(source.join("git"))
+}

@@ -1,0 +1,173 @@
+//! Tests of the git source against real repositories made with the git CLI.
+use super::fetch::ssh_port;
+use super::*;
+use crate::config::AppConfig;
+
+#[test]
+fn redaction_hides_user_info_only() {
+    assert_eq!(
+        redact_url("https://user:s3cret@git.example.com/a.git"),
+        "https://***@git.example.com/a.git"
+    );
+    assert_eq!(
+        redact_url("https://git.example.com/a@b.git"),
+        "https://git.example.com/a@b.git"
+    );
+    assert_eq!(
+        redact_url("git@github.com:org/repo.git"),
+        "git@github.com:org/repo.git"
+    );
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn origin() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    git(d.path(), &["init", "-q", "-b", "main"]);
+    std::fs::write(d.path().join("a.yaml"), "v: 1\n").unwrap();
+    git(d.path(), &["add", "."]);
+    git(d.path(), &["commit", "-qm", "one"]);
+    git(d.path(), &["tag", "v1"]);
+    std::fs::write(d.path().join("a.yaml"), "v: 2\n").unwrap();
+    git(d.path(), &["commit", "-qam", "two"]);
+    d
+}
+
+fn app(repo: &Path, extra: &str) -> AppConfig {
+    crate::config::parse(&format!(
+        "[[app]]\nname = \"t\"\nrepo = \"{}\"\n{extra}\n",
+        repo.display()
+    ))
+    .unwrap()
+    .apps
+    .remove(0)
+}
+
+fn content(c: &Checkout) -> String {
+    std::fs::read_to_string(c.dir.join("a.yaml")).unwrap()
+}
+
+#[test]
+fn an_annotated_tag_is_peeled_to_its_commit() {
+    let o = origin();
+    git(
+        o.path(),
+        &["tag", "-a", "v1-annotated", "-m", "release", "v1"],
+    );
+    let state = tempfile::tempdir().unwrap();
+    let tag = fetch(&app(o.path(), "tag = \"v1-annotated\""), state.path()).unwrap();
+    assert_eq!(content(&tag), "v: 1\n");
+    assert_eq!(tag.commit.sha, git(o.path(), &["rev-parse", "v1"]));
+    let object = git(o.path(), &["rev-parse", "v1-annotated"]);
+    assert_eq!(tag.tag.as_deref(), Some(object.as_str()));
+    let light = fetch(&app(o.path(), "tag = \"v1\""), state.path()).unwrap();
+    assert_eq!(light.tag, None, "a lightweight tag names the commit itself");
+}
+
+#[test]
+fn a_failed_checkout_leaves_no_folder_behind() {
+    let o = origin();
+    // A commit whose file name no file system takes (over 255 bytes): git stores it,
+    // the checkout fails.
+    std::fs::write(o.path().join("blob"), "v: 3\n").unwrap();
+    let blob = git(o.path(), &["hash-object", "-w", "blob"]);
+    let mut mktree = std::process::Command::new("git")
+        .arg("mktree")
+        .current_dir(o.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    let entry = format!("100644 blob {blob}\t{}.yaml\n", "x".repeat(300));
+    mktree
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(entry.as_bytes())
+        .unwrap();
+    let out = mktree.wait_with_output().unwrap();
+    let tree = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let commit = git(o.path(), &["commit-tree", &tree, "-m", "long name"]);
+    git(o.path(), &["update-ref", "refs/heads/long", &commit]);
+    let state = tempfile::tempdir().unwrap();
+    let e = fetch(&app(o.path(), "branch = \"long\""), state.path()).unwrap_err();
+    assert!(e.to_string().contains("name too long"), "{e}");
+    let trees = source_dir(state.path(), &o.path().display().to_string()).join("trees");
+    let left: Vec<_> = std::fs::read_dir(&trees)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn branch_tag_and_commit_refs() {
+    let o = origin();
+    let state = tempfile::tempdir().unwrap();
+    let head = fetch(&app(o.path(), ""), state.path()).unwrap();
+    assert_eq!(
+        (content(&head).as_str(), head.commit.subject.as_str()),
+        ("v: 2\n", "two")
+    );
+    let tag = fetch(&app(o.path(), "tag = \"v1\""), state.path()).unwrap();
+    assert_eq!(content(&tag), "v: 1\n");
+    let first = git(o.path(), &["rev-parse", "v1"]);
+    let pinned = fetch(
+        &app(o.path(), &format!("commit = \"{first}\"")),
+        state.path(),
+    )
+    .unwrap();
+    assert_eq!(pinned.commit.sha, first);
+    assert_eq!(pinned.commit.author, "T <t@example.com>");
+    let e = fetch(&app(o.path(), "tag = \"v9\""), state.path()).unwrap_err();
+    assert!(e.to_string().starts_with("tag v9 not found in"), "{e}");
+}
+
+#[test]
+fn a_corrupted_cache_is_cloned_again() {
+    let o = origin();
+    let state = tempfile::tempdir().unwrap();
+    let a = app(o.path(), "branch = \"main\"");
+    fetch(&a, state.path()).unwrap();
+    let git = source_dir(state.path(), &a.repo).join("git");
+    std::fs::remove_dir_all(git.join("objects")).unwrap();
+    std::fs::create_dir(git.join("objects")).unwrap();
+    std::fs::write(git.join("HEAD"), "garbage").unwrap();
+    let again = fetch(&a, state.path()).unwrap();
+    assert_eq!(content(&again), "v: 2\n");
+}
+
+#[test]
+fn an_unreachable_remote_is_an_error_naming_it() {
+    let state = tempfile::tempdir().unwrap();
+    let a = app(Path::new("/nonexistent/repo"), "branch = \"main\"");
+    let e = fetch(&a, state.path()).unwrap_err().to_string();
+    assert!(e.starts_with("cannot fetch /nonexistent/repo"), "{e}");
+}
+
+#[test]
+fn url_kinds() {
+    assert!(is_scp_like("git@github.com:org/repo.git"));
+    assert!(!is_scp_like("/srv/git/repo"));
+    assert!(!is_scp_like("./a@b:c/d"));
+    assert_eq!(
+        local_path("file:///srv/repo"),
+        Some(PathBuf::from("/srv/repo"))
+    );
+    assert_eq!(local_path("https://x/y"), None);
+    assert_eq!(ssh_port("ssh://git@host:2222/repo.git"), 2222);
+    assert_eq!(ssh_port("git@host:repo.git"), 22);
+}
