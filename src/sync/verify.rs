@@ -24,10 +24,9 @@ fn signature(ctx: &Ctx<'_>, checkout: &Checkout) -> Result<Option<Signature>, Ve
     let Some(trust) = Trust::load(&ctx.app.verify)? else {
         return Ok(None);
     };
-    let repo = git::repository(&checkout.source).map_err(|e| VerifyError::Bad {
-        commit: checkout.commit.short().to_string(),
-        fingerprint: None,
-        why: format!("cannot open berth's repository cache ({})", e.message()),
+    let repo = git::repository(&checkout.source).map_err(|e| {
+        let why = format!("cannot open berth's repository cache ({})", e.message());
+        VerifyError::bad(checkout.commit.short(), None, why)
     })?;
     let now = jiff::Timestamp::now();
     let signature = match (&ctx.app.verify.mode, &ctx.app.tag) {

@@ -92,6 +92,17 @@ pub enum VerifyError {
     },
 }
 
+impl VerifyError {
+    /// A bad signature of `commit` (the key it claims, when it names one).
+    pub fn bad(commit: &str, fingerprint: Option<String>, why: impl Into<String>) -> Self {
+        VerifyError::Bad {
+            commit: commit.to_string(),
+            fingerprint,
+            why: why.into(),
+        }
+    }
+}
+
 /// A tag object's signed part and its signature: git appends the armored signature to
 /// the tag's message, on a line of its own.
 fn split_tag_signature(raw: &[u8]) -> Option<(&[u8], &[u8])> {
@@ -162,23 +173,14 @@ impl Trust {
         now: Timestamp,
     ) -> Result<Signature, VerifyError> {
         let short = commit[..commit.len().min(7)].to_string();
-        let oid = git2::Oid::from_str(commit).map_err(|e| VerifyError::Bad {
-            commit: short.clone(),
-            fingerprint: None,
-            why: e.message().to_string(),
-        })?;
+        let oid =
+            git2::Oid::from_str(commit).map_err(|e| VerifyError::bad(&short, None, e.message()))?;
         let (signature, data) = match repo.extract_signature(&oid, None) {
             Ok(pair) => pair,
             Err(e) if e.code() == git2::ErrorCode::NotFound => {
                 return Err(VerifyError::Unsigned { commit: short })
             }
-            Err(e) => {
-                return Err(VerifyError::Bad {
-                    commit: short,
-                    fingerprint: None,
-                    why: e.message().to_string(),
-                })
-            }
+            Err(e) => return Err(VerifyError::bad(&short, None, e.message())),
         };
         self.check(&short, &signature, &data, now)
     }
@@ -198,11 +200,7 @@ impl Trust {
         now: Timestamp,
     ) -> Result<Signature, VerifyError> {
         let shown = format!("{} (tag {name})", &commit[..commit.len().min(7)]);
-        let bad = |why: String| VerifyError::Bad {
-            commit: shown.clone(),
-            fingerprint: None,
-            why,
-        };
+        let bad = |why: String| VerifyError::bad(&shown, None, why);
         let oid = git2::Oid::from_str(tag).map_err(|e| bad(e.message().to_string()))?;
         let odb = repo.odb().map_err(|e| bad(e.message().to_string()))?;
         let object = odb.read(oid).map_err(|e| bad(e.message().to_string()))?;

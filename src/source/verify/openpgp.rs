@@ -18,11 +18,8 @@ impl Trust {
         data: &[u8],
         now: Timestamp,
     ) -> Result<Signature, VerifyError> {
-        let bad = |fingerprint: Option<String>, why: String| VerifyError::Bad {
-            commit: commit.to_string(),
-            fingerprint,
-            why,
-        };
+        let bad =
+            |fingerprint: Option<String>, why: String| VerifyError::bad(commit, fingerprint, why);
         let (signature, _) = DetachedSignature::from_string(armored)
             .map_err(|e| bad(None, format!("unreadable OpenPGP signature ({e})")))?;
         let sig = &signature.signature;

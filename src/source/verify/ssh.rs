@@ -28,12 +28,9 @@ impl Trust {
         data: &[u8],
         now: Timestamp,
     ) -> Result<Signature, VerifyError> {
-        let signature =
-            ssh_key::SshSig::from_pem(armored.trim()).map_err(|e| VerifyError::Bad {
-                commit: commit.to_string(),
-                fingerprint: None,
-                why: format!("unreadable SSH signature ({e})"),
-            })?;
+        let signature = ssh_key::SshSig::from_pem(armored.trim()).map_err(|e| {
+            VerifyError::bad(commit, None, format!("unreadable SSH signature ({e})"))
+        })?;
         let fingerprint = signature
             .public_key()
             .fingerprint(ssh_key::HashAlg::Sha256)
@@ -52,12 +49,11 @@ impl Trust {
         allowed
             .key
             .verify(SSH_NAMESPACE, data, &signature)
-            .map_err(|e| VerifyError::Bad {
-                commit: commit.to_string(),
-                fingerprint: Some(fingerprint.clone()),
-                why: format!(
+            .map_err(|e| {
+                let why = format!(
                     "it does not match the commit ({e}): was the commit changed after signing?"
-                ),
+                );
+                VerifyError::bad(commit, Some(fingerprint.clone()), why)
             })?;
         let invalid = |state: String| VerifyError::KeyInvalid {
             commit: commit.to_string(),
