@@ -153,11 +153,11 @@ impl Identity {
 pub fn impersonating(client: &kube::Client, identity: &Identity) -> kube::Client {
     let names = std::iter::once(("impersonate-user", &identity.user))
         .chain(identity.groups.iter().map(|g| ("impersonate-group", g)));
-    let headers: Result<Vec<_>, String> = names
+    let headers: Result<Vec<_>, NotImpersonable> = names
         .map(|(header, name)| {
             http::HeaderValue::from_str(name)
                 .map(|v| (http::HeaderName::from_static(header), v))
-                .map_err(|_| format!("{name:?} cannot be impersonated: not a valid header value"))
+                .map_err(|_| NotImpersonable(name.clone()))
         })
         .collect();
     let service = Impersonate {
@@ -167,10 +167,15 @@ pub fn impersonating(client: &kube::Client, identity: &Identity) -> kube::Client
     kube::Client::new(service, client.default_namespace())
 }
 
+/// A user or group name that cannot be sent as an impersonation header.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0:?} cannot be impersonated: not a valid header value")]
+pub struct NotImpersonable(String);
+
 #[derive(Clone)]
 struct Impersonate {
     client: kube::Client,
-    headers: std::sync::Arc<Result<Vec<(http::HeaderName, http::HeaderValue)>, String>>,
+    headers: std::sync::Arc<Result<Vec<(http::HeaderName, http::HeaderValue)>, NotImpersonable>>,
 }
 
 impl tower::Service<http::Request<kube::client::Body>> for Impersonate {
@@ -190,7 +195,7 @@ impl tower::Service<http::Request<kube::client::Body>> for Impersonate {
         let headers = match self.headers.as_ref() {
             Ok(headers) => headers,
             Err(e) => {
-                let e = kube::Error::Service(e.clone().into());
+                let e = kube::Error::Service(Box::new(e.clone()));
                 return Box::pin(async move { Err(e) });
             }
         };
