@@ -126,8 +126,11 @@ impl Bench {
         let first = git(&repo, &["rev-parse", "HEAD"])?.trim().to_string();
         let state = self.work.join(format!("state-fleet-{apps}"));
         std::fs::create_dir_all(&state)?;
+        // Each fleet is a deployment of its own: its inventories in a namespace of their
+        // own, so a later fleet's apps (same names, another repository) are not taken for
+        // a rewound history of an earlier fleet's.
         let mut config = format!(
-            "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\n[cluster]\nkubeconfig = \"{}\"\n",
+            "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\ninventory_namespace = \"berth-fleet-{apps}\"\n[cluster]\nkubeconfig = \"{}\"\n",
             state.display(),
             self.cp.kubeconfig.display()
         );
