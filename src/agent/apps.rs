@@ -16,7 +16,7 @@ use crate::service::http::Hook;
 use crate::service::shards::{self, Fence};
 use crate::shutdown::{self, stopped, Signal};
 use crate::source::{git, watch as repo_watch};
-use crate::sync::{SyncOptions, Syncer};
+use crate::sync::{note_waiting, SyncOptions, Syncer, Waiting};
 
 pub(super) struct Agent {
     pub(super) config_path: PathBuf,
@@ -84,6 +84,9 @@ impl Agent {
 
     pub(super) fn start(&mut self, app: AppConfig) {
         let (trigger, triggers) = mpsc::channel(4);
+        if let Ok(mut all) = self.shared.triggers.lock() {
+            all.insert(app.name.clone(), trigger.clone());
+        }
         if let Some(path) = git::local_path(&app.repo) {
             self.subscribe(&app.name, path, trigger.clone());
         }
@@ -194,6 +197,9 @@ impl Agent {
         if let Ok(mut status) = self.shared.status.lock() {
             status.remove(name);
         }
+        if let Ok(mut triggers) = self.shared.triggers.lock() {
+            triggers.remove(name);
+        }
     }
 
     pub(super) async fn stop_all(&mut self) {
@@ -263,6 +269,7 @@ impl Agent {
             );
             return;
         }
+        self.shared.syncer().set_apps(&new.apps);
         let wanted: BTreeMap<String, AppConfig> = new
             .apps
             .iter()
@@ -330,11 +337,31 @@ async fn app_loop(
     heart: Arc<Heartbeat>,
 ) {
     let log = |line: &str| log_progress(&app.name, line);
-    let mut trigger = Trigger::Interval;
+    let mut options = SyncOptions::new(Trigger::Interval);
+    let mut gate = Gate::default();
+    if !app.depends_on.is_empty() {
+        // A wait noted before a restart is over.
+        note_waiting(&shared.syncer().agent.state_dir, &app.name, None);
+    }
     loop {
         heart.busy(true);
-        let options = SyncOptions::new(trigger);
         let syncer = shared.syncer();
+        if !app.depends_on.is_empty() {
+            if let Some(waiting) = syncer.waiting_on(&app, &options).await {
+                heart.busy(false);
+                gate.wait(&app, &shared, &syncer, options, waiting);
+                // Woken by a dependency's sync here; asked again soon, for one elsewhere.
+                let wake = tokio::time::Instant::now() + interval.min(DEPENDENCY_POLL);
+                match next_trigger(wake, &mut triggers, &mut stop, &heart).await {
+                    // The trigger that started the wait stays, and its fetch.
+                    Some(Trigger::Dependency | Trigger::Interval) => {}
+                    Some(_) => options.requested = std::time::Instant::now(),
+                    None => return,
+                }
+                continue;
+            }
+            options.waited = gate.release(&app, &syncer);
+        }
         // With sharding, only the holder of the app's Lease writes (a hand-over waits).
         let fence = match &shared.shard {
             Some(s) => {
@@ -363,27 +390,82 @@ async fn app_loop(
         };
         heart.busy(false);
         shared.metrics.observe(&record);
-        if let Ok(mut status) = shared.status.lock() {
-            status.insert(app.name.clone(), (status_line(&record), record.finished_at));
-        }
-        shared.publish_status();
+        shared.set_status(&app.name, status_line(&record));
+        shared.wake_dependents(&app.name);
         let wake = tokio::time::Instant::now() + interval + crate::retry::random_below(jitter);
-        trigger = loop {
-            tokio::select! {
-                () = tokio::time::sleep_until(wake) => break Trigger::Interval,
-                Some(t) = triggers.recv() => {
-                    tokio::time::sleep(DEBOUNCE).await;
-                    while triggers.try_recv().is_ok() {}
-                    break t;
-                }
-                () = stopped(&mut stop) => return,
-                () = tokio::time::sleep(TICK) => heart.beat(),
-            }
-        };
-        if *stop.borrow() {
-            return;
+        match next_trigger(wake, &mut triggers, &mut stop, &heart).await {
+            Some(next) => options = SyncOptions::new(next),
+            None => return,
         }
     }
+}
+
+/// How often an app that waits on its dependencies asks again, besides being woken when
+/// a dependency's sync on this host ends (a dependency on another host wakes nobody here).
+const DEPENDENCY_POLL: Duration = Duration::from_secs(5);
+
+/// An app's wait on its dependencies: since when, and the failure it gave up on (recorded
+/// once, not at every look).
+#[derive(Default)]
+struct Gate {
+    since: Option<tokio::time::Instant>,
+    gave_up: Option<Waiting>,
+}
+
+impl Gate {
+    /// The app waits: `berth status` and `STATUS=` say on what; a failed dependency is
+    /// recorded once (held: nothing applied).
+    fn wait(
+        &mut self,
+        app: &AppConfig,
+        shared: &Shared,
+        syncer: &Syncer,
+        options: SyncOptions,
+        waiting: Waiting,
+    ) {
+        self.since.get_or_insert_with(tokio::time::Instant::now);
+        note_waiting(&syncer.agent.state_dir, &app.name, Some(&waiting));
+        shared.set_status(&app.name, format!("{}: {waiting}", app.name));
+        if waiting.failed && self.gave_up.as_ref() != Some(&waiting) {
+            tracing::warn!(app = %app.name, "{waiting}: held until it is ready");
+            let record = syncer.held_by(app, options, &waiting);
+            shared.metrics.observe(&record);
+            self.gave_up = Some(waiting);
+        } else if self.gave_up.is_none() {
+            tracing::info!(app = %app.name, "{waiting}");
+        }
+    }
+
+    /// Every dependency is ready: how long the app waited, if it did.
+    fn release(&mut self, app: &AppConfig, syncer: &Syncer) -> Option<Duration> {
+        self.gave_up = None;
+        let since = self.since.take()?;
+        note_waiting(&syncer.agent.state_dir, &app.name, None);
+        Some(since.elapsed())
+    }
+}
+
+/// Waits for the app's next trigger: `wake` (its interval), a commit, a webhook or a
+/// dependency's sync; `None` on shutdown. Idle, the heart beats.
+async fn next_trigger(
+    wake: tokio::time::Instant,
+    triggers: &mut mpsc::Receiver<Trigger>,
+    stop: &mut Signal,
+    heart: &Heartbeat,
+) -> Option<Trigger> {
+    let next = loop {
+        tokio::select! {
+            () = tokio::time::sleep_until(wake) => break Trigger::Interval,
+            Some(t) = triggers.recv() => {
+                tokio::time::sleep(DEBOUNCE).await;
+                while triggers.try_recv().is_ok() {}
+                break t;
+            }
+            () = stopped(stop) => return None,
+            () = tokio::time::sleep(TICK) => heart.beat(),
+        }
+    };
+    (!*stop.borrow()).then_some(next)
 }
 
 /// A sync's progress line in the agent's log, at the level its words say (journald's

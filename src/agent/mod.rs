@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::{AppConfig, Config};
-use crate::history::{Outcome, SyncRecord};
+use crate::history::{Outcome, SyncRecord, Trigger};
 use crate::service::http::{self, Endpoint};
 use crate::service::lease::{self, Elector};
 use crate::service::listener;
@@ -110,6 +110,8 @@ struct Shared {
     metrics: Arc<Metrics>,
     hearts: Mutex<BTreeMap<String, Arc<Heartbeat>>>,
     status: Mutex<BTreeMap<String, (String, Timestamp)>>,
+    /// Each running app's triggers: a sync that ends wakes the apps that depend on it.
+    triggers: Mutex<BTreeMap<String, mpsc::Sender<Trigger>>>,
     endpoint: Option<Arc<Endpoint>>,
     /// With `[agent] sharding`: this host's identity, for the membership and the apps'
     /// Leases.
@@ -129,6 +131,28 @@ impl Shared {
             .read()
             .map(|s| s.clone())
             .unwrap_or_else(|e| e.into_inner().clone())
+    }
+
+    /// Wakes the running apps that depend on `app`, whose sync just ended (a full channel
+    /// already holds a trigger: that sync sees this one's result).
+    fn wake_dependents(&self, app: &str) {
+        let syncer = self.syncer();
+        let Ok(triggers) = self.triggers.lock() else {
+            return;
+        };
+        for dependent in syncer.dependents(app) {
+            if let Some(trigger) = triggers.get(&dependent) {
+                let _ = trigger.try_send(Trigger::Dependency);
+            }
+        }
+    }
+
+    /// The app's line of `STATUS=`.
+    fn set_status(&self, app: &str, line: String) {
+        if let Ok(mut status) = self.status.lock() {
+            status.insert(app.to_string(), (line, Timestamp::now()));
+        }
+        self.publish_status();
     }
 
     /// `STATUS=guestbook: synced abc1234 (3 changed) 12s ago; …`
@@ -187,6 +211,7 @@ pub async fn run(
         metrics,
         hearts: Mutex::new(BTreeMap::new()),
         status: Mutex::new(BTreeMap::new()),
+        triggers: Mutex::new(BTreeMap::new()),
         shard: config.agent.sharding.then(|| Shard {
             identity: syncer.host.clone(),
             namespace: config.agent.inventory_namespace.clone(),

@@ -173,6 +173,12 @@ fn show(r: &SyncRecord) -> String {
     if let Some(host) = &r.host {
         out += &format!("Host:      {host}\n");
     }
+    if let Some(ms) = r.waited_ms {
+        out += &format!(
+            "Waited:    {:.1}s for the apps it depends on\n",
+            ms as f64 / 1000.0
+        );
+    }
     if let Some(c) = &r.commit {
         out += &format!(
             "Commit:    {} {:?}\n           by {} at {}\n",

@@ -56,6 +56,9 @@ struct AppStatus {
     last: Option<LastSync>,
     /// The sync in flight, `null` when none runs.
     syncing: Option<Syncing>,
+    /// What the agent's app waits on before it syncs (`waiting on infra: rollout failed at
+    /// 3f2a1c0 …`), `null` when it does not wait.
+    waiting: Option<String>,
     /// Why the app is held, `null` when it is not (or the cluster was not reached).
     held: Option<String>,
     /// The app's Deployments (`null` when the cluster was not reached).
@@ -149,6 +152,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             host,
             last,
             syncing: in_flight,
+            waiting: berth::sync::waiting_note(&config.agent.state_dir, &app.name),
             held: live_app.and_then(|l| l.held.clone()),
             deployments: live_app.map(|l| l.deployments.clone()),
             objects: live_app.map(|l| l.objects.clone()),
@@ -200,6 +204,7 @@ fn print_tables(statuses: &[AppStatus], reached: bool) {
                 now_syncing.step,
                 age(now_syncing.started_at)
             ),
+            (None, _) if s.waiting.is_some() => s.waiting.clone().unwrap_or_default(),
             (None, Some(l)) => l.outcome.clone(),
             (None, None) => "never synced".into(),
         };

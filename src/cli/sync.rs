@@ -28,12 +28,26 @@ pub struct Args {
     /// branch or tag was moved back, or rewritten): refused otherwise.
     #[arg(long)]
     pub accept_rewind: bool,
+    /// Sync the apps the named ones depend on (`depends_on`) too, first.
+    #[arg(long)]
+    pub with_deps: bool,
 }
 
-/// Runs `berth sync`: exit code 1 when any app failed.
+/// Runs `berth sync`: the apps in dependency order, each once every app it depends on is
+/// ready, independent ones side by side (at most `agent.max_concurrent_syncs`); exit code
+/// 1 when any app failed or did not sync because an app it depends on is not ready.
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
-    let apps = select(&config.apps, &args.apps)?;
+    let mut apps = select(&config.apps, &args.apps)?;
+    if args.with_deps {
+        let named: Vec<&str> = apps.iter().map(|a| a.name.as_str()).collect();
+        let wanted = config::order::with_dependencies(&config.apps, &named);
+        apps = config
+            .apps
+            .iter()
+            .filter(|a| wanted.contains(&a.name))
+            .collect();
+    }
     super::reach_cluster(&config).await?;
     let syncer = Syncer::connect(&config, false).await?.notify(&config)?;
     let (stop, shutdown) = berth::shutdown::channel();
@@ -43,42 +57,87 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             let _ = stop.send(true);
         }
     });
-    let syncs = apps.iter().map(|app| {
-        let name = app.name.clone();
-        let shutdown = shutdown.clone();
-        let syncer = &syncer;
-        async move {
-            let print = move |line: &str| super::say(format_args!("{name}: {line}"));
-            syncer
-                .sync(
-                    app,
-                    SyncOptions {
-                        force: args.force,
-                        wait: !args.no_wait,
-                        accept_rewind: args.accept_rewind,
-                        ..SyncOptions::new(Trigger::Cli)
-                    },
-                    &shutdown,
-                    &print,
-                )
-                .await
-        }
-    });
-    let records = futures::future::join_all(syncs).await;
+    let options = SyncOptions {
+        force: args.force,
+        wait: !args.no_wait,
+        accept_rewind: args.accept_rewind,
+        ..SyncOptions::new(Trigger::Cli)
+    };
+    let ended = in_order(&syncer, &apps, options, &shutdown).await;
     syncer.notifications.flush(super::NOTIFY_FLUSH).await;
     let mut ok = true;
-    for r in &records {
-        super::say(summary(r));
-        ok &= matches!(
-            r.outcome,
-            Outcome::Succeeded | Outcome::NoChange | Outcome::Held
-        );
+    for (record, synced) in &ended {
+        super::say(summary(record));
+        ok &= *synced
+            && matches!(
+                record.outcome,
+                Outcome::Succeeded | Outcome::NoChange | Outcome::Held
+            );
     }
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Syncs `apps`, each once every app it depends on that is among them has ended; one whose
+/// dependency is not ready then is recorded held, not synced (`false`). Returns each
+/// app's record in the order the apps were given.
+async fn in_order(
+    syncer: &Syncer,
+    apps: &[&AppConfig],
+    options: SyncOptions,
+    shutdown: &berth::shutdown::Signal,
+) -> Vec<(SyncRecord, bool)> {
+    use futures::stream::{FuturesUnordered, StreamExt};
+    let mut ended = std::collections::BTreeMap::new();
+    let mut running = FuturesUnordered::new();
+    let mut pending: Vec<&AppConfig> = apps.to_vec();
+    loop {
+        let (ready, blocked): (Vec<&AppConfig>, Vec<&AppConfig>) =
+            pending.into_iter().partition(|app| {
+                app.depends_on
+                    .iter()
+                    .all(|d| ended.contains_key(d) || !apps.iter().any(|a| &a.name == d))
+            });
+        pending = blocked;
+        running.extend(
+            ready
+                .into_iter()
+                .map(|app| one(syncer, app, options, shutdown)),
+        );
+        let Some((name, result)) = running.next().await else {
+            break;
+        };
+        ended.insert(name, result);
+    }
+    apps.iter().filter_map(|a| ended.remove(&a.name)).collect()
+}
+
+/// One app of `berth sync`: synced when every app it depends on is ready, else recorded
+/// held.
+async fn one<'a>(
+    syncer: &'a Syncer,
+    app: &'a AppConfig,
+    options: SyncOptions,
+    shutdown: &'a berth::shutdown::Signal,
+) -> (String, (SyncRecord, bool)) {
+    let name = app.name.clone();
+    let print = move |line: &str| super::say(format_args!("{name}: {line}"));
+    if let Some(waiting) = syncer.waiting_on(app, &options).await {
+        print(&format!(
+            "{waiting}; not synced (berth sync --with-deps {} syncs what it depends on first)",
+            app.name
+        ));
+        return (
+            app.name.clone(),
+            (syncer.held_by(app, options, &waiting), false),
+        );
+    }
+    let _slot = syncer.slots.acquire().await;
+    let record = syncer.sync(app, options, shutdown, &print).await;
+    (app.name.clone(), (record, true))
 }
 
 pub fn select<'a>(apps: &'a [AppConfig], names: &[String]) -> anyhow::Result<Vec<&'a AppConfig>> {
@@ -110,7 +169,11 @@ pub fn summary(r: &SyncRecord) -> String {
             plural(r.unchanged, "object")
         ),
         Outcome::Succeeded => format!("{}: synced {commit} in {secs:.1}s: {}", r.app, counts(r)),
-        Outcome::Held => format!("{}: held at {commit}: nothing applied", r.app),
+        Outcome::Held => match (&r.commit, &r.note) {
+            // Not synced: an app it depends on is not ready.
+            (None, Some(note)) => format!("{}: held: {note}; nothing applied", r.app),
+            _ => format!("{}: held at {commit}: nothing applied", r.app),
+        },
         Outcome::RolledBack => format!(
             "{}: rolled back in {secs:.1}s; held at commit {commit}",
             r.app

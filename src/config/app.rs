@@ -89,6 +89,10 @@ pub struct AppConfig {
     /// Groups impersonated with `user` or `service_account`.
     #[serde(default)]
     pub groups: Vec<String>,
+    /// Apps that must have synced their current commit and be healthy before this app
+    /// syncs one (`depends_on = ["crds", "infra"]`); see `docs/ordering.md`.
+    #[serde(default)]
+    pub depends_on: Vec<String>,
 }
 
 /// `[app.scope]`: the namespaces and cluster-scoped kinds an app may write.

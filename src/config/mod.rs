@@ -14,6 +14,7 @@ mod credentials;
 mod error;
 mod globs;
 mod notify;
+pub mod order;
 mod validate;
 mod values;
 
@@ -156,6 +157,33 @@ repo = "https://example.com/guestbook.git"
         assert!(e.contains("app[0].rollout.engin"), "{e}");
         assert!(e.contains("unknown field"), "{e}");
         assert!(e.starts_with("6:"), "{e}");
+    }
+
+    #[test]
+    fn dependencies_must_name_apps_and_not_go_round() {
+        let app = |name: &str, deps: &str| {
+            format!("[[app]]\nname = \"{name}\"\nrepo = \"/r\"\ndepends_on = {deps}\n")
+        };
+        let e = invalid(&format!(
+            "{}{}{}",
+            app("crds", "[\"operator\"]"),
+            app("operator", "[\"crds\"]"),
+            app("app", "[\"operatr\", \"app\"]")
+        ));
+        assert!(
+            e.contains("app[0].depends_on: a dependency cycle: crds -> operator -> crds"),
+            "{e}"
+        );
+        assert!(
+            e.contains("app[2].depends_on: no app named \"operatr\" (apps: app, crds, operator)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("app[2].depends_on: \"app\" is the app itself"),
+            "{e}"
+        );
+        let fine = format!("{}{}", app("crds", "[]"), app("operator", "[\"crds\"]"));
+        parse(&fine).unwrap().validate().unwrap();
     }
 
     #[test]

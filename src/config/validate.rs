@@ -53,6 +53,7 @@ impl Config {
                 problems.add(key("rollout.timeout"), "must be more than 0s");
             }
         }
+        dependencies(&self.apps, &mut problems);
         for (i, target) in self.notify.iter().enumerate() {
             notify(target, &|k: &str| format!("notify[{i}].{k}"), &mut problems);
         }
@@ -64,6 +65,37 @@ impl Config {
                 problems: problems.0,
             })
         }
+    }
+}
+
+/// `depends_on`: names of other apps, without a cycle.
+fn dependencies(apps: &[AppConfig], problems: &mut Problems) {
+    let names: HashSet<&str> = apps.iter().map(|a| a.name.as_str()).collect();
+    for (i, app) in apps.iter().enumerate() {
+        for dep in &app.depends_on {
+            if dep == &app.name {
+                problems.add(
+                    format!("app[{i}].depends_on"),
+                    format!("{dep:?} is the app itself"),
+                );
+            } else if !names.contains(dep.as_str()) {
+                problems.add(
+                    format!("app[{i}].depends_on"),
+                    format!("no app named {dep:?} (apps: {})", {
+                        let mut known: Vec<&str> = names.iter().copied().collect();
+                        known.sort_unstable();
+                        known.join(", ")
+                    }),
+                );
+            }
+        }
+    }
+    if let Some(cycle) = super::order::cycle(apps) {
+        let first = apps.iter().position(|a| a.name == cycle[0]).unwrap_or(0);
+        problems.add(
+            format!("app[{first}].depends_on"),
+            format!("a dependency cycle: {}", cycle.join(" -> ")),
+        );
     }
 }
 

@@ -21,6 +21,8 @@ pub enum Trigger {
     Webhook,
     /// `berth sync` or another command.
     Cli,
+    /// An app it depends on (`depends_on`) synced.
+    Dependency,
 }
 
 impl Trigger {
@@ -31,6 +33,7 @@ impl Trigger {
             Trigger::Notify => "notify",
             Trigger::Webhook => "webhook",
             Trigger::Cli => "cli",
+            Trigger::Dependency => "dependency",
         }
     }
 }
@@ -142,6 +145,10 @@ pub struct SyncRecord {
     /// How long the git fetch and checkout took.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fetch_ms: Option<u64>,
+    /// How long the sync waited before it started for the apps it depends on
+    /// (`depends_on`) to be ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waited_ms: Option<u64>,
     /// Write requests sent (dry runs, applies, prunes, inventory).
     #[serde(default)]
     pub requests: u64,
@@ -258,6 +265,7 @@ impl SyncRecord {
             rollouts: Vec::new(),
             note: None,
             fetch_ms: None,
+            waited_ms: None,
             requests: 0,
             health: Vec::new(),
         }

@@ -33,6 +33,12 @@ pub struct Inventory {
     /// alone until another commit arrives or a sync is forced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held: Option<Held>,
+    /// The commit the app's last sync ended at, successful and healthy (a later commit
+    /// that changed nothing of the app's moves it on); none after a sync that failed. Apps
+    /// that depend on this one (`depends_on`) wait until it is their dependency's current
+    /// commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<String>,
 }
 
 /// Why an app is held.

@@ -127,6 +127,8 @@ pub fn next_inventory(
         } else {
             None
         },
+        // Set by the sync once it ended well.
+        ready: None,
     }
 }
 

@@ -76,6 +76,7 @@ fn classifies_new_changed_drifted_same_and_prune() {
             entry(&gone, "rv5"),
         ],
         held: None,
+        ready: None,
     };
     let live = live(&[
         (&same, "rv1"),
@@ -134,6 +135,7 @@ fn unchanged_commit_is_a_no_op() {
         commit: None,
         objects: vec![entry(&a, "rv1")],
         held: None,
+        ready: None,
     };
     let p = plan(vec![a.clone()], resolve, &inventory, &live(&[(&a, "rv1")])).unwrap();
     assert!(p.is_no_op());
@@ -220,6 +222,7 @@ fn next_inventory_after_a_complete_and_a_failed_apply() {
             commit: "old".into(),
             reason: "rolled back".into(),
         }),
+        ready: None,
     };
     let fresh = entry(&written, "rv9");
 
@@ -249,11 +252,13 @@ fn unfinished_entries_go_back_to_what_they_were_before_the_sync() {
         commit: Some("c1".into()),
         objects: vec![entry(&a, "5"), entry(&c, "5")],
         held: None,
+        ready: None,
     };
     let next = Inventory {
         commit: Some("c2".into()),
         objects: vec![entry(&a, "6"), entry(&b, "6"), entry(&c, "6")],
         held: None,
+        ready: None,
     };
     let out = unfinished(&next, &old, &[a.key(), b.key()]);
     assert_eq!(out.commit.as_deref(), Some("c2"));
@@ -276,6 +281,7 @@ fn write_ahead_adds_pending_entries_for_new_objects_only() {
         commit: Some("c1".into()),
         objects: vec![entry(&a, "5")],
         held: None,
+        ready: None,
     };
     let targets: Vec<Target> = [cm("a", "2"), b.clone()]
         .into_iter()

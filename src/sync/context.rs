@@ -122,6 +122,13 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// Other apps depend on this one: a commit that changes nothing of it still moves
+    /// where it is ready (their gate, `depends.rs`).
+    pub fn depended_on(&self) -> bool {
+        let apps = self.syncer.apps();
+        !crate::config::order::dependents(&apps, &self.app.name).is_empty()
+    }
+
     /// An empty journal for this sync.
     pub fn journal(&self) -> Journal<'a> {
         Journal {

@@ -4,9 +4,7 @@
 
 use super::context::{Ctx, Journal, Stop};
 use super::SyncError;
-use crate::history::Trigger;
 use crate::source::git::{self, Checkout};
-use crate::source::shared::INTERVAL_SHARE;
 
 /// The app's commit, checked out.
 pub(super) async fn fetch(ctx: &Ctx<'_>, journal: &mut Journal<'_>) -> Result<Checkout, Stop> {
@@ -14,12 +12,12 @@ pub(super) async fn fetch(ctx: &Ctx<'_>, journal: &mut Journal<'_>) -> Result<Ch
         "fetching {}",
         git::redact_url(&git::remote_url(&ctx.app.repo))
     ));
-    // An interval's sync shares a fetch started a little before it was asked for.
-    let since = match ctx.options.trigger {
-        Trigger::Interval => ctx.options.requested - INTERVAL_SHARE,
-        _ => ctx.options.requested,
-    };
-    match ctx.syncer.sources.fetch(ctx.app, since).await {
+    match ctx
+        .syncer
+        .sources
+        .fetch(ctx.app, ctx.options.fetch_since())
+        .await
+    {
         Ok(checkout) => {
             let c = &checkout.commit;
             ctx.say(&format!(

@@ -85,6 +85,26 @@ impl InventoryStore {
     /// Stores `next` unless it is `old`, then its local copy; false when that failed (the
     /// error is recorded). When another writer changed the ConfigMap since it was read,
     /// it is read again and the entries that writer added are kept: never overwritten.
+    /// A commit that changes nothing of an app that others depend on: the app is ready at
+    /// it as it was at the last (its dependents wait for their dependency's current
+    /// commit). Not when the last sync that wrote failed (`ready` unset) or the app is held.
+    pub async fn keep_ready(
+        &mut self,
+        ctx: &Ctx<'_>,
+        inventory: &Inventory,
+        sha: &str,
+        journal: &mut Journal<'_>,
+    ) {
+        if inventory.held.is_some() || inventory.ready.as_ref().is_none_or(|r| r == sha) {
+            return;
+        }
+        let next = Inventory {
+            ready: Some(sha.to_string()),
+            ..inventory.clone()
+        };
+        self.store(ctx, inventory, &next, journal).await;
+    }
+
     pub async fn store(
         &mut self,
         ctx: &Ctx<'_>,

@@ -32,6 +32,7 @@
 
 mod apply;
 mod context;
+mod depends;
 mod error;
 mod fetch;
 mod health;
@@ -53,6 +54,7 @@ mod validate;
 mod verify;
 mod write;
 
+pub use depends::{note_waiting, waiting_note, Waiting};
 pub use error::SyncError;
 pub use lock::{in_flight, syncing, Marker};
 pub use manual::{RollbackRefused, RollbackRequest};
@@ -107,6 +109,8 @@ pub struct Syncer {
     pub notifications: Arc<Notifications>,
     /// What each app's last good sync read, to skip commits that change none of it.
     inputs: Remembered,
+    /// The configuration's apps: whom an app depends on and who depends on it.
+    apps: std::sync::RwLock<Arc<[AppConfig]>>,
 }
 
 impl Syncer {
@@ -148,7 +152,32 @@ impl Syncer {
             agent: config.agent.clone(),
             history: HistoryLog::new(&config.agent.state_dir),
             engine_supervised,
+            apps: std::sync::RwLock::new(config.apps.clone().into()),
         })
+    }
+
+    /// A reloaded configuration's apps (their `depends_on`).
+    pub fn set_apps(&self, apps: &[AppConfig]) {
+        if let Ok(mut a) = self.apps.write() {
+            *a = apps.into();
+        }
+    }
+
+    /// The apps that depend on `app` directly.
+    pub fn dependents(&self, app: &str) -> Vec<String> {
+        let apps = self.apps();
+        crate::config::order::dependents(&apps, app)
+            .into_iter()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The configuration's apps.
+    fn apps(&self) -> Arc<[AppConfig]> {
+        self.apps
+            .read()
+            .map(|a| a.clone())
+            .unwrap_or_else(|e| e.into_inner().clone())
     }
 }
 
@@ -167,9 +196,20 @@ pub struct SyncOptions {
     pub accept_rewind: bool,
     /// When the sync was asked for: a fetch of the repository started since is shared.
     pub requested: Instant,
+    /// How long it waited for the apps it depends on (recorded).
+    pub waited: Option<std::time::Duration>,
 }
 
 impl SyncOptions {
+    /// The oldest fetch the sync takes: one started since it was asked for, or for an
+    /// interval's sync a little before (apps whose intervals fall close share a fetch).
+    pub fn fetch_since(&self) -> Instant {
+        match self.trigger {
+            Trigger::Interval => self.requested - crate::source::shared::INTERVAL_SHARE,
+            _ => self.requested,
+        }
+    }
+
     /// A normal sync started by `trigger`.
     pub fn new(trigger: Trigger) -> Self {
         SyncOptions {
@@ -178,6 +218,7 @@ impl SyncOptions {
             wait: true,
             accept_rewind: false,
             requested: Instant::now(),
+            waited: None,
         }
     }
 }
@@ -246,6 +287,7 @@ impl Syncer {
         let name = &ctx.app.name;
         SyncRecord {
             host: Some(self.host.clone()),
+            waited_ms: ctx.options.waited.map(|w| w.as_millis() as u64),
             ..SyncRecord::new(new_id(started), name, ctx.options.trigger, started, None)
         }
     }
@@ -272,6 +314,12 @@ async fn steps(
 ) -> Result<Ended, Stop> {
     let checkout = fetch_verified(ctx, lock, rec, journal).await?;
     if let Some((skip, inputs)) = skip::untouched(ctx, &checkout) {
+        if ctx.depended_on() {
+            let (inventory, mut store) = inventory::load(ctx, journal).await?;
+            store
+                .keep_ready(ctx, &inventory, &checkout.commit.sha, journal)
+                .await;
+        }
         return Ok(skipped(rec, skip, Some(inputs)));
     }
     let prepared = prepare(ctx, checkout, lock, rec, journal).await?;
@@ -284,6 +332,11 @@ async fn steps(
         inputs,
     } = prepared;
     if let Some(skip) = skip::held_or_unchanged(ctx, &checkout, &inventory, &plan) {
+        if skip.outcome == Outcome::NoChange && ctx.depended_on() {
+            store
+                .keep_ready(ctx, &inventory, &checkout.commit.sha, journal)
+                .await;
+        }
         return Ok(skipped(rec, skip, inputs));
     }
     ctx.interrupted()?;
@@ -321,6 +374,8 @@ async fn steps(
         next.objects.extend(prune);
     }
     lock.enter(Step::Inventory);
+    let well = ended.is_ok() && journal.errors.is_empty();
+    next.ready = well.then(|| sha.clone());
     store.store(ctx, &ahead, &next, journal).await;
     ended?;
     if journal.errors.is_empty() {

@@ -184,14 +184,10 @@ impl Rollouts {
             let short = &sha[..sha.len().min(7)];
             match ctx.app.rollout.on_failure {
                 OnFailure::Rollback => {
-                    self.held = Some(format!(
-                        "the rollout of commit {short} failed and was rolled back"
-                    ))
+                    self.held = Some(format!("rollout failed at {short} and was rolled back"))
                 }
                 OnFailure::Halt => {
-                    self.held = Some(format!(
-                        "the rollout of commit {short} failed; the app is halted"
-                    ))
+                    self.held = Some(format!("rollout failed at {short}; the app is halted"))
                 }
                 OnFailure::Continue => {}
             }

@@ -32,7 +32,7 @@ pub(super) fn untouched(ctx: &Ctx<'_>, checkout: &Checkout) -> Option<(Skip, Inp
     let remembered = &ctx.syncer.inputs;
     let sha = &checkout.commit.sha;
     let last = match ctx.options.trigger {
-        Trigger::Notify | Trigger::Webhook => remembered.get(ctx.app)?,
+        Trigger::Notify | Trigger::Webhook | Trigger::Dependency => remembered.get(ctx.app)?,
         Trigger::Cli if !ctx.options.force => {
             Some(remembered.get(ctx.app)?).filter(|last| last.commit != *sha)?
         }
