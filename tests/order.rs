@@ -267,3 +267,355 @@ fn a_dependency_cycle_is_refused_naming_it() {
         "{err}"
     );
 }
+
+/// A Job (or, with `pod`, a bare Pod) named `name` (a `generateName` when it ends in `-`),
+/// with `annotations` on the object; `exit` is the code its pod exits with.
+fn job(name: &str, annotations: &str, exit: u32) -> String {
+    let naming = if name.ends_with('-') {
+        format!("generateName: {name}")
+    } else {
+        format!("name: {name}")
+    };
+    format!(
+        "apiVersion: batch/v1
+kind: Job
+metadata:
+  {naming}
+  annotations: {{{annotations}}}
+spec:
+  backoffLimit: 0
+  template:
+    metadata:
+      annotations: {{testenv.berth.dev/exit: \"{exit}\"}}
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: run
+          image: tools:1
+"
+    )
+}
+
+fn web(image: &str, annotations: &str, never: bool) -> String {
+    let pod = if never {
+        "testenv.berth.dev/ready: \"false\""
+    } else {
+        ""
+    };
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  annotations: {{{annotations}}}
+spec:
+  replicas: 1
+  progressDeadlineSeconds: 4
+  selector:
+    matchLabels: {{app: web}}
+  template:
+    metadata:
+      labels: {{app: web}}
+      annotations: {{{pod}}}
+    spec:
+      containers:
+        - name: web
+          image: {image}
+"
+    )
+}
+
+fn named_map(name: &str, value: &str, annotations: &str) -> String {
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  annotations: {{{annotations}}}\ndata:\n  value: \"{value}\"\n")
+}
+
+/// The line of `out` that says `what`, by its position.
+fn line_of(out: &str, what: &str) -> usize {
+    out.lines()
+        .position(|l| l.contains(what))
+        .unwrap_or_else(|| panic!("no {what:?} in {out}"))
+}
+
+/// (phase, name, outcome) of each hook the record ran.
+fn hooks_of(r: &berth::history::SyncRecord) -> Vec<(String, String, String)> {
+    r.hooks
+        .iter()
+        .map(|h| (h.phase.clone(), h.key.name.clone(), h.outcome.clone()))
+        .collect()
+}
+
+async fn image_of(client: &kube::Client, ns: &str) -> String {
+    let d = Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), ns)
+        .get("web")
+        .await
+        .unwrap();
+    d.spec.unwrap().template.spec.unwrap().containers[0]
+        .image
+        .clone()
+        .unwrap()
+}
+
+/// A migration Job in berth's own annotations runs before the Deployment that needs it;
+/// when it fails, nothing else of the commit is written and the record names it.
+#[tokio::test]
+async fn a_pre_sync_migration_runs_first_and_a_failing_one_writes_nothing() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "order-migrate").await;
+    let repo = Repo::new();
+    repo.write("web.yaml", &web("web:1", "", false));
+    repo.write("migrate.yaml", &job("migrate", "berth.dev/hook: pre", 0));
+    repo.commit("web 1 and its migration");
+    let setup = Setup::new(cp, "order-migrate", &repo, &ns, "");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        line_of(
+            &out,
+            &format!("job.batch/migrate -n {ns}: pre hook succeeded")
+        ) < line_of(&out, &format!("deployment.apps/web -n {ns} created")),
+        "{out}"
+    );
+    let record = setup.history().pop().unwrap();
+    assert_eq!(
+        hooks_of(&record),
+        [("pre".into(), "migrate".into(), "succeeded".into())]
+    );
+    assert!(
+        !record.objects.iter().any(|o| o.key.kind == "Job"),
+        "a hook is not an object of the app: {:?}",
+        record.objects
+    );
+
+    // The next migration fails: nothing else of its commit is written.
+    repo.write("web.yaml", &web("web:2", "", false));
+    repo.write("settings.yaml", &named_map("settings", "2", ""));
+    repo.write("migrate.yaml", &job("migrate", "berth.dev/hook: pre", 1));
+    repo.commit("web 2, a failing migration");
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}");
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Failed);
+    let error = &record.errors[0].message;
+    assert!(
+        error.starts_with(&format!("pre hook Job {ns}/migrate failed: "))
+            && error.contains("BackoffLimitExceeded"),
+        "{error}"
+    );
+    assert_eq!(image_of(&client, &ns).await, "web:1");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    assert!(maps.get_opt("settings").await.unwrap().is_none());
+}
+
+/// An app in Argo CD's annotations: a PreSync Job named by generateName and deleted once
+/// it succeeded, waves -1, 0 and 1 applied in order each healthy before the next, a
+/// PostSync Job kept until its next run, a SyncFail Job run only when the sync fails — and
+/// then a wave that fails stops the waves after it and runs SyncFail instead of PostSync.
+#[tokio::test]
+async fn an_argo_cd_app_runs_hooks_and_waves_as_argo_cd_documents() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "order-argo").await;
+    let repo = Repo::new();
+    let presync =
+        "argocd.argoproj.io/hook: PreSync, argocd.argoproj.io/hook-delete-policy: HookSucceeded";
+    repo.write("presync.yaml", &job("presync-", presync, 0));
+    repo.write(
+        "first.yaml",
+        &named_map("first", "1", "argocd.argoproj.io/sync-wave: \"-1\""),
+    );
+    repo.write("web.yaml", &web("web:1", "", false));
+    repo.write(
+        "last.yaml",
+        &named_map("last", "1", "argocd.argoproj.io/sync-wave: \"1\""),
+    );
+    repo.write(
+        "smoke.yaml",
+        &job("smoke", "argocd.argoproj.io/hook: PostSync", 0),
+    );
+    repo.write(
+        "cleanup.yaml",
+        &job("cleanup-", "argocd.argoproj.io/hook: SyncFail", 0),
+    );
+    repo.commit("an app in Argo CD's annotations");
+    let setup = Setup::new(
+        cp,
+        "order-argo",
+        &repo,
+        &ns,
+        "prune = true\n[app.rollout]\ntimeout = \"60s\"",
+    );
+    // The plan shows the phases and waves in order, and which hooks would run.
+    let (code, plan, err) = setup.berth(&["plan"]);
+    assert_eq!(code, 0, "{plan}{err}");
+    if let Some(path) = std::env::var_os("BERTH_SHOW_PLAN") {
+        std::fs::write(path, &plan).unwrap(); // for the README's example
+    }
+    let order = [
+        "  pre hooks:\n",
+        "job.batch/presync-* -n",
+        "(pre hook; deleted once it succeeded)",
+        "  wave -1:\n",
+        "configmap/first -n",
+        "  wave 0:\n",
+        "deployment.apps/web -n",
+        "  wave 1:\n",
+        "  post hooks:\n",
+        "job.batch/smoke -n",
+        "(post hook; deleted before its next run)",
+        "  if the sync fails, fail hooks:\n",
+        "job.batch/cleanup-* -n",
+    ];
+    let at: Vec<usize> = order
+        .iter()
+        .map(|w| plan.find(w).unwrap_or_else(|| panic!("no {w:?} in {plan}")))
+        .collect();
+    assert!(at.windows(2).all(|p| p[0] < p[1]), "{plan}");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (pre, first, zero, last, post) = (
+        line_of(&out, "pre hook succeeded"),
+        line_of(&out, "wave -1: applying 1 object"),
+        line_of(&out, "wave 0: applying 1 object"),
+        line_of(&out, "wave 1: applying 1 object"),
+        line_of(&out, "post hook succeeded"),
+    );
+    assert!(
+        pre < first && first < zero && zero < last && last < post,
+        "{out}"
+    );
+    assert!(
+        line_of(&out, "successfully rolled out") < last,
+        "wave 0 healthy before wave 1: {out}"
+    );
+    let record = setup.history().pop().unwrap();
+    let ran = hooks_of(&record);
+    assert_eq!(ran.len(), 2, "{ran:?}");
+    assert!(
+        ran[0].0 == "pre" && ran[0].1.starts_with("presync-") && ran[0].2 == "succeeded",
+        "{ran:?}"
+    );
+    assert_eq!(ran[1], ("post".into(), "smoke".into(), "succeeded".into()));
+    let waves: Vec<(i32, &str)> = record
+        .waves
+        .iter()
+        .map(|w| (w.wave, w.outcome.as_str()))
+        .collect();
+    assert_eq!(waves, [(-1, "healthy"), (0, "healthy"), (1, "healthy")]);
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), &ns);
+    let names = || async {
+        let mut names: Vec<String> = jobs
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|j| j.metadata.deletion_timestamp.is_none())
+            .filter_map(|j| j.metadata.name)
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        names().await,
+        ["smoke"],
+        "HookSucceeded deleted the PreSync Job; PostSync kept"
+    );
+
+    // Wave 0 fails: wave 1 is not reached, PostSync does not run, SyncFail does.
+    repo.write("web.yaml", &web("web:broken", "", true));
+    repo.write(
+        "last.yaml",
+        &named_map("last", "2", "argocd.argoproj.io/sync-wave: \"1\""),
+    );
+    repo.commit("a broken web");
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}");
+    let record = setup.history().pop().unwrap();
+    let waves: Vec<(i32, &str)> = record
+        .waves
+        .iter()
+        .map(|w| (w.wave, w.outcome.as_str()))
+        .collect();
+    // Wave -1 changed nothing: only the waves with writes are applied, and recorded.
+    assert_eq!(waves, [(0, "failed"), (1, "not-reached")]);
+    let phases: Vec<String> = hooks_of(&record)
+        .into_iter()
+        .map(|h| format!("{} {}", h.0, h.2))
+        .collect();
+    assert_eq!(phases, ["pre succeeded", "fail succeeded"]);
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    assert_eq!(maps.get("last").await.unwrap().data.unwrap()["value"], "1");
+    assert_eq!(image_of(&client, &ns).await, "web:1", "rolled back");
+}
+
+/// Helm's hook annotations on plain manifests: `pre-install` hooks on the app's first sync
+/// only, in `hook-weight` order, `pre-upgrade` on every later one; `test` hooks never.
+#[tokio::test]
+async fn helm_hook_annotations_follow_the_table() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "order-helm").await;
+    let repo = Repo::new();
+    let install =
+        |weight: &str| format!("helm.sh/hook: pre-install, helm.sh/hook-weight: \"{weight}\"");
+    repo.write("install-a.yaml", &job("install-a", &install("5"), 0));
+    repo.write("install-b.yaml", &job("install-b", &install("-5"), 0));
+    repo.write(
+        "upgrade.yaml",
+        &job(
+            "upgrade",
+            "helm.sh/hook: pre-upgrade, helm.sh/hook-delete-policy: hook-succeeded",
+            0,
+        ),
+    );
+    repo.write("test.yaml", &job("test", "helm.sh/hook: test", 1));
+    repo.write("settings.yaml", &named_map("settings", "1", ""));
+    repo.commit("a chart's hooks as plain manifests");
+    let setup = Setup::new(cp, "order-helm", &repo, &ns, "");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let names = |r: &berth::history::SyncRecord| -> Vec<String> {
+        hooks_of(r)
+            .into_iter()
+            .map(|h| format!("{} {} {}", h.0, h.1, h.2))
+            .collect()
+    };
+    assert_eq!(
+        names(&setup.history().pop().unwrap()),
+        ["pre install-b succeeded", "pre install-a succeeded"]
+    );
+    assert!(
+        out.contains("Job test: not applied (helm.sh/hook: test: not run by the first sync)"),
+        "{out}"
+    );
+
+    repo.write("settings.yaml", &named_map("settings", "2", ""));
+    repo.commit("settings 2");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        names(&setup.history().pop().unwrap()),
+        ["pre upgrade succeeded"]
+    );
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        jobs.get_opt("test").await.unwrap().is_none(),
+        "test hooks never run"
+    );
+    let upgrade = jobs.get_opt("upgrade").await.unwrap();
+    assert!(
+        upgrade.is_none_or(|j| j.metadata.deletion_timestamp.is_some()),
+        "hook-succeeded deletes it"
+    );
+    assert!(
+        jobs.get_opt("install-a").await.unwrap().is_some(),
+        "kept until its next run"
+    );
+}

@@ -232,7 +232,10 @@ async fn a_rollout_that_never_becomes_ready_fails_and_is_rolled_back() {
     let (code, out, _) = setup.berth(&["sync"]);
     assert_eq!(code, 0, "{out}");
     assert!(
-        out.contains("held: the rollout of commit") && out.contains("--force"),
+        out.contains(&format!(
+            "held: rollout failed at {} and was rolled back",
+            &bad[..7]
+        )) && out.contains("--force"),
         "{out}"
     );
     assert_eq!(image(&client, &ns).await, "web:1");

@@ -4,7 +4,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use berth::config;
-use berth::sync::{Preview, Syncer};
+use berth::plan::phases::HookPhase;
+use berth::sync::{PlannedObject, Preview, Syncer};
 
 use super::sync::select;
 
@@ -57,6 +58,78 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// One object of the plan, and its diff, at `indent`.
+fn object(o: &PlannedObject, indent: &str) -> String {
+    let mut out = format!("{indent}{}\n", o.line());
+    for line in o.diff.iter().flat_map(|d| d.lines()) {
+        out += &format!("{indent}  {line}\n");
+    }
+    out
+}
+
+/// The plan of an app with hooks or waves, in the order a sync takes it: `pre` hooks,
+/// each wave (its objects, then its `sync` hooks), the prune, `post` hooks, and the `fail`
+/// hooks a failure would run.
+fn phases(p: &Preview) -> String {
+    let hooks = |phase: HookPhase, wave: Option<i32>| -> String {
+        p.hooks
+            .iter()
+            .filter(|h| h.phase == phase && wave.is_none_or(|w| w == h.wave))
+            .map(|h| {
+                format!(
+                    "    {} ({} hook; {})\n",
+                    h.key.kubectl(),
+                    phase.as_str(),
+                    h.deleted
+                )
+            })
+            .collect()
+    };
+    let mut out = String::new();
+    let mut group = |title: String, body: String| {
+        if !body.is_empty() {
+            out += &format!("  {title}:\n{body}");
+        }
+    };
+    group("pre hooks".into(), hooks(HookPhase::Pre, None));
+    let waves: std::collections::BTreeSet<i32> = p
+        .objects
+        .iter()
+        .filter_map(|o| o.wave)
+        .chain(
+            p.hooks
+                .iter()
+                .filter(|h| h.phase == HookPhase::Sync)
+                .map(|h| h.wave),
+        )
+        .collect();
+    for wave in waves {
+        let objects: String = p
+            .objects
+            .iter()
+            .filter(|o| o.wave == Some(wave))
+            .map(|o| object(o, "    "))
+            .collect();
+        group(
+            format!("wave {wave}"),
+            objects + &hooks(HookPhase::Sync, Some(wave)),
+        );
+    }
+    let pruned: String = p
+        .objects
+        .iter()
+        .filter(|o| o.wave.is_none())
+        .map(|o| object(o, "    "))
+        .collect();
+    group("prune".into(), pruned);
+    group("post hooks".into(), hooks(HookPhase::Post, None));
+    group(
+        "if the sync fails, fail hooks".into(),
+        hooks(HookPhase::Fail, None),
+    );
+    out
+}
+
 fn text(p: &Preview) -> String {
     let commit = p
         .commit
@@ -67,10 +140,12 @@ fn text(p: &Preview) -> String {
     if let Some(held) = &p.held {
         out += &format!("  held: {held} (berth sync --force applies it anyway)\n");
     }
-    for o in &p.objects {
-        out += &format!("  {}\n", o.line());
-        for line in o.diff.iter().flat_map(|d| d.lines()) {
-            out += &format!("    {line}\n");
+    let ordered = !p.hooks.is_empty() || p.objects.iter().any(|o| o.wave.unwrap_or(0) != 0);
+    if ordered {
+        out += &phases(p);
+    } else {
+        for o in &p.objects {
+            out += &object(o, "  ");
         }
     }
     out += &format!("  {} unchanged\n", p.unchanged);

@@ -15,8 +15,8 @@ pub use crate::cluster::Action;
 pub use crate::source::CommitInfo;
 pub use log::{HistoryError, HistoryLog};
 pub use record::{
-    commit_of_template, new_id, ObjectAction, ObjectHealth, Outcome, RecordError, RollbackRecord,
-    RolloutRecord, SyncRecord, Trigger,
+    commit_of_template, new_id, HookRecord, ObjectAction, ObjectHealth, Outcome, RecordError,
+    RollbackRecord, RolloutRecord, SyncRecord, Trigger, WaveRecord,
 };
 pub use rollout::{FollowedRollout, RolloutOutcome, TimelineStep};
 

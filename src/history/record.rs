@@ -142,6 +142,12 @@ pub struct SyncRecord {
     /// A remark for people (a manual rollback, a held app).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The hooks run, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<HookRecord>,
+    /// The waves, in order, when the app's objects are in more than one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waves: Vec<WaveRecord>,
     /// How long the git fetch and checkout took.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fetch_ms: Option<u64>,
@@ -172,6 +178,36 @@ pub struct ObjectHealth {
     /// How long after the apply it became ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_ms: Option<u64>,
+}
+
+/// A hook's run in a sync.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HookRecord {
+    /// `pre`, `sync`, `post` or `fail`.
+    pub phase: String,
+    /// Its object, with the name the server gave it.
+    #[serde(flatten)]
+    pub key: ObjectKey,
+    /// `succeeded`, `failed`, `timed-out` or `interrupted`.
+    pub outcome: String,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// From its creation to its end.
+    pub ms: u64,
+}
+
+/// A wave of an app whose objects are in more than one: how it ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaveRecord {
+    /// The wave.
+    pub wave: i32,
+    /// Objects it wrote.
+    pub objects: usize,
+    /// `healthy`, `failed`, `interrupted` or `not-reached`.
+    pub outcome: String,
+    /// From its first write to healthy (or its end).
+    pub ms: u64,
 }
 
 /// A Deployment's rollout in a sync (or a manual rollback).
@@ -264,6 +300,8 @@ impl SyncRecord {
             errors: Vec::new(),
             rollouts: Vec::new(),
             note: None,
+            hooks: Vec::new(),
+            waves: Vec::new(),
             fetch_ms: None,
             waited_ms: None,
             requests: 0,

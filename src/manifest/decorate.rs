@@ -41,12 +41,15 @@ impl Decorator for RequireIdentity {
                 Some(_) => return Err(invalid(format!("metadata.{map} must be a mapping"))),
             }
         }
-        if m.name().is_empty() {
+        if m.name().is_empty() && !(m.is_hook() && m.generate_name().is_some()) {
             return Err(missing_name(m));
         }
         // Names go into request paths: refuse what would change the path (as the API
         // server's own path-segment rule does), before any request is made.
-        let name = m.name();
+        let name = m
+            .generate_name()
+            .filter(|_| m.name().is_empty())
+            .unwrap_or(m.name());
         if matches!(name, "." | "..") || name.contains(['/', '%']) || name.len() > 253 {
             return Err(invalid(format!(
                 "{name:?}: metadata.name may not be \".\" or \"..\", hold \"/\" or \"%\", or pass 253 characters"
@@ -71,7 +74,7 @@ fn missing_name(m: &Manifest) -> ManifestError {
         origin: m.origin.clone(),
         what: format!("{} ", m.kind()),
         field: if generated {
-            "metadata.name (generateName is not enough: berth tracks and prunes objects by name)"
+            "metadata.name (generateName is for hooks alone: berth tracks and prunes objects by name)"
         } else {
             "metadata.name"
         },
@@ -225,7 +228,7 @@ mod tests {
         let mut job =
             m(json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": "x-"}}));
         let e = RequireIdentity.decorate(&mut job).unwrap_err().to_string();
-        assert!(e.contains("generateName is not enough"), "{e}");
+        assert!(e.contains("generateName is for hooks alone"), "{e}");
     }
 
     #[test]

@@ -188,6 +188,21 @@ impl Manifest {
         }
     }
 
+    /// A hook (one of [`HOOK_ANNOTATIONS`](super::HOOK_ANNOTATIONS) is set).
+    pub fn is_hook(&self) -> bool {
+        super::HOOK_ANNOTATIONS
+            .iter()
+            .any(|k| self.annotation(k).is_some())
+    }
+
+    /// `metadata.generateName`, when set and not empty.
+    pub fn generate_name(&self) -> Option<&str> {
+        self.metadata()
+            .and_then(|m| m.get("generateName"))
+            .and_then(Value::as_str)
+            .filter(|g| !g.is_empty())
+    }
+
     /// An annotation's value.
     pub fn annotation(&self, key: &str) -> Option<&str> {
         self.metadata()

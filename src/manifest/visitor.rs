@@ -169,6 +169,9 @@ impl<V: Visitor> Visitor for Unique<V> {
         let mut seen: HashMap<ObjectKey, Origin> = HashMap::new();
         self.0.visit(&mut |item| {
             let Ok(m) = item else { return f(item) };
+            if m.name().is_empty() {
+                return f(Ok(m)); // a hook's generateName: a new object each run
+            }
             let key = m.key();
             match seen.get(&key) {
                 Some(first) => f(Err(ManifestError::Duplicate {

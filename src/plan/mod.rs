@@ -6,6 +6,7 @@
 use std::collections::{HashMap, HashSet};
 
 mod inventory;
+pub mod phases;
 
 pub use inventory::{digest, Entry, Held, Inventory, LiveObject};
 

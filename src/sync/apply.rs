@@ -13,6 +13,7 @@ use crate::cluster::apply::{apply_all, stage};
 use crate::cluster::Action;
 use crate::history::ObjectAction;
 use crate::manifest::Manifest;
+use crate::plan::phases::wave_of;
 use crate::plan::{Change, Target};
 
 /// How long to wait for a CRD of the commit to be Established.
@@ -20,22 +21,34 @@ const CRD_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the kinds of Established CRDs may take to show in discovery.
 const DISCOVERY_LAG: Duration = Duration::from_secs(10);
 
-/// Applies what [`validate`](super::validate::validate) passed, stage by stage; the late
-/// objects (and those of the kinds of CRDs the commit defines, `deferred`) are dry-run
-/// right after stage 0, before anything else is written.
+/// Applies what [`validate`](super::validate::validate) passed of `wave` (every write when
+/// the app has one wave: `None`), stage by stage; the late objects (and those of the kinds
+/// of CRDs the commit defines, `deferred`, all of this wave) are dry-run right after stage
+/// 0, before anything else is written.
 pub(super) async fn apply(
     ctx: &Ctx<'_>,
     writes: &mut Vec<Write>,
-    validated: Validated,
+    validated: &Validated,
     deferred: Vec<Manifest>,
+    wave: Option<i32>,
     journal: &mut Journal<'_>,
 ) -> Result<(), Stop> {
-    let Validated { first, mut late } = validated;
-    let count = writes.len() + deferred.len();
-    ctx.say(&format!(
-        "dry run passed; applying {}",
-        crate::plural(count, "object")
-    ));
+    let in_wave = |w: &Write| wave.is_none_or(|n| wave_of(&w.target.manifest) == n);
+    let mine = |indices: &[usize], writes: &[Write]| -> Vec<usize> {
+        indices
+            .iter()
+            .copied()
+            .filter(|&i| in_wave(&writes[i]))
+            .collect()
+    };
+    let first = mine(&validated.first, writes);
+    let mut late = mine(&validated.late, writes);
+    let count = writes.iter().filter(|w| in_wave(w)).count() + deferred.len();
+    let applying = format!("applying {}", crate::plural(count, "object"));
+    ctx.say(&match wave {
+        None => format!("dry run passed; {applying}"),
+        Some(n) => format!("wave {n}: {applying}"),
+    });
     apply_some(ctx, writes, &first, journal).await?;
     wait_for_crds(ctx, writes, &first, journal).await?;
     if !deferred.is_empty() {
@@ -45,7 +58,11 @@ pub(super) async fn apply(
     for s in 1..=2 {
         ctx.interrupted()?;
         let indices: Vec<usize> = (0..writes.len())
-            .filter(|&i| !first.contains(&i) && stage(&writes[i].target) == s)
+            .filter(|&i| {
+                !validated.first.contains(&i)
+                    && stage(&writes[i].target) == s
+                    && in_wave(&writes[i])
+            })
             .collect();
         apply_some(ctx, writes, &indices, journal).await?;
     }

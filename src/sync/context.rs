@@ -9,7 +9,10 @@ use std::time::Instant;
 use super::{Report, SyncError, SyncOptions, Syncer};
 use crate::cluster::apply::ApplySettings;
 use crate::config::AppConfig;
-use crate::history::{ObjectAction, ObjectHealth, RecordError, RolloutRecord, SyncRecord, Trigger};
+use crate::history::{
+    HookRecord, ObjectAction, ObjectHealth, RecordError, RolloutRecord, SyncRecord, Trigger,
+    WaveRecord,
+};
 use crate::shutdown::{self, Signal};
 
 /// The read-only context of one sync's steps.
@@ -55,6 +58,10 @@ pub(super) struct Journal<'a> {
     pub rollouts: Vec<RolloutRecord>,
     /// Objects waited for, and how each ended.
     pub health: Vec<ObjectHealth>,
+    /// Hooks run.
+    pub hooks: Vec<HookRecord>,
+    /// Waves applied (or not reached).
+    pub waves: Vec<WaveRecord>,
     /// Write requests sent.
     pub requests: u64,
     /// Objects found needing no write.
@@ -137,6 +144,8 @@ impl<'a> Ctx<'a> {
             objects: Vec::new(),
             rollouts: Vec::new(),
             health: Vec::new(),
+            hooks: Vec::new(),
+            waves: Vec::new(),
             requests: 0,
             unchanged: 0,
         }
@@ -167,6 +176,8 @@ impl Journal<'_> {
         rec.objects.extend(self.objects);
         rec.rollouts.extend(self.rollouts);
         rec.health.extend(self.health);
+        rec.hooks.extend(self.hooks);
+        rec.waves.extend(self.waves);
         rec.requests += self.requests;
         rec.unchanged += self.unchanged;
     }

@@ -82,6 +82,19 @@ pub enum SyncError {
         /// The engine's refusal.
         cause: EngineError,
     },
+    /// An ordering annotation (wave, hook, delete policy) berth cannot read.
+    #[error(transparent)]
+    Phase(crate::plan::phases::PhaseError),
+    /// A hook failed, timed out, or could not be run.
+    #[error("{phase} hook {key} {what}")]
+    Hook {
+        /// `pre`, `sync`, `post` or `fail`.
+        phase: &'static str,
+        /// Its object (with the name the server gave it).
+        key: ObjectKey,
+        /// What became of it (`failed: BackoffLimitExceeded: …`).
+        what: String,
+    },
     /// An applied object failed, or did not become ready in time.
     #[error("{key} {what}: {reason}")]
     Unhealthy {
@@ -139,6 +152,7 @@ impl SyncError {
         match self {
             SyncError::Render(e) => e.origin(),
             SyncError::UnknownKind(e) => Some(e.origin.to_string()),
+            SyncError::Phase(e) => Some(e.origin.clone()),
             SyncError::Cluster(ClusterError::UnknownKind(e)) => Some(e.origin.to_string()),
             SyncError::Cluster(ClusterError::Object { origin, .. }) => Some(origin.clone()),
             SyncError::CrdNotEstablished { origin, .. }

@@ -42,13 +42,14 @@ struct Waiting<'w> {
 /// sync of this commit applies them and waits again.
 pub(super) async fn wait_healthy(
     ctx: &Ctx<'_>,
-    writes: &[Write],
+    writes: &[&Write],
     old: &Inventory,
     next: &mut Inventory,
     journal: &mut Journal<'_>,
 ) -> Result<(), Stop> {
     let waited = writes
         .iter()
+        .copied()
         .filter(|w| w.applied.is_some())
         .filter(|w| waits_for(w.target.manifest.group(), w.target.manifest.kind()));
     let mut waiting = waiting_for(ctx, waited);

@@ -36,6 +36,7 @@ mod depends;
 mod error;
 mod fetch;
 mod health;
+mod hooks;
 mod inputs;
 mod inventory;
 mod lock;
@@ -52,13 +53,14 @@ mod skip;
 mod step;
 mod validate;
 mod verify;
+mod waves;
 mod write;
 
 pub use depends::{note_waiting, waiting_note, Waiting};
 pub use error::SyncError;
 pub use lock::{in_flight, syncing, Marker};
 pub use manual::{RollbackRefused, RollbackRequest};
-pub use preview::{PlannedObject, Preview};
+pub use preview::{PlannedHook, PlannedObject, Preview};
 pub use step::Step;
 
 use std::sync::Arc;
@@ -69,16 +71,19 @@ use crate::cluster::ClusterError;
 use crate::config::{AgentConfig, AppConfig};
 use crate::history::{new_id, HistoryLog, Outcome, SyncRecord, Trigger};
 use crate::notifications::{Notifications, NotifyError};
-use crate::plan::{next_inventory, Inventory, Plan};
+use crate::plan::phases::HookPhase;
+use crate::plan::{Inventory, Plan};
 use crate::shutdown::Signal;
 use crate::source::git::Checkout;
 use crate::source::shared::Sources;
 use context::{Ctx, Journal, Stop};
+use hooks::HookObject;
 use inputs::{Inputs, Remembered};
 use inventory::InventoryStore;
 use lock::Locked;
 use skip::Skip;
-use write::{split_writes, written};
+use waves::Waves;
+use write::{split_writes, Write};
 
 /// Where progress lines go: the terminal for `berth sync`, the log for the daemon.
 pub type Report<'a> = &'a (dyn Fn(&str) + Send + Sync);
@@ -230,6 +235,8 @@ struct Prepared {
     store: InventoryStore,
     kinds: Arc<ClusterKinds>,
     plan: Plan,
+    /// The commit's hooks.
+    hooks: Vec<HookObject>,
     /// What the render read.
     inputs: Option<Inputs>,
 }
@@ -329,6 +336,7 @@ async fn steps(
         mut store,
         kinds,
         plan,
+        hooks,
         inputs,
     } = prepared;
     if let Some(skip) = skip::held_or_unchanged(ctx, &checkout, &inventory, &plan) {
@@ -349,40 +357,67 @@ async fn steps(
     rec.unchanged = same.len();
     lock.enter(Step::DryRun);
     let validated = validate::validate(ctx, &mut writes, journal).await?;
+    hooks::validate(ctx, &hooks, &new_namespaces(&writes), journal).await?;
+    lock.enter(Step::Hooks);
+    if let Err(stop) = hooks::run(ctx, &hooks, HookPhase::Pre, None, journal).await {
+        return Err(failed(ctx, &hooks, stop, journal).await);
+    }
     let ahead = store.write_ahead(ctx, &inventory, &writes, journal).await?;
-    lock.enter(Step::Apply);
-    if let Err(stop) = apply::apply(ctx, &mut writes, validated, deferred, journal).await {
-        let partial = next_inventory(&ahead, None, written(&writes));
-        store.store(ctx, &ahead, &partial, journal).await;
-        return Err(stop);
-    }
-    let mut next = next_inventory(&inventory, Some(&same), written(&writes));
-    next.commit = Some(checkout.commit.sha.clone());
     let sha = &checkout.commit.sha;
-    lock.enter(Step::RollOut);
-    let mut ended = roll_out::roll_out(ctx, &writes, &inventory, &mut next, sha, journal).await;
-    if ended.is_ok() {
-        lock.enter(Step::Health);
-        ended = health::wait_healthy(ctx, &writes, &inventory, &mut next, journal).await;
-    }
+    let waves = Waves {
+        validated,
+        deferred,
+        hooks: &hooks,
+        old: &inventory,
+        ahead: &ahead,
+        same: &same,
+        sha,
+    };
+    let mut next = Inventory::default();
+    let mut ended = waves::apply_waves(ctx, lock, &mut writes, waves, &mut next, journal).await;
     if ended.is_ok() {
         lock.enter(Step::Prune);
         ended = prune::prune(ctx, &kinds, prune, &inventory, &mut next, journal).await;
-    } else {
-        // Not pruned now (a failed, held or interrupted rollout): still the app's, so that
-        // a later sync prunes them.
-        next.objects.extend(prune);
+    }
+    if ended.is_ok() {
+        lock.enter(Step::Hooks);
+        ended = hooks::run(ctx, &hooks, HookPhase::Post, None, journal).await;
     }
     lock.enter(Step::Inventory);
     let well = ended.is_ok() && journal.errors.is_empty();
     next.ready = well.then(|| sha.clone());
     store.store(ctx, &ahead, &next, journal).await;
-    ended?;
+    if let Err(stop) = ended {
+        return Err(failed(ctx, &hooks, stop, journal).await);
+    }
     if journal.errors.is_empty() {
         Ok((Outcome::Succeeded, inputs))
     } else {
         Err(Stop::Failed)
     }
+}
+
+/// A sync that failed after its dry run passed: its `fail` hooks run (not after shutdown
+/// came); the sync stays failed whatever they do.
+async fn failed(
+    ctx: &Ctx<'_>,
+    hooks: &[HookObject],
+    stop: Stop,
+    journal: &mut Journal<'_>,
+) -> Stop {
+    if stop == Stop::Failed {
+        let _ = hooks::run(ctx, hooks, HookPhase::Fail, None, journal).await;
+    }
+    stop
+}
+
+/// The Namespaces the commit creates (objects in them cannot be dry-run before).
+fn new_namespaces(writes: &[Write]) -> Vec<&str> {
+    writes
+        .iter()
+        .filter(|w| w.target.manifest.kind() == "Namespace" && w.existing() == Some(None))
+        .map(|w| w.target.manifest.name())
+        .collect()
 }
 
 /// The fetch and verify steps: the app's commit, its signature checked when the app asks.
@@ -421,16 +456,19 @@ async fn prepare(
     }
     lock.enter(Step::Render);
     let rendered = render::render(ctx, &checkout, journal).await?;
-    render::refuse_empty(ctx, &rendered.manifests, &inventory, journal)?;
-    lock.enter(Step::Plan);
     let kinds = rendered.kinds;
-    let plan = plan::plan(ctx, rendered.manifests, &kinds, &inventory, journal).await?;
+    let upgrade = inventory.commit.is_some();
+    let (manifests, hooks) = hooks::split(ctx, rendered.manifests, &kinds, upgrade, journal)?;
+    render::refuse_empty(ctx, &manifests, &inventory, journal)?;
+    lock.enter(Step::Plan);
+    let plan = plan::plan(ctx, manifests, &kinds, &inventory, journal).await?;
     Ok(Prepared {
         checkout,
         inventory,
         store,
         kinds,
         plan,
+        hooks,
         inputs: rendered.inputs,
     })
 }

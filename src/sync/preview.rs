@@ -8,11 +8,12 @@ use serde::Serialize;
 use super::context::{Ctx, Journal};
 use super::lock::Locked;
 use super::write::{split_writes, Write};
-use super::{fetch_verified, prepare, prune, validate, Prepared, Report, Syncer};
+use super::{fetch_verified, hooks, prepare, prune, validate, Prepared, Report, Syncer};
 use crate::cluster::Action;
 use crate::config::AppConfig;
 use crate::history::Trigger;
 use crate::manifest::ObjectKey;
+use crate::plan::phases::{wave_of, HookPhase};
 use crate::rollout::predict::{predict, DeploymentPlan};
 use crate::rollout::revisions::{self, Revisions};
 use crate::source::CommitInfo;
@@ -33,6 +34,23 @@ pub struct PlannedObject {
     /// masked); `None` for prunes and objects the dry run could not check yet.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
+    /// The wave it is written in (`None` for prunes, which follow the last wave).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wave: Option<i32>,
+}
+
+/// A hook a sync would run.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedHook {
+    /// `pre`, `sync`, `post` or `fail`.
+    pub phase: HookPhase,
+    /// Its object (`migrate-*` when named by `generateName`).
+    #[serde(flatten)]
+    pub key: ObjectKey,
+    /// Its order in its phase (for `sync`: its wave).
+    pub wave: i32,
+    /// When its object is deleted.
+    pub deleted: String,
 }
 
 impl PlannedObject {
@@ -62,6 +80,8 @@ pub struct Preview {
     pub objects: Vec<PlannedObject>,
     /// Objects that would not.
     pub unchanged: usize,
+    /// The hooks a sync would run, by phase and order.
+    pub hooks: Vec<PlannedHook>,
     /// Deployments whose template changes.
     pub deployments: Vec<DeploymentPlan>,
     /// Why it would fail, if it would.
@@ -89,6 +109,7 @@ impl Syncer {
             held: None,
             objects: Vec::new(),
             unchanged: 0,
+            hooks: Vec::new(),
             deployments: Vec::new(),
             errors: Vec::new(),
         };
@@ -129,6 +150,22 @@ impl Syncer {
         let (same, mut writes) = split_writes(plan.planned);
         preview.unchanged = same.len();
         let validated = validate::validate(ctx, &mut writes, journal).await.is_ok();
+        let hooks = &prepared.hooks;
+        let _ = hooks::validate(ctx, hooks, &super::new_namespaces(&writes), journal).await;
+        for phase in [
+            HookPhase::Pre,
+            HookPhase::Sync,
+            HookPhase::Post,
+            HookPhase::Fail,
+        ] {
+            let of_phase = hooks.iter().filter(|h| h.runs_in(phase, None));
+            preview.hooks.extend(of_phase.map(|h| PlannedHook {
+                phase,
+                key: h.key(),
+                wave: h.hook.wave,
+                deleted: h.deleted(),
+            }));
+        }
         for w in &writes {
             preview
                 .objects
@@ -144,6 +181,7 @@ impl Syncer {
                 action: "create",
                 note,
                 diff: None,
+                wave: Some(wave_of(m)),
             });
         }
         if !ctx.app.prune || plan.prune.is_empty() {
@@ -162,6 +200,7 @@ impl Syncer {
                 action,
                 note,
                 diff: None,
+                wave: None,
             });
         }
     }
@@ -190,6 +229,7 @@ impl Syncer {
             action,
             note,
             diff,
+            wave: Some(wave_of(&w.target.manifest)),
         }
     }
 

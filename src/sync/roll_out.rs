@@ -42,7 +42,7 @@ struct Rollouts {
 /// them); a rollout cut short leaves its entry as `old` had it.
 pub(super) async fn roll_out(
     ctx: &Ctx<'_>,
-    writes: &[Write],
+    writes: &[&Write],
     old: &Inventory,
     next: &mut Inventory,
     sha: &str,
@@ -107,7 +107,7 @@ fn starts_rollout(w: &Write, old: &HashMap<&ObjectKey, &Entry>) -> bool {
 /// failure policy and records each rollout worth recording.
 async fn follow_all(
     ctx: &Ctx<'_>,
-    writes: &[Write],
+    writes: &[&Write],
     old: &Inventory,
     sha: &str,
     journal: &mut Journal<'_>,
@@ -115,6 +115,7 @@ async fn follow_all(
     let before = old.by_key();
     let deployments: Vec<&Write> = writes
         .iter()
+        .copied()
         .filter(|w| starts_rollout(w, &before))
         .collect();
     if !ctx.options.wait {

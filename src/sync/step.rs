@@ -21,7 +21,10 @@ pub enum Step {
     /// The server-side dry run of the whole commit.
     #[serde(rename = "dry run")]
     DryRun,
-    /// The staged server-side apply.
+    /// Running hooks (`pre`, `sync`, `post`, `fail`).
+    #[serde(rename = "hooks")]
+    Hooks,
+    /// The staged server-side apply (of a wave).
     #[serde(rename = "apply")]
     Apply,
     /// Following the Deployments' rollouts (and the failure policy).
@@ -43,12 +46,13 @@ pub enum Step {
 
 impl Step {
     /// Every step, in the order a sync takes them.
-    pub const ALL: [Step; 11] = [
+    pub const ALL: [Step; 12] = [
         Step::Prepare,
         Step::Fetch,
         Step::Render,
         Step::Plan,
         Step::DryRun,
+        Step::Hooks,
         Step::Apply,
         Step::RollOut,
         Step::Health,
@@ -65,6 +69,7 @@ impl Step {
             Step::Render => "render",
             Step::Plan => "plan",
             Step::DryRun => "dry run",
+            Step::Hooks => "hooks",
             Step::Apply => "apply",
             Step::RollOut => "roll out",
             Step::Health => "health",

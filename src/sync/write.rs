@@ -89,9 +89,9 @@ pub(super) fn split_writes(planned: Vec<Planned>) -> (Vec<ObjectKey>, Vec<Write>
 }
 
 /// The inventory entries of what was applied.
-pub(super) fn written(writes: &[Write]) -> Vec<Entry> {
+pub(super) fn written<'a>(writes: impl IntoIterator<Item = &'a Write>) -> Vec<Entry> {
     writes
-        .iter()
+        .into_iter()
         .filter_map(|w| {
             let obj = w.applied.as_ref()?;
             Some(Entry {

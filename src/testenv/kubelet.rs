@@ -5,13 +5,16 @@
 //! It also registers one Node, `testenv-node`, Ready, and binds every pod to it (there is
 //! no scheduler), so that DaemonSets have somewhere to run and Services get endpoints —
 //! and, as a kubelet does, confirms the graceful deletion of the pods bound to it;
-//! pods of a Job run to completion (`Succeeded`) instead of staying Running.
+//! pods of a Job, and bare pods that do not restart (`restartPolicy: Never` or
+//! `OnFailure`: a hook's), run to completion (`Succeeded`) instead of staying Running.
 //!
 //! Pod annotations (from the pod template) steer it:
 //! - `testenv.berth.dev/ready: "false"` — Running, never Ready, container waiting in
 //!   `CrashLoopBackOff`;
 //! - `testenv.berth.dev/ready-after: "5s"` — Running, and Ready once that long has passed
-//!   since the pod was created.
+//!   since the pod was created;
+//! - `testenv.berth.dev/exit: "1"` — a pod that runs to completion exits with that code:
+//!   `Failed` (its Job fails once out of retries).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -31,6 +34,8 @@ use crate::manifest::object::namespace_or_default;
 pub const ANNOTATION_READY: &str = "testenv.berth.dev/ready";
 /// Pod annotation: a duration after which the pod becomes ready.
 pub const ANNOTATION_READY_AFTER: &str = "testenv.berth.dev/ready-after";
+/// Pod annotation: the exit code of a pod that runs to completion (non-zero: `Failed`).
+pub const ANNOTATION_EXIT: &str = "testenv.berth.dev/exit";
 
 /// What the stand-in makes of a pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,9 +136,26 @@ async fn register_node(client: &kube::Client) -> Result<(), kube::Error> {
     Ok(())
 }
 
-/// True for a pod a Job made: it runs to completion.
+/// True for a pod a Job made, or a bare pod that does not restart: it runs to completion.
 fn runs_to_completion(pod: &Pod) -> bool {
-    crate::rollout::revisions::controller(&pod.metadata).is_some_and(|o| o.kind == "Job")
+    match crate::rollout::revisions::controller(&pod.metadata) {
+        Some(owner) => owner.kind == "Job",
+        None => pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.as_deref())
+            .is_some_and(|p| p == "Never" || p == "OnFailure"),
+    }
+}
+
+/// The exit code a pod that runs to completion ends with.
+fn exit_code(pod: &Pod) -> i32 {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_EXIT))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
 }
 
 struct StandIn {
@@ -265,7 +287,7 @@ fn is_marked(pod: &Pod, ready: bool) -> bool {
         return false;
     };
     if ready && runs_to_completion(pod) {
-        return status.phase.as_deref() == Some("Succeeded");
+        return matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
     }
     let ready_now = status
         .conditions
@@ -314,8 +336,14 @@ fn status_json(pod: &Pod, ready: bool, ip: &str) -> Value {
     }})
 }
 
-/// A Job's pod that ran and exited 0.
+/// A pod that ran to completion: `Succeeded` when it exited 0, else `Failed`.
 fn completed_json(pod: &Pod, now: &str) -> Value {
+    let code = exit_code(pod);
+    let (phase, reason) = if code == 0 {
+        ("Succeeded", "Completed")
+    } else {
+        ("Failed", "Error")
+    };
     let containers: Vec<Value> = pod
         .spec
         .iter()
@@ -323,7 +351,7 @@ fn completed_json(pod: &Pod, now: &str) -> Value {
         .map(|c| {
             json!({"name": c.name, "image": c.image.clone().unwrap_or_default(),
                 "imageID": "", "ready": false, "started": false, "restartCount": 0,
-                "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                "state": {"terminated": {"exitCode": code, "reason": reason,
                     "startedAt": now, "finishedAt": now}}})
         })
         .collect();
@@ -332,7 +360,7 @@ fn completed_json(pod: &Pod, now: &str) -> Value {
         "reason": "PodCompleted", "lastProbeTime": null, "lastTransitionTime": now})
     };
     json!({"status": {
-        "phase": "Succeeded",
+        "phase": phase,
         "hostIP": "127.0.0.1",
         "startTime": now,
         "conditions": [

@@ -1,0 +1,451 @@
+//! The hooks step: objects created on each sync that changes something, in their phase
+//! (`pre` before any object of the app is written, `sync` with their wave, `post` after
+//! the last wave and the prune, `fail` when the sync fails after its dry run), waited on
+//! (a Job to completion, a Pod to `Succeeded`, anything else healthy) and deleted by their
+//! policy. They are never inventory objects: each run is found again by its label
+//! `berth.dev/hook-id`, which is how "delete before the next run" finds the last one, even
+//! one named by `generateName`.
+
+use std::time::{Duration, Instant};
+
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams, PropagationPolicy};
+use serde_json::Value;
+
+use super::context::{Ctx, Journal, Stop};
+use super::SyncError;
+use crate::cluster::api_for;
+use crate::cluster::discovery::ClusterKinds;
+use crate::cluster::ClusterError;
+use crate::history::HookRecord;
+use crate::manifest::{Manifest, ObjectKey};
+use crate::plan::phases::{self, display_name, Hook, HookPhase, Place};
+use crate::plan::Resolved;
+
+/// The label that finds a hook's objects of earlier runs.
+pub(super) const LABEL_HOOK_ID: &str = "berth.dev/hook-id";
+/// How often a hook's object is read while it runs.
+const POLL: Duration = Duration::from_millis(250);
+
+/// One hook of the commit.
+pub(super) struct HookObject {
+    pub manifest: Manifest,
+    pub hook: Hook,
+    pub resolved: Resolved,
+}
+
+impl HookObject {
+    /// Its object, named `migrate-*` when by `generateName`.
+    pub fn key(&self) -> ObjectKey {
+        ObjectKey {
+            name: display_name(&self.manifest),
+            ..self.manifest.key()
+        }
+    }
+
+    /// When its object is deleted, in words.
+    pub fn deleted(&self) -> String {
+        let d = &self.hook.delete;
+        let when: Vec<&str> = [
+            (d.before, "before its next run"),
+            (d.succeeded, "once it succeeded"),
+            (d.failed, "once it failed"),
+        ]
+        .into_iter()
+        .filter_map(|(on, words)| on.then_some(words))
+        .collect();
+        if when.is_empty() {
+            "never deleted".into()
+        } else {
+            format!("deleted {}", when.join(", "))
+        }
+    }
+
+    /// Whether it runs in `phase` (and, for `sync`, with `wave`).
+    pub fn runs_in(&self, phase: HookPhase, wave: Option<i32>) -> bool {
+        self.hook.phases.contains(&phase) && wave.is_none_or(|w| w == self.hook.wave)
+    }
+}
+
+/// Splits the rendered objects into the app's and its hooks; objects this sync does not
+/// run (Argo CD's `Skip`, a Helm hook of another event) are dropped, each said. `upgrade`:
+/// the app synced before.
+pub(super) fn split(
+    ctx: &Ctx<'_>,
+    manifests: Vec<Manifest>,
+    kinds: &ClusterKinds,
+    upgrade: bool,
+    journal: &mut Journal<'_>,
+) -> Result<(Vec<Manifest>, Vec<HookObject>), Stop> {
+    let (mut objects, mut hooks) = (Vec::new(), Vec::new());
+    let mut failed = false;
+    for mut m in manifests {
+        match phases::place(&m, upgrade) {
+            Ok(Place::Wave(_)) => objects.push(m),
+            Ok(Place::Skip(why)) => ctx.say(&format!(
+                "{} {}: not applied ({why})",
+                m.kind(),
+                display_name(&m)
+            )),
+            Ok(Place::Hook(hook)) => match kinds.require(&m) {
+                Ok(resolved) => {
+                    m.set_meta_entry("labels", LABEL_HOOK_ID, &hook_id(ctx, &m));
+                    hooks.push(HookObject {
+                        manifest: m,
+                        hook,
+                        resolved,
+                    });
+                }
+                Err(e) => {
+                    journal.fail(e);
+                    failed = true;
+                }
+            },
+            Err(e) => {
+                journal.fail(SyncError::Phase(e));
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        return Err(Stop::Failed);
+    }
+    hooks.sort_by_key(|h| h.hook.wave);
+    Ok((objects, hooks))
+}
+
+/// The hook's identity across runs: the app and the object's kind, namespace and name (or
+/// generateName), hashed to fit a label.
+fn hook_id(ctx: &Ctx<'_>, m: &Manifest) -> String {
+    let id = format!(
+        "{}\n{}\n{}\n{}",
+        ctx.app.name,
+        m.kind(),
+        m.namespace_or_default(),
+        display_name(m)
+    );
+    crate::digest::sha256_hex(id.as_bytes())[..16].to_string()
+}
+
+/// The dry run of every hook, with the rest of the commit: created for nothing. A fixed
+/// name taken by an earlier run's object passes when the hook deletes it first (`before`).
+pub(super) async fn validate(
+    ctx: &Ctx<'_>,
+    hooks: &[HookObject],
+    new_namespaces: &[&str],
+    journal: &mut Journal<'_>,
+) -> Result<(), Stop> {
+    let mut failed = false;
+    for h in hooks {
+        journal.requests += 1;
+        let api = api_for(&ctx.writer, &h.resolved, h.manifest.namespace());
+        let params = PostParams {
+            dry_run: true,
+            field_manager: Some(ctx.syncer.agent.field_manager.clone()),
+        };
+        let refused = match object_of(&h.manifest) {
+            Ok(object) => match api.create(&params, &object).await {
+                Ok(_) => None,
+                Err(kube::Error::Api(e)) if e.reason == "AlreadyExists" && h.hook.delete.before => {
+                    None
+                }
+                Err(kube::Error::Api(e))
+                    if e.code == 404
+                        && h.manifest
+                            .namespace()
+                            .is_some_and(|ns| new_namespaces.contains(&ns)) =>
+                {
+                    None
+                }
+                Err(e) => Some(cause(&e)),
+            },
+            Err(why) => Some(why),
+        };
+        if let Some(why) = refused {
+            journal.fail(ClusterError::Object {
+                verb: "dry run refused",
+                key: Box::new(h.manifest.key()),
+                origin: h.manifest.origin.to_string(),
+                message: format!(
+                    "{} hook: {why}",
+                    h.hook
+                        .phases
+                        .iter()
+                        .map(|p| p.as_str())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+            });
+            failed = true;
+        }
+    }
+    if failed {
+        Err(Stop::Failed)
+    } else {
+        Ok(())
+    }
+}
+
+/// Runs the hooks of `phase` (of `wave`, for `sync`) in order, each to its end; the first
+/// that fails stops the rest.
+pub(super) async fn run(
+    ctx: &Ctx<'_>,
+    hooks: &[HookObject],
+    phase: HookPhase,
+    wave: Option<i32>,
+    journal: &mut Journal<'_>,
+) -> Result<(), Stop> {
+    for h in hooks.iter().filter(|h| h.runs_in(phase, wave)) {
+        ctx.interrupted()?;
+        run_one(ctx, h, phase, journal).await?;
+    }
+    Ok(())
+}
+
+/// One hook: the last run's object deleted (`before`), this run's created, waited on, and
+/// deleted by its policy; recorded.
+async fn run_one(
+    ctx: &Ctx<'_>,
+    h: &HookObject,
+    phase: HookPhase,
+    journal: &mut Journal<'_>,
+) -> Result<(), Stop> {
+    let api = api_for(&ctx.writer, &h.resolved, h.manifest.namespace());
+    let clock = Instant::now();
+    let failed = |journal: &mut Journal<'_>, key: ObjectKey, what: String| {
+        journal.stop(SyncError::Hook {
+            phase: phase.as_str(),
+            key,
+            what,
+        })
+    };
+    if h.hook.delete.before {
+        if let Err(e) = delete_earlier(ctx, h, &api, journal).await {
+            return Err(failed(
+                journal,
+                h.manifest.key(),
+                format!("could not delete its last run: {e}"),
+            ));
+        }
+    }
+    journal.requests += 1;
+    let params = PostParams {
+        dry_run: false,
+        field_manager: Some(ctx.syncer.agent.field_manager.clone()),
+    };
+    let created = match object_of(&h.manifest) {
+        Ok(object) => api.create(&params, &object).await.map_err(|e| cause(&e)),
+        Err(why) => Err(why),
+    };
+    let created = match created {
+        Ok(created) => created,
+        Err(why) => {
+            return Err(failed(
+                journal,
+                h.manifest.key(),
+                format!("could not be created: {why}"),
+            ))
+        }
+    };
+    let key = ObjectKey {
+        name: created.metadata.name.clone().unwrap_or_default(),
+        ..h.manifest.key()
+    };
+    ctx.say(&format!(
+        "{} created ({} hook)",
+        key.kubectl(),
+        phase.as_str()
+    ));
+    let ended = wait(ctx, &api, &key.name, h.manifest.group(), h.manifest.kind()).await;
+    let ok = ended.outcome == "succeeded";
+    let delete = if ok {
+        h.hook.delete.succeeded
+    } else {
+        h.hook.delete.failed
+    };
+    if delete && ended.outcome != "interrupted" {
+        journal.requests += 1;
+        if let Err(e) = api.delete(&key.name, &background()).await {
+            tracing::warn!(app = %ctx.app.name, hook = %key, error = %e, "cannot delete the hook's object");
+        }
+    }
+    ctx.say(&format!(
+        "{}: {} hook {}{}",
+        key.kubectl(),
+        phase.as_str(),
+        ended.outcome,
+        if ended.message.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", ended.message)
+        }
+    ));
+    journal.hooks.push(HookRecord {
+        phase: phase.as_str().to_string(),
+        key: key.clone(),
+        outcome: ended.outcome.to_string(),
+        message: ended.message.clone(),
+        ms: clock.elapsed().as_millis() as u64,
+    });
+    match ended.outcome {
+        "succeeded" => Ok(()),
+        "interrupted" => Err(Stop::Interrupted),
+        _ => Err(failed(
+            journal,
+            key,
+            format!("{}: {}", ended.outcome, ended.message),
+        )),
+    }
+}
+
+/// The object a hook creates: its manifest, as the API takes it.
+fn object_of(m: &Manifest) -> Result<DynamicObject, String> {
+    serde_json::from_value(Value::Object(m.object.clone()))
+        .map_err(|e| format!("is not an object berth can send: {e}"))
+}
+
+/// Deletes with the dependents in the background (a Job's pods).
+fn background() -> DeleteParams {
+    DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..DeleteParams::default()
+    }
+}
+
+/// Deletes the hook's objects of earlier runs and waits until they are gone (a fixed name
+/// is free again).
+async fn delete_earlier(
+    ctx: &Ctx<'_>,
+    h: &HookObject,
+    api: &kube::Api<DynamicObject>,
+    journal: &mut Journal<'_>,
+) -> Result<(), kube::Error> {
+    let id = h
+        .manifest
+        .metadata()
+        .and_then(|m| m.get("labels"))
+        .and_then(|l| l.get(LABEL_HOOK_ID))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let earlier = api
+        .list_metadata(&ListParams::default().labels(&format!("{LABEL_HOOK_ID}={id}")))
+        .await?;
+    let deadline = Instant::now() + ctx.app.rollout.timeout;
+    for old in earlier.items {
+        let name = old.metadata.name.unwrap_or_default();
+        journal.requests += 1;
+        match api.delete(&name, &background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => continue,
+            Err(e) => return Err(e),
+        }
+        while api.get_metadata_opt(&name).await?.is_some() && Instant::now() < deadline {
+            tokio::time::sleep(POLL).await;
+        }
+    }
+    Ok(())
+}
+
+/// How a hook's run ended.
+struct Ended {
+    /// `succeeded`, `failed`, `timed-out` or `interrupted`.
+    outcome: &'static str,
+    message: String,
+}
+
+/// Waits for the hook's object to end: a Job complete, a Pod `Succeeded`, anything else
+/// healthy; failed when it fails, timed out after the app's `rollout.timeout`.
+async fn wait(
+    ctx: &Ctx<'_>,
+    api: &kube::Api<DynamicObject>,
+    name: &str,
+    group: &str,
+    kind: &str,
+) -> Ended {
+    let deadline = Instant::now() + ctx.app.rollout.timeout;
+    let mut last = String::new();
+    loop {
+        if ctx.interrupted().is_err() {
+            return Ended {
+                outcome: "interrupted",
+                message: last,
+            };
+        }
+        match api.get_opt(name).await {
+            Ok(Some(obj)) => {
+                let json = serde_json::to_value(&obj).unwrap_or_default();
+                match ended(group, kind, &json) {
+                    Ok(()) => {
+                        return Ended {
+                            outcome: "succeeded",
+                            message: String::new(),
+                        }
+                    }
+                    Err(Some(why)) => {
+                        return Ended {
+                            outcome: "failed",
+                            message: why,
+                        }
+                    }
+                    Err(None) => {}
+                }
+            }
+            Ok(None) => {
+                return Ended {
+                    outcome: "failed",
+                    message: "deleted while it ran".into(),
+                }
+            }
+            Err(e) => last = e.to_string(),
+        }
+        if Instant::now() >= deadline {
+            return Ended {
+                outcome: "timed-out",
+                message: format!(
+                    "not done within {} (rollout.timeout)",
+                    humantime::format_duration(ctx.app.rollout.timeout)
+                ),
+            };
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// `Ok` once the hook's object is done, `Err(Some(why))` when it failed, `Err(None)` while
+/// it runs.
+fn ended(group: &str, kind: &str, object: &Value) -> Result<(), Option<String>> {
+    if (group, kind) == ("", "Pod") {
+        let status = &object["status"];
+        return match status["phase"].as_str() {
+            Some("Succeeded") => Ok(()),
+            Some("Failed") => {
+                let container = status["containerStatuses"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find_map(|c| c["state"]["terminated"].as_object().cloned());
+                Err(Some(match container {
+                    Some(t) => format!(
+                        "exit code {} ({})",
+                        t.get("exitCode").and_then(Value::as_i64).unwrap_or(-1),
+                        t.get("reason").and_then(Value::as_str).unwrap_or("Error")
+                    ),
+                    None => status["reason"].as_str().unwrap_or("Failed").to_string(),
+                }))
+            }
+            _ => Err(None),
+        };
+    }
+    match crate::health::health(group, kind, object) {
+        crate::health::Health::Current => Ok(()),
+        crate::health::Health::Failed(why) => Err(Some(why)),
+        crate::health::Health::InProgress(_) => Err(None),
+    }
+}
+
+/// An API error's words.
+fn cause(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(r) => r.message.clone(),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,150 @@
+//! The waves step: the app's objects written wave by wave, lowest first (`berth.dev/wave`,
+//! Argo CD's sync wave; 0 by default). Each wave is applied (stage by stage, as one wave
+//! always was), its Deployments followed, its other objects waited healthy and its `sync`
+//! hooks run before the next wave is written; a wave that fails stops the rest. An app
+//! whose objects are all in one wave syncs as it always did.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use super::context::{Ctx, Journal, Stop};
+use super::hooks::{self, HookObject};
+use super::lock::Locked;
+use super::validate::Validated;
+use super::write::{written, Write};
+use super::{apply, health, roll_out, Step};
+use crate::history::WaveRecord;
+use crate::manifest::{Manifest, ObjectKey};
+use crate::plan::phases::{wave_of, HookPhase};
+use crate::plan::{next_inventory, Inventory};
+
+/// What the waves step is given: the commit's writes as the dry run passed them, the
+/// objects of kinds its CRDs define, its hooks, and the inventories before (`old`) and
+/// as written ahead (`ahead`).
+pub(super) struct Waves<'a> {
+    pub validated: Validated,
+    pub deferred: Vec<Manifest>,
+    pub hooks: &'a [HookObject],
+    pub old: &'a Inventory,
+    pub ahead: &'a Inventory,
+    /// The objects that need no write.
+    pub same: &'a [ObjectKey],
+    pub sha: &'a str,
+}
+
+/// Writes the waves in order; `next` becomes the inventory to store: after every wave,
+/// the whole commit's; after a failed one, the old entries with what was written so far
+/// (and the failure policy's marks), so that nothing written is lost track of.
+pub(super) async fn apply_waves(
+    ctx: &Ctx<'_>,
+    lock: &mut Locked,
+    writes: &mut Vec<Write>,
+    waves: Waves<'_>,
+    next: &mut Inventory,
+    journal: &mut Journal<'_>,
+) -> Result<(), Stop> {
+    let Waves {
+        validated,
+        mut deferred,
+        hooks,
+        old,
+        ahead,
+        same,
+        sha,
+    } = waves;
+    let mut numbers: BTreeSet<i32> = writes
+        .iter()
+        .map(|w| wave_of(&w.target.manifest))
+        .chain(deferred.iter().map(wave_of))
+        .chain(
+            hooks
+                .iter()
+                .filter(|h| h.runs_in(HookPhase::Sync, None))
+                .map(|h| h.hook.wave),
+        )
+        .collect();
+    if numbers.is_empty() {
+        numbers.insert(0); // nothing to write: said as one wave always said it
+    }
+    let several = numbers.len() > 1;
+    *next = Inventory {
+        commit: Some(sha.to_string()),
+        objects: old.objects.clone(),
+        held: None,
+        ready: None,
+    };
+    let mut numbers = numbers.into_iter();
+    while let Some(wave) = numbers.next() {
+        let clock = Instant::now();
+        let (this, rest): (Vec<Manifest>, Vec<Manifest>) =
+            deferred.into_iter().partition(|m| wave_of(m) == wave);
+        deferred = rest;
+        lock.enter(Step::Apply);
+        let shown = several.then_some(wave);
+        let applied = apply::apply(ctx, writes, &validated, this, shown, journal).await;
+        let members: Vec<&Write> = writes
+            .iter()
+            .filter(|w| wave_of(&w.target.manifest) == wave)
+            .collect();
+        let ended = match applied {
+            Ok(()) => {
+                *next = next_inventory(next, None, written(members.iter().copied()));
+                follow(ctx, lock, &members, hooks, old, next, sha, wave, journal).await
+            }
+            Err(stop) => {
+                // As a sync that died mid-apply: what was written ahead stays listed.
+                *next = next_inventory(ahead, None, written(writes.iter()));
+                Err(stop)
+            }
+        };
+        if several {
+            let outcome = match ended {
+                Ok(()) => "healthy",
+                Err(Stop::Failed) => "failed",
+                Err(Stop::Interrupted) => "interrupted",
+            };
+            let objects = members.iter().filter(|w| w.applied.is_some()).count();
+            journal.waves.push(record(wave, objects, outcome, clock));
+        }
+        if let Err(stop) = ended {
+            if several {
+                let unreached = numbers.map(|w| record(w, 0, "not-reached", Instant::now()));
+                journal.waves.extend(unreached);
+            }
+            return Err(stop);
+        }
+    }
+    *next = next_inventory(next, Some(same), written(writes.iter()));
+    Ok(())
+}
+
+/// A wave's Deployments followed (and the failure policy applied), its other objects
+/// waited healthy, then its `sync` hooks run.
+#[allow(clippy::too_many_arguments)]
+async fn follow(
+    ctx: &Ctx<'_>,
+    lock: &mut Locked,
+    members: &[&Write],
+    hooks: &[HookObject],
+    old: &Inventory,
+    next: &mut Inventory,
+    sha: &str,
+    wave: i32,
+    journal: &mut Journal<'_>,
+) -> Result<(), Stop> {
+    lock.enter(Step::RollOut);
+    roll_out::roll_out(ctx, members, old, next, sha, journal).await?;
+    lock.enter(Step::Health);
+    health::wait_healthy(ctx, members, old, next, journal).await?;
+    lock.enter(Step::Hooks);
+    hooks::run(ctx, hooks, HookPhase::Sync, Some(wave), journal).await
+}
+
+fn record(wave: i32, objects: usize, outcome: &str, clock: Instant) -> WaveRecord {
+    WaveRecord {
+        wave,
+        objects,
+        outcome: outcome.to_string(),
+        ms: clock.elapsed().as_millis() as u64,
+    }
+}
