@@ -11,11 +11,12 @@
 //! fetch of one new commit (git2 vs the git CLI); requests while
 //! following a 10-replica rollout (vs `kubectl rollout status`); Flux's 100 / 500 / 1000
 //! apps of four objects from one repository, and one app of 1k / 5k / 10k objects
-//! (`scale/fleet.rs`).
+//! (`scale/fleet.rs`); 50 apps in a 5-level `depends_on` chain (`scale/chain.rs`).
 //!
 //! `BERTH_BENCH_FLEET` and `BERTH_BENCH_GROWTH` (comma-separated sizes) replace the scale
 //! cases' sizes; `BERTH_BENCH_ONLY=scale` runs only them (a trial; the file is written
-//! all the same); `BERTH_BENCH_ONLY=fetch` runs the git cases alone and only prints them.
+//! all the same); `BERTH_BENCH_ONLY=fetch` runs the git cases alone and only prints them;
+//! `BERTH_BENCH_ONLY=chain` runs the ordering case alone and only prints it.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -28,6 +29,8 @@ use berth::testenv::{assets, ControlPlane, UpOptions};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 
+#[path = "scale/chain.rs"]
+mod chain;
 #[path = "scale/fleet.rs"]
 mod fleet;
 
@@ -644,9 +647,13 @@ async fn main() -> Result<()> {
     };
     let only = std::env::var("BERTH_BENCH_ONLY").unwrap_or_default();
     let only_scale = only == "scale";
-    if only == "fetch" {
-        // The git cases alone need no cluster.
-        let result = b.git_fetch();
+    if only == "fetch" || only == "chain" {
+        // One case alone (the git cases need no cluster), printed only.
+        let result = if only == "fetch" {
+            b.git_fetch()
+        } else {
+            b.chain()
+        };
         let _ = ControlPlane::down(&b.cp.dir);
         let _ = std::fs::remove_dir_all(&work);
         result?;
@@ -665,6 +672,7 @@ async fn main() -> Result<()> {
         if !only_scale {
             b.cold_apply_and_follow()?;
             b.rollout_requests()?;
+            b.chain()?;
         }
         // A scale case that fails is reported, and the others still run.
         for apps in sizes_fleet {

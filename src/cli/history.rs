@@ -220,6 +220,29 @@ fn show(r: &SyncRecord) -> String {
     for ro in &r.rollouts {
         out += &rollout_text(ro);
     }
+    for w in &r.waves {
+        out += &format!(
+            "Wave {:<5}  {}, {} in {:.1}s\n",
+            w.wave,
+            w.outcome,
+            berth::plural(w.objects, "object"),
+            w.ms as f64 / 1000.0
+        );
+    }
+    for h in &r.hooks {
+        let message = if h.message.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", h.message)
+        };
+        out += &format!(
+            "Hook:      {} {} {} in {:.1}s{message}\n",
+            h.phase,
+            h.key.kubectl(),
+            h.outcome,
+            h.ms as f64 / 1000.0
+        );
+    }
     if let Some(note) = &r.note {
         out += &format!("Note:      {note}\n");
     }

@@ -11,14 +11,19 @@
 //! inventory.rs load(ctx)                           → (Inventory, InventoryStore)
 //! rewind.rs    rewritten(ctx, checkout, previous)  → Option<note>; guard_rewind
 //! render.rs    render(ctx, checkout)               → Rendered; refuse_empty
+//! hooks.rs     split(ctx, manifests, kinds, upgrade) → (objects, hooks)
 //! plan.rs      plan(ctx, manifests, kinds, inv)    → Plan
 //! skip.rs      held_or_unchanged(ctx, …, plan)     → Option<Skip>
-//! validate.rs  validate(ctx, &mut writes)          → Validated
+//! validate.rs  validate(ctx, &mut writes)          → Validated; hooks::validate
+//! hooks.rs     run(ctx, hooks, Pre, None)
 //! inventory.rs InventoryStore::write_ahead(…)      → Inventory
-//! apply.rs     apply(ctx, &mut writes, validated, deferred)
-//! roll_out.rs  roll_out(ctx, writes, old, &mut next, sha)
-//! health.rs    wait_healthy(ctx, writes, old, &mut next)
+//! waves.rs     apply_waves(ctx, …, &mut next), per wave:
+//!   apply.rs     apply(ctx, &mut writes, &validated, deferred, wave)
+//!   roll_out.rs  roll_out(ctx, wave's writes, old, &mut next, sha)
+//!   health.rs    wait_healthy(ctx, wave's writes, old, &mut next)
+//!   hooks.rs     run(ctx, hooks, Sync, Some(wave))
 //! prune.rs     prune(ctx, kinds, candidates, old, &mut next)
+//! hooks.rs     run(ctx, hooks, Post, None) (Fail when the sync failed after the dry run)
 //! inventory.rs InventoryStore::store(ctx, old, next)
 //! record.rs    append(syncer, &mut record)
 //! notify.rs    notify(syncer, &record)
@@ -28,7 +33,8 @@
 //! (appended to, read only by the orchestrator); a failed step stops what follows — a
 //! broken commit writes nothing and prunes nothing. [`Step`] names where a sync is (the
 //! lock file's marker). `preview.rs` is `berth plan` (the same steps up to the dry run);
-//! `manual.rs` is `berth rollback`.
+//! `manual.rs` is `berth rollback`; `depends.rs` is the gate a caller asks before a sync
+//! (`depends_on`).
 
 mod apply;
 mod context;
@@ -309,8 +315,9 @@ fn outcome_of(stop: Stop) -> Outcome {
 }
 
 /// One sync, as Flux's reconcile reads: fetch → verify → (skip an untouched commit) →
-/// inventory → render → plan → (skip when held or unchanged) → validate → write ahead →
-/// apply → roll out → health → prune → inventory. Each step says its errors in the
+/// inventory → render → hooks apart → plan → (skip when held or unchanged) → validate →
+/// pre hooks → write ahead → waves (apply → roll out → health → sync hooks, each) → prune
+/// → post hooks → inventory (→ fail hooks). Each step says its errors in the
 /// journal and stops what follows: a broken commit writes nothing and prunes nothing.
 /// The history record and the notification follow in [`finish`].
 async fn steps(
