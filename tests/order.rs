@@ -619,3 +619,90 @@ async fn helm_hook_annotations_follow_the_table() {
         "kept until its next run"
     );
 }
+
+/// Apps removed from the configuration with `prune = true` have their objects deleted,
+/// the app that depended on another first; one removed with `prune = false` keeps its
+/// objects; the app that stays is untouched.
+#[tokio::test]
+async fn removed_apps_are_pruned_dependents_first() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "order-removed").await;
+    let repo = Repo::new();
+    for app in ["base", "mid", "top", "keep"] {
+        repo.write(
+            &format!("{app}/map.yaml"),
+            &named_map(&format!("rm-{app}"), "1", ""),
+        );
+    }
+    repo.commit("four apps");
+    let table = |name: &str, deps: &str, prune: bool| {
+        format!(
+            "[[app]]\nname = \"rm-{name}\"\nrepo = \"{}\"\nnamespace = \"{ns}\"\npath = \"{name}\"\nprune = {prune}\ndepends_on = [{deps}]\n",
+            repo.dir.path().display()
+        )
+    };
+    let setup = Setup::new(
+        cp,
+        "rm-base",
+        &repo,
+        &ns,
+        &format!(
+            "path = \"base\"\nprune = true\n{}{}{}",
+            table("mid", "\"rm-base\"", true),
+            table("top", "\"rm-mid\"", true),
+            table("keep", "", false)
+        ),
+    );
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let daemon = Daemon::start(&setup.config, &[]);
+    for app in ["base", "mid", "top", "keep"] {
+        common::wait_for_value(&maps, &format!("rm-{app}"), "1", Duration::from_secs(60)).await;
+    }
+    common::eventually("every app recorded", Duration::from_secs(30), || {
+        ["base", "mid", "top", "keep"]
+            .iter()
+            .all(|a| !history(&setup, &format!("rm-{a}")).is_empty())
+    });
+
+    // Only base stays.
+    let text = std::fs::read_to_string(&setup.config).unwrap();
+    let cut = text.find("[[app]]\nname = \"rm-mid\"").unwrap();
+    std::fs::write(&setup.config, &text[..cut]).unwrap();
+    daemon.signal(libc::SIGHUP);
+    let removal = |app: &str| {
+        history(&setup, app)
+            .into_iter()
+            .find(|r| r.trigger == Trigger::Removed)
+    };
+    common::eventually("mid and top removed", Duration::from_secs(60), || {
+        removal("rm-mid").is_some() && removal("rm-top").is_some()
+    });
+    let (mid, top) = (removal("rm-mid").unwrap(), removal("rm-top").unwrap());
+    assert_eq!(
+        (mid.outcome, top.outcome),
+        (Outcome::Succeeded, Outcome::Succeeded)
+    );
+    assert!(
+        top.finished_at <= mid.started_at,
+        "what depends on mid goes first"
+    );
+    assert_eq!(
+        top.note.as_deref(),
+        Some("removed from the configuration: 1 object pruned, its inventory deleted")
+    );
+    for gone in ["rm-mid", "rm-top"] {
+        assert!(maps.get_opt(gone).await.unwrap().is_none(), "{gone} pruned");
+        let inventories: Api<ConfigMap> = Api::namespaced(client.clone(), "berth-system");
+        let inventory = format!("berth-inventory-{gone}");
+        assert!(inventories.get_opt(&inventory).await.unwrap().is_none());
+    }
+    assert!(
+        maps.get_opt("rm-keep").await.unwrap().is_some(),
+        "prune = false: kept"
+    );
+    assert!(removal("rm-keep").is_none());
+    assert!(maps.get_opt("rm-base").await.unwrap().is_some());
+}

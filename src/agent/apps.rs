@@ -470,7 +470,7 @@ async fn next_trigger(
 
 /// A sync's progress line in the agent's log, at the level its words say (journald's
 /// priority follows): errors and failed steps at ERROR, warnings at WARN, the rest INFO.
-fn log_progress(app: &str, line: &str) {
+pub(super) fn log_progress(app: &str, line: &str) {
     if line.starts_with("error:") || line.contains("failed: nothing was written") {
         tracing::error!(app, "{line}");
     } else if line.starts_with("warning:") || line.contains(": warning: ") {

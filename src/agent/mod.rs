@@ -10,6 +10,7 @@
 //! tasks (start, stop, reload) and each app's loop.
 
 mod apps;
+mod removed;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -307,13 +308,20 @@ impl Agent {
         loop {
             if *leader.borrow_and_update() && self.apps.is_empty() {
                 self.start_all();
+                self.prune_removed(&signals.shutdown).await;
             }
             tokio::select! {
                 () = stopped(&mut shutdown) => return,
-                Some(()) = signals.reload.recv() => self.reload().await,
+                Some(()) = signals.reload.recv() => {
+                    self.reload().await;
+                    if *leader.borrow() || self.shared.shard.is_some() {
+                        self.prune_removed(&signals.shutdown).await;
+                    }
+                }
                 Ok(()) = members.changed() => {
                     let live = members.borrow_and_update().clone();
                     self.rebalance(live).await;
+                    self.prune_removed(&signals.shutdown).await;
                 }
                 Ok(()) = leader.changed() => {
                     if !*leader.borrow() {

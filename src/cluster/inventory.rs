@@ -263,6 +263,25 @@ async fn write_parts(
     Ok(parts)
 }
 
+/// Deletes `app`'s inventory, head and parts (an app removed from the configuration whose
+/// objects were pruned).
+///
+/// # Errors
+/// A request failed (a ConfigMap already gone is no error).
+pub async fn delete(client: &kube::Client, namespace: &str, app: &str) -> Result<(), ClusterError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    match api.delete(&name(app), &Default::default()).await {
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        other => {
+            other.map_err(request(format!(
+                "deleting inventory {namespace}/{}",
+                name(app)
+            )))?;
+        }
+    }
+    delete_stale_parts(&api, app, &[]).await
+}
+
 /// Deletes the parts of `app`'s inventory that the head no longer lists (`current`).
 async fn delete_stale_parts(
     api: &Api<ConfigMap>,

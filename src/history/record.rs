@@ -23,6 +23,8 @@ pub enum Trigger {
     Cli,
     /// An app it depends on (`depends_on`) synced.
     Dependency,
+    /// The app was removed from the configuration (its objects pruned).
+    Removed,
 }
 
 impl Trigger {
@@ -34,6 +36,7 @@ impl Trigger {
             Trigger::Webhook => "webhook",
             Trigger::Cli => "cli",
             Trigger::Dependency => "dependency",
+            Trigger::Removed => "removed",
         }
     }
 }

@@ -52,6 +52,7 @@ mod plan;
 mod preview;
 mod prune;
 mod record;
+mod remove;
 mod render;
 mod rewind;
 mod roll_out;
