@@ -40,15 +40,16 @@ impl Syncer {
     pub async fn waiting_on(&self, app: &AppConfig, options: &SyncOptions) -> Option<Waiting> {
         let since = options.fetch_since();
         let apps = self.apps();
-        for name in &app.depends_on {
-            let Some(dependency) = apps.iter().find(|a| &a.name == name) else {
-                continue; // refused by validation
-            };
-            if let Err(waiting) = self.ready(dependency, since).await {
-                return Some(waiting);
-            }
-        }
-        None
+        // Asked together: one round trip, however many dependencies.
+        let checks = app
+            .depends_on
+            .iter()
+            .filter_map(|name| apps.iter().find(|a| &a.name == name))
+            .map(|dependency| self.ready(dependency, since));
+        futures::future::join_all(checks)
+            .await
+            .into_iter()
+            .find_map(Result::err)
     }
 
     /// Whether `dependency` is ready at its current commit.
