@@ -388,6 +388,13 @@ async fn a_pre_sync_migration_runs_first_and_a_failing_one_writes_nothing() {
         "a hook is not an object of the app: {:?}",
         record.objects
     );
+    let (_, shown, _) = setup.berth(&["history", "show", &record.id]);
+    assert!(
+        shown.contains(&format!(
+            "Hook:      pre job.batch/migrate -n {ns} succeeded in "
+        )),
+        "{shown}"
+    );
 
     // The next migration fails: nothing else of its commit is written.
     repo.write("web.yaml", &web("web:2", "", false));
@@ -506,6 +513,11 @@ async fn an_argo_cd_app_runs_hooks_and_waves_as_argo_cd_documents() {
         .map(|w| (w.wave, w.outcome.as_str()))
         .collect();
     assert_eq!(waves, [(-1, "healthy"), (0, "healthy"), (1, "healthy")]);
+    let (_, shown, _) = setup.berth(&["history", "show", &record.id]);
+    assert!(
+        shown.contains("Wave -1    healthy, 1 object in "),
+        "{shown}"
+    );
     let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), &ns);
     let names = || async {
         let mut names: Vec<String> = jobs

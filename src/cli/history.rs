@@ -160,6 +160,35 @@ pub fn table<const N: usize>(rows: &[[String; N]]) -> String {
     out
 }
 
+/// The waves and hooks of a sync, a line each.
+fn ordering(r: &SyncRecord) -> String {
+    let mut out = String::new();
+    for w in &r.waves {
+        out += &format!(
+            "Wave {:<6}{}, {} in {:.1}s\n",
+            w.wave,
+            w.outcome,
+            berth::plural(w.objects, "object"),
+            w.ms as f64 / 1000.0
+        );
+    }
+    for h in &r.hooks {
+        let message = if h.message.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", h.message)
+        };
+        out += &format!(
+            "Hook:      {} {} {} in {:.1}s{message}\n",
+            h.phase,
+            h.key.kubectl(),
+            h.outcome,
+            h.ms as f64 / 1000.0
+        );
+    }
+    out
+}
+
 fn show(r: &SyncRecord) -> String {
     let mut out = format!(
         "ID:        {}\nApp:       {}\nTrigger:   {}\nStarted:   {} (took {:.1}s)\nOutcome:   {}\n",
@@ -220,29 +249,7 @@ fn show(r: &SyncRecord) -> String {
     for ro in &r.rollouts {
         out += &rollout_text(ro);
     }
-    for w in &r.waves {
-        out += &format!(
-            "Wave {:<5}  {}, {} in {:.1}s\n",
-            w.wave,
-            w.outcome,
-            berth::plural(w.objects, "object"),
-            w.ms as f64 / 1000.0
-        );
-    }
-    for h in &r.hooks {
-        let message = if h.message.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", h.message)
-        };
-        out += &format!(
-            "Hook:      {} {} {} in {:.1}s{message}\n",
-            h.phase,
-            h.key.kubectl(),
-            h.outcome,
-            h.ms as f64 / 1000.0
-        );
-    }
+    out += &ordering(r);
     if let Some(note) = &r.note {
         out += &format!("Note:      {note}\n");
     }

@@ -97,6 +97,86 @@ pub struct PhaseError {
     pub message: String,
 }
 
+/// What one word of a hook annotation means for this sync.
+enum Word {
+    /// The hook runs in this phase.
+    Phase(HookPhase),
+    /// Not on this sync (a Helm hook of another event, Argo CD's `PostDelete`).
+    NotNow,
+    /// The object is not applied at all (Argo CD's `Skip`).
+    Skip,
+    /// Not a word of this annotation.
+    Unknown,
+}
+
+/// One tool's hook annotations: its keys and its words.
+struct Dialect {
+    /// The hook annotation.
+    hook: &'static str,
+    /// The words it takes, for an error.
+    phases: &'static str,
+    /// A word of it, on the app's first sync (`false`) or a later one.
+    word: fn(&str, bool) -> Word,
+    /// Its delete-policy annotation.
+    delete: &'static str,
+    /// That annotation's words for: before the next run, once succeeded, once failed.
+    deletes: [&'static str; 3],
+    /// The annotation ordering its hooks in their phase.
+    order: &'static str,
+}
+
+/// berth's, Argo CD's and Helm's hook annotations, in order of precedence.
+const DIALECTS: [Dialect; 3] = [
+    Dialect {
+        hook: HOOK,
+        phases: "pre, post or fail",
+        word: |w, _| match w {
+            "pre" => Word::Phase(HookPhase::Pre),
+            "post" => Word::Phase(HookPhase::Post),
+            "fail" => Word::Phase(HookPhase::Fail),
+            _ => Word::Unknown,
+        },
+        delete: HOOK_DELETE,
+        deletes: ["before", "succeeded", "failed"],
+        order: WAVE,
+    },
+    Dialect {
+        hook: ARGO_HOOK,
+        phases: "PreSync, Sync, PostSync, SyncFail, PostDelete or Skip",
+        word: |w, _| match w {
+            "PreSync" => Word::Phase(HookPhase::Pre),
+            "Sync" => Word::Phase(HookPhase::Sync),
+            "PostSync" => Word::Phase(HookPhase::Post),
+            "SyncFail" => Word::Phase(HookPhase::Fail),
+            "Skip" => Word::Skip,
+            // Argo CD runs it when the application is deleted, never on a sync.
+            "PostDelete" => Word::NotNow,
+            _ => Word::Unknown,
+        },
+        delete: ARGO_DELETE,
+        deletes: ["BeforeHookCreation", "HookSucceeded", "HookFailed"],
+        order: ARGO_WAVE,
+    },
+    Dialect {
+        hook: HELM_HOOK,
+        phases: "a Helm hook (pre-install, pre-upgrade, post-install, post-upgrade, test, pre-delete, post-delete, pre-rollback, post-rollback)",
+        word: |w, upgrade| match (w, upgrade) {
+            ("pre-install", false) | ("pre-upgrade", true) => Word::Phase(HookPhase::Pre),
+            ("post-install", false) | ("post-upgrade", true) => Word::Phase(HookPhase::Post),
+            (
+                "pre-install" | "pre-upgrade" | "post-install" | "post-upgrade" | "test"
+                | "test-success" | "pre-delete" | "post-delete" | "pre-rollback"
+                | "post-rollback",
+                _,
+            ) => Word::NotNow,
+            _ => Word::Unknown,
+        },
+        delete: HELM_DELETE,
+        deletes: ["before-hook-creation", "hook-succeeded", "hook-failed"],
+        order: HELM_WEIGHT,
+    },
+];
+
 /// Where `m` goes in a sync; `upgrade`: the app synced before (Helm's `*-upgrade` hooks
 /// run, its `*-install` ones do not).
 ///
@@ -120,131 +200,55 @@ pub fn place(m: &Manifest, upgrade: bool) -> Result<Place, PhaseError> {
             })
             .transpose()
     };
-    if let Some(value) = m.annotation(HOOK) {
-        let phases = list(value)
-            .map(|p| match p {
-                "pre" => Ok(HookPhase::Pre),
-                "post" => Ok(HookPhase::Post),
-                "fail" => Ok(HookPhase::Fail),
-                other => Err(error(HOOK, format!("{other:?} is not pre, post or fail"))),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let delete = delete_policy(
-            m.annotation(HOOK_DELETE),
-            HOOK_DELETE,
-            &error,
-            |p| match p {
-                "before" => Some(Policy::Before),
-                "succeeded" => Some(Policy::Succeeded),
-                "failed" => Some(Policy::Failed),
-                _ => None,
-            },
-            "before, succeeded or failed",
-        )?;
-        let wave = wave(WAVE)?.unwrap_or(0);
-        return Ok(Place::Hook(Hook {
-            phases,
-            wave,
-            delete,
-        }));
+    let Some((d, value)) = DIALECTS
+        .iter()
+        .find_map(|d| Some((d, m.annotation(d.hook)?)))
+    else {
+        return Ok(Place::Wave(wave(WAVE)?.or(wave(ARGO_WAVE)?).unwrap_or(0)));
+    };
+    let mut phases = Vec::new();
+    for w in list(value) {
+        match (d.word)(w, upgrade) {
+            Word::Phase(p) if !phases.contains(&p) => phases.push(p),
+            Word::Phase(_) | Word::NotNow => {}
+            Word::Skip => return Ok(Place::Skip(format!("{}: {w}", d.hook))),
+            Word::Unknown => return Err(error(d.hook, format!("{w:?} is not {}", d.phases))),
+        }
     }
-    if let Some(value) = m.annotation(ARGO_HOOK) {
-        let mut phases = Vec::new();
-        for p in list(value) {
-            match p {
-                "PreSync" => phases.push(HookPhase::Pre),
-                "Sync" => phases.push(HookPhase::Sync),
-                "PostSync" => phases.push(HookPhase::Post),
-                "SyncFail" => phases.push(HookPhase::Fail),
-                "Skip" => return Ok(Place::Skip(format!("{ARGO_HOOK}: Skip"))),
-                // Argo CD runs it when the application is deleted, never on a sync.
-                "PostDelete" => {}
-                other => {
-                    return Err(error(
-                        ARGO_HOOK,
-                        format!(
-                        "{other:?} is not PreSync, Sync, PostSync, SyncFail, PostDelete or Skip"
-                    ),
-                    ))
+    if phases.is_empty() {
+        let event = if upgrade {
+            "an upgrade"
+        } else {
+            "the first sync"
+        };
+        return Ok(Place::Skip(format!(
+            "{}: {value}: not run by {event}",
+            d.hook
+        )));
+    }
+    let mut delete = DeletePolicy::default();
+    match m.annotation(d.delete) {
+        None => delete.before = true, // what all three do by default
+        Some(value) => {
+            for w in list(value) {
+                let [before, succeeded, failed] = d.deletes;
+                match w {
+                    _ if w == before => delete.before = true,
+                    _ if w == succeeded => delete.succeeded = true,
+                    _ if w == failed => delete.failed = true,
+                    _ => {
+                        let known = format!("{before}, {succeeded} or {failed}");
+                        return Err(error(d.delete, format!("{w:?} is not {known}")));
+                    }
                 }
             }
         }
-        if phases.is_empty() {
-            return Ok(Place::Skip(format!(
-                "{ARGO_HOOK}: {value}: not run by a sync"
-            )));
-        }
-        let delete = delete_policy(
-            m.annotation(ARGO_DELETE),
-            ARGO_DELETE,
-            &error,
-            |p| match p {
-                "BeforeHookCreation" => Some(Policy::Before),
-                "HookSucceeded" => Some(Policy::Succeeded),
-                "HookFailed" => Some(Policy::Failed),
-                _ => None,
-            },
-            "BeforeHookCreation, HookSucceeded or HookFailed",
-        )?;
-        let wave = wave(WAVE)?.or(wave(ARGO_WAVE)?).unwrap_or(0);
-        return Ok(Place::Hook(Hook {
-            phases,
-            wave,
-            delete,
-        }));
     }
-    if let Some(value) = m.annotation(HELM_HOOK) {
-        let mut phases = Vec::new();
-        for p in list(value) {
-            let phase = match p {
-                "pre-install" if !upgrade => Some(HookPhase::Pre),
-                "pre-upgrade" if upgrade => Some(HookPhase::Pre),
-                "post-install" if !upgrade => Some(HookPhase::Post),
-                "post-upgrade" if upgrade => Some(HookPhase::Post),
-                "pre-install" | "pre-upgrade" | "post-install" | "post-upgrade" | "test"
-                | "test-success" | "pre-delete" | "post-delete" | "pre-rollback"
-                | "post-rollback" => None,
-                other => {
-                    return Err(error(
-                        HELM_HOOK,
-                        format!("{other:?} is not a Helm hook (pre-install, pre-upgrade, post-install, post-upgrade, test, pre-delete, post-delete, pre-rollback, post-rollback)"),
-                    ))
-                }
-            };
-            if let Some(phase) = phase.filter(|p| !phases.contains(p)) {
-                phases.push(phase);
-            }
-        }
-        if phases.is_empty() {
-            let event = if upgrade {
-                "an upgrade"
-            } else {
-                "the first sync"
-            };
-            return Ok(Place::Skip(format!(
-                "{HELM_HOOK}: {value}: not run by {event}"
-            )));
-        }
-        let delete = delete_policy(
-            m.annotation(HELM_DELETE),
-            HELM_DELETE,
-            &error,
-            |p| match p {
-                "before-hook-creation" => Some(Policy::Before),
-                "hook-succeeded" => Some(Policy::Succeeded),
-                "hook-failed" => Some(Policy::Failed),
-                _ => None,
-            },
-            "before-hook-creation, hook-succeeded or hook-failed",
-        )?;
-        let wave = wave(WAVE)?.or(wave(HELM_WEIGHT)?).unwrap_or(0);
-        return Ok(Place::Hook(Hook {
-            phases,
-            wave,
-            delete,
-        }));
-    }
-    Ok(Place::Wave(wave(WAVE)?.or(wave(ARGO_WAVE)?).unwrap_or(0)))
+    Ok(Place::Hook(Hook {
+        phases,
+        wave: wave(WAVE)?.or(wave(d.order)?).unwrap_or(0),
+        delete,
+    }))
 }
 
 /// The wave of an object of the app (0 when it names none, or cannot be read: the render
@@ -262,40 +266,6 @@ pub fn display_name(m: &Manifest) -> String {
         Some(generated) => format!("{generated}*"),
         None => m.name().to_string(),
     }
-}
-
-/// One delete policy.
-enum Policy {
-    Before,
-    Succeeded,
-    Failed,
-}
-
-/// A delete-policy annotation's value; unset: before the next run (what Argo CD and Helm
-/// do by default).
-fn delete_policy(
-    value: Option<&str>,
-    key: &'static str,
-    error: &dyn Fn(&'static str, String) -> PhaseError,
-    read: impl Fn(&str) -> Option<Policy>,
-    known: &str,
-) -> Result<DeletePolicy, PhaseError> {
-    let Some(value) = value else {
-        return Ok(DeletePolicy {
-            before: true,
-            ..DeletePolicy::default()
-        });
-    };
-    let mut policy = DeletePolicy::default();
-    for p in list(value) {
-        match read(p) {
-            Some(Policy::Before) => policy.before = true,
-            Some(Policy::Succeeded) => policy.succeeded = true,
-            Some(Policy::Failed) => policy.failed = true,
-            None => return Err(error(key, format!("{p:?} is not {known}"))),
-        }
-    }
-    Ok(policy)
 }
 
 /// The comma-separated items of an annotation.

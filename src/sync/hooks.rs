@@ -218,37 +218,9 @@ async fn run_one(
             what,
         })
     };
-    if h.hook.delete.before {
-        if let Err(e) = delete_earlier(ctx, h, &api, journal).await {
-            return Err(failed(
-                journal,
-                h.manifest.key(),
-                format!("could not delete its last run: {e}"),
-            ));
-        }
-    }
-    journal.requests += 1;
-    let params = PostParams {
-        dry_run: false,
-        field_manager: Some(ctx.syncer.agent.field_manager.clone()),
-    };
-    let created = match object_of(&h.manifest) {
-        Ok(object) => api.create(&params, &object).await.map_err(|e| cause(&e)),
-        Err(why) => Err(why),
-    };
-    let created = match created {
-        Ok(created) => created,
-        Err(why) => {
-            return Err(failed(
-                journal,
-                h.manifest.key(),
-                format!("could not be created: {why}"),
-            ))
-        }
-    };
-    let key = ObjectKey {
-        name: created.metadata.name.clone().unwrap_or_default(),
-        ..h.manifest.key()
+    let key = match create(ctx, h, &api, journal).await {
+        Ok(key) => key,
+        Err(what) => return Err(failed(journal, h.manifest.key(), what)),
     };
     ctx.say(&format!(
         "{} created ({} hook)",
@@ -256,45 +228,66 @@ async fn run_one(
         phase.as_str()
     ));
     let ended = wait(ctx, &api, &key.name, h.manifest.group(), h.manifest.kind()).await;
-    let ok = ended.outcome == "succeeded";
-    let delete = if ok {
-        h.hook.delete.succeeded
-    } else {
-        h.hook.delete.failed
+    let delete = match ended.outcome {
+        "succeeded" => h.hook.delete.succeeded,
+        "interrupted" => false,
+        _ => h.hook.delete.failed,
     };
-    if delete && ended.outcome != "interrupted" {
+    if delete {
         journal.requests += 1;
         if let Err(e) = api.delete(&key.name, &background()).await {
             tracing::warn!(app = %ctx.app.name, hook = %key, error = %e, "cannot delete the hook's object");
         }
     }
+    let said = match ended.message.as_str() {
+        "" => ended.outcome.to_string(),
+        message => format!("{}: {message}", ended.outcome),
+    };
     ctx.say(&format!(
-        "{}: {} hook {}{}",
+        "{}: {} hook {said}",
         key.kubectl(),
-        phase.as_str(),
-        ended.outcome,
-        if ended.message.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", ended.message)
-        }
+        phase.as_str()
     ));
     journal.hooks.push(HookRecord {
         phase: phase.as_str().to_string(),
         key: key.clone(),
         outcome: ended.outcome.to_string(),
-        message: ended.message.clone(),
+        message: ended.message,
         ms: clock.elapsed().as_millis() as u64,
     });
     match ended.outcome {
         "succeeded" => Ok(()),
         "interrupted" => Err(Stop::Interrupted),
-        _ => Err(failed(
-            journal,
-            key,
-            format!("{}: {}", ended.outcome, ended.message),
-        )),
+        _ => Err(failed(journal, key, said)),
     }
+}
+
+/// Creates this run's object of the hook, its last run's deleted first (`before`); its
+/// key, with the name the server gave it, or why it could not be created.
+async fn create(
+    ctx: &Ctx<'_>,
+    h: &HookObject,
+    api: &kube::Api<DynamicObject>,
+    journal: &mut Journal<'_>,
+) -> Result<ObjectKey, String> {
+    if h.hook.delete.before {
+        delete_earlier(ctx, h, api, journal)
+            .await
+            .map_err(|e| format!("could not delete its last run: {e}"))?;
+    }
+    journal.requests += 1;
+    let params = PostParams {
+        dry_run: false,
+        field_manager: Some(ctx.syncer.agent.field_manager.clone()),
+    };
+    let created = api
+        .create(&params, &object_of(&h.manifest)?)
+        .await
+        .map_err(|e| format!("could not be created: {}", cause(&e)))?;
+    Ok(ObjectKey {
+        name: created.metadata.name.unwrap_or_default(),
+        ..h.manifest.key()
+    })
 }
 
 /// The object a hook creates: its manifest, as the API takes it.

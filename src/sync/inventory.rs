@@ -8,6 +8,20 @@ use crate::cluster::inventory::{self, Version};
 use crate::cluster::ClusterError;
 use crate::plan::{self, Inventory};
 
+/// [`InventoryStore::keep_ready`] for a commit the sync skipped without reading the
+/// inventory (it changes none of the app's files): read only when others depend on the app.
+pub(super) async fn keep_ready(
+    ctx: &Ctx<'_>,
+    sha: &str,
+    journal: &mut Journal<'_>,
+) -> Result<(), Stop> {
+    if ctx.depended_on() {
+        let (inventory, mut store) = load(ctx, journal).await?;
+        store.keep_ready(ctx, &inventory, sha, journal).await;
+    }
+    Ok(())
+}
+
 /// Where the app's inventory is stored: the ConfigMap's version as last read or written,
 /// the precondition of the next store.
 pub(super) struct InventoryStore {
@@ -95,7 +109,8 @@ impl InventoryStore {
         sha: &str,
         journal: &mut Journal<'_>,
     ) {
-        if inventory.held.is_some() || inventory.ready.as_ref().is_none_or(|r| r == sha) {
+        let moved = inventory.ready.as_ref().is_some_and(|r| r != sha);
+        if !moved || inventory.held.is_some() || !ctx.depended_on() {
             return;
         }
         let next = Inventory {

@@ -329,15 +329,39 @@ async fn steps(
 ) -> Result<Ended, Stop> {
     let checkout = fetch_verified(ctx, lock, rec, journal).await?;
     if let Some((skip, inputs)) = skip::untouched(ctx, &checkout) {
-        if ctx.depended_on() {
-            let (inventory, mut store) = inventory::load(ctx, journal).await?;
-            store
-                .keep_ready(ctx, &inventory, &checkout.commit.sha, journal)
-                .await;
-        }
+        inventory::keep_ready(ctx, &checkout.commit.sha, journal).await?;
         return Ok(skipped(rec, skip, Some(inputs)));
     }
-    let prepared = prepare(ctx, checkout, lock, rec, journal).await?;
+    let mut prepared = prepare(ctx, checkout, lock, rec, journal).await?;
+    let Prepared {
+        checkout,
+        inventory,
+        store,
+        plan,
+        ..
+    } = &mut prepared;
+    if let Some(skip) = skip::held_or_unchanged(ctx, checkout, inventory, plan) {
+        if skip.outcome == Outcome::NoChange {
+            let sha = &checkout.commit.sha;
+            store.keep_ready(ctx, inventory, sha, journal).await;
+        }
+        return Ok(skipped(rec, skip, prepared.inputs));
+    }
+    ctx.interrupted()?;
+    let inputs = prepared.inputs.take();
+    write(ctx, lock, rec, prepared, journal).await?;
+    Ok((Outcome::Succeeded, inputs))
+}
+
+/// The steps that write, once the plan says something changed: validate → pre hooks →
+/// write ahead → waves → prune → post hooks → inventory (→ fail hooks on a failure).
+async fn write(
+    ctx: &Ctx<'_>,
+    lock: &mut Locked,
+    rec: &mut SyncRecord,
+    prepared: Prepared,
+    journal: &mut Journal<'_>,
+) -> Result<(), Stop> {
     let Prepared {
         checkout,
         inventory,
@@ -345,23 +369,9 @@ async fn steps(
         kinds,
         plan,
         hooks,
-        inputs,
+        ..
     } = prepared;
-    if let Some(skip) = skip::held_or_unchanged(ctx, &checkout, &inventory, &plan) {
-        if skip.outcome == Outcome::NoChange && ctx.depended_on() {
-            store
-                .keep_ready(ctx, &inventory, &checkout.commit.sha, journal)
-                .await;
-        }
-        return Ok(skipped(rec, skip, inputs));
-    }
-    ctx.interrupted()?;
-    let Plan {
-        planned,
-        deferred,
-        prune,
-    } = plan;
-    let (same, mut writes) = split_writes(planned);
+    let (same, mut writes) = split_writes(plan.planned);
     rec.unchanged = same.len();
     lock.enter(Step::DryRun);
     let validated = validate::validate(ctx, &mut writes, journal).await?;
@@ -374,7 +384,7 @@ async fn steps(
     let sha = &checkout.commit.sha;
     let waves = Waves {
         validated,
-        deferred,
+        deferred: plan.deferred,
         hooks: &hooks,
         old: &inventory,
         ahead: &ahead,
@@ -385,7 +395,7 @@ async fn steps(
     let mut ended = waves::apply_waves(ctx, lock, &mut writes, waves, &mut next, journal).await;
     if ended.is_ok() {
         lock.enter(Step::Prune);
-        ended = prune::prune(ctx, &kinds, prune, &inventory, &mut next, journal).await;
+        ended = prune::prune(ctx, &kinds, plan.prune, &inventory, &mut next, journal).await;
     }
     if ended.is_ok() {
         lock.enter(Step::Hooks);
@@ -395,13 +405,10 @@ async fn steps(
     let well = ended.is_ok() && journal.errors.is_empty();
     next.ready = well.then(|| sha.clone());
     store.store(ctx, &ahead, &next, journal).await;
-    if let Err(stop) = ended {
-        return Err(failed(ctx, &hooks, stop, journal).await);
-    }
-    if journal.errors.is_empty() {
-        Ok((Outcome::Succeeded, inputs))
-    } else {
-        Err(Stop::Failed)
+    match ended {
+        Ok(()) if well => Ok(()),
+        Ok(()) => Err(failed(ctx, &hooks, Stop::Failed, journal).await),
+        Err(stop) => Err(failed(ctx, &hooks, stop, journal).await),
     }
 }
 

@@ -52,20 +52,7 @@ pub(super) async fn apply_waves(
         same,
         sha,
     } = waves;
-    let mut numbers: BTreeSet<i32> = writes
-        .iter()
-        .map(|w| wave_of(&w.target.manifest))
-        .chain(deferred.iter().map(wave_of))
-        .chain(
-            hooks
-                .iter()
-                .filter(|h| h.runs_in(HookPhase::Sync, None))
-                .map(|h| h.hook.wave),
-        )
-        .collect();
-    if numbers.is_empty() {
-        numbers.insert(0); // nothing to write: said as one wave always said it
-    }
+    let numbers = waves_of(writes, &deferred, hooks);
     let several = numbers.len() > 1;
     *next = Inventory {
         commit: Some(sha.to_string()),
@@ -116,6 +103,26 @@ pub(super) async fn apply_waves(
     }
     *next = next_inventory(next, Some(same), written(writes.iter()));
     Ok(())
+}
+
+/// The waves with something to do: writes, objects of the commit's CRDs' kinds, `sync`
+/// hooks; one (0) when there is nothing, which is said as a sync without waves says it.
+fn waves_of(writes: &[Write], deferred: &[Manifest], hooks: &[HookObject]) -> BTreeSet<i32> {
+    let mut numbers: BTreeSet<i32> = writes
+        .iter()
+        .map(|w| wave_of(&w.target.manifest))
+        .chain(deferred.iter().map(wave_of))
+        .chain(
+            hooks
+                .iter()
+                .filter(|h| h.runs_in(HookPhase::Sync, None))
+                .map(|h| h.hook.wave),
+        )
+        .collect();
+    if numbers.is_empty() {
+        numbers.insert(0);
+    }
+    numbers
 }
 
 /// A wave's Deployments followed (and the failure policy applied), its other objects
