@@ -34,11 +34,14 @@ pub struct Inventory {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held: Option<Held>,
     /// The commit the app's last sync ended at, successful and healthy (a later commit
-    /// that changed nothing of the app's moves it on); none after a sync that failed. Apps
-    /// that depend on this one (`depends_on`) wait until it is their dependency's current
-    /// commit.
+    /// that changed nothing of the app's moves it on). Apps that depend on this one
+    /// (`depends_on`) wait until it is their dependency's current commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<String>,
+    /// The last sync that wrote this inventory failed (`ready` is unset): a commit that
+    /// changes nothing does not make the app ready again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
 }
 
 /// Why an app is held.

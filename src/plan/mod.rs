@@ -128,8 +128,9 @@ pub fn next_inventory(
         } else {
             None
         },
-        // Set by the sync once it ended well.
+        // Set by the sync once it knows how it ended.
         ready: None,
+        failed: false,
     }
 }
 

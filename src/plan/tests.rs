@@ -77,6 +77,7 @@ fn classifies_new_changed_drifted_same_and_prune() {
         ],
         held: None,
         ready: None,
+        failed: false,
     };
     let live = live(&[
         (&same, "rv1"),
@@ -136,6 +137,7 @@ fn unchanged_commit_is_a_no_op() {
         objects: vec![entry(&a, "rv1")],
         held: None,
         ready: None,
+        failed: false,
     };
     let p = plan(vec![a.clone()], resolve, &inventory, &live(&[(&a, "rv1")])).unwrap();
     assert!(p.is_no_op());
@@ -223,6 +225,7 @@ fn next_inventory_after_a_complete_and_a_failed_apply() {
             reason: "rolled back".into(),
         }),
         ready: None,
+        failed: false,
     };
     let fresh = entry(&written, "rv9");
 
@@ -253,12 +256,14 @@ fn unfinished_entries_go_back_to_what_they_were_before_the_sync() {
         objects: vec![entry(&a, "5"), entry(&c, "5")],
         held: None,
         ready: None,
+        failed: false,
     };
     let next = Inventory {
         commit: Some("c2".into()),
         objects: vec![entry(&a, "6"), entry(&b, "6"), entry(&c, "6")],
         held: None,
         ready: None,
+        failed: false,
     };
     let out = unfinished(&next, &old, &[a.key(), b.key()]);
     assert_eq!(out.commit.as_deref(), Some("c2"));
@@ -282,6 +287,7 @@ fn write_ahead_adds_pending_entries_for_new_objects_only() {
         objects: vec![entry(&a, "5")],
         held: None,
         ready: None,
+        failed: false,
     };
     let targets: Vec<Target> = [cm("a", "2"), b.clone()]
         .into_iter()

@@ -101,7 +101,8 @@ impl InventoryStore {
     /// it is read again and the entries that writer added are kept: never overwritten.
     /// A commit that changes nothing of an app that others depend on: the app is ready at
     /// it as it was at the last (its dependents wait for their dependency's current
-    /// commit). Not when the last sync that wrote failed (`ready` unset) or the app is held.
+    /// commit). Not when the last sync that wrote failed or the app is held. (An inventory
+    /// written before berth kept `ready` becomes ready so.)
     pub async fn keep_ready(
         &mut self,
         ctx: &Ctx<'_>,
@@ -109,8 +110,8 @@ impl InventoryStore {
         sha: &str,
         journal: &mut Journal<'_>,
     ) {
-        let moved = inventory.ready.as_ref().is_some_and(|r| r != sha);
-        if !moved || inventory.held.is_some() || !ctx.depended_on() {
+        let there = inventory.ready.as_deref() == Some(sha);
+        if there || inventory.failed || inventory.held.is_some() || !ctx.depended_on() {
             return;
         }
         let next = Inventory {

@@ -404,6 +404,7 @@ async fn write(
     lock.enter(Step::Inventory);
     let well = ended.is_ok() && journal.errors.is_empty();
     next.ready = well.then(|| sha.clone());
+    next.failed = !well;
     store.store(ctx, &ahead, &next, journal).await;
     match ended {
         Ok(()) if well => Ok(()),

@@ -59,6 +59,7 @@ pub(super) async fn apply_waves(
         objects: old.objects.clone(),
         held: None,
         ready: None,
+        failed: false,
     };
     let mut numbers = numbers.into_iter();
     while let Some(wave) = numbers.next() {
