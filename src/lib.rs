@@ -2,7 +2,8 @@
 //! binary.
 //!
 //! ```text
-//! trigger    interval · notify · webhook · `berth sync`                agent, cli
+//! trigger    interval · notify · webhook · `berth sync` · a dependency synced   agent, cli
+//! depends    each app of depends_on ready at its own commit, else wait  sync/depends
 //!    │
 //! lock       one writer per app; a killed sync recorded                 sync/lock
 //! fetch      the app's commit C, shared by the repository's apps         sync/fetch
@@ -12,15 +13,17 @@
 //! inventory  what the last sync left (the ConfigMap, or its local copy)   sync/inventory
 //! rewind     C must descend from the last applied commit                  sync/rewind
 //! render     discovery · the Visitor pipeline · kustomize → objects      sync/render
+//! hooks      the hooks apart from the app's objects (their phase, order)  sync/hooks
 //! plan       write · keep · prune, against the live objects               sync/plan
 //! skip       held at C, or nothing changed or drifted → no write          sync/skip
 //!    │
-//! validate   server-side dry run of every object; a refusal → no write   sync/validate
-//! apply      write ahead the inventory, then server-side apply by stage   sync/apply
-//!    │
-//! roll out   follow each changed Deployment; on failure roll back, halt  sync/roll_out
-//! health     wait for every other kind's readiness                        sync/health
+//! validate   server-side dry run of every object and hook; a refusal → no write  sync/validate
+//! pre hooks  created, waited on, deleted by their policy                  sync/hooks
+//! write ahead  the inventory gains every object this sync may create      sync/inventory
+//! waves      lowest first, each: apply by stage, follow its Deployments   sync/waves, apply,
+//!            (roll back, halt), wait its health, run its sync hooks      roll_out, health, hooks
 //! prune      delete what the last inventory had and C does not            sync/prune
+//! post hooks (on a failure after the dry run: the fail hooks)             sync/hooks
 //!    │
 //! record     inventory · history record · log line                        sync/inventory, record
 //! notify     the record's events to the [[notify]] receivers              sync/notify
