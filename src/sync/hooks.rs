@@ -17,7 +17,7 @@ use crate::cluster::api_for;
 use crate::cluster::discovery::ClusterKinds;
 use crate::cluster::ClusterError;
 use crate::history::HookRecord;
-use crate::manifest::{Manifest, ObjectKey};
+use crate::manifest::{Manifest, ObjectKey, LABEL_APP};
 use crate::plan::phases::{self, display_name, Hook, HookPhase, Place};
 use crate::plan::Resolved;
 
@@ -304,8 +304,8 @@ fn background() -> DeleteParams {
     }
 }
 
-/// Deletes the hook's objects of earlier runs and waits until they are gone (a fixed name
-/// is free again).
+/// Deletes the hook's objects of earlier runs — those that carry both the app's label and
+/// the hook's — and waits until they are gone (a fixed name is free again).
 async fn delete_earlier(
     ctx: &Ctx<'_>,
     h: &HookObject,
@@ -320,7 +320,10 @@ async fn delete_earlier(
         .and_then(Value::as_str)
         .unwrap_or_default();
     let earlier = api
-        .list_metadata(&ListParams::default().labels(&format!("{LABEL_HOOK_ID}={id}")))
+        .list_metadata(&ListParams::default().labels(&format!(
+            "{LABEL_APP}={},{LABEL_HOOK_ID}={id}",
+            ctx.app.name
+        )))
         .await?;
     let deadline = Instant::now() + ctx.app.rollout.timeout;
     for old in earlier.items {
