@@ -118,7 +118,7 @@ fn input(path: &Path, root: Option<&Path>) -> anyhow::Result<Input> {
             vec![name.to_string_lossy().into_owned()],
         )
     };
-    Ok(Input::Paths(PathSource {
+    Ok(Input::Paths(Box::new(PathSource {
         prefix: if root == Path::new(".") {
             String::new()
         } else {
@@ -130,8 +130,9 @@ fn input(path: &Path, root: Option<&Path>) -> anyhow::Result<Input> {
         exclude: None,
         limits: Limits::default(),
         kustomize: Some(Kustomize::new(None, AgentConfig::default().render_timeout)),
+        helm: None,
         allow_empty: false,
-    }))
+    })))
 }
 
 /// `root` and `dir` relative to it, both as shown (`root` as given).

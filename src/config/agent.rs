@@ -68,7 +68,9 @@ pub struct AgentConfig {
     /// `"kustomize build"`); unset: `kustomize build` when a `kustomize` binary is on
     /// PATH, else `kubectl kustomize`.
     pub kustomize: Option<String>,
-    /// How long one kustomize run may take.
+    /// The helm program (a path, or a name on PATH); unset: `helm` on PATH.
+    pub helm: Option<String>,
+    /// How long one kustomize or helm run may take.
     #[serde(deserialize_with = "duration")]
     pub render_timeout: Duration,
 }
@@ -97,6 +99,7 @@ impl Default for AgentConfig {
             lease_name: "berth".to_string(),
             lease_duration: Duration::from_secs(15),
             kustomize: None,
+            helm: None,
             render_timeout: Duration::from_secs(60),
         }
     }

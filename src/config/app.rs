@@ -63,10 +63,14 @@ pub struct AppConfig {
     /// How changed Deployments are rolled out.
     #[serde(default)]
     pub rollout: RolloutConfig,
-    /// How the app's folders are rendered: a folder with a kustomization by kustomize
-    /// (`auto`), every folder as plain manifests (`plain`), or kustomize only.
+    /// How the app's folders are rendered: a folder with a kustomization by kustomize and
+    /// one with a `Chart.yaml` by helm (`auto`), every folder as plain manifests (`plain`),
+    /// kustomize only, or helm only.
     #[serde(default)]
     pub render: RenderMode,
+    /// How the app's Helm charts are rendered (`[app.helm]`).
+    #[serde(default)]
+    pub helm: HelmConfig,
     /// Let kustomizations reach remote resources (URLs, git repositories).
     #[serde(default)]
     pub allow_remote_bases: bool,
@@ -117,6 +121,40 @@ impl AppConfig {
     }
 }
 
+/// `[app.helm]`: the release a chart is rendered as, and its values.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HelmConfig {
+    /// The release name (`.Release.Name`); unset: the app's name.
+    pub release: Option<String>,
+    /// The release namespace (`.Release.Namespace`); unset: the app's namespace.
+    pub namespace: Option<String>,
+    /// Values files, relative to the repository root (they must stay inside it), in order.
+    pub values_files: Vec<String>,
+    /// Values written inline, after the files.
+    pub values: toml::Table,
+    /// `--set-string` values (`"image.tag" = "1.2.3"`), last.
+    pub set: std::collections::BTreeMap<String, String>,
+    /// Render the chart's `crds/` folder too.
+    pub include_crds: bool,
+    /// Leave out the chart's test hooks (`helm.sh/hook: test`), which a sync never runs.
+    pub skip_tests: bool,
+}
+
+impl Default for HelmConfig {
+    fn default() -> Self {
+        HelmConfig {
+            release: None,
+            namespace: None,
+            values_files: Vec::new(),
+            values: toml::Table::new(),
+            set: std::collections::BTreeMap::new(),
+            include_crds: true,
+            skip_tests: true,
+        }
+    }
+}
+
 /// `[app.verify]`: apply only commits signed by a trusted key (OpenPGP or SSH).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -157,6 +195,9 @@ pub enum RenderMode {
     Plain,
     /// Every path must be a kustomization.
     Kustomize,
+    /// Every path must be a Helm chart (a folder holding `Chart.yaml`), rendered by
+    /// `helm template`.
+    Helm,
 }
 
 /// Which commit of its repository an app follows (validation allows at most one of

@@ -20,7 +20,7 @@ mod values;
 
 pub use agent::{AgentConfig, ClusterConfig, LogFormat};
 pub use app::{
-    AppConfig, AuthConfig, GitRef, OnFailure, RenderMode, RolloutConfig, RolloutEngine,
+    AppConfig, AuthConfig, GitRef, HelmConfig, OnFailure, RenderMode, RolloutConfig, RolloutEngine,
     ScopeConfig, VerifyConfig, VerifyMode, DEFAULT_KNOWN_HOSTS,
 };
 pub use error::{io_message, ConfigError, Problem};

@@ -19,6 +19,7 @@ use super::decorate::{
     SourceAnnotations,
 };
 use super::error::ManifestError;
+use super::helm::Helm;
 use super::kustomize::Kustomize;
 use super::object::Manifest;
 use super::scope::{ScopeLookup, WithCrds};
@@ -42,7 +43,7 @@ pub enum ErrorPolicy {
 /// Where the manifests come from.
 pub enum Input {
     /// Files and folders of a checkout.
-    Paths(PathSource),
+    Paths(Box<PathSource>),
     /// Standard input.
     Stdin(Stdin),
 }
@@ -82,7 +83,7 @@ impl<'a> Builder<'a> {
         scopes: &'a dyn ScopeLookup,
     ) -> Result<Self, globset::Error> {
         Ok(Builder {
-            input: Input::Paths(PathSource {
+            input: Input::Paths(Box::new(PathSource {
                 root: root.to_path_buf(),
                 prefix: String::new(),
                 paths: app.path.clone(),
@@ -90,8 +91,9 @@ impl<'a> Builder<'a> {
                 exclude: app.exclude.set()?,
                 limits: Limits::of(agent),
                 kustomize: Kustomize::for_app(app, agent),
+                helm: Helm::for_app(app, agent),
                 allow_empty: app.allow_empty,
-            }),
+            })),
             namespace: app.namespace.clone(),
             app: Some(app.name.clone()),
             commit: None,
@@ -109,7 +111,7 @@ impl<'a> Builder<'a> {
     /// The first error (fail-fast) or every error (collect-all), each naming its origin.
     pub fn render(&self) -> Result<Vec<Manifest>, ManifestError> {
         let source: &dyn Visitor = match &self.input {
-            Input::Paths(p) => p,
+            Input::Paths(p) => &**p,
             Input::Stdin(s) => s,
         };
         let raw_chain = Decorated {
@@ -194,7 +196,7 @@ mod tests {
 
     fn builder(root: &std::path::Path, policy: ErrorPolicy) -> Builder<'static> {
         Builder {
-            input: Input::Paths(PathSource {
+            input: Input::Paths(Box::new(PathSource {
                 root: root.to_path_buf(),
                 prefix: String::new(),
                 paths: vec![".".into()],
@@ -202,8 +204,9 @@ mod tests {
                 exclude: None,
                 limits: Limits::default(),
                 kustomize: None,
+                helm: None,
                 allow_empty: false,
-            }),
+            })),
             namespace: "shop".into(),
             app: Some("shop".into()),
             commit: Some("abc1234".into()),

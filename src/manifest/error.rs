@@ -198,6 +198,14 @@ pub enum ManifestError {
         /// What was refused (the field and the reference) or what kustomize said.
         message: String,
     },
+    /// A chart was refused before helm ran, or helm failed.
+    #[error("{path}: {message}")]
+    Chart {
+        /// The chart's `Chart.yaml`, repository-relative.
+        path: String,
+        /// What was refused (a dependency, a values file) or what helm said.
+        message: String,
+    },
     /// Several errors.
     #[error("{}", Many(.0))]
     Many(Vec<ManifestError>),
@@ -253,6 +261,7 @@ impl ManifestError {
             | ManifestError::TooDeep { path, .. }
             | ManifestError::TooManyObjects { origin: path, .. }
             | ManifestError::Kustomization { path, .. }
+            | ManifestError::Chart { path, .. }
             | ManifestError::NoObjects { path, .. } => Some(path.clone()),
             ManifestError::NotAManifest { cause, .. } => cause.origin(),
             ManifestError::Syntax { origin, .. }

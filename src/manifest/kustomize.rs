@@ -10,16 +10,16 @@
 //! enabled). The tool runs in the checkout, with a clean environment and a timeout.
 
 use std::collections::HashSet;
-use std::io::Read;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_yaml::Value;
 
 use super::bounds::Limits;
 use super::error::ManifestError;
 use super::read::{confined, read_confined, regular_file};
+use super::tool::{Tool, ToolError};
 use crate::config::{AgentConfig, AppConfig, RenderMode};
 
 /// The file names kustomize looks for in a folder, in its order.
@@ -90,9 +90,10 @@ impl Kustomize {
         }
     }
 
-    /// How an app's kustomizations are rendered, or `None` with `render = "plain"`.
+    /// How an app's kustomizations are rendered, or `None` with `render = "plain"` or
+    /// `"helm"`.
     pub fn for_app(app: &AppConfig, agent: &AgentConfig) -> Option<Self> {
-        (app.render != RenderMode::Plain).then(|| Kustomize {
+        matches!(app.render, RenderMode::Auto | RenderMode::Kustomize).then(|| Kustomize {
             allow_remote: app.allow_remote_bases,
             required: app.render == RenderMode::Kustomize,
             max_file_size: agent.max_file_size,
@@ -207,78 +208,48 @@ impl Kustomize {
         };
         let command = self.command();
         let shown_command = command.join(" ");
-        let (program, args) = command
-            .split_first()
-            .ok_or_else(|| fail("agent.kustomize names no command".into()))?;
-        let mut command = Command::new(program);
-        command
-            .args(args)
-            .arg(dir)
-            .current_dir(root)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", std::env::temp_dir());
+        let mut env = vec![
+            ("PATH", std::env::var_os("PATH").unwrap_or_default()),
+            ("HOME", std::env::temp_dir().into_os_string()),
+        ];
         if !self.allow_remote {
             // The second wall, behind the reference check: git may use no transport at all
             // (an empty allow-list refuses every protocol, file and ssh included), and
             // kustomize's own HTTP requests for remote files go to a closed port.
-            command
-                .env("GIT_ALLOW_PROTOCOL", "")
-                .env("GIT_TERMINAL_PROMPT", "0")
-                .env("HTTPS_PROXY", CLOSED_PROXY)
-                .env("HTTP_PROXY", CLOSED_PROXY);
+            env.extend([
+                ("GIT_ALLOW_PROTOCOL", "".into()),
+                ("GIT_TERMINAL_PROMPT", "0".into()),
+                ("HTTPS_PROXY", CLOSED_PROXY.into()),
+                ("HTTP_PROXY", CLOSED_PROXY.into()),
+            ]);
         }
-        let mut child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| fail(format!("cannot run {}: {e}", shown_command)))?;
-        let stdout = child.stdout.take().map(|out| {
-            std::thread::spawn(move || {
-                let mut bytes = Vec::new();
-                let _ = out.take(max_bytes + 1).read_to_end(&mut bytes);
-                bytes
-            })
-        });
-        let stderr = child.stderr.take().map(|err| {
-            std::thread::spawn(move || {
-                let mut text = String::new();
-                let _ = err.take(64 << 10).read_to_string(&mut text);
-                text
-            })
-        });
-        let deadline = Instant::now() + self.timeout;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if Instant::now() >= deadline => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(fail(format!(
-                        "{} did not finish within {}s (agent.render_timeout)",
-                        shown_command,
-                        self.timeout.as_secs()
-                    )));
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => return Err(fail(format!("waiting for kustomize: {e}"))),
-            }
+        let tool = Tool {
+            command: command
+                .into_iter()
+                .map(OsString::from)
+                .chain([dir.as_os_str().to_owned()])
+                .collect(),
+            dir: root,
+            env,
+            timeout: self.timeout,
+            max_bytes,
         };
-        let output = stdout.and_then(|t| t.join().ok()).unwrap_or_default();
-        let errors = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
-        if !status.success() {
-            let root_prefix = format!("{}/", root.display());
-            let said = errors.trim().replace(&root_prefix, "");
-            return Err(fail(format!("{} failed ({status}): {said}", shown_command)));
-        }
-        if output.len() as u64 > max_bytes {
-            return Err(ManifestError::AppTooLarge {
+        tool.run().map_err(|e| match e {
+            ToolError::Spawn(e) => fail(format!("cannot run {shown_command}: {e}")),
+            ToolError::Timeout(t) => fail(format!(
+                "{shown_command} did not finish within {}s (agent.render_timeout)",
+                t.as_secs()
+            )),
+            ToolError::Failed(status, errors) => {
+                let root_prefix = format!("{}/", root.display());
+                let said = errors.trim().replace(&root_prefix, "");
+                fail(format!("{shown_command} failed ({status}): {said}"))
+            }
+            ToolError::TooLarge => ManifestError::AppTooLarge {
                 path: shown.to_string(),
                 limit: max_bytes,
-            });
-        }
-        Ok(output)
+            },
+        })
     }
 }
 
@@ -430,8 +401,7 @@ pub fn relative(root: &Path, path: &Path) -> String {
 }
 
 fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+    super::tool::find(program).is_some()
 }
 
 #[cfg(test)]

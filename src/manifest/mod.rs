@@ -25,11 +25,13 @@ pub mod decode;
 pub mod decorate;
 pub mod emit;
 pub mod error;
+pub mod helm;
 pub mod kustomize;
 pub mod object;
 pub mod read;
 pub mod scope;
 pub mod source;
+pub mod tool;
 pub mod typed;
 pub mod visitor;
 

@@ -11,6 +11,7 @@ use globset::GlobSet;
 use super::bounds::{Budget, Limits};
 use super::decode::Stream;
 use super::error::ManifestError;
+use super::helm::{chart_in, source_of, sources, Helm, CHART_FILE};
 use super::kustomize::{kustomization_in, Kustomize};
 use super::object::Manifest;
 use super::read::{read_capped, ReadError};
@@ -57,6 +58,8 @@ pub struct PathSource {
     pub limits: Limits,
     /// How folders holding a kustomization are rendered; `None`: as plain manifests.
     pub kustomize: Option<Kustomize>,
+    /// How folders holding a `Chart.yaml` are rendered; `None`: as plain manifests.
+    pub helm: Option<Helm>,
     /// A path that yields nothing is no error (`allow_empty`).
     pub allow_empty: bool,
 }
@@ -169,6 +172,17 @@ impl Walk<'_> {
                     }));
                 }
             }
+            if let Some(h) = &self.source.helm {
+                if chart_in(&resolved) {
+                    return self.chart(rel, &resolved, h, f);
+                }
+                if h.required && named {
+                    return f(Err(ManifestError::Chart {
+                        path: shown,
+                        message: "holds no Chart.yaml, and the app sets render = \"helm\"".into(),
+                    }));
+                }
+            }
             return self.dir(rel, resolved, f);
         }
         let extension = Path::new(rel).extension().and_then(|e| e.to_str());
@@ -266,6 +280,41 @@ impl Walk<'_> {
                 if let Some(resource) = kustomize_origin(&m) {
                     m.origin.path = format!("{} (via {shown})", join(&dir_shown, &resource));
                 }
+                m
+            }))
+        })
+    }
+
+    /// A folder holding a chart: rendered by `helm template`, none of its files read.
+    /// Objects' origins name the template as helm prints it and the chart.
+    fn chart(
+        &mut self,
+        rel: &str,
+        resolved: &Path,
+        h: &Helm,
+        f: &mut dyn FnMut(Item) -> Flow,
+    ) -> Flow {
+        let shown = self.source.display(&join(rel, CHART_FILE));
+        let budget = self.source.limits.max_app_size.saturating_sub(self.total);
+        let bytes = match h.template(&self.root, resolved, &shown, budget) {
+            Ok(bytes) => bytes,
+            Err(e @ ManifestError::AppTooLarge { .. }) => return Err(e),
+            Err(e) => return f(Err(e)),
+        };
+        self.total += bytes.len() as u64;
+        let templates = sources(&bytes);
+        Stream {
+            path: shown.clone(),
+            bytes,
+            budget: &self.budget,
+        }
+        .visit(&mut |item| {
+            f(item.map(|mut m| {
+                if let Some(template) = source_of(&templates, m.origin.line) {
+                    m.origin.path = format!("{template} (helm template of {shown})");
+                    m.origin.document = 0; // helm's output is no file of the repository
+                }
+                m.origin.line = 0;
                 m
             }))
         })

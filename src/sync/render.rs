@@ -9,6 +9,7 @@ use super::context::{Ctx, Journal, Stop};
 use super::inputs::Inputs;
 use super::SyncError;
 use crate::cluster::discovery::ClusterKinds;
+use crate::manifest::helm::Helm;
 use crate::manifest::{kustomize, Builder, Manifest};
 use crate::plan::Inventory;
 use crate::source::git::{self, Checkout};
@@ -90,13 +91,17 @@ pub(super) fn render_with(
     }
 }
 
-/// What the render read: the app's paths and what its kustomizations reach.
+/// What the render read: the app's paths, what its kustomizations reach, and its charts'
+/// values files.
 fn inputs_of(ctx: &Ctx<'_>, checkout: &Checkout) -> Option<Inputs> {
     let root = checkout.dir.canonicalize().ok()?;
+    let charts = Helm::for_app(ctx.app, &ctx.syncer.agent).is_some();
+    let values = ctx.app.helm.values_files.iter().filter(|_| charts);
     let paths: Vec<String> = ctx
         .app
         .path
         .iter()
+        .chain(values)
         .map(|p| p.trim_start_matches("./").trim_end_matches('/').to_string())
         .map(|p| if p == "." { String::new() } else { p })
         .collect();

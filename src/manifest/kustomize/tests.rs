@@ -1,5 +1,7 @@
 //! Tests of kustomize, each refusal against a real folder: what a kustomization may
 //! reference and reach, the tool run with a timeout and its stderr shown.
+use std::process::Command;
+
 use super::*;
 
 fn write(root: &Path, rel: &str, text: &str) {

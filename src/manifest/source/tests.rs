@@ -20,6 +20,7 @@ fn source(root: &Path, paths: &[&str]) -> PathSource {
         exclude: None,
         limits: Limits::default(),
         kustomize: None,
+        helm: None,
         allow_empty: false,
     }
 }

@@ -1,0 +1,305 @@
+//! Helm charts: a folder holding `Chart.yaml` is rendered by the real `helm template` —
+//! never a template engine of berth's own — with the care kustomize gets. Before helm
+//! runs, the chart's dependencies must be vendored (`charts/`: a dependency helm would
+//! download is refused, with how to vendor it) and every values file must stay inside the
+//! checkout. helm runs in a sandbox: a clean environment whose config, cache, data and
+//! plugin folders are a private temporary folder made for the one render (never the
+//! host's `~/.config/helm`; no plugins, no post-renderer), no kubeconfig, its HTTP
+//! requests sent to a closed port, the render timeout, and its output bounded.
+//!
+//! In template mode helm's `lookup` returns nothing and no cluster is asked; `.Capabilities`
+//! is what berth passes (`--kube-version`, `--api-versions`).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_yaml::Value;
+
+use super::error::ManifestError;
+use super::read::{confined, read_confined, regular_file};
+use super::tool::{find, Tool, ToolError};
+use crate::config::{AgentConfig, AppConfig, RenderMode};
+
+/// The file that makes a folder a chart.
+pub const CHART_FILE: &str = "Chart.yaml";
+
+/// Where helm's HTTP requests go: the discard port on loopback, where nothing listens.
+const CLOSED_PROXY: &str = "http://127.0.0.1:9";
+
+/// How an app's charts are rendered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Helm {
+    /// The helm program; `None`: `helm` on PATH.
+    pub command: Option<String>,
+    /// How long one render may take.
+    pub timeout: Duration,
+    /// `.Release.Name`.
+    pub release: String,
+    /// `.Release.Namespace`.
+    pub namespace: String,
+    /// Values files, relative to the repository root.
+    pub values_files: Vec<String>,
+    /// Inline values, as JSON (which helm reads as YAML); none when empty.
+    pub values: Option<String>,
+    /// `--set-string` values.
+    pub set: Vec<(String, String)>,
+    /// Render `crds/` too.
+    pub include_crds: bool,
+    /// Leave out test hooks.
+    pub skip_tests: bool,
+    /// Every named folder must be a chart (`render = "helm"`).
+    pub required: bool,
+    /// `.Capabilities.KubeVersion` (`v1.20.2`); `None`: helm's own default.
+    pub kube_version: Option<String>,
+    /// `.Capabilities.APIVersions` beyond helm's built-in ones (`group/version`).
+    pub api_versions: Vec<String>,
+    /// Largest file the chart may hold or a values file may be.
+    pub max_file_size: u64,
+}
+
+impl Helm {
+    /// How `app`'s charts are rendered, or `None` when its folders are never charts
+    /// (`render = "plain"` or `"kustomize"`).
+    pub fn for_app(app: &AppConfig, agent: &AgentConfig) -> Option<Self> {
+        if matches!(app.render, RenderMode::Plain | RenderMode::Kustomize) {
+            return None;
+        }
+        let h = &app.helm;
+        Some(Helm {
+            command: agent.helm.clone(),
+            timeout: agent.render_timeout,
+            release: h.release.clone().unwrap_or_else(|| app.name.clone()),
+            namespace: h.namespace.clone().unwrap_or_else(|| app.namespace.clone()),
+            values_files: h.values_files.clone(),
+            values: (!h.values.is_empty())
+                .then(|| serde_json::to_string(&h.values).unwrap_or_default()),
+            set: h.set.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            include_crds: h.include_crds,
+            skip_tests: h.skip_tests,
+            required: app.render == RenderMode::Helm,
+            kube_version: None,
+            api_versions: Vec::new(),
+            max_file_size: agent.max_file_size,
+        })
+    }
+
+    /// Checks the chart in `dir` (its dependencies vendored, its values files inside
+    /// `root`), then renders it; returns helm's output, at most `max_bytes` of it. `root`
+    /// is the canonical repository root; `shown` the chart file as errors name it.
+    ///
+    /// # Errors
+    /// [`ManifestError::Chart`]: a dependency to download, a values file outside the
+    /// checkout, helm's failure (with its stderr) or its timeout.
+    pub fn template(
+        &self,
+        root: &Path,
+        dir: &Path,
+        shown: &str,
+        max_bytes: u64,
+    ) -> Result<Vec<u8>, ManifestError> {
+        let refuse = |message: String| ManifestError::Chart {
+            path: shown.to_string(),
+            message,
+        };
+        self.check_dependencies(root, dir).map_err(refuse)?;
+        let values = self.values_files(root).map_err(refuse)?;
+        let program = self.command.as_deref().unwrap_or("helm");
+        let helm = find(program).ok_or_else(|| {
+            refuse(format!(
+                "{program} is not on PATH: install helm, or set [agent] helm to its path"
+            ))
+        })?;
+        let sandbox =
+            Sandbox::new().map_err(|e| refuse(format!("cannot make helm's folder: {e}")))?;
+        let mut args: Vec<OsString> = vec![
+            helm.into_os_string(),
+            "template".into(),
+            self.release.clone().into(),
+            dir.as_os_str().to_owned(),
+            "--namespace".into(),
+            self.namespace.clone().into(),
+        ];
+        if let Some(v) = &self.kube_version {
+            args.extend(["--kube-version".into(), v.into()]);
+        }
+        if !self.api_versions.is_empty() {
+            args.extend(["--api-versions".into(), self.api_versions.join(",").into()]);
+        }
+        if self.include_crds {
+            args.push("--include-crds".into());
+        }
+        if self.skip_tests {
+            args.push("--skip-tests".into());
+        }
+        for file in values {
+            args.extend(["--values".into(), file.into_os_string()]);
+        }
+        if let Some(inline) = &self.values {
+            let file = sandbox.path.join("values.json");
+            std::fs::write(&file, inline)
+                .map_err(|e| refuse(format!("cannot write the inline values: {e}")))?;
+            args.extend(["--values".into(), file.into_os_string()]);
+        }
+        for (key, value) in &self.set {
+            // helm splits --set-string on unescaped commas.
+            let value = value.replace(',', "\\,");
+            args.extend(["--set-string".into(), format!("{key}={value}").into()]);
+        }
+        let tool = Tool {
+            command: args,
+            dir: root,
+            env: sandbox.env(&self.namespace),
+            timeout: self.timeout,
+            max_bytes,
+        };
+        tool.run().map_err(|e| match e {
+            ToolError::Spawn(e) => refuse(format!(
+                "cannot run helm ({e}): install helm, or set [agent] helm to its path"
+            )),
+            ToolError::Timeout(t) => refuse(format!(
+                "helm template did not finish within {}s (agent.render_timeout)",
+                t.as_secs()
+            )),
+            ToolError::Failed(status, errors) => {
+                let root_prefix = format!("{}/", root.display());
+                let said = errors.trim().replace(&root_prefix, "");
+                refuse(format!("helm template failed ({status}): {said}"))
+            }
+            ToolError::TooLarge => ManifestError::AppTooLarge {
+                path: shown.to_string(),
+                limit: max_bytes,
+            },
+        })
+    }
+
+    /// Every dependency of `Chart.yaml` must be in `charts/` (unpacked, or a `.tgz`):
+    /// berth never downloads one.
+    fn check_dependencies(&self, root: &Path, dir: &Path) -> Result<(), String> {
+        let bytes = read_confined(root, &dir.join(CHART_FILE), self.max_file_size)
+            .map_err(|e| format!("{CHART_FILE} {e}"))?;
+        let chart: Value =
+            serde_yaml::from_slice(&bytes).map_err(|e| format!("invalid YAML: {e}"))?;
+        let vendored = vendored(&dir.join("charts"));
+        let missing: Vec<String> = chart
+            .get("dependencies")
+            .and_then(Value::as_sequence)
+            .into_iter()
+            .flatten()
+            .filter_map(|d| {
+                let name = d.get("name")?.as_str()?;
+                let found = vendored
+                    .iter()
+                    .any(|v| v == name || v.starts_with(&format!("{name}-")));
+                let repository = d.get("repository").and_then(Value::as_str).unwrap_or("");
+                (!found).then(|| format!("{name} ({repository})"))
+            })
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "its dependencies {} are not in charts/, and berth downloads no chart: vendor them (run `helm dependency build` in the chart's folder and commit charts/)",
+            missing.join(", ")
+        ))
+    }
+
+    /// The values files, resolved inside `root`.
+    fn values_files(&self, root: &Path) -> Result<Vec<PathBuf>, String> {
+        self.values_files
+            .iter()
+            .map(|v| {
+                if v.contains("://") || v.contains(',') || v == "-" {
+                    return Err(format!(
+                        "values file {v:?} is not a path in the repository (no URL, no comma)"
+                    ));
+                }
+                let resolved =
+                    confined(root, &root.join(v)).map_err(|e| format!("values file {v:?} {e}"))?;
+                regular_file(&resolved, self.max_file_size)
+                    .map_err(|e| format!("values file {v:?} {e}"))?;
+                Ok(resolved)
+            })
+            .collect()
+    }
+}
+
+/// The names in a chart's `charts/` folder (unpacked charts and archives), as helm reads
+/// them: names starting with `_` or `.` left out.
+fn vendored(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('_') && !n.starts_with('.'))
+        .collect()
+}
+
+/// Whether `dir` holds a chart.
+pub fn chart_in(dir: &Path) -> bool {
+    let path = dir.join(CHART_FILE);
+    path.symlink_metadata().is_ok() && !path.is_dir()
+}
+
+/// A render's private folder: helm's home, config, cache, data and plugins; removed after.
+struct Sandbox {
+    path: PathBuf,
+}
+
+impl Sandbox {
+    fn new() -> std::io::Result<Self> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "berth-helm-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        crate::state::private_dir(&path)?;
+        Ok(Sandbox { path })
+    }
+
+    /// helm's whole environment.
+    fn env(&self, namespace: &str) -> Vec<(&'static str, OsString)> {
+        let at = |p: &str| self.path.join(p).into_os_string();
+        vec![
+            ("HOME", self.path.clone().into_os_string()),
+            ("HELM_CONFIG_HOME", at("config")),
+            ("HELM_CACHE_HOME", at("cache")),
+            ("HELM_DATA_HOME", at("data")),
+            ("HELM_PLUGINS", at("plugins")),
+            ("HELM_NO_PLUGINS", "1".into()),
+            ("HELM_NAMESPACE", namespace.into()),
+            ("KUBECONFIG", "/dev/null".into()),
+            ("DOCKER_CONFIG", at("docker")),
+            ("HTTPS_PROXY", CLOSED_PROXY.into()),
+            ("HTTP_PROXY", CLOSED_PROXY.into()),
+        ]
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Each `# Source: <chart>/templates/<file>` line of helm's output, by line number: the
+/// template of the document that starts after it.
+pub fn sources(output: &[u8]) -> Vec<(usize, String)> {
+    String::from_utf8_lossy(output)
+        .lines()
+        .enumerate()
+        .filter_map(|(i, line)| Some((i + 1, line.strip_prefix("# Source: ")?.trim().to_string())))
+        .collect()
+}
+
+/// The template a document starting at `line` came from.
+pub fn source_of(sources: &[(usize, String)], line: usize) -> Option<&str> {
+    sources
+        .iter()
+        .take_while(|(at, _)| *at < line)
+        .last()
+        .map(|(_, s)| s.as_str())
+}
