@@ -43,6 +43,11 @@ async fn a_chart_syncs_rolls_out_on_a_values_change_and_prunes_a_removed_templat
     std::fs::create_dir_all(repo.dir.path().join("charts")).unwrap();
     helm_create(&repo.dir.path().join("charts"), "demo");
     repo.write("values/prod.yaml", "image:\n  tag: \"1.25\"\n");
+    // What the chart sees of the cluster: the real one's version and API versions.
+    repo.write(
+        "charts/demo/templates/capabilities.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: capabilities\ndata:\n  version: {{ .Capabilities.KubeVersion.Version | quote }}\n  deployments: {{ .Capabilities.APIVersions.Has \"apps/v1/Deployment\" | quote }}\n  gadgets: {{ .Capabilities.APIVersions.Has \"gadgets.example.com/v1\" | quote }}\n",
+    );
     repo.commit("the demo chart");
     let setup = Setup::new(
         cp,
@@ -61,6 +66,14 @@ async fn a_chart_syncs_rolls_out_on_a_values_change_and_prunes_a_removed_templat
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     assert!(accounts.get_opt(name).await.unwrap().is_some(), "{out}");
     assert!(services.get_opt(name).await.unwrap().is_some(), "{out}");
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let seen = maps.get("capabilities").await.unwrap().data.unwrap();
+    let server = client.apiserver_version().await.unwrap().git_version;
+    assert_eq!(seen["version"], server, "not helm's default (v1.35.0)");
+    assert_eq!(
+        (seen["deployments"].as_str(), seen["gadgets"].as_str()),
+        ("true", "false")
+    );
     let image = |d: Deployment| {
         d.spec.unwrap().template.spec.unwrap().containers[0]
             .image

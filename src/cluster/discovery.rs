@@ -80,6 +80,26 @@ impl ClusterKinds {
         Ok(ClusterKinds { discovery, version })
     }
 
+    /// The API server's version (`v1.20.2`), when it said.
+    pub fn version(&self) -> Option<&str> {
+        self.version.as_deref()
+    }
+
+    /// Every `group/version` the cluster serves, and every `group/version/Kind`: a chart's
+    /// `.Capabilities.APIVersions`.
+    pub fn api_versions(&self) -> Vec<String> {
+        let mut all = std::collections::BTreeSet::new();
+        for group in self.discovery.groups() {
+            for version in group.versions() {
+                for (resource, _) in group.versioned_resources(version) {
+                    all.insert(format!("{}/{}", resource.api_version, resource.kind));
+                    all.insert(resource.api_version);
+                }
+            }
+        }
+        all.into_iter().collect()
+    }
+
     /// The resource that serves a manifest's apiVersion and kind.
     pub fn resolve(&self, m: &Manifest) -> Option<Resolved> {
         self.resolve_kind(m.api_version(), m.kind())

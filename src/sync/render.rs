@@ -73,6 +73,7 @@ pub(super) fn render_with(
             cause,
         })
     })?;
+    let builder = builder.capabilities(kinds.version(), kinds.api_versions());
     match builder.render() {
         Ok(manifests) => {
             ctx.say(&format!(
