@@ -19,7 +19,7 @@ use serde_yaml::Value;
 
 use super::error::ManifestError;
 use super::read::{confined, read_confined, regular_file};
-use super::tool::{find, Tool, ToolError};
+use super::tool::{find, Tool};
 use crate::config::{AgentConfig, AppConfig, RenderMode};
 
 /// The file that makes a folder a chart.
@@ -154,24 +154,7 @@ impl Helm {
             timeout: self.timeout,
             max_bytes,
         };
-        tool.run().map_err(|e| match e {
-            ToolError::Spawn(e) => refuse(format!(
-                "cannot run helm ({e}): install helm, or set [agent] helm to its path"
-            )),
-            ToolError::Timeout(t) => refuse(format!(
-                "helm template did not finish within {}s (agent.render_timeout)",
-                t.as_secs()
-            )),
-            ToolError::Failed(status, errors) => {
-                let root_prefix = format!("{}/", root.display());
-                let said = errors.trim().replace(&root_prefix, "");
-                refuse(format!("helm template failed ({status}): {said}"))
-            }
-            ToolError::TooLarge => ManifestError::AppTooLarge {
-                path: shown.to_string(),
-                limit: max_bytes,
-            },
-        })
+        tool.render("helm template", shown, refuse)
     }
 
     /// Every dependency of `Chart.yaml` must be in `charts/` (unpacked, or a `.tgz`):

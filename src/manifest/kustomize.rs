@@ -19,7 +19,7 @@ use serde_yaml::Value;
 use super::bounds::Limits;
 use super::error::ManifestError;
 use super::read::{confined, read_confined, regular_file};
-use super::tool::{Tool, ToolError};
+use super::tool::Tool;
 use crate::config::{AgentConfig, AppConfig, RenderMode};
 
 /// The file names kustomize looks for in a folder, in its order.
@@ -234,22 +234,7 @@ impl Kustomize {
             timeout: self.timeout,
             max_bytes,
         };
-        tool.run().map_err(|e| match e {
-            ToolError::Spawn(e) => fail(format!("cannot run {shown_command}: {e}")),
-            ToolError::Timeout(t) => fail(format!(
-                "{shown_command} did not finish within {}s (agent.render_timeout)",
-                t.as_secs()
-            )),
-            ToolError::Failed(status, errors) => {
-                let root_prefix = format!("{}/", root.display());
-                let said = errors.trim().replace(&root_prefix, "");
-                fail(format!("{shown_command} failed ({status}): {said}"))
-            }
-            ToolError::TooLarge => ManifestError::AppTooLarge {
-                path: shown.to_string(),
-                limit: max_bytes,
-            },
-        })
+        tool.render(&shown_command, shown, fail)
     }
 }
 

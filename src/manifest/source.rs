@@ -261,25 +261,44 @@ impl Walk<'_> {
             format!("{rel}/{file}")
         };
         let shown = self.source.display(&file_rel);
-        let budget = self.source.limits.max_app_size.saturating_sub(self.total);
-        let bytes = match k.build(&self.root, resolved, &shown, budget) {
+        let output = k.build(&self.root, resolved, &shown, self.left());
+        let dir_shown = self.source.display(rel);
+        self.rendered(&shown, output, f, &|m| {
+            m.origin.line = 0;
+            if let Some(resource) = kustomize_origin(m) {
+                m.origin.path = format!("{} (via {shown})", join(&dir_shown, &resource));
+            }
+        })
+    }
+
+    /// What the app may still read.
+    fn left(&self) -> u64 {
+        self.source.limits.max_app_size.saturating_sub(self.total)
+    }
+
+    /// A tool's render of a folder (kustomize, helm): its output charged to the app's
+    /// size, decoded, each object's origin set by `origin`.
+    fn rendered(
+        &mut self,
+        shown: &str,
+        output: Result<Vec<u8>, ManifestError>,
+        f: &mut dyn FnMut(Item) -> Flow,
+        origin: &dyn Fn(&mut Manifest),
+    ) -> Flow {
+        let bytes = match output {
             Ok(bytes) => bytes,
             Err(e @ ManifestError::AppTooLarge { .. }) => return Err(e),
             Err(e) => return f(Err(e)),
         };
         self.total += bytes.len() as u64;
-        let dir_shown = self.source.display(rel);
         Stream {
-            path: shown.clone(),
+            path: shown.to_string(),
             bytes,
             budget: &self.budget,
         }
         .visit(&mut |item| {
             f(item.map(|mut m| {
-                m.origin.line = 0;
-                if let Some(resource) = kustomize_origin(&m) {
-                    m.origin.path = format!("{} (via {shown})", join(&dir_shown, &resource));
-                }
+                origin(&mut m);
                 m
             }))
         })
@@ -295,28 +314,14 @@ impl Walk<'_> {
         f: &mut dyn FnMut(Item) -> Flow,
     ) -> Flow {
         let shown = self.source.display(&join(rel, CHART_FILE));
-        let budget = self.source.limits.max_app_size.saturating_sub(self.total);
-        let bytes = match h.template(&self.root, resolved, &shown, budget) {
-            Ok(bytes) => bytes,
-            Err(e @ ManifestError::AppTooLarge { .. }) => return Err(e),
-            Err(e) => return f(Err(e)),
-        };
-        self.total += bytes.len() as u64;
-        let templates = sources(&bytes);
-        Stream {
-            path: shown.clone(),
-            bytes,
-            budget: &self.budget,
-        }
-        .visit(&mut |item| {
-            f(item.map(|mut m| {
-                if let Some(template) = source_of(&templates, m.origin.line) {
-                    m.origin.path = format!("{template} (helm template of {shown})");
-                    m.origin.document = 0; // helm's output is no file of the repository
-                }
-                m.origin.line = 0;
-                m
-            }))
+        let output = h.template(&self.root, resolved, &shown, self.left());
+        let templates = output.as_deref().map(sources).unwrap_or_default();
+        self.rendered(&shown, output, f, &|m| {
+            if let Some(template) = source_of(&templates, m.origin.line) {
+                m.origin.path = format!("{template} (helm template of {shown})");
+                m.origin.document = 0; // helm's output is no file of the repository
+            }
+            m.origin.line = 0;
         })
     }
 

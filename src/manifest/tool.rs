@@ -7,6 +7,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::error::ManifestError;
+
 /// `program` as found on this process's PATH (a name), or as given (a path).
 pub fn find(program: &str) -> Option<std::path::PathBuf> {
     if program.contains('/') {
@@ -35,7 +37,7 @@ pub enum ToolError {
 pub struct Tool<'a> {
     /// The program and its arguments.
     pub command: Vec<OsString>,
-    /// The folder it runs in.
+    /// The folder it runs in (the repository root).
     pub dir: &'a Path,
     /// Its whole environment.
     pub env: Vec<(&'static str, OsString)>,
@@ -46,6 +48,37 @@ pub struct Tool<'a> {
 }
 
 impl Tool<'_> {
+    /// Runs it to render `shown` (the kustomization or chart file, as errors name it):
+    /// its stdout, or `fail(what went wrong)` — `name` could not run, timed out, or
+    /// failed with its stderr (the repository root's paths made relative) — or
+    /// [`ManifestError::AppTooLarge`] past the bound.
+    ///
+    /// # Errors
+    /// As said.
+    pub fn render(
+        &self,
+        name: &str,
+        shown: &str,
+        fail: impl Fn(String) -> ManifestError,
+    ) -> Result<Vec<u8>, ManifestError> {
+        self.run().map_err(|e| match e {
+            ToolError::Spawn(e) => fail(format!("cannot run {name}: {e}")),
+            ToolError::Timeout(t) => fail(format!(
+                "{name} did not finish within {}s (agent.render_timeout)",
+                t.as_secs()
+            )),
+            ToolError::Failed(status, errors) => {
+                let root = format!("{}/", self.dir.display());
+                let said = errors.trim().replace(&root, "");
+                fail(format!("{name} failed ({status}): {said}"))
+            }
+            ToolError::TooLarge => ManifestError::AppTooLarge {
+                path: shown.to_string(),
+                limit: self.max_bytes,
+            },
+        })
+    }
+
     /// Runs it; its stdout.
     ///
     /// # Errors
