@@ -10,9 +10,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 
-/// The operator: a Deployment whose pods become ready (or, with `never`, never do: its
+/// A Deployment of one replica whose pods become ready (or, with `never`, never do: its
 /// rollout fails after its 4 s progress deadline).
-fn operator(image: &str, never: bool) -> String {
+fn deployment(name: &str, image: &str, never: bool) -> String {
     let annotations = if never {
         "testenv.berth.dev/ready: \"false\""
     } else {
@@ -22,19 +22,19 @@ fn operator(image: &str, never: bool) -> String {
         "apiVersion: apps/v1
 kind: Deployment
 metadata:
-  name: operator
+  name: {name}
 spec:
   replicas: 1
   progressDeadlineSeconds: 4
   selector:
-    matchLabels: {{app: operator}}
+    matchLabels: {{app: {name}}}
   template:
     metadata:
-      labels: {{app: operator}}
+      labels: {{app: {name}}}
       annotations: {{{annotations}}}
     spec:
       containers:
-        - name: operator
+        - name: {name}
           image: {image}
 "
     )
@@ -96,7 +96,10 @@ async fn crds_then_operator_then_app_from_one_commit() {
     let ns = common::namespace(&client, "order-chain").await;
     let repo = Repo::new();
     repo.write("crds/gadget.yaml", CRD);
-    repo.write("operator/deployment.yaml", &operator("operator:1", false));
+    repo.write(
+        "operator/deployment.yaml",
+        &deployment("operator", "operator:1", false),
+    );
     repo.write("app/gadget.yaml", &gadget(1));
     repo.commit("crds, operator and app");
     let rest = more_apps(
@@ -142,7 +145,10 @@ async fn crds_then_operator_then_app_from_one_commit() {
     assert_eq!(api.get("g").await.unwrap().data["spec"]["size"], 1);
 
     // `berth sync app` alone with a dependency not ready at its commit: not synced, said.
-    repo.write("operator/deployment.yaml", &operator("operator:2", false));
+    repo.write(
+        "operator/deployment.yaml",
+        &deployment("operator", "operator:2", false),
+    );
     repo.write("app/gadget.yaml", &gadget(2));
     let second = repo.commit("operator 2, gadget 2");
     let (code, out, _) = setup.berth(&["sync", "chain-app"]);
@@ -174,7 +180,10 @@ async fn a_failed_dependency_holds_its_dependent_until_it_recovers() {
     let client = common::client(cp).await;
     let ns = common::namespace(&client, "order-hold").await;
     let repo = Repo::new();
-    repo.write("operator/deployment.yaml", &operator("operator:1", false));
+    repo.write(
+        "operator/deployment.yaml",
+        &deployment("operator", "operator:1", false),
+    );
     repo.write("app/settings.yaml", &config_map("one"));
     repo.commit("operator and app");
     let rest = more_apps(&repo, &ns, &[("hold-operator", "operator", "")]);
@@ -191,7 +200,7 @@ async fn a_failed_dependency_holds_its_dependent_until_it_recovers() {
 
     repo.write(
         "operator/deployment.yaml",
-        &operator("operator:broken", true),
+        &deployment("operator", "operator:broken", true),
     );
     repo.write("app/settings.yaml", &config_map("two"));
     let broken = repo.commit("a broken operator, app two");
@@ -211,7 +220,10 @@ async fn a_failed_dependency_holds_its_dependent_until_it_recovers() {
     assert_eq!(data["value"], "one", "the app keeps its last commit");
 
     // Fixed: the operator syncs, then the app, with nobody asking.
-    repo.write("operator/deployment.yaml", &operator("operator:2", false));
+    repo.write(
+        "operator/deployment.yaml",
+        &deployment("operator", "operator:2", false),
+    );
     let fixed = repo.commit("operator fixed");
     common::eventually("the app syncs by itself", Duration::from_secs(60), || {
         history(&setup, "hold-app")
@@ -296,35 +308,6 @@ spec:
     )
 }
 
-fn web(image: &str, annotations: &str, never: bool) -> String {
-    let pod = if never {
-        "testenv.berth.dev/ready: \"false\""
-    } else {
-        ""
-    };
-    format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-  annotations: {{{annotations}}}
-spec:
-  replicas: 1
-  progressDeadlineSeconds: 4
-  selector:
-    matchLabels: {{app: web}}
-  template:
-    metadata:
-      labels: {{app: web}}
-      annotations: {{{pod}}}
-    spec:
-      containers:
-        - name: web
-          image: {image}
-"
-    )
-}
-
 fn named_map(name: &str, value: &str, annotations: &str) -> String {
     format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  annotations: {{{annotations}}}\ndata:\n  value: \"{value}\"\n")
 }
@@ -365,7 +348,7 @@ async fn a_pre_sync_migration_runs_first_and_a_failing_one_writes_nothing() {
     let client = common::client(cp).await;
     let ns = common::namespace(&client, "order-migrate").await;
     let repo = Repo::new();
-    repo.write("web.yaml", &web("web:1", "", false));
+    repo.write("web.yaml", &deployment("web", "web:1", false));
     repo.write("migrate.yaml", &job("migrate", "berth.dev/hook: pre", 0));
     repo.commit("web 1 and its migration");
     let setup = Setup::new(cp, "order-migrate", &repo, &ns, "");
@@ -397,7 +380,7 @@ async fn a_pre_sync_migration_runs_first_and_a_failing_one_writes_nothing() {
     );
 
     // The next migration fails: nothing else of its commit is written.
-    repo.write("web.yaml", &web("web:2", "", false));
+    repo.write("web.yaml", &deployment("web", "web:2", false));
     repo.write("settings.yaml", &named_map("settings", "2", ""));
     repo.write("migrate.yaml", &job("migrate", "berth.dev/hook: pre", 1));
     repo.commit("web 2, a failing migration");
@@ -435,7 +418,7 @@ async fn an_argo_cd_app_runs_hooks_and_waves_as_argo_cd_documents() {
         "first.yaml",
         &named_map("first", "1", "argocd.argoproj.io/sync-wave: \"-1\""),
     );
-    repo.write("web.yaml", &web("web:1", "", false));
+    repo.write("web.yaml", &deployment("web", "web:1", false));
     repo.write(
         "last.yaml",
         &named_map("last", "1", "argocd.argoproj.io/sync-wave: \"1\""),
@@ -539,7 +522,7 @@ async fn an_argo_cd_app_runs_hooks_and_waves_as_argo_cd_documents() {
     );
 
     // Wave 0 fails: wave 1 is not reached, PostSync does not run, SyncFail does.
-    repo.write("web.yaml", &web("web:broken", "", true));
+    repo.write("web.yaml", &deployment("web", "web:broken", true));
     repo.write(
         "last.yaml",
         &named_map("last", "2", "argocd.argoproj.io/sync-wave: \"1\""),

@@ -106,3 +106,25 @@ impl Agent {
         remember(&state_dir, &self.config_path, &self.config);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_that_is_not_a_valid_configuration_names_no_app() {
+        let state = tempfile::tempdir().unwrap();
+        let copy = copy_path(state.path());
+        std::fs::write(
+            &copy,
+            "[[app]]\nname = \"shop\"\nrepo = \"/srv/git/shop\"\nprune = true\n",
+        )
+        .unwrap();
+        assert_eq!(last_apps(state.path())[0].name, "shop");
+        // Edited by hand into something berth would not load: nothing is pruned on it.
+        std::fs::write(&copy, "[[app]]\nname = \"Not A Label\"\nrepo = \"/r\"\n").unwrap();
+        assert!(last_apps(state.path()).is_empty());
+        std::fs::write(&copy, [0xff, 0xfe, 0x00]).unwrap();
+        assert!(last_apps(state.path()).is_empty());
+    }
+}

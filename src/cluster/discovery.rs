@@ -61,6 +61,8 @@ pub struct ClusterKinds {
     discovery: kube::Discovery,
     /// The API server's version (`v1.20.2`), when it said.
     version: Option<String>,
+    /// [`api_versions`](Self::api_versions), made once per discovery.
+    api_versions: std::sync::OnceLock<Arc<[String]>>,
 }
 
 impl ClusterKinds {
@@ -77,7 +79,11 @@ impl ClusterKinds {
                 cause: source,
             })?;
         let version = client.apiserver_version().await.ok().map(|v| v.git_version);
-        Ok(ClusterKinds { discovery, version })
+        Ok(ClusterKinds {
+            discovery,
+            version,
+            api_versions: std::sync::OnceLock::new(),
+        })
     }
 
     /// The API server's version (`v1.20.2`), when it said.
@@ -86,18 +92,22 @@ impl ClusterKinds {
     }
 
     /// Every `group/version` the cluster serves, and every `group/version/Kind`: a chart's
-    /// `.Capabilities.APIVersions`.
-    pub fn api_versions(&self) -> Vec<String> {
-        let mut all = std::collections::BTreeSet::new();
-        for group in self.discovery.groups() {
-            for version in group.versions() {
-                for (resource, _) in group.versioned_resources(version) {
-                    all.insert(format!("{}/{}", resource.api_version, resource.kind));
-                    all.insert(resource.api_version);
+    /// `.Capabilities.APIVersions` (made once per discovery, shared by every app's render).
+    pub fn api_versions(&self) -> Arc<[String]> {
+        self.api_versions
+            .get_or_init(|| {
+                let mut all = std::collections::BTreeSet::new();
+                for group in self.discovery.groups() {
+                    for version in group.versions() {
+                        for (resource, _) in group.versioned_resources(version) {
+                            all.insert(format!("{}/{}", resource.api_version, resource.kind));
+                            all.insert(resource.api_version);
+                        }
+                    }
                 }
-            }
-        }
-        all.into_iter().collect()
+                all.into_iter().collect()
+            })
+            .clone()
     }
 
     /// The resource that serves a manifest's apiVersion and kind.

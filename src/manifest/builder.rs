@@ -73,7 +73,11 @@ pub struct Builder<'a> {
 impl<'a> Builder<'a> {
     /// Charts are rendered for a cluster of this version serving these API versions
     /// (`.Capabilities`).
-    pub fn capabilities(mut self, kube_version: Option<&str>, api_versions: Vec<String>) -> Self {
+    pub fn capabilities(
+        mut self,
+        kube_version: Option<&str>,
+        api_versions: std::sync::Arc<[String]>,
+    ) -> Self {
         if let Input::Paths(p) = &mut self.input {
             if let Some(h) = &mut p.helm {
                 h.kube_version = kube_version.map(str::to_string);

@@ -54,16 +54,21 @@ pub struct Helm {
     /// `.Capabilities.KubeVersion` (`v1.20.2`); `None`: helm's own default.
     pub kube_version: Option<String>,
     /// `.Capabilities.APIVersions` beyond helm's built-in ones (`group/version`).
-    pub api_versions: Vec<String>,
+    pub api_versions: std::sync::Arc<[String]>,
     /// Largest file the chart may hold or a values file may be.
     pub max_file_size: u64,
 }
 
 impl Helm {
-    /// How `app`'s charts are rendered, or `None` when its folders are never charts
-    /// (`render = "plain"` or `"kustomize"`).
+    /// Whether `app`'s folders may be charts (not with `render = "plain"` or
+    /// `"kustomize"`).
+    pub fn renders(app: &AppConfig) -> bool {
+        !matches!(app.render, RenderMode::Plain | RenderMode::Kustomize)
+    }
+
+    /// How `app`'s charts are rendered, or `None` when its folders are never charts.
     pub fn for_app(app: &AppConfig, agent: &AgentConfig) -> Option<Self> {
-        if matches!(app.render, RenderMode::Plain | RenderMode::Kustomize) {
+        if !Self::renders(app) {
             return None;
         }
         let h = &app.helm;
@@ -80,7 +85,7 @@ impl Helm {
             skip_tests: h.skip_tests,
             required: app.render == RenderMode::Helm,
             kube_version: None,
-            api_versions: Vec::new(),
+            api_versions: Vec::new().into(),
             max_file_size: agent.max_file_size,
         })
     }

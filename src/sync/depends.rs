@@ -156,3 +156,34 @@ pub fn waiting_note(state_dir: &Path, app: &str) -> Option<String> {
     let line = text.lines().next()?.trim();
     (!line.is_empty()).then(|| line.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_note_is_read_no_further_than_its_first_line_and_1_kib() {
+        let state = tempfile::tempdir().unwrap();
+        let waiting = Waiting {
+            on: "operator".into(),
+            reason: "3f2a1c0 not synced yet".into(),
+            failed: false,
+        };
+        note_waiting(state.path(), "shop", Some(&waiting));
+        assert_eq!(
+            waiting_note(state.path(), "shop").as_deref(),
+            Some("waiting on operator: 3f2a1c0 not synced yet")
+        );
+        // Written by someone else: a huge line, or a second one, is not taken whole.
+        let path = state.path().join("waiting").join("shop");
+        std::fs::write(&path, "x".repeat(1 << 20)).unwrap();
+        assert_eq!(
+            waiting_note(state.path(), "shop").map(|n| n.len()),
+            Some(1024)
+        );
+        std::fs::write(&path, "first\nsecond\n").unwrap();
+        assert_eq!(waiting_note(state.path(), "shop").as_deref(), Some("first"));
+        note_waiting(state.path(), "shop", None);
+        assert_eq!(waiting_note(state.path(), "shop"), None);
+    }
+}

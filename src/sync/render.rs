@@ -96,7 +96,7 @@ pub(super) fn render_with(
 /// values files.
 fn inputs_of(ctx: &Ctx<'_>, checkout: &Checkout) -> Option<Inputs> {
     let root = checkout.dir.canonicalize().ok()?;
-    let charts = Helm::for_app(ctx.app, &ctx.syncer.agent).is_some();
+    let charts = Helm::renders(ctx.app);
     let values = ctx.app.helm.values_files.iter().filter(|_| charts);
     let paths: Vec<String> = ctx
         .app
