@@ -10,13 +10,21 @@ use berth::history::Outcome;
 use common::{Repo, Setup};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Service, ServiceAccount};
-use kube::api::Api;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject};
+use serde::Deserialize;
+use serde_json::Value;
 
 /// `helm create NAME` in `dir`, with helm's folders in a throwaway place.
 fn helm_create(dir: &std::path::Path, name: &str) {
+    helm(dir, &["create", name]);
+}
+
+/// Runs helm with `args` in `dir`, with its folders in a throwaway place; its stdout.
+fn helm(dir: &std::path::Path, args: &[&str]) -> String {
     let home = tempfile::tempdir().unwrap();
     let out = Command::new("helm")
-        .args(["create", name])
+        .args(args)
         .current_dir(dir)
         .env("HELM_CONFIG_HOME", home.path().join("config"))
         .env("HELM_CACHE_HOME", home.path().join("cache"))
@@ -28,6 +36,7 @@ fn helm_create(dir: &std::path::Path, name: &str) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8(out.stdout).unwrap()
 }
 
 /// A chart from `helm create`: synced as helm renders it, a values change rolls its
@@ -157,4 +166,235 @@ async fn a_chart_to_download_and_a_values_file_outside_are_refused() {
         .unwrap()
         .items
         .is_empty());
+}
+
+/// A hook Job of the chart, annotated as helm's hooks are.
+fn hook_job(name: &str, hook: &str) -> String {
+    format!(
+        "apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{{{ .Release.Name }}}}-{name}
+  annotations:
+    helm.sh/hook: {hook}
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: run
+          image: tools:1
+"
+    )
+}
+
+const GADGET_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.charts.example.com
+spec:
+  group: charts.example.com
+  names: {kind: Gadget, plural: gadgets, singular: gadget}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+";
+
+/// A chart with a vendored dependency unpacked and one packed, a CRD in `crds/` and a
+/// custom resource of it, and pre-install and post-install hooks: `berth render` gives
+/// exactly `helm template`'s objects; a sync writes the CRD before its resource, runs the
+/// pre-install hook before the objects and the post-install one after them.
+#[tokio::test]
+async fn a_chart_with_vendored_dependencies_a_crd_and_hooks_syncs_them_in_order() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "chart-parts").await;
+    let repo = Repo::new();
+    let root = repo.dir.path();
+    helm_create(root, "shop");
+    helm_create(&root.join("shop/charts"), "cache");
+    let scratch = tempfile::tempdir().unwrap();
+    helm_create(scratch.path(), "queue");
+    helm(
+        scratch.path(),
+        &[
+            "package",
+            "queue",
+            "-d",
+            root.join("shop/charts").to_str().unwrap(),
+        ],
+    );
+    let chart = root.join("shop/Chart.yaml");
+    let mut text = std::fs::read_to_string(&chart).unwrap();
+    text.push_str("dependencies:\n  - name: cache\n    version: 0.1.0\n    repository: https://charts.example.com/stable\n  - name: queue\n    version: 0.1.0\n    repository: https://charts.example.com/stable\n");
+    std::fs::write(&chart, text).unwrap();
+    repo.write("shop/crds/gadgets.yaml", GADGET_CRD);
+    repo.write(
+        "shop/templates/gadget.yaml",
+        "apiVersion: charts.example.com/v1\nkind: Gadget\nmetadata:\n  name: {{ .Release.Name }}\nspec:\n  size: 3\n",
+    );
+    repo.write(
+        "shop/templates/migrate.yaml",
+        &hook_job("migrate", "pre-install"),
+    );
+    repo.write(
+        "shop/templates/smoke.yaml",
+        &hook_job("smoke", "post-install"),
+    );
+    repo.commit("a chart with its parts");
+
+    // berth render: helm template's objects, each as helm printed it.
+    let render = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args([
+            "render",
+            "shop",
+            "--release",
+            "chart-parts",
+            "-n",
+            &ns,
+            "-o",
+            "json",
+        ])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(
+        render.status.success(),
+        "{}",
+        String::from_utf8_lossy(&render.stderr)
+    );
+    let rendered: Vec<Value> = String::from_utf8(render.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let templated = helm(
+        root,
+        &[
+            "template",
+            "chart-parts",
+            "shop",
+            "--namespace",
+            &ns,
+            "--include-crds",
+            "--skip-tests",
+        ],
+    );
+    let templated: Vec<Value> = serde_yaml::Deserializer::from_str(&templated)
+        .map(|d| Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect();
+    assert_eq!(
+        templated.len(),
+        13,
+        "3 objects of each chart, the CRD, the Gadget, 2 hooks"
+    );
+    assert_eq!(
+        sorted(rendered.into_iter().map(without_berth).collect()),
+        sorted(templated.into_iter().map(without_berth).collect()),
+    );
+
+    let setup = Setup::new(
+        cp,
+        "chart-parts",
+        &repo,
+        &ns,
+        "path = \"shop\"\n[app.scope]\ncluster_kinds = [\"CustomResourceDefinition\"]\n",
+    );
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    for name in ["chart-parts-shop", "chart-parts-cache", "chart-parts-queue"] {
+        assert!(
+            deployments.get_opt(name).await.unwrap().is_some(),
+            "{name}: {out}"
+        );
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    assert!(crds
+        .get_opt("gadgets.charts.example.com")
+        .await
+        .unwrap()
+        .is_some());
+    let gadget = ApiResource {
+        group: "charts.example.com".into(),
+        version: "v1".into(),
+        api_version: "charts.example.com/v1".into(),
+        kind: "Gadget".into(),
+        plural: "gadgets".into(),
+    };
+    let gadgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &gadget);
+    assert_eq!(
+        gadgets.get("chart-parts").await.unwrap().data["spec"]["size"],
+        3
+    );
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Succeeded, "{out}");
+    let hooks: Vec<(&str, &str, &str)> = record
+        .hooks
+        .iter()
+        .map(|h| (h.phase.as_str(), h.key.name.as_str(), h.outcome.as_str()))
+        .collect();
+    assert_eq!(
+        hooks,
+        [
+            ("pre", "chart-parts-migrate", "succeeded"),
+            ("post", "chart-parts-smoke", "succeeded")
+        ],
+        "{out}"
+    );
+    let line = |what: &str| {
+        out.lines()
+            .position(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("{what}: {out}"))
+    };
+    assert!(
+        line("pre hook succeeded") < line("deployment.apps/chart-parts-shop"),
+        "{out}"
+    );
+    assert!(
+        line("deployment.apps/chart-parts-shop") < line("post hook succeeded"),
+        "{out}"
+    );
+    // A second sync is an upgrade: pre-install and post-install hooks do not run again.
+    repo.write(
+        "shop/values.yaml",
+        &std::fs::read_to_string(root.join("shop/values.yaml"))
+            .unwrap()
+            .replace("replicaCount: 1", "replicaCount: 2"),
+    );
+    repo.commit("two replicas");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(setup.history().pop().unwrap().hooks.is_empty(), "{out}");
+}
+
+/// An object without what berth adds (its namespace, its source annotation).
+fn without_berth(mut object: Value) -> Value {
+    let metadata = object["metadata"].as_object_mut().unwrap();
+    metadata.remove("namespace");
+    if let Some(annotations) = metadata
+        .get_mut("annotations")
+        .and_then(Value::as_object_mut)
+    {
+        annotations.remove("berth.dev/source-path");
+        if annotations.is_empty() {
+            metadata.remove("annotations");
+        }
+    }
+    object
+}
+
+fn sorted(mut objects: Vec<Value>) -> Vec<Value> {
+    objects.sort_by_key(|o| format!("{}/{}", o["kind"], o["metadata"]["name"]));
+    objects
 }

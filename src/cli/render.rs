@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use berth::config::{compile_globs, AgentConfig};
 use berth::diff::mask_secret_values;
+use berth::manifest::helm::{chart_in, is_kube_version, Helm};
 use berth::manifest::kustomize::kustomization_in;
 use berth::manifest::source::{PathSource, Stdin};
 use berth::manifest::{Builder, BuiltinScopes, ErrorPolicy, Input, Kustomize, Limits, Manifest};
@@ -40,6 +41,20 @@ pub struct Args {
     /// Print Secret values (masked as `***` otherwise).
     #[arg(long)]
     pub show_secrets: bool,
+    /// A chart's release name. Default: --app, else the chart's folder name.
+    #[arg(long)]
+    pub release: Option<String>,
+    /// A values file for a chart (repeatable), inside --root.
+    #[arg(short = 'f', long = "values")]
+    pub values: Vec<PathBuf>,
+    /// The Kubernetes version a chart is rendered for (`.Capabilities.KubeVersion`, such as
+    /// 1.31). Default: helm's own.
+    #[arg(long)]
+    pub kube_version: Option<String>,
+    /// A group/version (or group/version/Kind) the cluster serves, for a chart's
+    /// `.Capabilities.APIVersions` (repeatable).
+    #[arg(long = "api-versions")]
+    pub api_versions: Vec<String>,
 }
 
 /// How objects are printed.
@@ -54,8 +69,12 @@ pub enum Output {
 
 /// Runs `berth render`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(v) = args.kube_version.as_deref().filter(|v| !is_kube_version(v)) {
+        anyhow::bail!("--kube-version {v:?} is not a Kubernetes version such as 1.31 or v1.31.2");
+    }
+    let input = input(&args)?;
     let builder = Builder {
-        input: input(&args.path, args.root.as_deref())?,
+        input,
         namespace: args.namespace,
         app: args.app,
         commit: None,
@@ -68,7 +87,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
         scopes: &BuiltinScopes,
         confinement: None,
-    };
+    }
+    .capabilities(args.kube_version.as_deref(), args.api_versions.into());
     match builder.render() {
         Ok(manifests) => match print(&manifests, args.output, args.show_secrets) {
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
@@ -82,7 +102,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The source visitor for a path argument: origins show the path as the user typed it.
-fn input(path: &Path, root: Option<&Path>) -> anyhow::Result<Input> {
+fn input(args: &Args) -> anyhow::Result<Input> {
+    let (path, root) = (args.path.as_path(), args.root.as_deref());
     if path.as_os_str() == "-" {
         return Ok(Input::Stdin(Stdin {
             limits: Limits::default(),
@@ -90,15 +111,17 @@ fn input(path: &Path, root: Option<&Path>) -> anyhow::Result<Input> {
     }
     let meta =
         std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let (root, paths) = if meta.is_dir() && kustomization_in(path).is_some() {
-        // A kustomization may reach sibling folders (`../base`): its root is --root, else
-        // the git repository it is in, else the current folder.
+    let chart = meta.is_dir() && chart_in(path);
+    let (root, paths) = if meta.is_dir() && (kustomization_in(path).is_some() || chart) {
+        // A kustomization may reach sibling folders (`../base`), a chart values files
+        // beside it: its root is --root, else the git repository it is in, else the
+        // current folder.
         let root = match (root, repository_of(path)) {
             (Some(root), _) => root.to_path_buf(),
             (None, Some(top)) => top,
             (None, None) => {
                 eprintln!(
-                    "note: {} is in no git repository: its kustomization may reach what is under the current folder (--root sets another)",
+                    "note: {} is in no git repository: it may reach what is under the current folder (--root sets another)",
                     path.display()
                 );
                 PathBuf::from(".")
@@ -124,15 +147,51 @@ fn input(path: &Path, root: Option<&Path>) -> anyhow::Result<Input> {
         } else {
             root.display().to_string()
         },
-        root,
         paths,
         include: None,
         exclude: None,
         limits: Limits::default(),
         kustomize: Some(Kustomize::new(None, AgentConfig::default().render_timeout)),
-        helm: None,
+        helm: Some(helm(args, chart, &root)?),
+        root,
         allow_empty: false,
     })))
+}
+
+/// How a chart is rendered: `--release`, `--values`, in `--namespace`.
+fn helm(args: &Args, chart: bool, root: &Path) -> anyhow::Result<Helm> {
+    let folder = args.path.canonicalize()?;
+    let top = root.canonicalize()?;
+    let release = match (&args.release, &args.app) {
+        (Some(r), _) | (None, Some(r)) => r.clone(),
+        (None, None) => folder
+            .file_name()
+            .map_or("release".into(), |n| n.to_string_lossy().into_owned()),
+    };
+    let values_files = args
+        .values
+        .iter()
+        .map(|v| {
+            let full = v
+                .canonicalize()
+                .with_context(|| format!("cannot read {}", v.display()))?;
+            let rel = full.strip_prefix(&top).map_err(|_| {
+                anyhow::anyhow!(
+                    "{} is not inside {} (--root names the folder a chart may reach)",
+                    v.display(),
+                    root.display()
+                )
+            })?;
+            Ok(rel.to_string_lossy().into_owned())
+        })
+        .collect::<anyhow::Result<_>>()?;
+    if chart && args.kube_version.is_none() {
+        eprintln!("note: the chart is rendered for helm's default Kubernetes version (--kube-version sets your cluster's)");
+    }
+    Ok(Helm {
+        values_files,
+        ..Helm::new(&release, &args.namespace, &AgentConfig::default())
+    })
 }
 
 /// `root` and `dir` relative to it, both as shown (`root` as given).

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use berth::config::{self, AppConfig, Config, GitRef};
+use berth::manifest::helm::{chart_in, Helm};
 use berth::manifest::{Builder, BuiltinScopes, Manifest};
 use berth::notifications;
 use berth::source::git;
@@ -56,9 +57,16 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
                 }
             },
         };
+        let kube_version = config.cluster.kube_version.as_deref();
         let rendered = Builder::for_app(app, &config.agent, &root, &BuiltinScopes)
             .map_err(anyhow::Error::from)
-            .and_then(|b| Ok(b.render()?));
+            .and_then(|b| Ok(b.capabilities(kube_version, Vec::new().into()).render()?));
+        if kube_version.is_none()
+            && Helm::renders(app)
+            && app.path.iter().any(|p| chart_in(&root.join(p)))
+        {
+            println!("app {}: note: its chart is rendered for helm's default Kubernetes version ([cluster] kube_version sets your cluster's)", app.name);
+        }
         match rendered {
             Ok(manifests) => println!(
                 "app {}: {} from {shown} ({})",

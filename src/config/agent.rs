@@ -138,6 +138,10 @@ pub struct ClusterConfig {
     /// Requests to the API server in flight at once, across every app (watches count
     /// only until their answer starts); the others queue.
     pub max_requests_in_flight: usize,
+    /// The Kubernetes version charts are rendered for when no cluster is asked (`berth
+    /// validate`): `.Capabilities.KubeVersion`, such as `"1.31"` or `"v1.31.2"`. A sync
+    /// always uses the cluster's own.
+    pub kube_version: Option<String>,
 }
 
 impl Default for ClusterConfig {
@@ -148,6 +152,7 @@ impl Default for ClusterConfig {
             request_timeout: Duration::from_secs(30),
             retry_for: Duration::from_secs(60),
             max_requests_in_flight: 64,
+            kube_version: None,
         }
     }
 }

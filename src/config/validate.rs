@@ -30,6 +30,14 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut problems = Problems::default();
         agent(&self.agent, &mut problems);
+        if let Some(v) = &self.cluster.kube_version {
+            if !crate::manifest::helm::is_kube_version(v) {
+                problems.add(
+                    "cluster.kube_version",
+                    format!("{v:?} is not a Kubernetes version such as \"1.31\" or \"v1.31.2\""),
+                );
+            }
+        }
         if self.cluster.max_requests_in_flight == 0 {
             problems.add("cluster.max_requests_in_flight", "must be at least 1");
         }

@@ -60,6 +60,26 @@ pub struct Helm {
 }
 
 impl Helm {
+    /// Renders the chart as release `release` in `namespace`, with the chart's own values,
+    /// its CRDs and without its test hooks.
+    pub fn new(release: &str, namespace: &str, agent: &AgentConfig) -> Self {
+        Helm {
+            command: agent.helm.clone(),
+            timeout: agent.render_timeout,
+            release: release.to_string(),
+            namespace: namespace.to_string(),
+            values_files: Vec::new(),
+            values: None,
+            set: Vec::new(),
+            include_crds: true,
+            skip_tests: true,
+            required: false,
+            kube_version: None,
+            api_versions: Vec::new().into(),
+            max_file_size: agent.max_file_size,
+        }
+    }
+
     /// Whether `app`'s folders may be charts (not with `render = "plain"` or
     /// `"kustomize"`).
     pub fn renders(app: &AppConfig) -> bool {
@@ -72,11 +92,9 @@ impl Helm {
             return None;
         }
         let h = &app.helm;
+        let release = h.release.as_deref().unwrap_or(&app.name);
+        let namespace = h.namespace.as_deref().unwrap_or(&app.namespace);
         Some(Helm {
-            command: agent.helm.clone(),
-            timeout: agent.render_timeout,
-            release: h.release.clone().unwrap_or_else(|| app.name.clone()),
-            namespace: h.namespace.clone().unwrap_or_else(|| app.namespace.clone()),
             values_files: h.values_files.clone(),
             values: (!h.values.is_empty())
                 .then(|| serde_json::to_string(&h.values).unwrap_or_default()),
@@ -84,9 +102,7 @@ impl Helm {
             include_crds: h.include_crds,
             skip_tests: h.skip_tests,
             required: app.render == RenderMode::Helm,
-            kube_version: None,
-            api_versions: Vec::new().into(),
-            max_file_size: agent.max_file_size,
+            ..Helm::new(release, namespace, agent)
         })
     }
 
@@ -225,6 +241,15 @@ fn vendored(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Whether `v` is a Kubernetes version helm takes for `--kube-version`: `1.31`, `v1.31.2`.
+pub fn is_kube_version(v: &str) -> bool {
+    let parts: Vec<&str> = v.strip_prefix('v').unwrap_or(v).split('.').collect();
+    (2..=3).contains(&parts.len())
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.len() <= 9 && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// Whether `dir` holds a chart.
 pub fn chart_in(dir: &Path) -> bool {
     let path = dir.join(CHART_FILE);
@@ -290,4 +315,31 @@ pub fn source_of(sources: &[(usize, String)], line: usize) -> Option<&str> {
         .take_while(|(at, _)| *at < line)
         .last()
         .map(|(_, s)| s.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kube_versions_are_two_or_three_numbers() {
+        for good in ["1.31", "v1.31", "v1.31.2", "1.9.0"] {
+            assert!(is_kube_version(good), "{good}");
+        }
+        for bad in [
+            "", "1", "v", "1.31.2.1", "1.x", "1..2", "v1.31-rc", "1.31 --x", "-1.2",
+        ] {
+            assert!(!is_kube_version(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_document_comes_from_the_template_named_before_it() {
+        let output = b"---\n# Source: web/templates/a.yaml\nkind: A\n---\n# Source: web/charts/db/templates/b.yaml\nkind: B\n";
+        let found = sources(output);
+        assert_eq!(found.len(), 2);
+        assert_eq!(source_of(&found, 3), Some("web/templates/a.yaml"));
+        assert_eq!(source_of(&found, 6), Some("web/charts/db/templates/b.yaml"));
+        assert_eq!(source_of(&found, 1), None);
+    }
 }
