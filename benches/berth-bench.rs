@@ -11,12 +11,14 @@
 //! fetch of one new commit (git2 vs the git CLI); requests while
 //! following a 10-replica rollout (vs `kubectl rollout status`); Flux's 100 / 500 / 1000
 //! apps of four objects from one repository, and one app of 1k / 5k / 10k objects
-//! (`scale/fleet.rs`); 50 apps in a 5-level `depends_on` chain (`scale/chain.rs`).
+//! (`scale/fleet.rs`); 50 apps in a 5-level `depends_on` chain (`scale/chain.rs`);
+//! `berth render` of a chart of 50 templates (vs `helm template`, `render/chart.rs`).
 //!
 //! `BERTH_BENCH_FLEET` and `BERTH_BENCH_GROWTH` (comma-separated sizes) replace the scale
 //! cases' sizes; `BERTH_BENCH_ONLY=scale` runs only them (a trial; the file is written
 //! all the same); `BERTH_BENCH_ONLY=fetch` runs the git cases alone and only prints them;
-//! `BERTH_BENCH_ONLY=chain` runs the ordering case alone and only prints it.
+//! `BERTH_BENCH_ONLY=chain` runs the ordering case alone and only prints it, and
+//! `BERTH_BENCH_ONLY=chart` the chart case.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -31,6 +33,8 @@ use kube::api::Api;
 
 #[path = "scale/chain.rs"]
 mod chain;
+#[path = "render/chart.rs"]
+mod chart;
 #[path = "scale/fleet.rs"]
 mod fleet;
 
@@ -647,12 +651,12 @@ async fn main() -> Result<()> {
     };
     let only = std::env::var("BERTH_BENCH_ONLY").unwrap_or_default();
     let only_scale = only == "scale";
-    if only == "fetch" || only == "chain" {
-        // One case alone (the git cases need no cluster), printed only.
-        let result = if only == "fetch" {
-            b.git_fetch()
-        } else {
-            b.chain()
+    if ["fetch", "chain", "chart"].contains(&only.as_str()) {
+        // One case alone (the git and chart cases need no cluster), printed only.
+        let result = match only.as_str() {
+            "fetch" => b.git_fetch(),
+            "chart" => b.chart(),
+            _ => b.chain(),
         };
         let _ = ControlPlane::down(&b.cp.dir);
         let _ = std::fs::remove_dir_all(&work);
@@ -694,6 +698,7 @@ async fn main() -> Result<()> {
                 .await?;
             b.memory_cpu(&mut daemon)?;
             b.git_fetch()?;
+            b.chart()?;
         }
         anyhow::Ok(())
     }

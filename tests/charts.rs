@@ -398,3 +398,44 @@ fn sorted(mut objects: Vec<Value>) -> Vec<Value> {
     objects.sort_by_key(|o| format!("{}/{}", o["kind"], o["metadata"]["name"]));
     objects
 }
+
+/// A kustomization inflating a chart of the repository (`helmCharts`, with its values
+/// file) and patching what it renders: synced as kustomize builds it. kubectl's kustomize
+/// (before 5.8.1) runs helm 3 only: `[agent] helm` names the one `scripts/helm 3` fetched.
+#[tokio::test]
+async fn a_kustomization_inflates_a_chart_of_the_repository() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let helm3 = std::env::var("BERTH_TEST_HELM3")
+        .expect("BERTH_TEST_HELM3 names a helm 3 (scripts/test sets it from scripts/helm 3)");
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "chart-kustomize").await;
+    let repo = Repo::new();
+    std::fs::create_dir_all(repo.dir.path().join("app/charts")).unwrap();
+    helm_create(&repo.dir.path().join("app/charts"), "web");
+    repo.write("app/values-prod.yaml", "image:\n  tag: \"1.27\"\n");
+    repo.write(
+        "app/kustomization.yaml",
+        "helmCharts:\n- name: web\n  releaseName: shop\n  valuesFile: values-prod.yaml\nlabels:\n- pairs: {team: payments}\n",
+    );
+    repo.commit("a chart inflated by kustomize");
+    let setup = Setup::new(cp, "chart-kustomize", &repo, &ns, "path = \"app\"\n");
+    let config = std::fs::read_to_string(&setup.config).unwrap();
+    std::fs::write(
+        &setup.config,
+        config.replacen("[agent]\n", &format!("[agent]\nhelm = \"{helm3}\"\n"), 1),
+    )
+    .unwrap();
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let web = deployments.get("shop-web").await.unwrap();
+    assert_eq!(web.metadata.labels.unwrap()["team"], "payments");
+    let image = web.spec.unwrap().template.spec.unwrap().containers[0]
+        .image
+        .clone();
+    assert_eq!(image.as_deref(), Some("nginx:1.27"));
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Succeeded, "{out}");
+}

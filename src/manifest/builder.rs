@@ -19,7 +19,7 @@ use super::decorate::{
     SourceAnnotations,
 };
 use super::error::ManifestError;
-use super::helm::Helm;
+use super::helm::{Capabilities, Helm};
 use super::kustomize::Kustomize;
 use super::object::Manifest;
 use super::scope::{ScopeLookup, WithCrds};
@@ -78,10 +78,16 @@ impl<'a> Builder<'a> {
         kube_version: Option<&str>,
         api_versions: std::sync::Arc<[String]>,
     ) -> Self {
+        let capabilities = Capabilities {
+            kube_version: kube_version.map(str::to_string),
+            api_versions,
+        };
         if let Input::Paths(p) = &mut self.input {
             if let Some(h) = &mut p.helm {
-                h.kube_version = kube_version.map(str::to_string);
-                h.api_versions = api_versions;
+                h.capabilities = capabilities.clone();
+            }
+            if let Some(k) = &mut p.kustomize {
+                k.capabilities = capabilities;
             }
         }
         self

@@ -13,6 +13,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_yaml::Value;
@@ -51,12 +52,37 @@ pub struct Helm {
     pub skip_tests: bool,
     /// Every named folder must be a chart (`render = "helm"`).
     pub required: bool,
+    /// What the chart sees of the cluster.
+    pub capabilities: Capabilities,
+    /// Largest file the chart may hold or a values file may be.
+    pub max_file_size: u64,
+}
+
+/// What a chart sees of the cluster (`.Capabilities`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Capabilities {
     /// `.Capabilities.KubeVersion` (`v1.20.2`); `None`: helm's own default.
     pub kube_version: Option<String>,
     /// `.Capabilities.APIVersions` beyond helm's built-in ones (`group/version`).
-    pub api_versions: std::sync::Arc<[String]>,
-    /// Largest file the chart may hold or a values file may be.
-    pub max_file_size: u64,
+    pub api_versions: Arc<[String]>,
+}
+
+impl Capabilities {
+    /// The flags that pass them: `--kube-version` and `--api-versions` to helm (`prefix`
+    /// `""`), `--helm-kube-version` and `--helm-api-versions` to kustomize (`"helm-"`).
+    pub fn args(&self, prefix: &str) -> Vec<OsString> {
+        let mut args = Vec::new();
+        if let Some(v) = &self.kube_version {
+            args.extend([format!("--{prefix}kube-version").into(), v.into()]);
+        }
+        if !self.api_versions.is_empty() {
+            args.extend([
+                format!("--{prefix}api-versions").into(),
+                self.api_versions.join(",").into(),
+            ]);
+        }
+        args
+    }
 }
 
 impl Helm {
@@ -74,8 +100,7 @@ impl Helm {
             include_crds: true,
             skip_tests: true,
             required: false,
-            kube_version: None,
-            api_versions: Vec::new().into(),
+            capabilities: Capabilities::default(),
             max_file_size: agent.max_file_size,
         }
     }
@@ -124,14 +149,9 @@ impl Helm {
             path: shown.to_string(),
             message,
         };
-        self.check_dependencies(root, dir).map_err(refuse)?;
+        check_dependencies(root, dir, self.max_file_size).map_err(refuse)?;
         let values = self.values_files(root).map_err(refuse)?;
-        let program = self.command.as_deref().unwrap_or("helm");
-        let helm = find(program).ok_or_else(|| {
-            refuse(format!(
-                "{program} is not on PATH: install helm, or set [agent] helm to its path"
-            ))
-        })?;
+        let helm = program(self.command.as_deref()).map_err(refuse)?;
         let sandbox =
             Sandbox::new().map_err(|e| refuse(format!("cannot make helm's folder: {e}")))?;
         let mut args: Vec<OsString> = vec![
@@ -142,12 +162,7 @@ impl Helm {
             "--namespace".into(),
             self.namespace.clone().into(),
         ];
-        if let Some(v) = &self.kube_version {
-            args.extend(["--kube-version".into(), v.into()]);
-        }
-        if !self.api_versions.is_empty() {
-            args.extend(["--api-versions".into(), self.api_versions.join(",").into()]);
-        }
+        args.extend(self.capabilities.args(""));
         if self.include_crds {
             args.push("--include-crds".into());
         }
@@ -168,45 +183,19 @@ impl Helm {
             let value = value.replace(',', "\\,");
             args.extend(["--set-string".into(), format!("{key}={value}").into()]);
         }
+        let mut env = sandbox.env(Some(&self.namespace));
+        env.extend([
+            ("HTTPS_PROXY", CLOSED_PROXY.into()),
+            ("HTTP_PROXY", CLOSED_PROXY.into()),
+        ]);
         let tool = Tool {
             command: args,
             dir: root,
-            env: sandbox.env(&self.namespace),
+            env,
             timeout: self.timeout,
             max_bytes,
         };
         tool.render("helm template", shown, refuse)
-    }
-
-    /// Every dependency of `Chart.yaml` must be in `charts/` (unpacked, or a `.tgz`):
-    /// berth never downloads one.
-    fn check_dependencies(&self, root: &Path, dir: &Path) -> Result<(), String> {
-        let bytes = read_confined(root, &dir.join(CHART_FILE), self.max_file_size)
-            .map_err(|e| format!("{CHART_FILE} {e}"))?;
-        let chart: Value =
-            serde_yaml::from_slice(&bytes).map_err(|e| format!("invalid YAML: {e}"))?;
-        let vendored = vendored(&dir.join("charts"));
-        let missing: Vec<String> = chart
-            .get("dependencies")
-            .and_then(Value::as_sequence)
-            .into_iter()
-            .flatten()
-            .filter_map(|d| {
-                let name = d.get("name")?.as_str()?;
-                let found = vendored
-                    .iter()
-                    .any(|v| v == name || v.starts_with(&format!("{name}-")));
-                let repository = d.get("repository").and_then(Value::as_str).unwrap_or("");
-                (!found).then(|| format!("{name} ({repository})"))
-            })
-            .collect();
-        if missing.is_empty() {
-            return Ok(());
-        }
-        Err(format!(
-            "its dependencies {} are not in charts/, and berth downloads no chart: vendor them (run `helm dependency build` in the chart's folder and commit charts/)",
-            missing.join(", ")
-        ))
     }
 
     /// The values files, resolved inside `root`.
@@ -227,6 +216,44 @@ impl Helm {
             })
             .collect()
     }
+}
+
+/// The helm program: the configured one (`[agent] helm`), else `helm` on PATH.
+pub fn program(configured: Option<&str>) -> Result<PathBuf, String> {
+    let program = configured.unwrap_or("helm");
+    find(program).ok_or_else(|| {
+        format!("{program} is not on PATH: install helm, or set [agent] helm to its path")
+    })
+}
+
+/// Every dependency of the chart in `dir` must be in its `charts/` (unpacked, or a
+/// `.tgz`): berth never downloads one.
+pub fn check_dependencies(root: &Path, dir: &Path, max_file_size: u64) -> Result<(), String> {
+    let bytes = read_confined(root, &dir.join(CHART_FILE), max_file_size)
+        .map_err(|e| format!("{CHART_FILE} {e}"))?;
+    let chart: Value = serde_yaml::from_slice(&bytes).map_err(|e| format!("invalid YAML: {e}"))?;
+    let vendored = vendored(&dir.join("charts"));
+    let missing: Vec<String> = chart
+        .get("dependencies")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .filter_map(|d| {
+            let name = d.get("name")?.as_str()?;
+            let found = vendored
+                .iter()
+                .any(|v| v == name || v.starts_with(&format!("{name}-")));
+            let repository = d.get("repository").and_then(Value::as_str).unwrap_or("");
+            (!found).then(|| format!("{name} ({repository})"))
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+            "its dependencies {} are not in charts/, and berth downloads no chart: vendor them (run `helm dependency build` in the chart's folder and commit charts/)",
+            missing.join(", ")
+        ))
 }
 
 /// The names in a chart's `charts/` folder (unpacked charts and archives), as helm reads
@@ -257,12 +284,12 @@ pub fn chart_in(dir: &Path) -> bool {
 }
 
 /// A render's private folder: helm's home, config, cache, data and plugins; removed after.
-struct Sandbox {
-    path: PathBuf,
+pub(super) struct Sandbox {
+    pub(super) path: PathBuf,
 }
 
 impl Sandbox {
-    fn new() -> std::io::Result<Self> {
+    pub(super) fn new() -> std::io::Result<Self> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let path = std::env::temp_dir().join(format!(
             "berth-helm-{}-{}",
@@ -273,22 +300,22 @@ impl Sandbox {
         Ok(Sandbox { path })
     }
 
-    /// helm's whole environment.
-    fn env(&self, namespace: &str) -> Vec<(&'static str, OsString)> {
+    /// helm's environment, but for its network: every folder it uses in the sandbox, no
+    /// plugins, no kubeconfig, and `HELM_NAMESPACE` when given.
+    pub(super) fn env(&self, namespace: Option<&str>) -> Vec<(&'static str, OsString)> {
         let at = |p: &str| self.path.join(p).into_os_string();
-        vec![
+        let mut env = vec![
             ("HOME", self.path.clone().into_os_string()),
             ("HELM_CONFIG_HOME", at("config")),
             ("HELM_CACHE_HOME", at("cache")),
             ("HELM_DATA_HOME", at("data")),
             ("HELM_PLUGINS", at("plugins")),
             ("HELM_NO_PLUGINS", "1".into()),
-            ("HELM_NAMESPACE", namespace.into()),
             ("KUBECONFIG", "/dev/null".into()),
             ("DOCKER_CONFIG", at("docker")),
-            ("HTTPS_PROXY", CLOSED_PROXY.into()),
-            ("HTTP_PROXY", CLOSED_PROXY.into()),
-        ]
+        ];
+        env.extend(namespace.map(|n| ("HELM_NAMESPACE", n.into())));
+        env
     }
 }
 

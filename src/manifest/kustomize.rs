@@ -6,8 +6,11 @@
 //! (resources, bases, components, patches, crds, configurations, generator files and
 //! envs, …) is checked: one that resolves outside the repository checkout, through `..` or
 //! a symbolic link, is refused, as is a remote resource unless the app allows them, and a
-//! kustomization that asks for Helm inflation or KRM function / exec plugins (never
-//! enabled). The tool runs in the checkout, with a clean environment and a timeout.
+//! kustomization that asks for KRM function / exec plugins (never enabled). Its
+//! `helmCharts` are inflated by helm when the chart is in the repository (`chartHome`),
+//! its dependencies vendored, under the same checks and sandbox as a chart of its own
+//! (`helm.rs`); a chart to download is refused. The tool runs in the checkout, with a
+//! clean environment and a timeout.
 
 use std::collections::HashSet;
 use std::ffi::OsString;
@@ -18,6 +21,7 @@ use serde_yaml::Value;
 
 use super::bounds::Limits;
 use super::error::ManifestError;
+use super::helm::{self, chart_in, check_dependencies, Capabilities, Sandbox, CHART_FILE};
 use super::read::{confined, read_confined, regular_file};
 use super::tool::Tool;
 use crate::config::{AgentConfig, AppConfig, RenderMode};
@@ -38,8 +42,6 @@ const FILE_FIELDS: [&str; 6] = [
 ];
 /// Fields whose entries are objects with a `path`.
 const PATH_OBJECT_FIELDS: [&str; 3] = ["patches", "patchesJson6902", "replacements"];
-/// Helm inflation, never enabled.
-const HELM_FIELDS: [&str; 3] = ["helmCharts", "helmGlobals", "helmChartInflationGenerator"];
 /// Plugin configurations that ask for a KRM function or an exec plugin.
 const FUNCTION_MARKERS: [&str; 3] = [
     "config.kubernetes.io/function",
@@ -66,6 +68,10 @@ pub struct Kustomize {
     /// Largest file a kustomization may name (`agent.max_file_size`), the kustomization
     /// itself included.
     pub max_file_size: u64,
+    /// The helm program that inflates `helmCharts`; `None`: `helm` on PATH.
+    pub helm: Option<String>,
+    /// What an inflated chart sees of the cluster.
+    pub capabilities: Capabilities,
 }
 
 impl Kustomize {
@@ -77,6 +83,8 @@ impl Kustomize {
             allow_remote: false,
             required: false,
             max_file_size: Limits::default().max_file_size,
+            helm: None,
+            capabilities: Capabilities::default(),
         }
     }
 
@@ -97,6 +105,7 @@ impl Kustomize {
             allow_remote: app.allow_remote_bases,
             required: app.render == RenderMode::Kustomize,
             max_file_size: agent.max_file_size,
+            helm: agent.helm.clone(),
             ..Kustomize::new(agent.kustomize.as_deref(), agent.render_timeout)
         })
     }
@@ -116,20 +125,21 @@ impl Kustomize {
         max_bytes: u64,
     ) -> Result<Vec<u8>, ManifestError> {
         let mut seen = HashSet::new();
-        self.check(root, dir, shown, &mut seen)?;
-        self.run(root, dir, shown, max_bytes)
+        let inflates = self.check(root, dir, shown, &mut seen)?;
+        self.run(root, dir, shown, max_bytes, inflates)
     }
 
-    /// Checks one kustomization and, recursively, the ones it reaches.
+    /// Checks one kustomization and, recursively, the ones it reaches; whether any of them
+    /// inflates a chart.
     fn check(
         &self,
         root: &Path,
         dir: &Path,
         shown: &str,
         seen: &mut HashSet<PathBuf>,
-    ) -> Result<(), ManifestError> {
+    ) -> Result<bool, ManifestError> {
         if !seen.insert(dir.to_path_buf()) {
-            return Ok(());
+            return Ok(false);
         }
         let refuse = |message: String| ManifestError::Kustomization {
             path: shown.to_string(),
@@ -141,12 +151,26 @@ impl Kustomize {
             .map_err(|e| refuse(format!("{file} {e}")))?;
         let doc: Value =
             serde_yaml::from_slice(&bytes).map_err(|e| refuse(format!("invalid YAML: {e}")))?;
-        for field in HELM_FIELDS {
-            if doc.get(field).is_some() {
-                return Err(refuse(format!(
-                    "{field}: Helm inflation is not enabled in berth; render the chart into the repository instead"
-                )));
-            }
+        if doc.get("helmChartInflationGenerator").is_some() {
+            return Err(refuse(
+                "helmChartInflationGenerator: the deprecated Helm generator is not supported; use helmCharts".into(),
+            ));
+        }
+        let charts = charts(&doc).map_err(refuse)?;
+        let mut inflates = !charts.is_empty();
+        for (field, entry) in charts {
+            let resolved = confined(root, &dir.join(&entry))
+                .map_err(|e| refuse(format!("{field}: {entry:?} {e}")))?;
+            let checked = if field == "helmCharts" {
+                if chart_in(&resolved) {
+                    check_dependencies(root, &resolved, self.max_file_size)
+                } else {
+                    Err(format!("holds no {CHART_FILE}"))
+                }
+            } else {
+                regular_file(&resolved, self.max_file_size).map_err(|e| e.to_string())
+            };
+            checked.map_err(|e| refuse(format!("{field}: {entry:?} {e}")))?;
         }
         for (field, entry) in references(&doc) {
             let remote = is_remote(&entry);
@@ -172,7 +196,7 @@ impl Kustomize {
                     ))
                 })?;
                 let inner_shown = relative(root, &resolved.join(inner));
-                self.check(root, &resolved, &inner_shown, seen)?;
+                inflates |= self.check(root, &resolved, &inner_shown, seen)?;
             } else {
                 // kustomize reads it: the same bounds as any file of the render.
                 regular_file(&resolved, self.max_file_size)
@@ -191,27 +215,38 @@ impl Kustomize {
                 }
             }
         }
-        Ok(())
+        Ok(inflates)
     }
 
-    /// Runs the tool in the checkout, with a clean environment and the timeout.
+    /// Runs the tool in the checkout, with a clean environment and the timeout; with
+    /// helm to inflate charts when `inflates`.
     fn run(
         &self,
         root: &Path,
         dir: &Path,
         shown: &str,
         max_bytes: u64,
+        inflates: bool,
     ) -> Result<Vec<u8>, ManifestError> {
         let fail = |message: String| ManifestError::Kustomization {
             path: shown.to_string(),
             message,
         };
-        let command = self.command();
-        let shown_command = command.join(" ");
-        let mut env = vec![
-            ("PATH", std::env::var_os("PATH").unwrap_or_default()),
-            ("HOME", std::env::temp_dir().into_os_string()),
-        ];
+        let mut command: Vec<OsString> = self.command().into_iter().map(OsString::from).collect();
+        let shown_command = command.join(" ".as_ref()).to_string_lossy().into_owned();
+        let mut env = vec![("PATH", std::env::var_os("PATH").unwrap_or_default())];
+        let sandbox = if inflates {
+            let helm = helm::program(self.helm.as_deref()).map_err(fail)?;
+            command.extend(["--enable-helm".into(), "--helm-command".into(), helm.into()]);
+            command.extend(self.capabilities.args("helm-"));
+            let sandbox =
+                Sandbox::new().map_err(|e| fail(format!("cannot make helm's folder: {e}")))?;
+            env.extend(sandbox.env(None));
+            Some(sandbox)
+        } else {
+            env.push(("HOME", std::env::temp_dir().into_os_string()));
+            None
+        };
         if !self.allow_remote {
             // The second wall, behind the reference check: git may use no transport at all
             // (an empty allow-list refuses every protocol, file and ssh included), and
@@ -223,18 +258,23 @@ impl Kustomize {
                 ("HTTP_PROXY", CLOSED_PROXY.into()),
             ]);
         }
+        command.push(dir.as_os_str().to_owned());
         let tool = Tool {
-            command: command
-                .into_iter()
-                .map(OsString::from)
-                .chain([dir.as_os_str().to_owned()])
-                .collect(),
+            command,
             dir: root,
             env,
             timeout: self.timeout,
             max_bytes,
         };
-        tool.render(&shown_command, shown, fail)
+        let output = tool.render(&shown_command, shown, |message| {
+            fail(if message.contains("version -c --short") {
+                format!("{message}; kustomize before 5.8.1 inflates charts with helm 3 only: set [agent] kustomize to a newer kustomize, or [agent] helm to a helm 3")
+            } else {
+                message
+            })
+        });
+        drop(sandbox);
+        output
     }
 }
 
@@ -271,11 +311,13 @@ pub fn reach(root: &Path, paths: &[String]) -> Vec<String> {
             let doc = read_confined(root, &path.join(file), Limits::default().max_file_size)
                 .ok()
                 .and_then(|bytes| serde_yaml::from_slice::<Value>(&bytes).ok());
+            let charts = doc.as_ref().and_then(|d| charts(d).ok());
             for (_, entry) in doc.as_ref().map(references).unwrap_or_default() {
                 if !is_remote(&entry) {
                     stack.push(path.join(entry));
                 }
             }
+            stack.extend(charts.into_iter().flatten().map(|(_, e)| path.join(e)));
         }
         let folders = std::fs::read_dir(&path).into_iter().flatten().flatten();
         stack.extend(folders.map(|e| e.path()).filter(|p| p.is_dir()));
@@ -352,6 +394,61 @@ fn references(doc: &Value) -> Vec<(String, String)> {
         }
     }
     out
+}
+
+/// What a kustomization's `helmCharts` read, with their field: each chart's folder
+/// (`chartHome/name`) and values files. A chart to download (`repo`), a values file that
+/// is a URL and helm's own config folder (`helmGlobals.configHome`) are refused.
+fn charts(doc: &Value) -> Result<Vec<(String, String)>, String> {
+    let globals = doc.get("helmGlobals");
+    if globals.and_then(|g| g.get("configHome")).is_some() {
+        return Err(
+            "helmGlobals.configHome: berth gives helm a private folder of its own; leave it out"
+                .into(),
+        );
+    }
+    let home = globals
+        .and_then(|g| g.get("chartHome"))
+        .and_then(Value::as_str)
+        .unwrap_or("charts");
+    let mut out = Vec::new();
+    for chart in doc
+        .get("helmCharts")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+    {
+        let name = chart
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or("helmCharts: an entry without a name")?;
+        if let Some(repo) = chart
+            .get("repo")
+            .and_then(Value::as_str)
+            .filter(|r| !r.is_empty())
+        {
+            return Err(format!(
+                "helmCharts: {name} from {repo}: berth downloads no chart; vendor it in {home}/{name} (`helm pull {name} --repo {repo} --untar --untardir {home}`) and leave repo out"
+            ));
+        }
+        out.push(("helmCharts".to_string(), format!("{home}/{name}")));
+        let values = chart.get("valuesFile").into_iter().chain(
+            chart
+                .get("additionalValuesFiles")
+                .and_then(Value::as_sequence)
+                .into_iter()
+                .flatten(),
+        );
+        for file in values.filter_map(Value::as_str) {
+            if file.contains("://") {
+                return Err(format!(
+                    "helmCharts: {name}: values file {file:?} is not a path in the repository"
+                ));
+            }
+            out.push(("helmCharts.valuesFile".to_string(), file.to_string()));
+        }
+    }
+    Ok(out)
 }
 
 /// Whether kustomize could read `entry` as something to fetch rather than a path. A

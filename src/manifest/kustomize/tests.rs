@@ -22,6 +22,7 @@ fn checked(root: &Path, dir: &str, allow_remote: bool) -> Result<(), String> {
         &format!("{dir}/kustomization.yaml"),
         &mut HashSet::new(),
     )
+    .map(|_| ())
     .map_err(|e| e.to_string())
 }
 
@@ -66,7 +67,13 @@ fn kustomize_cannot_fetch_when_remote_bases_are_not_allowed() {
             allow_remote,
             ..Kustomize::new(None, Duration::from_secs(30))
         };
-        k.run(&root, &root.join("app"), "app/kustomization.yaml", 1 << 20)
+        k.run(
+            &root,
+            &root.join("app"),
+            "app/kustomization.yaml",
+            1 << 20,
+            false,
+        )
     };
     let fetched = run(true).expect("fetched when allowed");
     assert!(String::from_utf8_lossy(&fetched).contains("name: fetched"));
@@ -274,13 +281,6 @@ fn remote_bases_helm_and_plugins_are_refused() {
         assert!(!is_remote(local), "{local}");
     }
 
-    write(root, "helm/kustomization.yaml", "helmCharts:\n- name: x\n");
-    let e = checked(root, "helm", false).unwrap_err();
-    assert!(
-        e.contains("helmCharts: Helm inflation is not enabled"),
-        "{e}"
-    );
-
     write(root, "fn/kustomization.yaml", "transformers: [fn.yaml]\n");
     write(
         root,
@@ -289,6 +289,71 @@ fn remote_bases_helm_and_plugins_are_refused() {
     );
     let e = checked(root, "fn", false).unwrap_err();
     assert!(e.contains("KRM function or exec plugin"), "{e}");
+}
+
+/// `helmCharts` inflate a chart of the repository only: one to download, outside it,
+/// missing, with a dependency to download or a values file that is a URL is refused, as
+/// is the deprecated generator and a config folder of the kustomization's own.
+#[test]
+fn helm_charts_are_inflated_only_from_the_repository() {
+    let repo = tempfile::tempdir().unwrap();
+    let root = repo.path();
+    write(
+        root,
+        "k/charts/web/Chart.yaml",
+        "apiVersion: v2\nname: web\nversion: 0.1.0\n",
+    );
+    write(root, "k/values-prod.yaml", "replicaCount: 2\n");
+    let refused = |kustomization: &str| {
+        write(root, "k/kustomization.yaml", kustomization);
+        checked(root, "k", false).unwrap_err()
+    };
+    write(
+        root,
+        "k/kustomization.yaml",
+        "helmCharts:\n- name: web\n  valuesFile: values-prod.yaml\n",
+    );
+    assert_eq!(checked(root, "k", false), Ok(()));
+    for (kustomization, said) in [
+        (
+            "helmCharts:\n- name: redis\n  repo: https://charts.example.com\n",
+            "helmCharts: redis from https://charts.example.com: berth downloads no chart; vendor it in charts/redis",
+        ),
+        ("helmCharts:\n- name: db\n", "helmCharts: \"charts/db\""),
+        (
+            "helmGlobals:\n  chartHome: ../../..\nhelmCharts:\n- name: etc\n",
+            "helmCharts: \"../../../etc\"",
+        ),
+        (
+            "helmCharts:\n- name: web\n  valuesFile: https://example.com/v.yaml\n",
+            "values file \"https://example.com/v.yaml\" is not a path in the repository",
+        ),
+        (
+            "helmCharts:\n- name: web\n  additionalValuesFiles: [../../../etc/passwd]\n",
+            "helmCharts.valuesFile: \"../../../etc/passwd\"",
+        ),
+        (
+            "helmGlobals:\n  configHome: /root/.config/helm\nhelmCharts:\n- name: web\n",
+            "helmGlobals.configHome: berth gives helm a private folder",
+        ),
+        (
+            "helmChartInflationGenerator:\n- chartName: web\n",
+            "the deprecated Helm generator is not supported",
+        ),
+    ] {
+        let e = refused(kustomization);
+        assert!(e.contains(said), "{kustomization}: {e}");
+    }
+    write(
+        root,
+        "k/charts/web/Chart.yaml",
+        "apiVersion: v2\nname: web\nversion: 0.1.0\ndependencies:\n- name: pg\n  version: 1.0.0\n  repository: https://charts.example.com\n",
+    );
+    let e = refused("helmCharts:\n- name: web\n");
+    assert!(
+        e.contains("its dependencies pg (https://charts.example.com) are not in charts/"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -301,7 +366,13 @@ fn the_tool_runs_with_a_timeout_and_its_stderr_is_shown() {
         ..Kustomize::new(None, Duration::from_millis(200))
     };
     let e = slow
-        .run(&root, &root.join("k"), "k/kustomization.yaml", 1 << 20)
+        .run(
+            &root,
+            &root.join("k"),
+            "k/kustomization.yaml",
+            1 << 20,
+            false,
+        )
         .unwrap_err()
         .to_string();
     assert!(
@@ -310,7 +381,13 @@ fn the_tool_runs_with_a_timeout_and_its_stderr_is_shown() {
     );
     let failing = Kustomize::new(Some("ls /nonexistent-berth"), Duration::from_secs(5));
     let e = failing
-        .run(&root, &root.join("k"), "k/kustomization.yaml", 1 << 20)
+        .run(
+            &root,
+            &root.join("k"),
+            "k/kustomization.yaml",
+            1 << 20,
+            false,
+        )
         .unwrap_err()
         .to_string();
     assert!(
@@ -318,4 +395,36 @@ fn the_tool_runs_with_a_timeout_and_its_stderr_is_shown() {
         "{e}"
     );
     assert!(e.contains("No such file or directory"), "{e}");
+}
+
+/// kustomize before 5.8.1 asks helm `version -c`, which helm 4 has not: the error says
+/// what to change.
+#[test]
+fn an_old_kustomize_with_helm_4_says_what_to_change() {
+    let repo = tempfile::tempdir().unwrap();
+    let root = repo.path().canonicalize().unwrap();
+    write(&root, "k/kustomization.yaml", "helmCharts: []\n");
+    let old = Kustomize {
+        command: Some(vec![
+            "sh".into(),
+            "-c".into(),
+            "echo 'unable to run: helm version -c --short' >&2; exit 1".into(),
+        ]),
+        helm: Some("true".into()),
+        ..Kustomize::new(None, Duration::from_secs(5))
+    };
+    let e = old
+        .run(
+            &root,
+            &root.join("k"),
+            "k/kustomization.yaml",
+            1 << 20,
+            true,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("kustomize before 5.8.1 inflates charts with helm 3 only: set [agent] kustomize to a newer kustomize, or [agent] helm to a helm 3"),
+        "{e}"
+    );
 }
