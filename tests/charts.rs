@@ -421,12 +421,7 @@ async fn a_kustomization_inflates_a_chart_of_the_repository() {
     );
     repo.commit("a chart inflated by kustomize");
     let setup = Setup::new(cp, "chart-kustomize", &repo, &ns, "path = \"app\"\n");
-    let config = std::fs::read_to_string(&setup.config).unwrap();
-    std::fs::write(
-        &setup.config,
-        config.replacen("[agent]\n", &format!("[agent]\nhelm = \"{helm3}\"\n"), 1),
-    )
-    .unwrap();
+    agent_setting(&setup, &format!("helm = \"{helm3}\""));
     let (code, out, err) = setup.berth(&["sync"]);
     assert_eq!(code, 0, "{out}{err}");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
@@ -438,4 +433,140 @@ async fn a_kustomization_inflates_a_chart_of_the_repository() {
     assert_eq!(image.as_deref(), Some("nginx:1.27"));
     let record = setup.history().pop().unwrap();
     assert_eq!(record.outcome, Outcome::Succeeded, "{out}");
+}
+
+/// Adds `line` to the `[agent]` table of `setup`'s configuration.
+fn agent_setting(setup: &Setup, line: &str) {
+    let config = std::fs::read_to_string(&setup.config).unwrap();
+    std::fs::write(
+        &setup.config,
+        config.replacen("[agent]\n", &format!("[agent]\n{line}\n"), 1),
+    )
+    .unwrap();
+}
+
+/// A chart repository on loopback: `python3 -m http.server` serving `dir`.
+struct ChartRepository {
+    server: std::process::Child,
+    url: String,
+}
+
+impl ChartRepository {
+    fn serve(dir: &std::path::Path) -> ChartRepository {
+        let port = common::free_port();
+        let server = Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        common::eventually(
+            "the chart repository answers",
+            std::time::Duration::from_secs(10),
+            || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        );
+        ChartRepository {
+            server,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+}
+
+impl Drop for ChartRepository {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+/// A dependency from a repository `[agent] allow_remote_charts` names, pinned by the
+/// committed Chart.lock: fetched once into the cache (a later sync renders with the
+/// repository gone), never written into the checkout; without the allowance, refused.
+#[tokio::test]
+async fn a_dependency_from_an_allowed_repository_is_fetched_once_per_lock() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "chart-remote").await;
+    let served = tempfile::tempdir().unwrap();
+    helm_create(served.path(), "cache");
+    helm(served.path(), &["package", "cache"]);
+    std::fs::remove_dir_all(served.path().join("cache")).unwrap();
+    let charts = ChartRepository::serve(served.path());
+    helm(served.path(), &["repo", "index", ".", "--url", &charts.url]);
+
+    let repo = Repo::new();
+    let root = repo.dir.path();
+    helm_create(root, "shop");
+    let chart = root.join("shop/Chart.yaml");
+    let mut text = std::fs::read_to_string(&chart).unwrap();
+    text.push_str(&format!(
+        "dependencies:\n  - name: cache\n    version: 0.1.0\n    repository: {}\n",
+        charts.url
+    ));
+    std::fs::write(&chart, text).unwrap();
+    helm(&root.join("shop"), &["dependency", "update", "."]);
+    assert!(root.join("shop/Chart.lock").exists());
+    std::fs::remove_dir_all(root.join("shop/charts")).unwrap();
+    repo.commit("a chart with a dependency pinned by its lock");
+
+    let refused = Setup::new(cp, "chart-remote", &repo, &ns, "path = \"shop\"\n");
+    let (code, out, _) = refused.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!(
+            "its dependencies cache ({}) are not in charts/",
+            charts.url
+        )) && out.contains("or name their repository in [agent] allow_remote_charts"),
+        "{out}"
+    );
+
+    let setup = Setup::new(cp, "chart-remote", &repo, &ns, "path = \"shop\"\n");
+    agent_setting(
+        &setup,
+        &format!("allow_remote_charts = [\"{}\"]", charts.url),
+    );
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    for name in ["chart-remote-shop", "chart-remote-cache"] {
+        assert!(
+            deployments.get_opt(name).await.unwrap().is_some(),
+            "{name}: {out}"
+        );
+    }
+    let cache: Vec<_> = std::fs::read_dir(setup.state.path().join("charts"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let lock = std::fs::read_to_string(root.join("shop/Chart.lock")).unwrap();
+    assert_eq!(cache.len(), 1, "{cache:?}");
+    assert!(
+        lock.contains(&format!("digest: sha256:{}", cache[0])),
+        "{lock}"
+    );
+
+    // The repository gone, a new commit still renders: from the cache.
+    drop(charts);
+    let values = root.join("shop/values.yaml");
+    let text = std::fs::read_to_string(&values).unwrap();
+    std::fs::write(&values, text.replace("replicaCount: 1", "replicaCount: 2")).unwrap();
+    repo.commit("two replicas");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let shop = deployments.get("chart-remote-shop").await.unwrap();
+    assert_eq!(shop.spec.unwrap().replicas, Some(2));
+    assert!(
+        !root.join("shop/charts").exists(),
+        "the checkout is not written"
+    );
 }

@@ -70,6 +70,10 @@ pub struct AgentConfig {
     pub kustomize: Option<String>,
     /// The helm program (a path, or a name on PATH); unset: `helm` on PATH.
     pub helm: Option<String>,
+    /// Chart repositories (`https://charts.example.com/stable`) whose charts a chart's
+    /// dependencies may download, as its `Chart.lock` pins them: once per lock, into
+    /// `state_dir/charts`. Empty: every dependency must be vendored in `charts/`.
+    pub allow_remote_charts: Vec<String>,
     /// How long one kustomize or helm run may take.
     #[serde(deserialize_with = "duration")]
     pub render_timeout: Duration,
@@ -100,6 +104,7 @@ impl Default for AgentConfig {
             lease_duration: Duration::from_secs(15),
             kustomize: None,
             helm: None,
+            allow_remote_charts: Vec::new(),
             render_timeout: Duration::from_secs(60),
         }
     }

@@ -145,6 +145,18 @@ fn agent(agent: &AgentConfig, problems: &mut Problems) {
     if agent.max_file_size == 0 || agent.max_app_size == 0 || agent.max_objects == 0 {
         problems.add("agent.max_file_size", "size caps must be more than 0");
     }
+    for url in &agent.allow_remote_charts {
+        let host = url
+            .strip_prefix("https://")
+            .or_else(|| url.strip_prefix("http://"))
+            .and_then(|rest| rest.split('/').next());
+        if host.is_none_or(|h| h.is_empty() || h.contains('@')) || url.contains(['?', '#', ' ']) {
+            problems.add(
+                "agent.allow_remote_charts",
+                format!("{url:?} is not a chart repository URL such as \"https://charts.example.com/stable\""),
+            );
+        }
+    }
 }
 
 /// `[app.scope]` and the identity the app's requests impersonate.

@@ -16,11 +16,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_yaml::Value;
-
 use super::error::ManifestError;
 use super::read::{confined, read_confined, regular_file};
 use super::tool::{find, Tool};
+
+mod remote;
 use crate::config::{AgentConfig, AppConfig, RenderMode};
 
 /// The file that makes a folder a chart.
@@ -56,6 +56,10 @@ pub struct Helm {
     pub capabilities: Capabilities,
     /// Largest file the chart may hold or a values file may be.
     pub max_file_size: u64,
+    /// Repositories whose charts a dependency may download (`[agent] allow_remote_charts`).
+    pub remote_charts: Arc<[String]>,
+    /// Where downloaded dependencies are kept, a folder per `Chart.lock` digest.
+    pub chart_cache: PathBuf,
 }
 
 /// What a chart sees of the cluster (`.Capabilities`).
@@ -102,6 +106,8 @@ impl Helm {
             required: false,
             capabilities: Capabilities::default(),
             max_file_size: agent.max_file_size,
+            remote_charts: agent.allow_remote_charts.clone().into(),
+            chart_cache: agent.state_dir.join("charts"),
         }
     }
 
@@ -149,16 +155,36 @@ impl Helm {
             path: shown.to_string(),
             message,
         };
-        check_dependencies(root, dir, self.max_file_size).map_err(refuse)?;
+        let missing = missing_dependencies(root, dir, self.max_file_size).map_err(refuse)?;
+        let refused: Vec<&Dependency> = missing
+            .iter()
+            .filter(|d| !self.remote_charts.contains(&d.repository))
+            .collect();
+        if !refused.is_empty() {
+            return Err(refuse(refusal(&refused, true)));
+        }
         let values = self.values_files(root).map_err(refuse)?;
         let helm = program(self.command.as_deref()).map_err(refuse)?;
         let sandbox =
             Sandbox::new().map_err(|e| refuse(format!("cannot make helm's folder: {e}")))?;
+        let chart = if missing.is_empty() {
+            dir.to_path_buf()
+        } else {
+            let remote = remote::Remote {
+                helm: self,
+                program: &helm,
+                root,
+                dir,
+                sandbox: &sandbox,
+                fail: &refuse,
+            };
+            remote.with_dependencies(&missing, max_bytes)?
+        };
         let mut args: Vec<OsString> = vec![
             helm.into_os_string(),
             "template".into(),
             self.release.clone().into(),
-            dir.as_os_str().to_owned(),
+            chart.into_os_string(),
             "--namespace".into(),
             self.namespace.clone().into(),
         ];
@@ -226,34 +252,63 @@ pub fn program(configured: Option<&str>) -> Result<PathBuf, String> {
     })
 }
 
-/// Every dependency of the chart in `dir` must be in its `charts/` (unpacked, or a
-/// `.tgz`): berth never downloads one.
-pub fn check_dependencies(root: &Path, dir: &Path, max_file_size: u64) -> Result<(), String> {
+/// A dependency of a chart, as `Chart.yaml` or `Chart.lock` names it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Dependency {
+    pub name: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub repository: String,
+}
+
+/// The dependencies of `Chart.yaml` in `dir` (read inside `root`).
+fn dependencies(root: &Path, dir: &Path, max_file_size: u64) -> Result<Vec<Dependency>, String> {
+    #[derive(serde::Deserialize)]
+    struct Chart {
+        #[serde(default)]
+        dependencies: Option<Vec<Dependency>>,
+    }
     let bytes = read_confined(root, &dir.join(CHART_FILE), max_file_size)
         .map_err(|e| format!("{CHART_FILE} {e}"))?;
-    let chart: Value = serde_yaml::from_slice(&bytes).map_err(|e| format!("invalid YAML: {e}"))?;
+    let chart: Chart = serde_yaml::from_slice(&bytes)
+        .map_err(|e| format!("{CHART_FILE}: invalid dependencies: {e}"))?;
+    Ok(chart.dependencies.unwrap_or_default())
+}
+
+/// The dependencies of the chart in `dir` that its `charts/` does not hold (unpacked, or
+/// a `.tgz`): helm would download them.
+pub fn missing_dependencies(
+    root: &Path,
+    dir: &Path,
+    max_file_size: u64,
+) -> Result<Vec<Dependency>, String> {
     let vendored = vendored(&dir.join("charts"));
-    let missing: Vec<String> = chart
-        .get("dependencies")
-        .and_then(Value::as_sequence)
-        .into_iter()
-        .flatten()
-        .filter_map(|d| {
-            let name = d.get("name")?.as_str()?;
-            let found = vendored
-                .iter()
-                .any(|v| v == name || v.starts_with(&format!("{name}-")));
-            let repository = d.get("repository").and_then(Value::as_str).unwrap_or("");
-            (!found).then(|| format!("{name} ({repository})"))
-        })
+    let mut all = dependencies(root, dir, max_file_size)?;
+    all.retain(|d| {
+        !vendored
+            .iter()
+            .any(|v| *v == d.name || v.starts_with(&format!("{}-", d.name)))
+    });
+    Ok(all)
+}
+
+/// Why dependencies to download are refused, and what to do (`allowable`: a repository
+/// `[agent] allow_remote_charts` names could be downloaded).
+pub fn refusal(refused: &[&Dependency], allowable: bool) -> String {
+    let names: Vec<String> = refused
+        .iter()
+        .map(|d| format!("{} ({})", d.name, d.repository))
         .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    Err(format!(
-            "its dependencies {} are not in charts/, and berth downloads no chart: vendor them (run `helm dependency build` in the chart's folder and commit charts/)",
-            missing.join(", ")
-        ))
+    let or = if allowable {
+        ", or name their repository in [agent] allow_remote_charts"
+    } else {
+        ""
+    };
+    format!(
+        "its dependencies {} are not in charts/, and berth downloads no chart: vendor them (run `helm dependency build` in the chart's folder and commit charts/){or}",
+        names.join(", ")
+    )
 }
 
 /// The names in a chart's `charts/` folder (unpacked charts and archives), as helm reads

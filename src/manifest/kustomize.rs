@@ -21,7 +21,9 @@ use serde_yaml::Value;
 
 use super::bounds::Limits;
 use super::error::ManifestError;
-use super::helm::{self, chart_in, check_dependencies, Capabilities, Sandbox, CHART_FILE};
+use super::helm::{
+    self, chart_in, missing_dependencies, refusal, Capabilities, Sandbox, CHART_FILE,
+};
 use super::read::{confined, read_confined, regular_file};
 use super::tool::Tool;
 use crate::config::{AgentConfig, AppConfig, RenderMode};
@@ -163,7 +165,14 @@ impl Kustomize {
                 .map_err(|e| refuse(format!("{field}: {entry:?} {e}")))?;
             let checked = if field == "helmCharts" {
                 if chart_in(&resolved) {
-                    check_dependencies(root, &resolved, self.max_file_size)
+                    // kustomize runs helm on the chart as it is: nothing is downloaded.
+                    missing_dependencies(root, &resolved, self.max_file_size).and_then(|m| match m
+                        .iter()
+                        .collect::<Vec<_>>()
+                    {
+                        refused if refused.is_empty() => Ok(()),
+                        refused => Err(refusal(&refused, false)),
+                    })
                 } else {
                     Err(format!("holds no {CHART_FILE}"))
                 }

@@ -1,0 +1,388 @@
+//! Chart dependencies downloaded from the repositories `[agent] allow_remote_charts`
+//! names. Such a chart must commit its `Chart.lock`: `helm dependency build` fetches what
+//! the lock pins (helm itself refuses a lock out of step with `Chart.yaml`) once per lock
+//! digest into the cache, which keeps each archive's SHA-256 and the dependencies they
+//! were fetched for, and checks both at every later use (a cache folder that fails is
+//! fetched again). The chart is rendered from a copy in the render's sandbox, with the
+//! downloads in its `charts/`: the checkout is never written.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sha2::{Digest, Sha256};
+
+use super::{dependencies, Dependency, Helm, Sandbox, CHART_FILE};
+use crate::manifest::error::ManifestError;
+use crate::manifest::read::{confined, read_capped, read_confined, regular_file};
+use crate::manifest::tool::Tool;
+
+/// The file that pins a chart's dependencies.
+const LOCK_FILE: &str = "Chart.lock";
+/// What a cache folder holds beside its archives.
+const RECORD: &str = "berth-fetched.json";
+/// The largest lock or record read.
+const MAX_RECORD: u64 = 1 << 20;
+/// Folders deeper than this in a chart are not copied (a link loop).
+const MAX_DEPTH: usize = 32;
+
+/// A cache folder's record: the dependencies of `Chart.yaml` it was fetched for, and each
+/// archive's SHA-256.
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Fetched {
+    dependencies: Vec<Dependency>,
+    archives: BTreeMap<String, String>,
+}
+
+#[derive(serde::Deserialize)]
+struct Lock {
+    digest: String,
+    #[serde(default)]
+    dependencies: Vec<Dependency>,
+}
+
+/// One render's chart whose dependencies are downloaded.
+pub(super) struct Remote<'a> {
+    pub helm: &'a Helm,
+    /// The helm program.
+    pub program: &'a Path,
+    /// The canonical repository root.
+    pub root: &'a Path,
+    /// The chart's folder.
+    pub dir: &'a Path,
+    pub sandbox: &'a Sandbox,
+    /// The render's error, from what went wrong.
+    pub fail: &'a dyn Fn(String) -> ManifestError,
+}
+
+impl Remote<'_> {
+    /// The chart, copied into the sandbox with the `missing` dependencies (every one from
+    /// an allowed repository) added to its `charts/`: from the cache, else fetched.
+    pub(super) fn with_dependencies(
+        &self,
+        missing: &[Dependency],
+        max_bytes: u64,
+    ) -> Result<PathBuf, ManifestError> {
+        let Remote {
+            helm,
+            root,
+            dir,
+            sandbox,
+            fail,
+            ..
+        } = *self;
+        let lock = read_confined(root, &dir.join(LOCK_FILE), MAX_RECORD).map_err(|e| {
+        fail(format!(
+            "{LOCK_FILE} {e}: a chart whose dependencies are downloaded commits its lock (`helm dependency update`)"
+        ))
+    })?;
+        let lock: Lock =
+            serde_yaml::from_slice(&lock).map_err(|e| fail(format!("{LOCK_FILE}: {e}")))?;
+        let digest = lock
+            .digest
+            .strip_prefix("sha256:")
+            .filter(|h| h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+            .ok_or_else(|| {
+                fail(format!(
+                    "{LOCK_FILE}: digest {:?} is not sha256: and 64 hex digits",
+                    lock.digest
+                ))
+            })?;
+        // `helm dependency build` fetches every dependency the lock pins, vendored or not.
+        let refused: Vec<String> = lock
+            .dependencies
+            .iter()
+            .filter(|d| !helm.remote_charts.contains(&d.repository))
+            .map(|d| format!("{} ({})", d.name, d.repository))
+            .collect();
+        if !refused.is_empty() {
+            return Err(fail(format!(
+            "{LOCK_FILE} also pins {}, which `helm dependency build` would download: name their repository in [agent] allow_remote_charts too, or vendor every dependency",
+            refused.join(", ")
+        )));
+        }
+        let wanted = dependencies(root, dir, helm.max_file_size).map_err(&fail)?;
+        let cached = helm.chart_cache.join(digest);
+        let fetched = match verified(&cached, &wanted, helm.max_file_size) {
+            Some(fetched) => fetched,
+            None => self.fetch(&cached, wanted)?,
+        };
+        let copy = sandbox.path.join("chart");
+        let mut budget = max_bytes;
+        copy_tree(root, dir, &copy, &mut budget, helm.max_file_size, 0).map_err(&fail)?;
+        std::fs::create_dir_all(copy.join("charts")).map_err(|e| fail(e.to_string()))?;
+        for archive in fetched.archives.keys() {
+            if missing.iter().any(|d| {
+                archive
+                    .strip_prefix(&d.name)
+                    .is_some_and(|v| v.starts_with('-'))
+            }) {
+                std::fs::copy(cached.join(archive), copy.join("charts").join(archive))
+                    .map_err(|e| fail(format!("cannot copy {archive} from the cache: {e}")))?;
+            }
+        }
+        Ok(copy)
+    }
+
+    /// Runs `helm dependency build` on the chart's `Chart.yaml` and `Chart.lock` alone, in
+    /// the sandbox, then moves what it fetched into the cache folder `cached`.
+    fn fetch(&self, cached: &Path, wanted: Vec<Dependency>) -> Result<Fetched, ManifestError> {
+        let Remote {
+            helm,
+            program,
+            root,
+            dir,
+            sandbox,
+            fail,
+        } = *self;
+        let work = sandbox.path.join("fetch");
+        std::fs::create_dir_all(&work).map_err(|e| fail(e.to_string()))?;
+        for file in [CHART_FILE, LOCK_FILE] {
+            let bytes = read_confined(root, &dir.join(file), MAX_RECORD)
+                .map_err(|e| fail(format!("{file} {e}")))?;
+            std::fs::write(work.join(file), bytes).map_err(|e| fail(e.to_string()))?;
+        }
+        // helm builds from named repositories only: the allowed ones, in the sandbox's config.
+        let repositories: Vec<serde_json::Value> = helm
+            .remote_charts
+            .iter()
+            .enumerate()
+            .map(|(i, url)| serde_json::json!({"name": format!("allowed-{i}"), "url": url}))
+            .collect();
+        let config = sandbox.path.join("config");
+        std::fs::create_dir_all(&config)
+            .and_then(|()| {
+                std::fs::write(
+                    config.join("repositories.yaml"),
+                    serde_json::json!({"apiVersion": "", "repositories": repositories}).to_string(),
+                )
+            })
+            .map_err(|e| fail(format!("cannot write helm's repositories: {e}")))?;
+        let tool = Tool {
+            command: vec![
+                program.as_os_str().to_owned(),
+                "dependency".into(),
+                "build".into(),
+                OsString::from(&work),
+            ],
+            dir: &work,
+            env: sandbox.env(None),
+            timeout: helm.timeout,
+            max_bytes: MAX_RECORD,
+        };
+        tool.render("helm dependency build", CHART_FILE, fail)?;
+        let mut archives = BTreeMap::new();
+        let entries = std::fs::read_dir(work.join("charts")).map_err(|e| fail(e.to_string()))?;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path();
+            let size = std::fs::symlink_metadata(&path).map_or(u64::MAX, |m| m.len());
+            if !plain_name(&name) || size > helm.max_file_size {
+                return Err(fail(format!(
+                "helm dependency build fetched {name:?} ({size} bytes), not an archive of at most {} bytes",
+                helm.max_file_size
+            )));
+            }
+            let sum = sha256_of(&path).ok_or_else(|| fail(format!("cannot read {name}")))?;
+            archives.insert(name, sum);
+        }
+        let fetched = Fetched {
+            dependencies: wanted,
+            archives,
+        };
+        // Into a folder of its own beside the cache's, then renamed into place: a render
+        // never sees half a folder, and two fetching at once both end with a whole one.
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let parent = cached.parent().unwrap_or(Path::new("."));
+        let temporary = parent.join(format!(
+            ".fetch-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let store = || -> std::io::Result<()> {
+            crate::state::private_dir(&temporary)?;
+            for name in fetched.archives.keys() {
+                std::fs::copy(work.join("charts").join(name), temporary.join(name))?;
+            }
+            std::fs::write(temporary.join(RECORD), serde_json::to_vec(&fetched)?)?;
+            std::fs::rename(&temporary, cached)
+        };
+        if let Err(e) = store() {
+            let _ = std::fs::remove_dir_all(&temporary);
+            if verified(cached, &fetched.dependencies, helm.max_file_size).is_none() {
+                return Err(fail(format!(
+                    "cannot keep the fetched charts in {}: {e}",
+                    cached.display()
+                )));
+            }
+        }
+        Ok(fetched)
+    }
+}
+
+/// The cache folder's record, when it was fetched for `wanted` and every archive is as it
+/// was fetched; otherwise the folder is removed.
+fn verified(cached: &Path, wanted: &[Dependency], max_file_size: u64) -> Option<Fetched> {
+    let check = || -> Option<Fetched> {
+        let record = read_capped(std::fs::File::open(cached.join(RECORD)), MAX_RECORD).ok()?;
+        let fetched: Fetched = serde_json::from_slice(&record).ok()?;
+        let intact = fetched.dependencies == wanted
+            && fetched.archives.iter().all(|(name, sum)| {
+                plain_name(name)
+                    && std::fs::symlink_metadata(cached.join(name))
+                        .is_ok_and(|m| m.is_file() && m.len() <= max_file_size)
+                    && sha256_of(&cached.join(name)).as_deref() == Some(sum)
+            });
+        intact.then_some(fetched)
+    };
+    let found = check();
+    if found.is_none() && cached.exists() {
+        let _ = std::fs::remove_dir_all(cached);
+    }
+    found
+}
+
+/// Copies the chart folder `src` (inside `root`) to `dst`: links followed only inside
+/// `root`, files bounded one by one and in all by `budget`.
+fn copy_tree(
+    root: &Path,
+    src: &Path,
+    dst: &Path,
+    budget: &mut u64,
+    max_file_size: u64,
+    depth: usize,
+) -> Result<(), String> {
+    if depth > MAX_DEPTH {
+        return Err(format!("{} is nested too deep to copy", src.display()));
+    }
+    std::fs::create_dir_all(dst).map_err(|e| e.to_string())?;
+    for entry in std::fs::read_dir(src).map_err(|e| e.to_string())?.flatten() {
+        let path = entry.path();
+        let shown = path
+            .strip_prefix(root)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        let resolved = confined(root, &path).map_err(|e| format!("{shown} {e}"))?;
+        let target = dst.join(entry.file_name());
+        if resolved.is_dir() {
+            copy_tree(root, &resolved, &target, budget, max_file_size, depth + 1)?;
+            continue;
+        }
+        regular_file(&resolved, max_file_size).map_err(|e| format!("{shown} {e}"))?;
+        let size = std::fs::metadata(&resolved).map_or(0, |m| m.len());
+        *budget = budget.checked_sub(size).ok_or_else(|| {
+            format!("the chart is larger than the app may be (agent.max_app_size), at {shown}")
+        })?;
+        std::fs::copy(&resolved, &target).map_err(|e| format!("{shown}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// A file name and no more: not empty, no separator, not `.` or `..`.
+fn plain_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains(['/', '\\']) && name != "." && name != ".."
+}
+
+/// The SHA-256 of the file at `path`, in hex.
+fn sha256_of(path: &Path) -> Option<String> {
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher).ok()?;
+    Some(format!("{:x}", hasher.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dependency(version: &str) -> Dependency {
+        Dependency {
+            name: "cache".into(),
+            version: version.into(),
+            repository: "https://charts.example.com".into(),
+        }
+    }
+
+    /// A cache folder as `fetch` leaves it: one archive and the record.
+    fn cached(dir: &Path) -> PathBuf {
+        let cached = dir.join("0".repeat(64));
+        std::fs::create_dir_all(&cached).unwrap();
+        std::fs::write(cached.join("cache-0.1.0.tgz"), b"archive").unwrap();
+        let fetched = Fetched {
+            dependencies: vec![dependency("0.1.0")],
+            archives: [(
+                "cache-0.1.0.tgz".to_string(),
+                sha256_of(&cached.join("cache-0.1.0.tgz")).unwrap(),
+            )]
+            .into(),
+        };
+        std::fs::write(cached.join(RECORD), serde_json::to_vec(&fetched).unwrap()).unwrap();
+        cached
+    }
+
+    #[test]
+    fn a_cache_folder_is_used_only_as_it_was_fetched() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = cached(dir.path());
+        assert!(verified(&folder, &[dependency("0.1.0")], 1 << 20).is_some());
+        // Fetched for other dependencies (Chart.yaml changed, its lock not): fetched again.
+        assert!(verified(&folder, &[dependency("0.2.0")], 1 << 20).is_none());
+        assert!(!folder.exists());
+        // An archive changed on disk.
+        let folder = cached(dir.path());
+        std::fs::write(folder.join("cache-0.1.0.tgz"), b"tampered").unwrap();
+        assert!(verified(&folder, &[dependency("0.1.0")], 1 << 20).is_none());
+        assert!(!folder.exists());
+        // A record naming a file outside the folder.
+        let folder = cached(dir.path());
+        let record = std::fs::read_to_string(folder.join(RECORD)).unwrap();
+        let record = record.replace("cache-0.1.0.tgz", "../cache-0.1.0.tgz");
+        std::fs::write(folder.join(RECORD), record).unwrap();
+        assert!(verified(&folder, &[dependency("0.1.0")], 1 << 20).is_none());
+    }
+
+    #[test]
+    fn a_chart_is_copied_with_links_inside_the_checkout_only() {
+        let repo = tempfile::tempdir().unwrap();
+        let root = repo.path().canonicalize().unwrap();
+        let chart = root.join("web");
+        std::fs::create_dir_all(chart.join("templates")).unwrap();
+        std::fs::write(chart.join("Chart.yaml"), "name: web\n").unwrap();
+        std::fs::write(root.join("shared.yaml"), "kind: ConfigMap\n").unwrap();
+        std::os::unix::fs::symlink(root.join("shared.yaml"), chart.join("templates/cm.yaml"))
+            .unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let mut budget = 1 << 20;
+        copy_tree(
+            &root,
+            &chart,
+            &out.path().join("a"),
+            &mut budget,
+            1 << 20,
+            0,
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(out.path().join("a/templates/cm.yaml")).unwrap(),
+            "kind: ConfigMap\n"
+        );
+        assert_eq!(budget, (1 << 20) - 10 - 16);
+
+        std::os::unix::fs::symlink("/etc/passwd", chart.join("templates/passwd.yaml")).unwrap();
+        let e = copy_tree(
+            &root,
+            &chart,
+            &out.path().join("b"),
+            &mut (1 << 20),
+            1 << 20,
+            0,
+        )
+        .unwrap_err();
+        assert!(e.starts_with("web/templates/passwd.yaml "), "{e}");
+        std::fs::remove_file(chart.join("templates/passwd.yaml")).unwrap();
+        let e = copy_tree(&root, &chart, &out.path().join("c"), &mut 20, 1 << 20, 0).unwrap_err();
+        assert!(e.contains("larger than the app may be"), "{e}");
+    }
+}
