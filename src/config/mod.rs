@@ -187,6 +187,39 @@ repo = "https://example.com/guestbook.git"
     }
 
     #[test]
+    fn chart_repositories_and_kube_versions_must_be_what_they_say() {
+        let config = |agent: &str, cluster: &str| {
+            format!("[agent]\n{agent}\n[cluster]\n{cluster}\n{MINIMAL}")
+        };
+        parse(&config(
+            "allow_remote_charts = [\"https://charts.example.com/stable\", \"http://127.0.0.1:8080\"]",
+            "kube_version = \"v1.31.2\"",
+        ))
+        .unwrap()
+        .validate()
+        .unwrap();
+        for url in [
+            "charts.example.com",
+            "file:///srv/charts",
+            "https://",
+            "https://u:p@h/",
+            "oci://r/c",
+        ] {
+            let e = invalid(&config(&format!("allow_remote_charts = [{url:?}]"), ""));
+            assert!(
+                e.contains("agent.allow_remote_charts")
+                    && e.contains("is not a chart repository URL"),
+                "{url}: {e}"
+            );
+        }
+        let e = invalid(&config("", "kube_version = \"latest\""));
+        assert!(
+            e.contains("cluster.kube_version: \"latest\" is not a Kubernetes version"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn unknown_top_level_table_is_refused() {
         let e = parse_err("[agnet]\ninterval = \"1m\"\n");
         assert!(e.contains("agnet"), "{e}");
