@@ -98,10 +98,12 @@ impl Tool<'_> {
             .spawn()
             .map_err(ToolError::Spawn)?;
         let max_bytes = self.max_bytes;
+        let (closed, stdout_closed) = std::sync::mpsc::channel();
         let stdout = child.stdout.take().map(|out| {
             std::thread::spawn(move || {
                 let mut bytes = Vec::new();
                 let _ = out.take(max_bytes + 1).read_to_end(&mut bytes);
+                let _ = closed.send(());
                 bytes
             })
         });
@@ -113,6 +115,9 @@ impl Tool<'_> {
             })
         });
         let deadline = Instant::now() + self.timeout;
+        // A tool closes its stdout when it exits: wait for that rather than poll, so a
+        // render costs no more than the tool's own time.
+        let _ = stdout_closed.recv_timeout(self.timeout);
         let status = loop {
             match child.try_wait() {
                 Ok(Some(status)) => break status,
@@ -121,7 +126,7 @@ impl Tool<'_> {
                     let _ = child.wait();
                     return Err(ToolError::Timeout(self.timeout));
                 }
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Ok(None) => std::thread::sleep(Duration::from_millis(2)),
                 Err(e) => return Err(ToolError::Spawn(e)),
             }
         };
