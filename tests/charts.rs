@@ -189,24 +189,6 @@ spec:
     )
 }
 
-const GADGET_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: gadgets.charts.example.com
-spec:
-  group: charts.example.com
-  names: {kind: Gadget, plural: gadgets, singular: gadget}
-  scope: Namespaced
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema:
-          type: object
-          x-kubernetes-preserve-unknown-fields: true
-";
-
 /// A chart with a vendored dependency unpacked and one packed, a CRD in `crds/` and a
 /// custom resource of it, and pre-install and post-install hooks: `berth render` gives
 /// exactly `helm template`'s objects; a sync writes the CRD before its resource, runs the
@@ -237,7 +219,10 @@ async fn a_chart_with_vendored_dependencies_a_crd_and_hooks_syncs_them_in_order(
     let mut text = std::fs::read_to_string(&chart).unwrap();
     text.push_str("dependencies:\n  - name: cache\n    version: 0.1.0\n    repository: https://charts.example.com/stable\n  - name: queue\n    version: 0.1.0\n    repository: https://charts.example.com/stable\n");
     std::fs::write(&chart, text).unwrap();
-    repo.write("shop/crds/gadgets.yaml", GADGET_CRD);
+    repo.write(
+        "shop/crds/gadgets.yaml",
+        &common::crd("charts.example.com", "Gadget"),
+    );
     repo.write(
         "shop/templates/gadget.yaml",
         "apiVersion: charts.example.com/v1\nkind: Gadget\nmetadata:\n  name: {{ .Release.Name }}\nspec:\n  size: 3\n",

@@ -40,24 +40,6 @@ spec:
     )
 }
 
-const CRD: &str = "apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: gadgets.order.berth.dev
-spec:
-  group: order.berth.dev
-  scope: Namespaced
-  names: {plural: gadgets, singular: gadget, kind: Gadget}
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema:
-          type: object
-          x-kubernetes-preserve-unknown-fields: true
-";
-
 fn gadget(size: u32) -> String {
     format!("apiVersion: order.berth.dev/v1\nkind: Gadget\nmetadata:\n  name: g\nspec: {{size: {size}}}\n")
 }
@@ -95,7 +77,10 @@ async fn crds_then_operator_then_app_from_one_commit() {
     let client = common::client(cp).await;
     let ns = common::namespace(&client, "order-chain").await;
     let repo = Repo::new();
-    repo.write("crds/gadget.yaml", CRD);
+    repo.write(
+        "crds/gadget.yaml",
+        &common::crd("order.berth.dev", "Gadget"),
+    );
     repo.write(
         "operator/deployment.yaml",
         &deployment("operator", "operator:1", false),

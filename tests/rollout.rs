@@ -434,24 +434,6 @@ spec:
     )
 }
 
-const WIDGET_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: widgets.health.berth.dev
-spec:
-  group: health.berth.dev
-  scope: Namespaced
-  names: {plural: widgets, singular: widget, kind: Widget}
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema:
-          type: object
-          x-kubernetes-preserve-unknown-fields: true
-";
-
 /// Every kind with a notion of readiness is waited for, not only Deployments: a
 /// StatefulSet, a DaemonSet and a Job are followed to ready and complete; when none of them
 /// gets there, nor a custom resource whose `Ready` condition is False, the sync fails
@@ -536,7 +518,10 @@ async fn statefulsets_daemonsets_jobs_and_custom_resources_are_waited_for() {
     repo.write("db.yaml", &stateful_set(NEVER));
     repo.write("agent.yaml", &daemon_set(NEVER));
     repo.write("migrate.yaml", &job("migrate-2", NEVER));
-    repo.write("widget-crd.yaml", WIDGET_CRD);
+    repo.write(
+        "widget-crd.yaml",
+        &common::crd("health.berth.dev", "Widget"),
+    );
     repo.write(
         "widget.yaml",
         "apiVersion: health.berth.dev/v1\nkind: Widget\nmetadata:\n  name: w\nspec: {size: 1}\nstatus:\n  conditions:\n    - {type: Ready, status: \"False\", reason: NoBackend, message: no backend answers}\n",

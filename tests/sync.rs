@@ -602,7 +602,7 @@ async fn namespace_crd_and_namespaced_object_in_one_commit_apply_in_stages() {
     let ns = format!("staged-{}", std::process::id() % 100_000);
     let repo = Repo::new();
     repo.write("a-configmap.yaml", &format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c1\n  namespace: {ns}\ndata: {{k: v}}\n"));
-    repo.write("b-crd.yaml", "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.example.com\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {plural: widgets, singular: widget, kind: Widget}\n  versions:\n    - name: v1\n      served: true\n      storage: true\n      schema:\n        openAPIV3Schema:\n          type: object\n          x-kubernetes-preserve-unknown-fields: true\n");
+    repo.write("b-crd.yaml", &common::crd("example.com", "Widget"));
     repo.write(
         "c-namespace.yaml",
         &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"),

@@ -369,6 +369,31 @@ pub fn http(
     (code, body)
 }
 
+/// A namespaced CustomResourceDefinition of `kind` (plural: `kind` in lower case and an
+/// `s`) in `group`, version v1, any fields allowed.
+pub fn crd(group: &str, kind: &str) -> String {
+    let singular = kind.to_lowercase();
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: {singular}s.{group}
+spec:
+  group: {group}
+  scope: Namespaced
+  names: {{plural: {singular}s, singular: {singular}, kind: {kind}}}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+"
+    )
+}
+
 /// A loopback port nobody listens on (now).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
