@@ -30,6 +30,7 @@ pub mod kustomize;
 pub mod object;
 pub mod read;
 pub mod scope;
+pub mod sops;
 pub mod source;
 pub mod tool;
 pub mod typed;

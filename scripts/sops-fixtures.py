@@ -1,0 +1,101 @@
+"""Helpers of scripts/sops-fixtures, run with the Python of sops 1.18's virtualenv
+(ruamel.yaml and cryptography come with it).
+
+add-age FILE RECIPIENT   unwrap FILE's data key with gpg, wrap it for an age RECIPIENT
+                         with Debian's age, add it as the `age:` entry sops 3 writes
+regex PLAIN OUT RECIPIENT  encrypt PLAIN as sops 3 does with encrypted_regex
+                         '^(data|stringData)$' and mac_only_encrypted, for RECIPIENT;
+                         follows the Go source: aes/cipher.go (32-byte IV, AAD = the
+                         keys' path joined by ':' and a final ':'), sops.go (the MAC:
+                         SHA-512, upper-case hex, seeded with SHA-256("sops") when only
+                         encrypted values count; stored encrypted with lastmodified as AAD)
+"""
+import base64, datetime, hashlib, json, os, re, subprocess, sys
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from ruamel.yaml import YAML
+from ruamel.yaml.scalarstring import LiteralScalarString
+
+
+def load(path):
+    with open(path) as f:
+        if path.endswith(".json"):
+            return json.load(f, object_pairs_hook=dict)
+        return YAML().load(f)
+
+
+def dump(doc, path):
+    with open(path, "w") as f:
+        if path.endswith(".json"):
+            json.dump(doc, f, indent=4)
+            f.write("\n")
+        else:
+            YAML().dump(doc, f)
+
+
+def age_wrap(key, recipient):
+    # A literal block, as sops writes it (a quoted scalar would be folded by the dump).
+    armored = subprocess.run(["age", "-r", recipient, "-a"], input=key, capture_output=True, check=True).stdout.decode()
+    return LiteralScalarString(armored)
+
+
+def add_age(path, recipient):
+    doc = load(path)
+    key = subprocess.run(["gpg", "--batch", "--quiet", "--decrypt"], input=doc["sops"]["pgp"][0]["enc"].encode(), capture_output=True, check=True).stdout
+    assert len(key) == 32, len(key)
+    doc["sops"]["age"] = [{"recipient": recipient, "enc": age_wrap(key, recipient)}]
+    dump(doc, path)
+
+
+def encrypt(key, plaintext, aad, kind):
+    iv = os.urandom(32)
+    sealed = AESGCM(key).encrypt(iv, plaintext, aad.encode())
+    data, tag = sealed[:-16], sealed[-16:]
+    b64 = lambda b: base64.b64encode(b).decode()
+    return "ENC[AES256_GCM,data:%s,iv:%s,tag:%s,type:%s]" % (b64(data), b64(iv), b64(tag), kind)
+
+
+def as_bytes(value):
+    if isinstance(value, bool):
+        return ("True" if value else "False").encode(), "bool"
+    if isinstance(value, int):
+        return str(value).encode(), "int"
+    return str(value).encode(), "str"
+
+
+def regex(plain, out, recipient):
+    rule = re.compile(r"^(data|stringData)$")
+    key = os.urandom(32)
+    mac = hashlib.sha512(hashlib.sha256(b"sops").digest())
+
+    def walk(node, path, encrypted):
+        if isinstance(node, dict):
+            for k in node:
+                inside = encrypted or bool(rule.search(k))
+                node[k] = walk(node[k], path + [k], inside)
+            return node
+        if isinstance(node, list):
+            return [walk(v, path, encrypted) for v in node]
+        if not encrypted or node is None or node == "":
+            return node
+        plaintext, kind = as_bytes(node)
+        mac.update(plaintext)
+        return encrypt(key, plaintext, ":".join(path) + ":", kind)
+
+    doc = walk(load(plain), [], False)
+    lastmodified = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    doc["sops"] = {
+        "kms": [], "gcp_kms": [], "azure_kv": [], "hc_vault": [],
+        "age": [{"recipient": recipient, "enc": age_wrap(key, recipient)}],
+        "lastmodified": lastmodified,
+        "mac": encrypt(key, mac.hexdigest().upper().encode(), lastmodified, "str"),
+        "pgp": [],
+        "encrypted_regex": "^(data|stringData)$",
+        "mac_only_encrypted": True,
+        "version": "3.9.0",
+    }
+    dump(doc, out)
+
+
+if __name__ == "__main__":
+    {"add-age": add_age, "regex": regex}[sys.argv[1]](*sys.argv[2:])

@@ -1,0 +1,462 @@
+//! SOPS: a manifest file whose values are encrypted (`ENC[AES256_GCM,data:…,iv:…,tag:…,
+//! type:…]`) under a data key that the file's `sops:` block wraps for age or OpenPGP
+//! recipients. Decrypted in memory, as the current sops tool (Go, v3) defines the format:
+//!
+//! - each value is AES-256-GCM with a 32-byte IV, its additional data the mapping keys
+//!   on its path joined by `:` with a final `:` (list items add nothing); its `type`
+//!   (str, int, float, bool, bytes) restored; empty values are never encrypted;
+//! - which values are encrypted: `unencrypted_suffix` (the default, `_unencrypted`),
+//!   `encrypted_suffix`, `unencrypted_regex` or `encrypted_regex`, each matched against
+//!   every key on the path (a match on a parent covers what is below it);
+//! - the MAC — SHA-512 over every value in document order (only the encrypted ones, after
+//!   SHA-256("sops"), with `mac_only_encrypted`), upper-case hex, stored encrypted with
+//!   `lastmodified` as additional data — is checked before any value is used.
+//!
+//! Only the data key's age wrapping is opened here (the `age` crate); a file with several
+//! key groups (Shamir) is refused.
+
+use std::io::Read;
+use std::str::FromStr;
+
+use aes_gcm::aead::consts::U32;
+use aes_gcm::aead::{Aead, KeyInit, Payload};
+use aes_gcm::aes::Aes256;
+use aes_gcm::AesGcm;
+use base64::Engine;
+use serde_json::{Number, Value};
+use sha2::{Digest, Sha256, Sha512};
+
+/// AES-256-GCM with sops' 32-byte IV.
+type Cipher = AesGcm<Aes256, U32>;
+
+/// The top-level key of an encrypted file's metadata.
+pub const METADATA: &str = "sops";
+
+/// Why an encrypted file cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SopsError {
+    /// Its `sops:` block is not what sops writes.
+    #[error("sops metadata: {0}")]
+    Metadata(String),
+    /// None of berth's keys opens its data key.
+    #[error(
+        "none of berth's keys opens its data key: it is encrypted for {file}; berth holds {held}"
+    )]
+    NoKey { file: String, held: String },
+    /// A value could not be decrypted.
+    #[error("{path}: {message}")]
+    Value { path: String, message: String },
+    /// The MAC does not match: the file changed after it was encrypted.
+    #[error("its MAC does not match its values: the file was changed after sops encrypted it (a value edited, added or moved); nothing of it is used")]
+    Mac,
+}
+
+/// The age identities berth decrypts with.
+#[derive(Default)]
+pub struct Keys {
+    age: Vec<age::x25519::Identity>,
+}
+
+impl Keys {
+    /// Adds the identities of an age key file's text (`AGE-SECRET-KEY-1…` lines; `#`
+    /// comments and blank lines skipped).
+    ///
+    /// # Errors
+    /// A line that is not an age identity (its number, never its text).
+    pub fn add_age(&mut self, text: &str) -> Result<(), String> {
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let identity = age::x25519::Identity::from_str(line)
+                .map_err(|_| format!("line {} is not an age identity", i + 1))?;
+            self.age.push(identity);
+        }
+        Ok(())
+    }
+
+    /// The recipients berth can open, for messages.
+    fn held(&self) -> String {
+        let held: Vec<String> = self.age.iter().map(|i| i.to_public().to_string()).collect();
+        if held.is_empty() {
+            "no key".into()
+        } else {
+            held.join(", ")
+        }
+    }
+}
+
+/// Whether a decoded document is a sops file's (it holds a `sops:` block with a MAC).
+pub fn is_encrypted(doc: &Value) -> bool {
+    doc.get(METADATA).and_then(|m| m.get("mac")).is_some()
+}
+
+#[derive(serde::Deserialize)]
+struct Metadata {
+    lastmodified: String,
+    mac: String,
+    #[serde(default)]
+    age: Vec<AgeEntry>,
+    #[serde(default)]
+    pgp: Vec<PgpEntry>,
+    #[serde(default)]
+    key_groups: Vec<Value>,
+    unencrypted_suffix: Option<String>,
+    encrypted_suffix: Option<String>,
+    unencrypted_regex: Option<String>,
+    encrypted_regex: Option<String>,
+    unencrypted_comment_regex: Option<String>,
+    encrypted_comment_regex: Option<String>,
+    #[serde(default)]
+    mac_only_encrypted: bool,
+}
+
+#[derive(serde::Deserialize)]
+struct AgeEntry {
+    recipient: String,
+    enc: String,
+}
+
+#[derive(serde::Deserialize)]
+struct PgpEntry {
+    fp: String,
+}
+
+/// Which values of the file are encrypted.
+enum Rule {
+    UnencryptedSuffix(String),
+    EncryptedSuffix(String),
+    UnencryptedRegex(regex::Regex),
+    EncryptedRegex(regex::Regex),
+}
+
+impl Rule {
+    fn of(m: &Metadata) -> Result<Rule, SopsError> {
+        if m.unencrypted_comment_regex.is_some() || m.encrypted_comment_regex.is_some() {
+            return Err(SopsError::Metadata(
+                "comment rules (unencrypted_comment_regex, encrypted_comment_regex) are not supported"
+                    .into(),
+            ));
+        }
+        let regex = |r: &str| {
+            regex::Regex::new(r).map_err(|e| SopsError::Metadata(format!("invalid regex: {e}")))
+        };
+        let rules = [
+            m.unencrypted_suffix
+                .as_deref()
+                .map(|s| Ok(Rule::UnencryptedSuffix(s.into()))),
+            m.encrypted_suffix
+                .as_deref()
+                .map(|s| Ok(Rule::EncryptedSuffix(s.into()))),
+            m.unencrypted_regex
+                .as_deref()
+                .map(|r| regex(r).map(Rule::UnencryptedRegex)),
+            m.encrypted_regex
+                .as_deref()
+                .map(|r| regex(r).map(Rule::EncryptedRegex)),
+        ];
+        let mut set = rules.into_iter().flatten();
+        let rule = set
+            .next()
+            .unwrap_or_else(|| Ok(Rule::UnencryptedSuffix("_unencrypted".into())))?;
+        if set.next().is_some() {
+            return Err(SopsError::Metadata(
+                "more than one of unencrypted_suffix, encrypted_suffix, unencrypted_regex and encrypted_regex".into(),
+            ));
+        }
+        Ok(rule)
+    }
+
+    /// Whether the value under `key` is encrypted, `parent` being whether a key above it
+    /// decided so (for the rules that encrypt by default: whether one above left it clear).
+    fn encrypts(&self, key: &str, parent: bool) -> bool {
+        match self {
+            Rule::UnencryptedSuffix(s) => parent && !key.ends_with(s.as_str()),
+            Rule::EncryptedSuffix(s) => parent || key.ends_with(s.as_str()),
+            Rule::UnencryptedRegex(r) => parent && !r.is_match(key),
+            Rule::EncryptedRegex(r) => parent || r.is_match(key),
+        }
+    }
+
+    /// Whether a value at the root (no key yet) is encrypted.
+    fn at_root(&self) -> bool {
+        matches!(self, Rule::UnencryptedSuffix(_) | Rule::UnencryptedRegex(_))
+    }
+}
+
+/// A file's documents, decrypted in place (their `sops:` blocks removed). Returns, per
+/// document, the JSON pointer of each value that was decrypted.
+///
+/// # Errors
+/// See [`SopsError`]: nothing is decrypted unless every value is and the MAC matches.
+pub fn decrypt(docs: &mut [Value], keys: &Keys) -> Result<Vec<Vec<String>>, SopsError> {
+    let metadata = docs
+        .first()
+        .and_then(|d| d.get(METADATA))
+        .cloned()
+        .ok_or_else(|| SopsError::Metadata("the first document has no sops block".into()))?;
+    let metadata: Metadata =
+        serde_json::from_value(metadata).map_err(|e| SopsError::Metadata(e.to_string()))?;
+    for doc in docs.iter_mut() {
+        if let Some(map) = doc.as_object_mut() {
+            map.remove(METADATA);
+        }
+    }
+    let rule = Rule::of(&metadata)?;
+    let cipher = Cipher::new_from_slice(&data_key(&metadata, keys)?)
+        .map_err(|e| SopsError::Metadata(e.to_string()))?;
+    let mut walk = Walk {
+        cipher: &cipher,
+        rule: &rule,
+        mac: Sha512::new(),
+        mac_only_encrypted: metadata.mac_only_encrypted,
+        decrypted: Vec::new(),
+    };
+    if walk.mac_only_encrypted {
+        walk.mac.update(Sha256::digest(b"sops"));
+    }
+    let mut decrypted = Vec::with_capacity(docs.len());
+    for doc in docs.iter_mut() {
+        walk.value(doc, &mut Vec::new(), "", rule.at_root())?;
+        decrypted.push(std::mem::take(&mut walk.decrypted));
+    }
+    let computed = hex_upper(&walk.mac.finalize());
+    let stored =
+        open(&cipher, &metadata.mac, &metadata.lastmodified).map_err(|_| SopsError::Mac)?;
+    if stored.0 != computed.as_bytes() {
+        return Err(SopsError::Mac);
+    }
+    Ok(decrypted)
+}
+
+/// The 32-byte data key, opened by the first of berth's age identities that can.
+fn data_key(m: &Metadata, keys: &Keys) -> Result<Vec<u8>, SopsError> {
+    let top_level = !m.age.is_empty() || !m.pgp.is_empty();
+    if !top_level && m.key_groups.len() > 1 {
+        return Err(SopsError::Metadata(
+            "its data key is split over several key groups (Shamir), which berth does not open"
+                .into(),
+        ));
+    }
+    for entry in &m.age {
+        if let Some(key) = open_age(&entry.enc, keys) {
+            return if key.len() == 32 {
+                Ok(key)
+            } else {
+                Err(SopsError::Metadata(format!(
+                    "the data key for {} is {} bytes, not 32",
+                    entry.recipient,
+                    key.len()
+                )))
+            };
+        }
+    }
+    let file: Vec<String> = m
+        .age
+        .iter()
+        .map(|a| format!("age {}", a.recipient))
+        .chain(m.pgp.iter().map(|p| format!("OpenPGP {}", p.fp)))
+        .collect();
+    Err(SopsError::NoKey {
+        file: if file.is_empty() {
+            "no recipient".into()
+        } else {
+            file.join(", ")
+        },
+        held: keys.held(),
+    })
+}
+
+/// The age-armored data key, when one of `keys` opens it.
+fn open_age(enc: &str, keys: &Keys) -> Option<Vec<u8>> {
+    if keys.age.is_empty() {
+        return None;
+    }
+    let reader = age::armor::ArmoredReader::new(enc.as_bytes());
+    let decryptor = age::Decryptor::new(reader).ok()?;
+    let identities = keys.age.iter().map(|i| i as &dyn age::Identity);
+    let mut opened = decryptor.decrypt(identities).ok()?;
+    let mut key = Vec::new();
+    opened.by_ref().take(1024).read_to_end(&mut key).ok()?;
+    Some(key)
+}
+
+/// One file's walk: decrypts, and hashes what the MAC covers.
+struct Walk<'a> {
+    cipher: &'a Cipher,
+    rule: &'a Rule,
+    mac: Sha512,
+    mac_only_encrypted: bool,
+    decrypted: Vec<String>,
+}
+
+impl Walk<'_> {
+    /// `path`: the mapping keys down to `node`; `pointer`: its JSON pointer. True when
+    /// `node` was a comment, to be dropped.
+    fn value(
+        &mut self,
+        node: &mut Value,
+        path: &mut Vec<String>,
+        pointer: &str,
+        encrypted: bool,
+    ) -> Result<bool, SopsError> {
+        match node {
+            Value::Object(map) => {
+                for (key, child) in map.iter_mut() {
+                    let inside = self.rule.encrypts(key, encrypted);
+                    path.push(key.clone());
+                    let at = format!("{pointer}/{}", key.replace('~', "~0").replace('/', "~1"));
+                    self.value(child, path, &at, inside)?;
+                    path.pop();
+                }
+            }
+            Value::Array(items) => {
+                let mut comments = Vec::new();
+                for (i, item) in items.iter_mut().enumerate() {
+                    // A comment inside a list is written as an item (`type:comment`).
+                    if self.value(item, path, &format!("{pointer}/{i}"), encrypted)? {
+                        comments.push(i);
+                    }
+                }
+                for i in comments.into_iter().rev() {
+                    items.remove(i);
+                }
+            }
+            _ => return self.leaf(node, path, pointer, encrypted),
+        }
+        Ok(false)
+    }
+
+    /// Decrypts or hashes one scalar; true when it was a comment (to be dropped).
+    fn leaf(
+        &mut self,
+        node: &mut Value,
+        path: &[String],
+        pointer: &str,
+        encrypted: bool,
+    ) -> Result<bool, SopsError> {
+        let shown = || {
+            if pointer.is_empty() {
+                "/".to_string()
+            } else {
+                pointer.to_string()
+            }
+        };
+        if !encrypted {
+            if !self.mac_only_encrypted {
+                if let Some(bytes) = clear_bytes(node) {
+                    self.mac.update(bytes);
+                }
+            }
+            return Ok(false);
+        }
+        let text = match node {
+            Value::Null => return Ok(false),
+            Value::String(s) if s.is_empty() => return Ok(false),
+            Value::String(s) => s.clone(),
+            _ => {
+                return Err(SopsError::Value {
+                    path: shown(),
+                    message: "an encrypted value is not in sops' format".into(),
+                })
+            }
+        };
+        let aad = format!("{}:", path.join(":"));
+        let (plaintext, kind) =
+            open(self.cipher, &text, &aad).map_err(|message| SopsError::Value {
+                path: shown(),
+                message,
+            })?;
+        if kind == "comment" {
+            return Ok(true);
+        }
+        self.mac.update(&plaintext);
+        *node = typed(plaintext, &kind).map_err(|message| SopsError::Value {
+            path: shown(),
+            message,
+        })?;
+        self.decrypted.push(pointer.to_string());
+        Ok(false)
+    }
+}
+
+/// The bytes the MAC takes of a value in clear, as the Go tool formats it.
+fn clear_bytes(node: &Value) -> Option<Vec<u8>> {
+    match node {
+        Value::String(s) => Some(s.as_bytes().to_vec()),
+        Value::Bool(true) => Some(b"True".to_vec()),
+        Value::Bool(false) => Some(b"False".to_vec()),
+        Value::Number(n) => Some(match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => i.to_string().into_bytes(),
+            (_, Some(u), _) => u.to_string().into_bytes(),
+            (_, _, Some(f)) => f.to_string().into_bytes(),
+            _ => n.to_string().into_bytes(),
+        }),
+        Value::Null | Value::Array(_) | Value::Object(_) => None,
+    }
+}
+
+/// Decrypts one `ENC[AES256_GCM,…]` value with additional data `aad`: its plaintext and
+/// its type.
+fn open(cipher: &Cipher, text: &str, aad: &str) -> Result<(Vec<u8>, String), String> {
+    let inner = text
+        .strip_prefix("ENC[AES256_GCM,")
+        .and_then(|t| t.strip_suffix(']'))
+        .ok_or("an encrypted value is not in sops' format")?;
+    let field = |name: &str| -> Result<&str, String> {
+        inner
+            .split(',')
+            .find_map(|part| part.strip_prefix(name)?.strip_prefix(':'))
+            .ok_or_else(|| format!("an encrypted value has no {name}"))
+    };
+    let b64 = |name: &str| -> Result<Vec<u8>, String> {
+        base64::engine::general_purpose::STANDARD
+            .decode(field(name)?)
+            .map_err(|_| format!("an encrypted value's {name} is not base64"))
+    };
+    let (mut data, iv, tag) = (b64("data")?, b64("iv")?, b64("tag")?);
+    if iv.len() != 32 || tag.len() != 16 {
+        return Err("an encrypted value's IV or tag has the wrong length".into());
+    }
+    data.extend_from_slice(&tag);
+    let nonce = aes_gcm::aead::generic_array::GenericArray::from_slice(&iv);
+    let plaintext = cipher
+        .decrypt(
+            nonce,
+            Payload {
+                msg: &data,
+                aad: aad.as_bytes(),
+            },
+        )
+        .map_err(|_| {
+            "does not decrypt with the file's data key at this place (a value edited or moved)"
+                .to_string()
+        })?;
+    Ok((plaintext, field("type")?.to_string()))
+}
+
+/// A decrypted value of `kind` as JSON.
+fn typed(plaintext: Vec<u8>, kind: &str) -> Result<Value, String> {
+    let text = String::from_utf8(plaintext).map_err(|_| format!("a {kind} value is not UTF-8"))?;
+    let bad = || format!("{text:?} is not a {kind}");
+    Ok(match kind {
+        "str" | "bytes" | "time" => Value::String(text),
+        "int" => Value::Number(text.parse::<i64>().map_err(|_| bad())?.into()),
+        "float" => Number::from_f64(text.parse::<f64>().map_err(|_| bad())?)
+            .map_or(Value::Null, Value::Number),
+        "bool" => Value::Bool(match text.to_ascii_lowercase().as_str() {
+            "true" | "1" | "t" => true,
+            "false" | "0" | "f" => false,
+            _ => return Err(bad()),
+        }),
+        other => return Err(format!("unknown value type {other:?}")),
+    })
+}
+
+fn hex_upper(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02X}")).collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,148 @@
+//! Against files written by other tools (tests/fixtures/sops, made by
+//! scripts/sops-fixtures): PyPI's sops 1.18 with an age recipient added by Debian's age,
+//! and an encrypted_regex / mac_only_encrypted file built from the Go source's format.
+
+use super::*;
+use age::secrecy::ExposeSecret;
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/sops");
+
+fn read(name: &str) -> String {
+    std::fs::read_to_string(format!("{FIXTURES}/{name}")).unwrap()
+}
+
+fn parse(name: &str) -> Value {
+    let text = read(name);
+    if name.ends_with(".json") {
+        serde_json::from_str(&text).unwrap()
+    } else {
+        serde_yaml::from_str(&text).unwrap()
+    }
+}
+
+fn keys() -> Keys {
+    let mut keys = Keys::default();
+    keys.add_age(&read("age.key")).unwrap();
+    keys
+}
+
+/// `name` decrypted with the fixtures' age key.
+fn decrypted(name: &str) -> Result<(Value, Vec<String>), SopsError> {
+    let mut docs = [parse(name)];
+    let mut paths = decrypt(&mut docs, &keys())?;
+    let [doc] = docs;
+    Ok((doc, paths.remove(0)))
+}
+
+#[test]
+fn a_file_of_sops_1_18_decrypts_to_its_plain_text_with_types() {
+    let (doc, paths) = decrypted("values.enc.yaml").unwrap();
+    assert_eq!(doc, parse("plain/values.yaml"));
+    assert_eq!(doc["app"]["replicas"], 3);
+    assert_eq!(doc["app"]["debug"], false);
+    assert_eq!(doc["app"]["ratio"], 1.5);
+    assert!(paths.contains(&"/app/password".to_string()), "{paths:?}");
+    assert!(paths.contains(&"/app/hosts/1".to_string()), "{paths:?}");
+    assert!(!paths.contains(&"/app/note_unencrypted".to_string()));
+    assert!(
+        !paths.contains(&"/app/empty".to_string()),
+        "empty values are not encrypted"
+    );
+    assert!(doc.get(METADATA).is_none());
+
+    let (doc, _) = decrypted("secret.enc.json").unwrap();
+    assert_eq!(doc, parse("plain/secret.json"));
+}
+
+#[test]
+fn an_encrypted_regex_file_leaves_the_rest_in_clear_and_macs_only_what_is_encrypted() {
+    let encrypted = parse("regex.enc.yaml");
+    assert_eq!(encrypted["metadata"]["name"], "db-regex");
+    let (doc, paths) = decrypted("regex.enc.yaml").unwrap();
+    assert_eq!(doc, parse("plain/secret.yaml"));
+    assert_eq!(
+        paths,
+        ["/stringData/password", "/stringData/port", "/data/token"]
+    );
+    // mac_only_encrypted: a value in clear may change without breaking the MAC.
+    let mut renamed = encrypted.clone();
+    renamed["metadata"]["name"] = "db-renamed".into();
+    decrypt(&mut [renamed], &keys()).unwrap();
+}
+
+#[test]
+fn an_edited_or_moved_value_is_refused() {
+    // A value in clear edited (sops 1.18 MACs every value).
+    let mut edited = parse("values.enc.yaml");
+    edited["app"]["note_unencrypted"] = "changed".into();
+    assert_eq!(decrypt(&mut [edited], &keys()), Err(SopsError::Mac));
+
+    // An encrypted value removed.
+    let mut removed = parse("values.enc.yaml");
+    removed["app"].as_object_mut().unwrap().remove("password");
+    assert_eq!(decrypt(&mut [removed], &keys()), Err(SopsError::Mac));
+
+    // An encrypted value moved under another key: its additional data no longer fits.
+    let mut moved = parse("values.enc.yaml");
+    moved["app"]["name"] = moved["app"]["password"].clone();
+    let e = decrypt(&mut [moved], &keys()).unwrap_err().to_string();
+    assert!(e.starts_with("/app/name: does not decrypt"), "{e}");
+    assert!(!e.contains("hunter2"));
+
+    // A ciphertext changed.
+    let mut changed = parse("values.enc.yaml");
+    let text = changed["app"]["password"]
+        .as_str()
+        .unwrap()
+        .replacen("data:", "data:AA", 1);
+    changed["app"]["password"] = text.into();
+    assert!(decrypt(&mut [changed], &keys()).is_err());
+}
+
+#[test]
+fn a_file_for_other_recipients_names_them_and_the_keys_berth_holds() {
+    let mut other = Keys::default();
+    let identity = age::x25519::Identity::generate();
+    other.add_age(identity.to_string().expose_secret()).unwrap();
+    let e = decrypt(&mut [parse("values.enc.yaml")], &other)
+        .unwrap_err()
+        .to_string();
+    let file_recipient = read("age.key")
+        .lines()
+        .find_map(|l| l.strip_prefix("# public key: "))
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains(&format!(
+            "it is encrypted for age {file_recipient}, OpenPGP "
+        )),
+        "{e}"
+    );
+    assert!(
+        e.contains(&format!("berth holds {}", identity.to_public())),
+        "{e}"
+    );
+    let e = decrypt(&mut [parse("values.enc.yaml")], &Keys::default()).unwrap_err();
+    assert!(e.to_string().ends_with("berth holds no key"), "{e}");
+}
+
+#[test]
+fn keys_files_take_comments_and_refuse_other_lines_without_echoing_them() {
+    let mut keys = Keys::default();
+    assert!(keys.add_age("# created\n\n").is_ok());
+    let e = keys.add_age("AGE-SECRET-KEY-1NOTAKEY\n").unwrap_err();
+    assert_eq!(e, "line 1 is not an age identity");
+}
+
+#[test]
+fn the_rules_cover_what_is_below_the_key_they_match() {
+    let suffix = Rule::UnencryptedSuffix("_unencrypted".into());
+    assert!(suffix.encrypts("password", true));
+    assert!(!suffix.encrypts("note_unencrypted", true));
+    assert!(!suffix.encrypts("child", false), "below a clear key");
+    let regex = Rule::EncryptedRegex(regex::Regex::new("^(data|stringData)$").unwrap());
+    assert!(!regex.at_root());
+    assert!(regex.encrypts("data", false));
+    assert!(regex.encrypts("anything", true), "below data");
+    assert!(!regex.encrypts("metadata", false));
+}
