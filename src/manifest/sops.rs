@@ -12,8 +12,9 @@
 //!   SHA-256("sops"), with `mac_only_encrypted`), upper-case hex, stored encrypted with
 //!   `lastmodified` as additional data — is checked before any value is used.
 //!
-//! Only the data key's age wrapping is opened here (the `age` crate); a file with several
-//! key groups (Shamir) is refused.
+//! The data key is opened with age identities (the `age` crate) or OpenPGP secret keys
+//! (the `pgp` crate), age first as sops does; a file with several key groups (Shamir) is
+//! refused.
 
 use std::io::Read;
 use std::str::FromStr;
@@ -23,6 +24,8 @@ use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::aes::Aes256;
 use aes_gcm::AesGcm;
 use base64::Engine;
+use pgp::composed::{Deserializable, Message, SignedSecretKey};
+use pgp::types::{KeyDetails, Password};
 use serde_json::{Number, Value};
 use sha2::{Digest, Sha256, Sha512};
 
@@ -51,10 +54,12 @@ pub enum SopsError {
     Mac,
 }
 
-/// The age identities berth decrypts with.
+/// The age identities and OpenPGP secret keys berth decrypts with.
 #[derive(Default)]
 pub struct Keys {
     age: Vec<age::x25519::Identity>,
+    /// Each with its passphrase (empty: none).
+    openpgp: Vec<(SignedSecretKey, Password)>,
 }
 
 impl Keys {
@@ -76,9 +81,30 @@ impl Keys {
         Ok(())
     }
 
+    /// Adds an ASCII-armored OpenPGP secret key, unprotected or opened by `passphrase`.
+    ///
+    /// # Errors
+    /// The text is not an OpenPGP secret key.
+    pub fn add_openpgp(&mut self, armored: &str, passphrase: Option<&str>) -> Result<(), String> {
+        let (key, _) = SignedSecretKey::from_string(armored)
+            .map_err(|_| "not an ASCII-armored OpenPGP secret key".to_string())?;
+        self.openpgp
+            .push((key, passphrase.map_or_else(Password::empty, Password::from)));
+        Ok(())
+    }
+
     /// The recipients berth can open, for messages.
     fn held(&self) -> String {
-        let held: Vec<String> = self.age.iter().map(|i| i.to_public().to_string()).collect();
+        let held: Vec<String> = self
+            .age
+            .iter()
+            .map(|i| format!("age {}", i.to_public()))
+            .chain(
+                self.openpgp
+                    .iter()
+                    .map(|(k, _)| format!("OpenPGP {:X}", k.fingerprint())),
+            )
+            .collect();
         if held.is_empty() {
             "no key".into()
         } else {
@@ -121,6 +147,7 @@ struct AgeEntry {
 #[derive(serde::Deserialize)]
 struct PgpEntry {
     fp: String,
+    enc: String,
 }
 
 /// Which values of the file are encrypted.
@@ -239,18 +266,24 @@ fn data_key(m: &Metadata, keys: &Keys) -> Result<Vec<u8>, SopsError> {
                 .into(),
         ));
     }
-    for entry in &m.age {
-        if let Some(key) = open_age(&entry.enc, keys) {
-            return if key.len() == 32 {
-                Ok(key)
-            } else {
-                Err(SopsError::Metadata(format!(
-                    "the data key for {} is {} bytes, not 32",
-                    entry.recipient,
-                    key.len()
-                )))
-            };
-        }
+    let opened = m
+        .age
+        .iter()
+        .find_map(|a| Some((open_age(&a.enc, keys)?, &a.recipient)))
+        .or_else(|| {
+            m.pgp
+                .iter()
+                .find_map(|p| Some((open_openpgp(&p.enc, keys)?, &p.fp)))
+        });
+    if let Some((key, recipient)) = opened {
+        return if key.len() == 32 {
+            Ok(key)
+        } else {
+            Err(SopsError::Metadata(format!(
+                "the data key for {recipient} is {} bytes, not 32",
+                key.len()
+            )))
+        };
     }
     let file: Vec<String> = m
         .age
@@ -280,6 +313,21 @@ fn open_age(enc: &str, keys: &Keys) -> Option<Vec<u8>> {
     let mut key = Vec::new();
     opened.by_ref().take(1024).read_to_end(&mut key).ok()?;
     Some(key)
+}
+
+/// The OpenPGP-armored data key, when one of `keys` opens it.
+fn open_openpgp(enc: &str, keys: &Keys) -> Option<Vec<u8>> {
+    if keys.openpgp.is_empty() {
+        return None;
+    }
+    let (message, _) = Message::from_armor(enc.as_bytes()).ok()?;
+    let (secret, passwords): (Vec<&SignedSecretKey>, Vec<&Password>) =
+        keys.openpgp.iter().map(|(k, p)| (k, p)).unzip();
+    let mut opened = message.decrypt_with_keys(passwords, secret).ok()?;
+    if opened.is_compressed() {
+        opened = opened.decompress().ok()?;
+    }
+    opened.as_data_vec().ok()
 }
 
 /// One file's walk: decrypts, and hashes what the MAC covers.

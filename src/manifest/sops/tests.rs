@@ -54,6 +54,23 @@ fn a_file_of_sops_1_18_decrypts_to_its_plain_text_with_types() {
     assert_eq!(doc, parse("plain/secret.json"));
 }
 
+/// The same files opened by the OpenPGP key sops 1.18 encrypted them for.
+#[test]
+fn a_file_of_sops_1_18_opens_with_its_openpgp_key() {
+    let mut keys = Keys::default();
+    keys.add_openpgp(&read("pgp-secret.asc"), None).unwrap();
+    for (name, plain) in [
+        ("values.enc.yaml", "plain/values.yaml"),
+        ("secret.enc.json", "plain/secret.json"),
+    ] {
+        let mut docs = [parse(name)];
+        decrypt(&mut docs, &keys).unwrap();
+        assert_eq!(docs[0], parse(plain), "{name}");
+    }
+    let e = keys.add_openpgp(&read("age.key"), None).unwrap_err();
+    assert_eq!(e, "not an ASCII-armored OpenPGP secret key");
+}
+
 #[test]
 fn an_encrypted_regex_file_leaves_the_rest_in_clear_and_macs_only_what_is_encrypted() {
     let encrypted = parse("regex.enc.yaml");
@@ -119,7 +136,7 @@ fn a_file_for_other_recipients_names_them_and_the_keys_berth_holds() {
         "{e}"
     );
     assert!(
-        e.contains(&format!("berth holds {}", identity.to_public())),
+        e.contains(&format!("berth holds age {}", identity.to_public())),
         "{e}"
     );
     let e = decrypt(&mut [parse("values.enc.yaml")], &Keys::default()).unwrap_err();
