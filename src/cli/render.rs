@@ -4,9 +4,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
+use berth::config::is_kube_version;
 use berth::config::{compile_globs, AgentConfig};
 use berth::diff::mask_secret_values;
-use berth::manifest::helm::{chart_in, is_kube_version, Helm};
+use berth::manifest::helm::{chart_in, Helm};
 use berth::manifest::kustomize::kustomization_in;
 use berth::manifest::source::{PathSource, Stdin};
 use berth::manifest::{Builder, BuiltinScopes, ErrorPolicy, Input, Kustomize, Limits, Manifest};

@@ -27,7 +27,7 @@ pub use error::{io_message, ConfigError, Problem};
 use error::{toml_error, unknown_field};
 pub use globs::{compile_globs, Globs};
 pub use notify::{NotifyConfig, NotifyEvent, NotifyFormat};
-pub use validate::{check_notify_url, check_repo_path, is_dns_label, ValueError};
+pub use validate::{check_notify_url, check_repo_path, is_dns_label, is_kube_version, ValueError};
 pub use values::parse_byte_size;
 
 use std::path::Path;
@@ -184,6 +184,18 @@ repo = "https://example.com/guestbook.git"
         );
         let fine = format!("{}{}", app("crds", "[]"), app("operator", "[\"crds\"]"));
         parse(&fine).unwrap().validate().unwrap();
+    }
+
+    #[test]
+    fn kube_versions_are_two_or_three_numbers() {
+        for good in ["1.31", "v1.31", "v1.31.2", "1.9.0"] {
+            assert!(is_kube_version(good), "{good}");
+        }
+        for bad in [
+            "", "1", "v", "1.31.2.1", "1.x", "1..2", "v1.31-rc", "1.31 --x", "-1.2",
+        ] {
+            assert!(!is_kube_version(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -31,7 +31,7 @@ impl Config {
         let mut problems = Problems::default();
         agent(&self.agent, &mut problems);
         if let Some(v) = &self.cluster.kube_version {
-            if !crate::manifest::helm::is_kube_version(v) {
+            if !is_kube_version(v) {
                 problems.add(
                     "cluster.kube_version",
                     format!("{v:?} is not a Kubernetes version such as \"1.31\" or \"v1.31.2\""),
@@ -397,4 +397,13 @@ pub fn is_dns_label(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
+}
+
+/// Whether `v` is a Kubernetes version helm takes for `--kube-version`: `1.31`, `v1.31.2`.
+pub fn is_kube_version(v: &str) -> bool {
+    let parts: Vec<&str> = v.strip_prefix('v').unwrap_or(v).split('.').collect();
+    (2..=3).contains(&parts.len())
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.len() <= 9 && p.bytes().all(|b| b.is_ascii_digit()))
 }

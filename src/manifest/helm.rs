@@ -19,9 +19,9 @@ use std::time::Duration;
 use super::error::ManifestError;
 use super::read::{confined, read_confined, regular_file};
 use super::tool::{find, Tool};
+use crate::config::{AgentConfig, AppConfig, RenderMode};
 
 mod remote;
-use crate::config::{AgentConfig, AppConfig, RenderMode};
 
 /// The file that makes a folder a chart.
 pub const CHART_FILE: &str = "Chart.yaml";
@@ -156,12 +156,11 @@ impl Helm {
             message,
         };
         let missing = missing_dependencies(root, dir, self.max_file_size).map_err(refuse)?;
-        let refused: Vec<&Dependency> = missing
+        let to_download = missing
             .iter()
-            .filter(|d| !self.remote_charts.contains(&d.repository))
-            .collect();
-        if !refused.is_empty() {
-            return Err(refuse(refusal(&refused, true)));
+            .filter(|d| !self.remote_charts.contains(&d.repository));
+        if let Some(refused) = refusal(to_download, true) {
+            return Err(refuse(refused));
         }
         let values = self.values_files(root).map_err(refuse)?;
         let helm = program(self.command.as_deref()).map_err(refuse)?;
@@ -293,22 +292,28 @@ pub fn missing_dependencies(
     Ok(all)
 }
 
-/// Why dependencies to download are refused, and what to do (`allowable`: a repository
-/// `[agent] allow_remote_charts` names could be downloaded).
-pub fn refusal(refused: &[&Dependency], allowable: bool) -> String {
-    let names: Vec<String> = refused
-        .iter()
+/// Why `dependencies` (to download) are refused, and what to do, unless there are none
+/// (`allowable`: a repository `[agent] allow_remote_charts` names could be downloaded).
+pub fn refusal<'a>(
+    dependencies: impl IntoIterator<Item = &'a Dependency>,
+    allowable: bool,
+) -> Option<String> {
+    let names: Vec<String> = dependencies
+        .into_iter()
         .map(|d| format!("{} ({})", d.name, d.repository))
         .collect();
+    if names.is_empty() {
+        return None;
+    }
     let or = if allowable {
         ", or name their repository in [agent] allow_remote_charts"
     } else {
         ""
     };
-    format!(
+    Some(format!(
         "its dependencies {} are not in charts/, and berth downloads no chart: vendor them (run `helm dependency build` in the chart's folder and commit charts/){or}",
         names.join(", ")
-    )
+    ))
 }
 
 /// The names in a chart's `charts/` folder (unpacked charts and archives), as helm reads
@@ -321,15 +326,6 @@ fn vendored(dir: &Path) -> Vec<String> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| !n.starts_with('_') && !n.starts_with('.'))
         .collect()
-}
-
-/// Whether `v` is a Kubernetes version helm takes for `--kube-version`: `1.31`, `v1.31.2`.
-pub fn is_kube_version(v: &str) -> bool {
-    let parts: Vec<&str> = v.strip_prefix('v').unwrap_or(v).split('.').collect();
-    (2..=3).contains(&parts.len())
-        && parts
-            .iter()
-            .all(|p| !p.is_empty() && p.len() <= 9 && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Whether `dir` holds a chart.
@@ -402,18 +398,6 @@ pub fn source_of(sources: &[(usize, String)], line: usize) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kube_versions_are_two_or_three_numbers() {
-        for good in ["1.31", "v1.31", "v1.31.2", "1.9.0"] {
-            assert!(is_kube_version(good), "{good}");
-        }
-        for bad in [
-            "", "1", "v", "1.31.2.1", "1.x", "1..2", "v1.31-rc", "1.31 --x", "-1.2",
-        ] {
-            assert!(!is_kube_version(bad), "{bad}");
-        }
-    }
 
     #[test]
     fn a_document_comes_from_the_template_named_before_it() {

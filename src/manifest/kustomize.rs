@@ -166,13 +166,8 @@ impl Kustomize {
             let checked = if field == "helmCharts" {
                 if chart_in(&resolved) {
                     // kustomize runs helm on the chart as it is: nothing is downloaded.
-                    missing_dependencies(root, &resolved, self.max_file_size).and_then(|m| match m
-                        .iter()
-                        .collect::<Vec<_>>()
-                    {
-                        refused if refused.is_empty() => Ok(()),
-                        refused => Err(refusal(&refused, false)),
-                    })
+                    missing_dependencies(root, &resolved, self.max_file_size)
+                        .and_then(|missing| refusal(&missing, false).map_or(Ok(()), Err))
                 } else {
                     Err(format!("holds no {CHART_FILE}"))
                 }
