@@ -9,6 +9,12 @@ regex PLAIN OUT RECIPIENT  encrypt PLAIN as sops 3 does with encrypted_regex
                          keys' path joined by ':' and a final ':'), sops.go (the MAC:
                          SHA-512, upper-case hex, seeded with SHA-256("sops") when only
                          encrypted values count; stored encrypted with lastmodified as AAD)
+dotenv PLAIN OUT RECIPIENT  encrypt the env file PLAIN as sops 3 writes a .env file (its
+                         dotenv store: KEY=ENC[...] lines, the AAD 'KEY:', '#' comments
+                         encrypted with the AAD ':', the default unencrypted_suffix,
+                         every value a str, '\n' for a newline, the metadata flattened
+                         into sops_... lines after the values: stores/dotenv/store.go,
+                         stores/flatten.go), for RECIPIENT
 """
 import base64, datetime, hashlib, json, os, re, subprocess, sys
 
@@ -17,16 +23,21 @@ from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
 
+def is_yaml(path):
+    # As sops picks a format: anything but YAML (JSON, a binary file's) is JSON.
+    return path.endswith(".yaml") or path.endswith(".yml")
+
+
 def load(path):
     with open(path) as f:
-        if path.endswith(".json"):
+        if not is_yaml(path):
             return json.load(f, object_pairs_hook=dict)
         return YAML().load(f)
 
 
 def dump(doc, path):
     with open(path, "w") as f:
-        if path.endswith(".json"):
+        if not is_yaml(path):
             json.dump(doc, f, indent=4)
             f.write("\n")
         else:
@@ -97,5 +108,37 @@ def regex(plain, out, recipient):
     dump(doc, out)
 
 
+def dotenv(plain, out, recipient):
+    key = os.urandom(32)
+    mac = hashlib.sha512()
+    lines = []
+    with open(plain) as f:
+        for line in f.read().split("\n"):
+            if not line:
+                continue
+            if line.startswith("#"):
+                lines.append("#" + encrypt(key, line[1:].encode(), ":", "comment"))
+                continue
+            name, value = line.split("=", 1)
+            value = value.replace("\\n", "\n")
+            mac.update(value.encode())
+            if not name.endswith("_unencrypted") and value != "":
+                value = encrypt(key, value.encode(), name + ":", "str")
+            lines.append(name + "=" + value.replace("\n", "\\n"))
+    lastmodified = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    metadata = [
+        ("age__list_0__map_enc", str(age_wrap(key, recipient))),
+        ("age__list_0__map_recipient", recipient),
+        ("lastmodified", lastmodified),
+        ("mac", encrypt(key, mac.hexdigest().upper().encode(), lastmodified, "str")),
+        ("unencrypted_suffix", "_unencrypted"),
+        ("version", "3.13.2"),
+    ]
+    for name, value in metadata:
+        lines.append("sops_" + name + "=" + value.replace("\n", "\\n"))
+    with open(out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 if __name__ == "__main__":
-    {"add-age": add_age, "regex": regex}[sys.argv[1]](*sys.argv[2:])
+    {"add-age": add_age, "regex": regex, "dotenv": dotenv}[sys.argv[1]](*sys.argv[2:])

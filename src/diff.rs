@@ -16,17 +16,22 @@ const SERVER_METADATA: [&str; 6] = [
 
 /// A unified diff from `live` (`None`: the object is created) to `planned`, or `None`
 /// when they do not differ once the server's bookkeeping is left out. Secret values are
-/// masked unless `show_secrets`.
+/// masked unless `show_secrets`; the values at `decrypted` (JSON pointers of values a
+/// sops file held) too, and in any kind but a Secret even with `show_secrets`.
 pub fn object_diff(
     live: Option<&Value>,
     planned: &Value,
     name: &str,
+    decrypted: &[String],
     show_secrets: bool,
 ) -> Option<String> {
     let mut before = live.map(comparable).unwrap_or(Value::Null);
     let mut after = comparable(planned);
     if is_secret(planned) && !show_secrets {
         mask_secret(&mut before, &mut after);
+    }
+    if !is_secret(planned) || !show_secrets {
+        mask_pointers(&mut before, &mut after, decrypted);
     }
     if before == after {
         return None;
@@ -115,6 +120,22 @@ fn mask_secret(before: &mut Value, after: &mut Value) {
     }
 }
 
+/// Replaces the values at `pointers` by `***` in both, marked `(before)` and `(after)`
+/// where they differ.
+fn mask_pointers(before: &mut Value, after: &mut Value, pointers: &[String]) {
+    for p in pointers {
+        // A value only one side holds (created, removed) needs no mark.
+        let (old, new) = (before.pointer(p), after.pointer(p));
+        let same = old.is_none() || new.is_none() || old == new;
+        for (side, suffix) in [(&mut *before, " (before)"), (&mut *after, " (after)")] {
+            if let Some(v) = side.pointer_mut(p) {
+                let suffix = if same { "" } else { suffix };
+                *v = Value::String(format!("***{suffix}"));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +157,7 @@ mod tests {
             Some(&deployment("web:1", "10")),
             &deployment("web:2", "11"),
             "deployment.apps/web",
+            &[],
             false,
         )
         .expect("a change");
@@ -168,11 +190,12 @@ mod tests {
                 Some(&deployment("web:1", "10")),
                 &deployment("web:1", "12"),
                 "d",
+                &[],
                 false
             ),
             None
         );
-        let diff = object_diff(None, &deployment("web:1", "1"), "d", false).unwrap();
+        let diff = object_diff(None, &deployment("web:1", "1"), "d", &[], false).unwrap();
         assert!(diff.starts_with("--- /dev/null\n+++ planned d\n"), "{diff}");
         assert!(diff.contains("+kind: Deployment"), "{diff}");
     }
@@ -187,6 +210,7 @@ mod tests {
             Some(&secret("czNjcjN0")),
             &secret("bjN3"),
             "secret/db",
+            &[],
             false,
         )
         .unwrap();
@@ -198,8 +222,39 @@ mod tests {
         assert!(diff.contains("+  password: '*** (after)'"), "{diff}");
         assert!(diff.contains("   user: '***'"), "{diff}");
         assert_eq!(
-            object_diff(Some(&secret("czNjcjN0")), &secret("czNjcjN0"), "s", false),
+            object_diff(
+                Some(&secret("czNjcjN0")),
+                &secret("czNjcjN0"),
+                "s",
+                &[],
+                false
+            ),
             None
+        );
+    }
+
+    #[test]
+    fn decrypted_values_are_masked_in_any_kind_even_with_show_secrets() {
+        let config = |token: &str| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app"},
+                   "data": {"token": token, "mode": "fast"}})
+        };
+        let decrypted = ["/data/token".to_string()];
+        let diff = object_diff(
+            Some(&config("old-plain")),
+            &config("new-plain"),
+            "configmap/app",
+            &decrypted,
+            true,
+        )
+        .unwrap();
+        assert!(!diff.contains("plain"), "{diff}");
+        assert!(diff.contains("-  token: '*** (before)'"), "{diff}");
+        assert!(diff.contains("+  token: '*** (after)'"), "{diff}");
+        let created = object_diff(None, &config("new-plain"), "c", &decrypted, false).unwrap();
+        assert!(
+            created.contains("+  token: '***'") && created.contains("mode: fast"),
+            "{created}"
         );
     }
 }

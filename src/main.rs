@@ -46,7 +46,7 @@ enum Command {
     /// Load and check the configuration, and render the commit each app's ref names.
     Validate(cli::validate::Args),
     /// Run the manifest pipeline on a folder, a file or stdin (-) and print the objects.
-    Render(cli::render::Args),
+    Render(Box<cli::render::Args>),
 }
 
 fn main() -> ExitCode {
@@ -90,7 +90,7 @@ fn main() -> ExitCode {
             runtime().and_then(|rt| rt.block_on(cli::rollback::run(&cli.config, args)))
         }
         Command::Validate(args) => cli::validate::run(&cli.config, args),
-        Command::Render(args) => cli::render::run(args),
+        Command::Render(args) => cli::render::run(*args),
     };
     match result {
         Ok(code) => code,

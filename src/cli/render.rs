@@ -7,6 +7,7 @@ use anyhow::Context;
 use berth::config::is_kube_version;
 use berth::config::{compile_globs, AgentConfig};
 use berth::diff::mask_secret_values;
+use berth::manifest::decrypt::{mask, Decryption};
 use berth::manifest::helm::{chart_in, Helm};
 use berth::manifest::kustomize::kustomization_in;
 use berth::manifest::source::{PathSource, Stdin};
@@ -56,6 +57,20 @@ pub struct Args {
     /// `.Capabilities.APIVersions` (repeatable).
     #[arg(long = "api-versions")]
     pub api_versions: Vec<String>,
+    /// An age identity file that opens files encrypted with sops (repeatable; default:
+    /// $SOPS_AGE_KEY_FILE, as sops).
+    #[arg(long = "age-key-file", env = "SOPS_AGE_KEY_FILE")]
+    pub age_key_files: Vec<PathBuf>,
+    /// An ASCII-armored OpenPGP secret key file that opens files encrypted with sops
+    /// (repeatable).
+    #[arg(long = "openpgp-key-file")]
+    pub openpgp_key_files: Vec<PathBuf>,
+    /// The file holding the OpenPGP keys' passphrase.
+    #[arg(long)]
+    pub openpgp_passphrase_file: Option<PathBuf>,
+    /// A kind besides Secret that may hold decrypted values (repeatable).
+    #[arg(long = "allow-decrypted-in")]
+    pub allow_decrypted_in: Vec<String>,
 }
 
 /// How objects are printed.
@@ -156,7 +171,18 @@ fn input(args: &Args) -> anyhow::Result<Input> {
         helm: Some(helm(args, chart, &root)?),
         root,
         allow_empty: false,
+        decrypt: decryption(args),
     })))
+}
+
+/// How files encrypted with sops are opened: with the keys given, if any.
+fn decryption(args: &Args) -> Option<Decryption> {
+    (!args.age_key_files.is_empty() || !args.openpgp_key_files.is_empty()).then(|| Decryption {
+        age_key_files: args.age_key_files.clone(),
+        openpgp_key_files: args.openpgp_key_files.clone(),
+        openpgp_passphrase_file: args.openpgp_passphrase_file.clone(),
+        allow_in: args.allow_decrypted_in.clone(),
+    })
 }
 
 /// How a chart is rendered: `--release`, `--values`, in `--namespace`.
@@ -231,11 +257,15 @@ fn repository_of(dir: &Path) -> Option<PathBuf> {
 
 fn print(manifests: &[Manifest], output: Output, show_secrets: bool) -> std::io::Result<()> {
     use std::io::Write;
-    let mut out = std::io::stdout().lock();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for m in manifests {
         let mut object = serde_json::Value::Object(m.object.clone());
+        // Decrypted values show with --show-secrets, and only in a Secret.
         if !show_secrets {
             mask_secret_values(&mut object);
+        }
+        if !show_secrets || m.kind() != "Secret" {
+            mask(&mut object, &m.decrypted);
         }
         match output {
             Output::Yaml => {
@@ -245,5 +275,5 @@ fn print(manifests: &[Manifest], output: Output, show_secrets: bool) -> std::io:
             Output::Json => writeln!(out, "{}", serde_json::to_string(&object)?)?,
         }
     }
-    Ok(())
+    out.flush()
 }

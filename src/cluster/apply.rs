@@ -113,7 +113,11 @@ async fn apply_one(
             },
             key: Box::new(m.key()),
             origin: m.origin.to_string(),
-            message: api_message(&e, m.kind() == "Secret", &settings.field_manager),
+            message: api_message(
+                &e,
+                m.kind() == "Secret" || !m.decrypted.is_empty(),
+                &settings.field_manager,
+            ),
         })
 }
 

@@ -84,6 +84,9 @@ pub struct AppConfig {
     /// Where the app may write (`[app.scope]`), checked before the dry run.
     #[serde(default)]
     pub scope: ScopeConfig,
+    /// How SOPS-encrypted files are decrypted (`[app.decrypt]`); unset: an encrypted file
+    /// is refused.
+    pub decrypt: Option<DecryptConfig>,
     /// A ServiceAccount (`namespace/name`) that every request made for the app
     /// impersonates, so that the API server's RBAC decides what the app may write.
     pub service_account: Option<String>,
@@ -167,6 +170,36 @@ pub struct VerifyConfig {
     /// SSH signing keys in git's `allowed_signers` format (`gpg.ssh.allowedSignersFile`).
     #[serde(default, deserialize_with = "credentials::file")]
     pub ssh_allowed_signers: Option<PathBuf>,
+}
+
+/// `[app.decrypt]`: the keys that open SOPS-encrypted files, read at every render (a key
+/// rotated on disk is used by the next sync), and where decrypted values may land.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecryptConfig {
+    /// The format: `"sops"`.
+    pub provider: DecryptProvider,
+    /// age identity files (`AGE-SECRET-KEY-1…` lines), or `credential:NAME`.
+    #[serde(default, deserialize_with = "credentials::files")]
+    pub age_key_files: Vec<PathBuf>,
+    /// ASCII-armored OpenPGP secret key files, or `credential:NAME`.
+    #[serde(default, deserialize_with = "credentials::files")]
+    pub openpgp_key_files: Vec<PathBuf>,
+    /// The passphrase of the OpenPGP secret keys (its first line), when they have one.
+    #[serde(default, deserialize_with = "credentials::file")]
+    pub openpgp_passphrase_file: Option<PathBuf>,
+    /// Kinds besides Secret that may hold decrypted values (`["ConfigMap"]`): anyone who
+    /// can read such objects reads the values.
+    #[serde(default)]
+    pub allow_decrypted_in: Vec<String>,
+}
+
+/// The encrypted-file formats berth decrypts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecryptProvider {
+    /// Mozilla SOPS files (YAML, JSON, dotenv, binary), with age or OpenPGP keys.
+    Sops,
 }
 
 /// Whether commits are verified.

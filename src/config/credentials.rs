@@ -49,6 +49,16 @@ pub(super) fn file<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D
         .map_err(serde::de::Error::custom)
 }
 
+/// Deserializes a list of file settings through [`resolve`].
+pub(super) fn files<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {
+    let texts = Vec::<String>::deserialize(d)?;
+    let dir = std::env::var_os("CREDENTIALS_DIRECTORY");
+    texts
+        .iter()
+        .map(|t| resolve(t, dir.as_deref()).map_err(serde::de::Error::custom))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

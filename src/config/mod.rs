@@ -20,8 +20,9 @@ mod values;
 
 pub use agent::{AgentConfig, ClusterConfig, LogFormat};
 pub use app::{
-    AppConfig, AuthConfig, GitRef, HelmConfig, OnFailure, RenderMode, RolloutConfig, RolloutEngine,
-    ScopeConfig, VerifyConfig, VerifyMode, DEFAULT_KNOWN_HOSTS,
+    AppConfig, AuthConfig, DecryptConfig, DecryptProvider, GitRef, HelmConfig, OnFailure,
+    RenderMode, RolloutConfig, RolloutEngine, ScopeConfig, VerifyConfig, VerifyMode,
+    DEFAULT_KNOWN_HOSTS,
 };
 pub use error::{io_message, ConfigError, Problem};
 use error::{toml_error, unknown_field};

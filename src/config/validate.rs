@@ -57,6 +57,7 @@ impl Config {
             app_scope(app, &key, &mut problems);
             app_source(app, &key, &mut problems);
             app_files(app, &key, &mut problems);
+            app_decrypt(app, &key, &mut problems);
             if app.rollout.timeout.is_zero() {
                 problems.add(key("rollout.timeout"), "must be more than 0s");
             }
@@ -360,6 +361,33 @@ fn app_files(app: &AppConfig, key: &dyn Fn(&str) -> String, problems: &mut Probl
                     e.glob().unwrap_or_default(),
                     e.kind()
                 ),
+            );
+        }
+    }
+}
+
+/// An app's `[app.decrypt]`: keys to decrypt with, and kinds named as the API names them.
+fn app_decrypt(app: &AppConfig, key: &dyn Fn(&str) -> String, problems: &mut Problems) {
+    let Some(d) = &app.decrypt else {
+        return;
+    };
+    if d.age_key_files.is_empty() && d.openpgp_key_files.is_empty() {
+        problems.add(
+            key("decrypt"),
+            "give the keys that open the app's files: age_key_files or openpgp_key_files",
+        );
+    }
+    if d.openpgp_passphrase_file.is_some() && d.openpgp_key_files.is_empty() {
+        problems.add(
+            key("decrypt.openpgp_passphrase_file"),
+            "a passphrase without openpgp_key_files opens nothing",
+        );
+    }
+    for kind in &d.allow_decrypted_in {
+        if kind.is_empty() || !kind.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            problems.add(
+                key("decrypt.allow_decrypted_in"),
+                format!("{kind:?} is not a kind (such as ConfigMap)"),
             );
         }
     }

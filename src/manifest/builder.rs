@@ -18,6 +18,7 @@ use super::decorate::{
     AppLabel, DefaultPortProtocol, IgnoreAnnotated, ObjectGlobs, RequireIdentity, SetNamespace,
     SourceAnnotations,
 };
+use super::decrypt::Decryption;
 use super::error::ManifestError;
 use super::helm::{Capabilities, Helm};
 use super::kustomize::Kustomize;
@@ -115,6 +116,7 @@ impl<'a> Builder<'a> {
                 kustomize: Kustomize::for_app(app, agent),
                 helm: Helm::for_app(app, agent),
                 allow_empty: app.allow_empty,
+                decrypt: Decryption::for_app(app),
             })),
             namespace: app.namespace.clone(),
             app: Some(app.name.clone()),
@@ -228,6 +230,7 @@ mod tests {
                 kustomize: None,
                 helm: None,
                 allow_empty: false,
+                decrypt: None,
             })),
             namespace: "shop".into(),
             app: Some("shop".into()),

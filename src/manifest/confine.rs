@@ -124,6 +124,7 @@ mod tests {
     fn manifest(text: &str) -> Manifest {
         let value: serde_json::Value = serde_yaml::from_str(text).unwrap();
         Manifest {
+            decrypted: Vec::new(),
             object: value.as_object().unwrap().clone(),
             origin: Origin {
                 line: 1,

@@ -306,7 +306,11 @@ fn f_document(origin: Origin, value: Value, f: &mut dyn FnMut(Item) -> Flow) -> 
             }))
         }
     };
-    let m = Manifest { object, origin };
+    let m = Manifest {
+        object,
+        origin,
+        decrypted: Vec::new(),
+    };
     for field in ["apiVersion", "kind"] {
         if m.object
             .get(field)

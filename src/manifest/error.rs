@@ -53,6 +53,15 @@ pub enum ManifestError {
         /// What was found instead (`a list`, `a string`, …).
         found: &'static str,
     },
+    /// A file encrypted with sops that cannot be used: no key opens it, its MAC does not
+    /// match, the app decrypts nothing (the message never holds a decrypted value).
+    #[error("{path}: {message}")]
+    Encrypted {
+        /// Repository-relative path.
+        path: String,
+        /// Why.
+        message: String,
+    },
     /// A required field is missing or empty.
     #[error("{origin}: {what}missing {field}")]
     MissingField {
@@ -262,6 +271,7 @@ impl ManifestError {
             | ManifestError::TooManyObjects { origin: path, .. }
             | ManifestError::Kustomization { path, .. }
             | ManifestError::Chart { path, .. }
+            | ManifestError::Encrypted { path, .. }
             | ManifestError::NoObjects { path, .. } => Some(path.clone()),
             ManifestError::NotAManifest { cause, .. } => cause.origin(),
             ManifestError::Syntax { origin, .. }

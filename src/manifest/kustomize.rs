@@ -20,6 +20,7 @@ use std::time::Duration;
 use serde_yaml::Value;
 
 use super::bounds::Limits;
+use super::decrypt::Decryption;
 use super::error::ManifestError;
 use super::helm::{
     self, chart_in, missing_dependencies, refusal, Capabilities, Sandbox, CHART_FILE,
@@ -27,6 +28,7 @@ use super::helm::{
 use super::read::{confined, read_confined, regular_file};
 use super::tool::Tool;
 use crate::config::{AgentConfig, AppConfig, RenderMode};
+use decrypted::PlainCopy;
 
 /// The file names kustomize looks for in a folder, in its order.
 pub const KUSTOMIZATION_FILES: [&str; 3] =
@@ -74,6 +76,18 @@ pub struct Kustomize {
     pub helm: Option<String>,
     /// What an inflated chart sees of the cluster.
     pub capabilities: Capabilities,
+    /// How files encrypted with sops are opened; `None`: a kustomization reading one is
+    /// refused.
+    pub decrypt: Option<Decryption>,
+}
+
+/// What kustomize printed, and the values it was given decrypted (to mark in its
+/// objects).
+pub struct Built {
+    /// kustomize's output.
+    pub output: Vec<u8>,
+    /// Each value of an encrypted file, in clear.
+    pub decrypted: Vec<String>,
 }
 
 impl Kustomize {
@@ -87,6 +101,7 @@ impl Kustomize {
             max_file_size: Limits::default().max_file_size,
             helm: None,
             capabilities: Capabilities::default(),
+            decrypt: None,
         }
     }
 
@@ -108,37 +123,83 @@ impl Kustomize {
             required: app.render == RenderMode::Kustomize,
             max_file_size: agent.max_file_size,
             helm: agent.helm.clone(),
+            decrypt: Decryption::for_app(app),
             ..Kustomize::new(agent.kustomize.as_deref(), agent.render_timeout)
         })
     }
 
     /// Checks the kustomization in `dir` (and every one it reaches), then runs the tool on
     /// it; returns its output, at most `max_bytes` of it. `root` is the canonical
-    /// repository root; `shown` the kustomization file as errors name it.
+    /// repository root; `shown` the kustomization file as errors name it. When it reads
+    /// files encrypted with sops, the tool runs on a copy with them in clear, in memory
+    /// ([`decrypted`]).
     ///
     /// # Errors
-    /// [`ManifestError::Kustomization`]: a refused reference, a missing file, the tool's
-    /// failure (with its stderr) or its timeout.
+    /// [`ManifestError::Kustomization`]: a refused reference, a missing file, an
+    /// encrypted file that does not open, the tool's failure (with its stderr, decrypted
+    /// values masked) or its timeout.
     pub fn build(
         &self,
         root: &Path,
         dir: &Path,
         shown: &str,
         max_bytes: u64,
-    ) -> Result<Vec<u8>, ManifestError> {
+    ) -> Result<Built, ManifestError> {
         let mut seen = HashSet::new();
-        let inflates = self.check(root, dir, shown, &mut seen)?;
-        self.run(root, dir, shown, max_bytes, inflates)
+        let mut encrypted = Vec::new();
+        let inflates = self.check(root, dir, shown, &mut seen, &mut encrypted)?;
+        let Some(decryption) = self.decrypt.as_ref().filter(|_| !encrypted.is_empty()) else {
+            let output = self.run(root, dir, shown, max_bytes, inflates)?;
+            return Ok(Built {
+                output,
+                decrypted: Vec::new(),
+            });
+        };
+        let fail = |message: String| ManifestError::Kustomization {
+            path: shown.to_string(),
+            message,
+        };
+        let rel = relative(root, dir);
+        let reached = reach(root, std::slice::from_ref(&rel));
+        let copy = PlainCopy::make(
+            root,
+            &reached,
+            &encrypted,
+            decryption,
+            self.max_file_size,
+            max_bytes,
+        )
+        .map_err(fail)?;
+        let output = self
+            .run(
+                &copy.root,
+                &copy.root.join(&rel),
+                shown,
+                max_bytes,
+                inflates,
+            )
+            .map_err(|e| match e {
+                ManifestError::Kustomization { path, message } => ManifestError::Kustomization {
+                    path,
+                    message: copy.redact(message),
+                },
+                e => e,
+            })?;
+        Ok(Built {
+            output,
+            decrypted: copy.values.clone(),
+        })
     }
 
     /// Checks one kustomization and, recursively, the ones it reaches; whether any of them
-    /// inflates a chart.
+    /// inflates a chart. The files encrypted with sops that they read go to `encrypted`.
     fn check(
         &self,
         root: &Path,
         dir: &Path,
         shown: &str,
         seen: &mut HashSet<PathBuf>,
+        encrypted: &mut Vec<PathBuf>,
     ) -> Result<bool, ManifestError> {
         if !seen.insert(dir.to_path_buf()) {
             return Ok(false);
@@ -200,11 +261,19 @@ impl Kustomize {
                     ))
                 })?;
                 let inner_shown = relative(root, &resolved.join(inner));
-                inflates |= self.check(root, &resolved, &inner_shown, seen)?;
+                inflates |= self.check(root, &resolved, &inner_shown, seen, encrypted)?;
             } else {
                 // kustomize reads it: the same bounds as any file of the render.
                 regular_file(&resolved, self.max_file_size)
                     .map_err(|e| refuse(format!("{field}: {entry:?} {e}")))?;
+                if decrypted::is_encrypted(root, &resolved, self.max_file_size) {
+                    if self.decrypt.is_none() {
+                        return Err(refuse(format!(
+                            "{field}: {entry:?} is encrypted with sops, and the app decrypts nothing: set [app.decrypt] provider = \"sops\" with the keys that open it"
+                        )));
+                    }
+                    encrypted.push(resolved.clone());
+                }
             }
             if ["transformers", "generators", "validators"].contains(&field.as_str())
                 && resolved.is_file()
@@ -489,6 +558,8 @@ pub fn relative(root: &Path, path: &Path) -> String {
 fn on_path(program: &str) -> bool {
     super::tool::find(program).is_some()
 }
+
+mod decrypted;
 
 #[cfg(test)]
 mod tests;

@@ -10,6 +10,8 @@
 //! - [`read`]: reading a file under those rules (for kustomize too);
 //! - [`decode`]: multi-document YAML and JSON streams, within [`bounds`] (flow depth
 //!   before parsing, the decoded size of a document and of a render, duplicate keys);
+//! - [`decrypt`]: files encrypted with [`sops`], decrypted in memory before their objects
+//!   go on, each object knowing which of its values were (to mask them);
 //! - [`decorate`]: identity checks, default namespace, ownership label, annotations, filters;
 //! - [`emit`]: the YAML `berth render` prints, every string still a string to YAML 1.1;
 //! - [`confine`]: `[app.scope]`, and berth's own state out of every app's reach;
@@ -23,6 +25,7 @@ pub mod builder;
 pub mod confine;
 pub mod decode;
 pub mod decorate;
+pub mod decrypt;
 pub mod emit;
 pub mod error;
 pub mod helm;

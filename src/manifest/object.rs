@@ -138,6 +138,9 @@ pub struct Manifest {
     pub object: Map<String, Value>,
     /// Where it came from.
     pub origin: Origin,
+    /// JSON pointers of the values decrypted from a sops file (masked wherever values
+    /// show).
+    pub decrypted: Vec<String>,
 }
 
 impl Manifest {
@@ -269,6 +272,7 @@ pub fn group_of(api_version: &str) -> &str {
 #[cfg(test)]
 pub(crate) fn test_manifest(json: Value) -> Manifest {
     Manifest {
+        decrypted: Vec::new(),
         object: json.as_object().expect("a JSON object").clone(),
         origin: Origin::file("f.yaml"),
     }

@@ -98,3 +98,67 @@ pub fn read_capped(file: std::io::Result<impl Read>, limit: u64) -> Result<Vec<u
     }
     Ok(bytes)
 }
+
+/// Folders deeper than this are not copied (a link loop).
+const MAX_COPY_DEPTH: usize = 32;
+
+/// Copies the folder `src` (inside `root`, canonical) to `dst`: links followed only
+/// inside `root`, `.git` left out, files bounded one by one by `max_file_size` and in all
+/// by `budget` (what the app may still read).
+///
+/// # Errors
+/// A file outside, too large, past the budget, or nested too deep; the OS's error.
+pub fn copy_confined(
+    root: &Path,
+    src: &Path,
+    dst: &Path,
+    budget: &mut u64,
+    max_file_size: u64,
+    depth: usize,
+) -> Result<(), String> {
+    if depth > MAX_COPY_DEPTH {
+        return Err(format!("{} is nested too deep to copy", src.display()));
+    }
+    std::fs::create_dir_all(dst).map_err(|e| e.to_string())?;
+    for entry in std::fs::read_dir(src).map_err(|e| e.to_string())?.flatten() {
+        if entry.file_name() == ".git" {
+            continue;
+        }
+        let path = entry.path();
+        let shown = path
+            .strip_prefix(root)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        let resolved = confined(root, &path).map_err(|e| format!("{shown} {e}"))?;
+        let target = dst.join(entry.file_name());
+        if resolved.is_dir() {
+            copy_confined(root, &resolved, &target, budget, max_file_size, depth + 1)?;
+            continue;
+        }
+        copy_file(&resolved, &target, &shown, budget, max_file_size)?;
+    }
+    Ok(())
+}
+
+/// Copies one file (already [`confined`]), charged to `budget`.
+///
+/// # Errors
+/// Not a regular file, too large, past the budget; the OS's error.
+pub fn copy_file(
+    src: &Path,
+    dst: &Path,
+    shown: &str,
+    budget: &mut u64,
+    max_file_size: u64,
+) -> Result<(), String> {
+    regular_file(src, max_file_size).map_err(|e| format!("{shown} {e}"))?;
+    let size = std::fs::metadata(src).map_or(0, |m| m.len());
+    *budget = budget.checked_sub(size).ok_or_else(|| {
+        format!(
+            "what the render reads is larger than the app may be (agent.max_app_size), at {shown}"
+        )
+    })?;
+    std::fs::copy(src, dst).map_err(|e| format!("{shown}: {e}"))?;
+    Ok(())
+}

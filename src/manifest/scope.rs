@@ -149,6 +149,7 @@ mod tests {
         );
         assert_eq!(BuiltinScopes.scope("example.com", "Widget"), None);
         let crd: Manifest = Manifest {
+            decrypted: Vec::new(),
             object: serde_json::from_str(
                 r#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
                     "metadata":{"name":"widgets.example.com"},

@@ -115,6 +115,11 @@ impl Keys {
 
 /// Whether a decoded document is a sops file's (it holds a `sops:` block with a MAC).
 pub fn is_encrypted(doc: &Value) -> bool {
+    doc.as_object().is_some_and(is_encrypted_object)
+}
+
+/// [`is_encrypted`] of a document that is a mapping.
+pub fn is_encrypted_object(doc: &serde_json::Map<String, Value>) -> bool {
     doc.get(METADATA).and_then(|m| m.get("mac")).is_some()
 }
 
@@ -487,7 +492,8 @@ fn open(cipher: &Cipher, text: &str, aad: &str) -> Result<(Vec<u8>, String), Str
 /// A decrypted value of `kind` as JSON.
 fn typed(plaintext: Vec<u8>, kind: &str) -> Result<Value, String> {
     let text = String::from_utf8(plaintext).map_err(|_| format!("a {kind} value is not UTF-8"))?;
-    let bad = || format!("{text:?} is not a {kind}");
+    // Never the value itself: it is a secret.
+    let bad = || format!("its decrypted value is not a {kind}");
     Ok(match kind {
         "str" | "bytes" | "time" => Value::String(text),
         "int" => Value::Number(text.parse::<i64>().map_err(|_| bad())?.into()),
@@ -505,6 +511,8 @@ fn typed(plaintext: Vec<u8>, kind: &str) -> Result<Value, String> {
 fn hex_upper(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02X}")).collect()
 }
+
+pub mod stores;
 
 #[cfg(test)]
 mod tests;

@@ -10,6 +10,7 @@ use globset::GlobSet;
 
 use super::bounds::{Budget, Limits};
 use super::decode::Stream;
+use super::decrypt::{self, Decryption, Opener};
 use super::error::ManifestError;
 use super::helm::{chart_in, source_of, sources, Helm, CHART_FILE};
 use super::kustomize::{kustomization_in, Kustomize};
@@ -62,6 +63,8 @@ pub struct PathSource {
     pub helm: Option<Helm>,
     /// A path that yields nothing is no error (`allow_empty`).
     pub allow_empty: bool,
+    /// How files encrypted with sops are opened; `None`: they are refused.
+    pub decrypt: Option<Decryption>,
 }
 
 struct Walk<'a> {
@@ -74,6 +77,8 @@ struct Walk<'a> {
     named: String,
     /// The Jsonnet files seen in it.
     jsonnet: usize,
+    /// Encrypted files' keys, read once.
+    opener: Opener<'a>,
 }
 
 impl Visitor for PathSource {
@@ -93,6 +98,7 @@ impl Visitor for PathSource {
             budget: self.limits.budget(),
             named: String::new(),
             jsonnet: 0,
+            opener: Opener::new(self.decrypt.as_ref()),
         };
         let mut objects = 0;
         let f = &mut counted(&self.limits, &mut objects, f);
@@ -261,8 +267,19 @@ impl Walk<'_> {
             format!("{rel}/{file}")
         };
         let shown = self.source.display(&file_rel);
-        let output = k.build(&self.root, resolved, &shown, self.left());
+        let (output, decrypted) = match k.build(&self.root, resolved, &shown, self.left()) {
+            Ok(built) => (Ok(built.output), built.decrypted),
+            Err(e) => (Err(e), Vec::new()),
+        };
         let dir_shown = self.source.display(rel);
+        let allow = k.decrypt.as_ref().map_or(&[][..], |d| &d.allow_in[..]);
+        // What kustomize made of decrypted values is marked, and may land where they may.
+        let f = &mut |item: Item| {
+            f(item.and_then(|mut m| {
+                decrypt::mark(&mut m, &decrypted);
+                decrypt::refused_kind(&m, allow).map_or(Ok(m), Err)
+            }))
+        };
         self.rendered(&shown, output, f, &|m| {
             m.origin.line = 0;
             if let Some(resource) = kustomize_origin(m) {
@@ -352,12 +369,7 @@ impl Walk<'_> {
             });
         }
         match read_capped(std::fs::File::open(path), limits.max_file_size) {
-            Ok(bytes) => Stream {
-                path: shown,
-                bytes,
-                budget: &self.budget,
-            }
-            .visit(f),
+            Ok(bytes) => self.decode(shown, bytes, f),
             Err(ReadError::TooLarge(size)) => f(Err(ManifestError::FileTooLarge {
                 path: shown,
                 size,
@@ -367,6 +379,42 @@ impl Walk<'_> {
                 path: shown,
                 cause: source,
             })),
+        }
+    }
+}
+
+impl Walk<'_> {
+    /// A file's documents; a file whose first document holds a `sops:` block is
+    /// gathered whole and decrypted before its objects go on.
+    fn decode(&mut self, path: String, bytes: Vec<u8>, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
+        let mut encrypted: Option<Vec<Manifest>> = None;
+        let mut first = true;
+        Stream {
+            path: path.clone(),
+            bytes,
+            budget: &self.budget,
+        }
+        .visit(&mut |item| {
+            if let (true, Ok(m)) = (first, &item) {
+                first = false;
+                if super::sops::is_encrypted_object(&m.object) {
+                    encrypted = Some(Vec::new());
+                }
+            }
+            match (&mut encrypted, item) {
+                (Some(documents), Ok(m)) => {
+                    documents.push(m);
+                    Ok(())
+                }
+                (_, item) => f(item),
+            }
+        })?;
+        let Some(documents) = encrypted else {
+            return Ok(());
+        };
+        match self.opener.open(&path, documents) {
+            Ok(manifests) => manifests.into_iter().try_for_each(|m| f(Ok(m))),
+            Err(errors) => errors.into_iter().try_for_each(|e| f(Err(e))),
         }
     }
 }

@@ -79,7 +79,11 @@ fn is_list(m: &Manifest) -> bool {
 }
 
 fn flatten(list: Manifest, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
-    let Manifest { mut object, origin } = list;
+    let Manifest {
+        mut object,
+        origin,
+        decrypted,
+    } = list;
     let Some(Value::Array(items)) = object.remove("items") else {
         return f(Err(ManifestError::Invalid {
             origin,
@@ -92,7 +96,17 @@ fn flatten(list: Manifest, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
             ..origin.clone()
         };
         let item = match item {
-            Value::Object(object) => Manifest { object, origin },
+            Value::Object(object) => Manifest {
+                object,
+                origin,
+                // A value decrypted in the list stays marked in its item.
+                decrypted: decrypted
+                    .iter()
+                    .filter_map(|p| p.strip_prefix(&format!("/items/{i}")))
+                    .filter(|rest| rest.starts_with('/'))
+                    .map(str::to_string)
+                    .collect(),
+            },
             other => {
                 f(Err(ManifestError::NotAnObject {
                     origin,

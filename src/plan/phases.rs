@@ -284,6 +284,7 @@ mod tests {
             .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
             .collect();
         Manifest {
+            decrypted: Vec::new(),
             object: serde_json::json!({"apiVersion": "batch/v1", "kind": "Job",
                 "metadata": {"generateName": "migrate-", "annotations": annotations}})
             .as_object()

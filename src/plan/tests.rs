@@ -17,6 +17,7 @@ fn plan(
 
 fn cm(name: &str, data: &str) -> Manifest {
     Manifest {
+        decrypted: Vec::new(),
         object: serde_json::from_value(serde_json::json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": name, "namespace": "shop"}, "data": {"k": data}
@@ -146,6 +147,7 @@ fn unchanged_commit_is_a_no_op() {
 #[test]
 fn unknown_kinds_fail_unless_a_crd_of_the_commit_defines_them() {
     let widget = Manifest {
+        decrypted: Vec::new(),
         object: serde_json::from_value(serde_json::json!({
             "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}))
         .unwrap(),
@@ -166,6 +168,7 @@ fn unknown_kinds_fail_unless_a_crd_of_the_commit_defines_them() {
         errors[0]
     );
     let crd = Manifest {
+        decrypted: Vec::new(),
         object: serde_json::from_value(serde_json::json!({
             "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": "widgets.example.com"},

@@ -38,6 +38,7 @@ mod tests {
     #[test]
     fn the_template_is_replaced_and_the_rest_kept() {
         let d = Manifest {
+            decrypted: Vec::new(),
             object: serde_json::from_value(serde_json::json!({
                 "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
                 "spec": {"replicas": 3, "template": {"spec": {"containers": [{"name": "w", "image": "bad"}]}}}

@@ -250,6 +250,7 @@ impl Syncer {
             live.as_ref().map(as_json).as_ref(),
             &as_json(planned),
             &m.key().kubectl(),
+            &m.decrypted,
             show_secrets,
         )
     }

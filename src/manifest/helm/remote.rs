@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 
 use super::{dependencies, Dependency, Helm, Sandbox, CHART_FILE};
 use crate::manifest::error::ManifestError;
-use crate::manifest::read::{confined, read_capped, read_confined, regular_file};
+use crate::manifest::read::{copy_confined, read_capped, read_confined};
 use crate::manifest::tool::Tool;
 
 /// The file that pins a chart's dependencies.
@@ -24,8 +24,6 @@ const LOCK_FILE: &str = "Chart.lock";
 const RECORD: &str = "berth-fetched.json";
 /// The largest lock or record read.
 const MAX_RECORD: u64 = 1 << 20;
-/// Folders deeper than this in a chart are not copied (a link loop).
-const MAX_DEPTH: usize = 32;
 
 /// A cache folder's record: the dependencies of `Chart.yaml` it was fetched for, and each
 /// archive's SHA-256.
@@ -110,7 +108,7 @@ impl Remote<'_> {
         };
         let copy = sandbox.path.join("chart");
         let mut budget = max_bytes;
-        copy_tree(root, dir, &copy, &mut budget, helm.max_file_size, 0).map_err(&fail)?;
+        copy_confined(root, dir, &copy, &mut budget, helm.max_file_size, 0).map_err(&fail)?;
         std::fs::create_dir_all(copy.join("charts")).map_err(|e| fail(e.to_string()))?;
         for archive in fetched.archives.keys() {
             if missing.iter().any(|d| {
@@ -243,43 +241,6 @@ fn verified(cached: &Path, wanted: &[Dependency], max_file_size: u64) -> Option<
     found
 }
 
-/// Copies the chart folder `src` (inside `root`) to `dst`: links followed only inside
-/// `root`, files bounded one by one and in all by `budget`.
-fn copy_tree(
-    root: &Path,
-    src: &Path,
-    dst: &Path,
-    budget: &mut u64,
-    max_file_size: u64,
-    depth: usize,
-) -> Result<(), String> {
-    if depth > MAX_DEPTH {
-        return Err(format!("{} is nested too deep to copy", src.display()));
-    }
-    std::fs::create_dir_all(dst).map_err(|e| e.to_string())?;
-    for entry in std::fs::read_dir(src).map_err(|e| e.to_string())?.flatten() {
-        let path = entry.path();
-        let shown = path
-            .strip_prefix(root)
-            .unwrap_or(&path)
-            .display()
-            .to_string();
-        let resolved = confined(root, &path).map_err(|e| format!("{shown} {e}"))?;
-        let target = dst.join(entry.file_name());
-        if resolved.is_dir() {
-            copy_tree(root, &resolved, &target, budget, max_file_size, depth + 1)?;
-            continue;
-        }
-        regular_file(&resolved, max_file_size).map_err(|e| format!("{shown} {e}"))?;
-        let size = std::fs::metadata(&resolved).map_or(0, |m| m.len());
-        *budget = budget.checked_sub(size).ok_or_else(|| {
-            format!("the chart is larger than the app may be (agent.max_app_size), at {shown}")
-        })?;
-        std::fs::copy(&resolved, &target).map_err(|e| format!("{shown}: {e}"))?;
-    }
-    Ok(())
-}
-
 /// A file name and no more: not empty, no separator, not `.` or `..`.
 fn plain_name(name: &str) -> bool {
     !name.is_empty() && !name.contains(['/', '\\']) && name != "." && name != ".."
@@ -355,7 +316,7 @@ mod tests {
             .unwrap();
         let out = tempfile::tempdir().unwrap();
         let mut budget = 1 << 20;
-        copy_tree(
+        copy_confined(
             &root,
             &chart,
             &out.path().join("a"),
@@ -371,7 +332,7 @@ mod tests {
         assert_eq!(budget, (1 << 20) - 10 - 16);
 
         std::os::unix::fs::symlink("/etc/passwd", chart.join("templates/passwd.yaml")).unwrap();
-        let e = copy_tree(
+        let e = copy_confined(
             &root,
             &chart,
             &out.path().join("b"),
@@ -382,7 +343,8 @@ mod tests {
         .unwrap_err();
         assert!(e.starts_with("web/templates/passwd.yaml "), "{e}");
         std::fs::remove_file(chart.join("templates/passwd.yaml")).unwrap();
-        let e = copy_tree(&root, &chart, &out.path().join("c"), &mut 20, 1 << 20, 0).unwrap_err();
+        let e =
+            copy_confined(&root, &chart, &out.path().join("c"), &mut 20, 1 << 20, 0).unwrap_err();
         assert!(e.contains("larger than the app may be"), "{e}");
     }
 }

@@ -21,6 +21,7 @@ fn checked(root: &Path, dir: &str, allow_remote: bool) -> Result<(), String> {
         &root.join(dir),
         &format!("{dir}/kustomization.yaml"),
         &mut HashSet::new(),
+        &mut Vec::new(),
     )
     .map(|_| ())
     .map_err(|e| e.to_string())

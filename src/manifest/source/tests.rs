@@ -22,6 +22,7 @@ fn source(root: &Path, paths: &[&str]) -> PathSource {
         kustomize: None,
         helm: None,
         allow_empty: false,
+        decrypt: None,
     }
 }
 
@@ -237,5 +238,83 @@ fn more_objects_than_the_cap_stop_reading() {
     assert_eq!(
         e,
         "all.yaml:16 (document 4): the app holds more than 3 objects (agent.max_objects); reading stopped here"
+    );
+}
+
+/// The sops fixtures (tests/fixtures/sops, written by other tools than berth).
+fn sops_fixture(name: &str) -> String {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/sops");
+    std::fs::read_to_string(format!("{dir}/{name}")).unwrap()
+}
+
+#[test]
+fn an_encrypted_file_is_decrypted_whole_and_its_values_marked() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(root, "app/a-secret.json", &sops_fixture("secret.enc.json"));
+    write(root, "app/b-regex.yaml", &sops_fixture("regex.enc.yaml"));
+    write(root, "app/c-plain.yaml", &CM.replace("NAME", "plain"));
+    write(root, "keys/age.key", &sops_fixture("age.key"));
+    let mut s = source(root, &["app"]);
+    s.decrypt = Some(Decryption {
+        age_key_files: vec![root.join("keys/age.key")],
+        ..Decryption::default()
+    });
+    let got = collect(&s).unwrap();
+    let names: Vec<&str> = got.iter().map(Manifest::name).collect();
+    assert_eq!(names, ["db-json", "db-regex", "plain"]);
+    assert_eq!(got[0].object["stringData"]["password"], "correct horse");
+    assert!(!got[0].object.contains_key("sops"));
+    // sops' default encrypts every value: the object's names are not counted as secret.
+    assert!(got[0]
+        .decrypted
+        .contains(&"/stringData/password".to_string()));
+    assert!(!got[0].decrypted.contains(&"/metadata/name".to_string()));
+    assert_eq!(
+        got[1].decrypted,
+        ["/stringData/password", "/stringData/port", "/data/token"]
+    );
+    assert!(got[2].decrypted.is_empty());
+
+    // Without [app.decrypt], the file is refused, saying what to set.
+    s.decrypt = None;
+    let e = collect(&s).unwrap_err().to_string();
+    assert!(
+        e.starts_with("app/a-secret.json: encrypted with sops, and the app decrypts nothing"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_tampered_encrypted_file_yields_nothing_and_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    // The password's ciphertext moved under another key.
+    let text = sops_fixture("regex.enc.yaml");
+    let values: Vec<&str> = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("ENC["))
+        .collect();
+    let tampered = text
+        .replacen(values[0], "PASSWORD", 1)
+        .replacen(values[1], values[0], 1)
+        .replacen("PASSWORD", values[1], 1);
+    write(root, "app/secret.yaml", &tampered);
+    write(root, "age.key", &sops_fixture("age.key"));
+    let mut s = source(root, &["app"]);
+    s.decrypt = Some(Decryption {
+        age_key_files: vec![root.join("age.key")],
+        ..Decryption::default()
+    });
+    let mut seen = Vec::new();
+    let walk = ContinueOnError(&s).visit(&mut |item| {
+        seen.push(item?);
+        Ok(())
+    });
+    assert!(seen.is_empty(), "{seen:?}");
+    let e = walk.unwrap_err().to_string();
+    assert!(
+        e.starts_with("app/secret.yaml: /stringData/password: does not decrypt with the file's data key at this place"),
+        "{e}"
     );
 }

@@ -1,0 +1,334 @@
+//! Decryption in the pipeline (`[app.decrypt]`): a file whose first document holds a
+//! `sops:` block is decrypted in memory, all its documents together (the MAC covers them
+//! all), before its objects go on; the decode cache keeps only the encrypted documents.
+//! Each object remembers which of its values were decrypted, so that they are masked
+//! wherever values show (`berth render`, `berth plan`'s diff, the API server's messages).
+//! A decrypted value may land in a Secret; in another kind only when the app allows that
+//! kind (`allow_decrypted_in`), since whoever reads such objects reads the value.
+//!
+//! The keys are read from their files when a render first meets an encrypted file, so a
+//! key rotated on disk is used by the next sync and an app with no encrypted file needs
+//! none readable.
+
+use std::cell::OnceCell;
+use std::path::{Path, PathBuf};
+
+use super::error::ManifestError;
+use super::object::Manifest;
+use super::sops::{self, Keys};
+use crate::config::{AppConfig, DecryptProvider};
+
+/// The most a key or passphrase file may hold.
+const MAX_KEY_FILE: u64 = 64 << 10;
+
+/// Fields that name an object: shown everywhere, so never counted as secret even when
+/// a file encrypts them (sops' default encrypts every value).
+const IDENTITY: [&str; 4] = [
+    "/apiVersion",
+    "/kind",
+    "/metadata/name",
+    "/metadata/namespace",
+];
+
+/// How an app's encrypted files are opened, and where their values may land.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Decryption {
+    /// age identity files.
+    pub age_key_files: Vec<PathBuf>,
+    /// ASCII-armored OpenPGP secret key files.
+    pub openpgp_key_files: Vec<PathBuf>,
+    /// The OpenPGP keys' passphrase (its first line).
+    pub openpgp_passphrase_file: Option<PathBuf>,
+    /// Kinds besides Secret that may hold decrypted values.
+    pub allow_in: Vec<String>,
+}
+
+impl Decryption {
+    /// The app's `[app.decrypt]`, when set.
+    pub fn for_app(app: &AppConfig) -> Option<Self> {
+        let d = app.decrypt.as_ref()?;
+        match d.provider {
+            DecryptProvider::Sops => Some(Decryption {
+                age_key_files: d.age_key_files.clone(),
+                openpgp_key_files: d.openpgp_key_files.clone(),
+                openpgp_passphrase_file: d.openpgp_passphrase_file.clone(),
+                allow_in: d.allow_decrypted_in.clone(),
+            }),
+        }
+    }
+
+    /// Reads the key files.
+    ///
+    /// # Errors
+    /// A file that cannot be read, is too large, or holds no key (named, with the line of
+    /// an age file that is not an identity; a key's text is never shown).
+    pub fn keys(&self) -> Result<Keys, String> {
+        let mut keys = Keys::default();
+        for file in &self.age_key_files {
+            keys.add_age(&read_key_file(file)?)
+                .map_err(|e| format!("age key file {}: {e}", file.display()))?;
+        }
+        let passphrase = match &self.openpgp_passphrase_file {
+            Some(file) => Some(
+                read_key_file(file)?
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
+            None => None,
+        };
+        for file in &self.openpgp_key_files {
+            keys.add_openpgp(&read_key_file(file)?, passphrase.as_deref())
+                .map_err(|e| format!("OpenPGP key file {}: {e}", file.display()))?;
+        }
+        Ok(keys)
+    }
+}
+
+fn read_key_file(file: &Path) -> Result<String, String> {
+    let shown = file.display();
+    let bytes =
+        super::read::read_capped(std::fs::File::open(file), MAX_KEY_FILE).map_err(|e| match e {
+            super::read::ReadError::Io(e) => format!("cannot read key file {shown}: {e}"),
+            super::read::ReadError::TooLarge(_) => {
+                format!("key file {shown} is over {MAX_KEY_FILE} bytes")
+            }
+        })?;
+    String::from_utf8(bytes).map_err(|_| format!("key file {shown} is not UTF-8 text"))
+}
+
+/// One render's decryption: the keys read once, at the first encrypted file.
+pub struct Opener<'a> {
+    decryption: Option<&'a Decryption>,
+    keys: OnceCell<Result<Keys, String>>,
+}
+
+impl<'a> Opener<'a> {
+    /// Opens with `decryption`'s keys; `None`: an encrypted file is refused.
+    pub fn new(decryption: Option<&'a Decryption>) -> Self {
+        Opener {
+            decryption,
+            keys: OnceCell::new(),
+        }
+    }
+
+    /// The render's keys, read at the first call.
+    ///
+    /// # Errors
+    /// The app decrypts nothing, or a key file is unusable.
+    pub fn keys(&self, path: &str) -> Result<&Keys, ManifestError> {
+        let refuse = |message: String| ManifestError::Encrypted {
+            path: path.to_string(),
+            message,
+        };
+        let decryption = self.decryption.ok_or_else(|| {
+            refuse("encrypted with sops, and the app decrypts nothing: set [app.decrypt] provider = \"sops\" with the keys that open it".into())
+        })?;
+        self.keys
+            .get_or_init(|| decryption.keys())
+            .as_ref()
+            .map_err(|e| refuse(e.clone()))
+    }
+
+    /// The documents of the encrypted file `path`, decrypted; each knows which of its
+    /// values were. A value decrypted into a kind that may not hold one is refused.
+    ///
+    /// # Errors
+    /// [`ManifestError::Encrypted`] for the file (no key, a MAC that does not match, …),
+    /// or [`ManifestError::Invalid`] for an object holding a decrypted value it may not.
+    pub fn open(
+        &self,
+        path: &str,
+        manifests: Vec<Manifest>,
+    ) -> Result<Vec<Manifest>, Vec<ManifestError>> {
+        let keys = self.keys(path).map_err(|e| vec![e])?;
+        let (mut docs, origins): (Vec<_>, Vec<_>) = manifests
+            .into_iter()
+            .map(|m| (serde_json::Value::Object(m.object), m.origin))
+            .unzip();
+        let decrypted = sops::decrypt(&mut docs, keys).map_err(|e| {
+            vec![ManifestError::Encrypted {
+                path: path.to_string(),
+                message: e.to_string(),
+            }]
+        })?;
+        let allow = self
+            .decryption
+            .map(|d| d.allow_in.as_slice())
+            .unwrap_or(&[]);
+        let mut out = Vec::with_capacity(docs.len());
+        let mut errors = Vec::new();
+        for ((doc, origin), pointers) in docs.into_iter().zip(origins).zip(decrypted) {
+            let serde_json::Value::Object(object) = doc else {
+                continue;
+            };
+            let m = Manifest {
+                object,
+                origin,
+                decrypted: pointers
+                    .into_iter()
+                    .filter(|p| !IDENTITY.contains(&p.as_str()))
+                    .collect(),
+            };
+            match refused_kind(&m, allow) {
+                Some(e) => errors.push(e),
+                None => out.push(m),
+            }
+        }
+        if errors.is_empty() {
+            Ok(out)
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+/// Marks each string of `m` that is one of `values` (a value of an encrypted file that
+/// kustomize was given in clear), or its base64 (a generated Secret's data), as
+/// decrypted. Names are never marked.
+pub fn mark(m: &mut Manifest, values: &[String]) {
+    use base64::Engine;
+    let values: Vec<&String> = values.iter().filter(|v| !v.is_empty()).collect();
+    if values.is_empty() {
+        return;
+    }
+    let encoded: Vec<String> = values
+        .iter()
+        .map(|v| base64::engine::general_purpose::STANDARD.encode(v.as_bytes()))
+        .collect();
+    let is_value = |s: &str| values.iter().any(|v| *v == s) || encoded.iter().any(|v| v == s);
+    let mut found = Vec::new();
+    for (key, value) in &m.object {
+        strings(value, &format!("/{}", escape(key)), &mut |pointer, s| {
+            if is_value(s) && !IDENTITY.contains(&pointer) {
+                found.push(pointer.to_string());
+            }
+        });
+    }
+    m.decrypted.extend(found);
+}
+
+/// Calls `f` with each string in `value` and its JSON pointer.
+fn strings(value: &serde_json::Value, at: &str, f: &mut dyn FnMut(&str, &str)) {
+    match value {
+        serde_json::Value::String(s) => f(at, s),
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                strings(v, &format!("{at}/{}", escape(k)), f);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                strings(v, &format!("{at}/{i}"), f);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A key as a JSON pointer's part.
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// Why `m` may not hold its decrypted values: a kind besides Secret that `allow` does not
+/// name.
+pub fn refused_kind(m: &Manifest, allow: &[String]) -> Option<ManifestError> {
+    let kind = m.kind();
+    if m.decrypted.is_empty() || kind == "Secret" || allow.iter().any(|k| k == kind) {
+        return None;
+    }
+    Some(ManifestError::Invalid {
+        origin: m.origin.clone(),
+        message: format!(
+            "{} holds values decrypted by sops ({}): whoever can read a {kind} reads them; make it a Secret, or allow it with [app.decrypt] allow_decrypted_in = [\"{kind}\"]",
+            m.key(),
+            m.decrypted.join(", ")
+        ),
+    })
+}
+
+/// `object` with each value at `pointers` replaced by `***`.
+pub fn mask(object: &mut serde_json::Value, pointers: &[String]) {
+    for p in pointers {
+        if let Some(v) = object.pointer_mut(p) {
+            *v = serde_json::Value::String("***".into());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::Origin;
+
+    fn manifest(kind: &str, decrypted: &[&str]) -> Manifest {
+        let object = serde_json::json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": "db"}, "data": {"a": "x"}});
+        Manifest {
+            object: object.as_object().unwrap().clone(),
+            origin: Origin::file("db.yaml"),
+            decrypted: decrypted.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_decrypted_value_lands_in_a_secret_or_an_allowed_kind_only() {
+        assert!(refused_kind(&manifest("Secret", &["/data/a"]), &[]).is_none());
+        assert!(refused_kind(&manifest("ConfigMap", &[]), &[]).is_none());
+        let e = refused_kind(&manifest("ConfigMap", &["/data/a"]), &[]).unwrap();
+        assert_eq!(
+            e.to_string(),
+            "db.yaml: ConfigMap db holds values decrypted by sops (/data/a): whoever can read a ConfigMap reads them; make it a Secret, or allow it with [app.decrypt] allow_decrypted_in = [\"ConfigMap\"]"
+        );
+        let allowed = ["ConfigMap".to_string()];
+        assert!(refused_kind(&manifest("ConfigMap", &["/data/a"]), &allowed).is_none());
+    }
+
+    #[test]
+    fn masking_replaces_the_values_at_the_pointers_alone() {
+        let mut object = manifest("ConfigMap", &[]).object.into();
+        mask(&mut object, &["/data/a".into(), "/data/missing".into()]);
+        assert_eq!(object["data"]["a"], "***");
+        assert_eq!(object["metadata"]["name"], "db");
+    }
+
+    #[test]
+    fn without_decryption_an_encrypted_file_says_what_to_set() {
+        let e = Opener::new(None).keys("s.yaml").err().unwrap();
+        assert!(
+            e.to_string().starts_with(
+                "s.yaml: encrypted with sops, and the app decrypts nothing: set [app.decrypt]"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_key_file_is_named_and_its_text_never_shown() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("age.key");
+        std::fs::write(&file, "# created\nAGE-SECRET-KEY-NOT-A-KEY-hunter2\n").unwrap();
+        let decryption = Decryption {
+            age_key_files: vec![file.clone()],
+            ..Decryption::default()
+        };
+        let e = decryption.keys().err().unwrap();
+        assert_eq!(
+            e,
+            format!(
+                "age key file {}: line 2 is not an age identity",
+                file.display()
+            )
+        );
+        let missing = Decryption {
+            openpgp_key_files: vec![d.path().join("none.asc")],
+            ..Decryption::default()
+        };
+        assert!(missing
+            .keys()
+            .err()
+            .unwrap()
+            .starts_with("cannot read key file"));
+    }
+}
