@@ -167,7 +167,10 @@ fn input(args: &Args) -> anyhow::Result<Input> {
         include: None,
         exclude: None,
         limits: Limits::default(),
-        kustomize: Some(Kustomize::new(None, AgentConfig::default().render_timeout)),
+        kustomize: Some(Kustomize {
+            decrypt: decryption(args),
+            ..Kustomize::new(None, AgentConfig::default().render_timeout)
+        }),
         helm: Some(helm(args, chart, &root)?),
         root,
         allow_empty: false,

@@ -128,6 +128,32 @@ repo = "https://example.com/guestbook.git"
     }
 
     #[test]
+    fn decrypt_keys_may_be_credentials_and_some_key_is_needed() {
+        let c = parse(&format!(
+            "{MINIMAL}[app.decrypt]\nprovider = \"sops\"\nage_key_files = [\"credential:sops-age\", \"/etc/berth/age.key\"]\nallow_decrypted_in = [\"ConfigMap\"]\n"
+        ))
+        .unwrap();
+        c.validate().unwrap();
+        let d = c.apps[0].decrypt.as_ref().unwrap();
+        assert_eq!(
+            d.age_key_files[1],
+            std::path::Path::new("/etc/berth/age.key")
+        );
+        assert!(d.age_key_files[0].ends_with("sops-age"));
+        let none = invalid(&format!("{MINIMAL}[app.decrypt]\nprovider = \"sops\"\n"));
+        assert!(
+            none.contains("app[0].decrypt: give the keys that open the app's files"),
+            "{none}"
+        );
+        let kind = invalid(&format!(
+            "{MINIMAL}[app.decrypt]\nprovider = \"sops\"\nage_key_files = [\"k\"]\nallow_decrypted_in = [\"config map\"]\n"
+        ));
+        assert!(kind.contains("\"config map\" is not a kind"), "{kind}");
+        let other = parse_err(&format!("{MINIMAL}[app.decrypt]\nprovider = \"vault\"\n"));
+        assert!(other.contains("unknown variant `vault`"), "{other}");
+    }
+
+    #[test]
     fn minimal_config_gets_defaults() {
         let c = parse(MINIMAL).unwrap();
         c.validate().unwrap();

@@ -21,6 +21,7 @@ pub struct TypedCheck;
 
 impl Decorator for TypedCheck {
     fn decorate(&self, m: &mut Manifest) -> Result<(), ManifestError> {
+        unwrap_base64(m);
         let check = match (m.api_version(), m.kind()) {
             ("v1", "ConfigMap") => fits::<core::ConfigMap>,
             ("v1", "Secret") => fits::<core::Secret>,
@@ -64,6 +65,27 @@ const BASE64_ERRORS: [&str; 5] = [
     "Invalid last symbol",
     "Invalid padding",
 ];
+
+/// Joins the lines of base64 values wrapped over several (kustomize wraps a long file's
+/// at 76 characters), as the API server's decoder does when it reads them: a Secret's
+/// `data`, a ConfigMap's `binaryData`.
+fn unwrap_base64(m: &mut Manifest) {
+    let field = match (m.api_version(), m.kind()) {
+        ("v1", "Secret") => "data",
+        ("v1", "ConfigMap") => "binaryData",
+        _ => return,
+    };
+    let Some(values) = m.object.get_mut(field).and_then(Value::as_object_mut) else {
+        return;
+    };
+    for value in values.values_mut() {
+        if let Value::String(s) = value {
+            if s.contains(['\n', '\r']) {
+                s.retain(|c| c != '\n' && c != '\r');
+            }
+        }
+    }
+}
 
 /// Why an object does not read as its kind's type: the field path and what is wrong,
 /// never a value (a Secret's would be quoted).
@@ -180,6 +202,10 @@ mod tests {
         }))
         .unwrap_err();
         assert_eq!(e, "f.yaml: Secret db: data.password: not valid base64 (put plain text under stringData instead)");
+        let mut wrapped = test_manifest(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "ca"}, "data": {"ca.crt": "aGVsbG8g\nd29ybGQ=\n"}}));
+        TypedCheck.decorate(&mut wrapped).unwrap();
+        assert_eq!(wrapped.object["data"]["ca.crt"], "aGVsbG8gd29ybGQ=");
 
         assert_eq!(
             check(
