@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::error::ManifestError;
 
@@ -98,12 +98,10 @@ impl Tool<'_> {
             .spawn()
             .map_err(ToolError::Spawn)?;
         let max_bytes = self.max_bytes;
-        let (closed, stdout_closed) = std::sync::mpsc::channel();
         let stdout = child.stdout.take().map(|out| {
             std::thread::spawn(move || {
                 let mut bytes = Vec::new();
                 let _ = out.take(max_bytes + 1).read_to_end(&mut bytes);
-                let _ = closed.send(());
                 bytes
             })
         });
@@ -114,20 +112,25 @@ impl Tool<'_> {
                 text
             })
         });
-        let deadline = Instant::now() + self.timeout;
-        // A tool closes its stdout when it exits: wait for that rather than poll, so a
-        // render costs no more than the tool's own time.
-        let _ = stdout_closed.recv_timeout(self.timeout);
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if Instant::now() >= deadline => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(ToolError::Timeout(self.timeout));
+        // Waited for by a thread of its own, so that its exit is seen the moment it comes
+        // (a render costs no more than the tool's own time) and the timeout still holds.
+        let pid = child.id();
+        let (exited, exit) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = exited.send(child.wait());
+        });
+        let status = match exit.recv_timeout(self.timeout) {
+            Ok(Ok(status)) => status,
+            Ok(Err(e)) => return Err(ToolError::Spawn(e)),
+            Err(_) => {
+                // Not reaped when the time ran out, so the pid is still the tool's (but
+                // for the moment before kill, which a deadline this late can afford).
+                if let Ok(pid) = libc::pid_t::try_from(pid) {
+                    // SAFETY: kill(2) on the tool's own pid, which no wait has reaped.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
                 }
-                Ok(None) => std::thread::sleep(Duration::from_millis(2)),
-                Err(e) => return Err(ToolError::Spawn(e)),
+                let _ = exit.recv();
+                return Err(ToolError::Timeout(self.timeout));
             }
         };
         let output = stdout.and_then(|t| t.join().ok()).unwrap_or_default();
