@@ -12,13 +12,15 @@
 //! following a 10-replica rollout (vs `kubectl rollout status`); Flux's 100 / 500 / 1000
 //! apps of four objects from one repository, and one app of 1k / 5k / 10k objects
 //! (`scale/fleet.rs`); 50 apps in a 5-level `depends_on` chain (`scale/chain.rs`);
-//! `berth render` of a chart of 50 templates (vs `helm template`, `render/chart.rs`).
+//! `berth render` of a chart of 50 templates (vs `helm template`, `render/chart.rs`);
+//! `berth render` of 1000 Secrets encrypted with sops (vs the same in clear,
+//! `render/secrets.rs`).
 //!
 //! `BERTH_BENCH_FLEET` and `BERTH_BENCH_GROWTH` (comma-separated sizes) replace the scale
 //! cases' sizes; `BERTH_BENCH_ONLY=scale` runs only them (a trial; the file is written
 //! all the same); `BERTH_BENCH_ONLY=fetch` runs the git cases alone and only prints them;
 //! `BERTH_BENCH_ONLY=chain` runs the ordering case alone and only prints it, and
-//! `BERTH_BENCH_ONLY=chart` the chart case.
+//! `BERTH_BENCH_ONLY=chart` the chart case, `BERTH_BENCH_ONLY=secrets` the sops case.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -37,6 +39,8 @@ mod chain;
 mod chart;
 #[path = "scale/fleet.rs"]
 mod fleet;
+#[path = "render/secrets.rs"]
+mod secrets;
 
 const NAMESPACES: usize = 10;
 const REPS: usize = 3;
@@ -651,11 +655,12 @@ async fn main() -> Result<()> {
     };
     let only = std::env::var("BERTH_BENCH_ONLY").unwrap_or_default();
     let only_scale = only == "scale";
-    if ["fetch", "chain", "chart"].contains(&only.as_str()) {
-        // One case alone (the git and chart cases need no cluster), printed only.
+    if ["fetch", "chain", "chart", "secrets"].contains(&only.as_str()) {
+        // One case alone (the git and render cases need no cluster), printed only.
         let result = match only.as_str() {
             "fetch" => b.git_fetch(),
             "chart" => b.chart(),
+            "secrets" => b.secrets(),
             _ => b.chain(),
         };
         let _ = ControlPlane::down(&b.cp.dir);
@@ -699,6 +704,7 @@ async fn main() -> Result<()> {
             b.memory_cpu(&mut daemon)?;
             b.git_fetch()?;
             b.chart()?;
+            b.secrets()?;
         }
         anyhow::Ok(())
     }

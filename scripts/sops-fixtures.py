@@ -9,6 +9,8 @@ regex PLAIN OUT RECIPIENT  encrypt PLAIN as sops 3 does with encrypted_regex
                          keys' path joined by ':' and a final ':'), sops.go (the MAC:
                          SHA-512, upper-case hex, seeded with SHA-256("sops") when only
                          encrypted values count; stored encrypted with lastmodified as AAD)
+secrets DIR N RECIPIENT  N Secrets (for the benchmark): DIR/plain/sI.yaml in clear, and
+                         DIR/encrypted/sI.yaml as `regex` writes them, each its own data key
 dotenv PLAIN OUT RECIPIENT  encrypt the env file PLAIN as sops 3 writes a .env file (its
                          dotenv store: KEY=ENC[...] lines, the AAD 'KEY:', '#' comments
                          encrypted with the AAD ':', the default unencrypted_suffix,
@@ -140,5 +142,22 @@ def dotenv(plain, out, recipient):
         f.write("\n".join(lines) + "\n")
 
 
+def secrets(out, n, recipient):
+    for folder in ("plain", "encrypted"):
+        os.makedirs(os.path.join(out, folder), exist_ok=True)
+    for i in range(int(n)):
+        doc = {
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "secret-%d" % i, "labels": {"app": "bench"}},
+            "type": "Opaque",
+            "stringData": {"username": "user-%d" % i, "password": base64.b64encode(os.urandom(24)).decode()},
+            "data": {"token": base64.b64encode(os.urandom(32)).decode()},
+        }
+        plain = os.path.join(out, "plain", "s%d.yaml" % i)
+        dump(doc, plain)
+        regex(plain, os.path.join(out, "encrypted", "s%d.yaml" % i), recipient)
+
+
 if __name__ == "__main__":
-    {"add-age": add_age, "regex": regex, "dotenv": dotenv}[sys.argv[1]](*sys.argv[2:])
+    commands = {"add-age": add_age, "regex": regex, "dotenv": dotenv, "secrets": secrets}
+    commands[sys.argv[1]](*sys.argv[2:])

@@ -171,9 +171,8 @@ impl Rule {
                     .into(),
             ));
         }
-        let regex = |r: &str| {
-            regex::Regex::new(r).map_err(|e| SopsError::Metadata(format!("invalid regex: {e}")))
-        };
+        let regex =
+            |r: &str| compiled(r).map_err(|e| SopsError::Metadata(format!("invalid regex: {e}")));
         let rules = [
             m.unencrypted_suffix
                 .as_deref()
@@ -215,6 +214,26 @@ impl Rule {
     fn at_root(&self) -> bool {
         matches!(self, Rule::UnencryptedSuffix(_) | Rule::UnencryptedRegex(_))
     }
+}
+
+/// `pattern` compiled, once for every file that names it (a repository's files share one
+/// or two rules; compiling costs more than decrypting a Secret). At most 64 are kept.
+fn compiled(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    static CACHE: std::sync::Mutex<Vec<(String, regex::Regex)>> = std::sync::Mutex::new(Vec::new());
+    let mut cache = CACHE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, r)) = cache.iter().find(|(p, _)| p == pattern) {
+        return Ok(r.clone());
+    }
+    let r = regex::RegexBuilder::new(pattern)
+        .size_limit(1 << 20)
+        .build()?;
+    if cache.len() >= 64 {
+        cache.remove(0);
+    }
+    cache.push((pattern.to_string(), r.clone()));
+    Ok(r)
 }
 
 /// A file's documents, decrypted in place (their `sops:` blocks removed). Returns, per
