@@ -180,6 +180,7 @@ async fn encrypted_secrets_sync_and_their_values_show_nowhere() {
         ),
     ];
     let config = setup.config.clone();
+    let both_keys = std::fs::read_to_string(&config).unwrap();
     let only_pgp = std::fs::read_to_string(&config)
         .unwrap()
         .replace(&format!("\"{}\"", age.display()), "");
@@ -204,6 +205,37 @@ async fn encrypted_secrets_sync_and_their_values_show_nowhere() {
             "correct horse"
         );
         repo.git(&["reset", "-q", "--hard", "HEAD~1"]);
+    }
+
+    // A decrypted value in a ConfigMap: refused, then allowed, and masked all the same.
+    std::fs::write(&config, &both_keys).unwrap();
+    repo.write("app/settings.yaml", &fixture("config.enc.yaml"));
+    repo.commit("an encrypted ConfigMap");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("ConfigMap app-settings holds values decrypted by sops (/data/api-token, /data/mode): whoever can read a ConfigMap reads them"),
+        "{out}"
+    );
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    assert!(maps.get_opt("app-settings").await.unwrap().is_none());
+    std::fs::write(
+        &config,
+        both_keys.replace(
+            "[app.decrypt]\n",
+            "[app.decrypt]\nallow_decrypted_in = [\"ConfigMap\"]\n",
+        ),
+    )
+    .unwrap();
+    let (code, plan, err) = setup.berth(&["plan", "--show-secrets"]);
+    assert_eq!(code, 0, "{plan}{err}");
+    assert!(plan.contains("api-token: '***'"), "{plan}");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let data = maps.get("app-settings").await.unwrap().data.unwrap();
+    assert_eq!(data["api-token"], "cm-token-plain-9f3a");
+    for text in [&plan, &out, &err] {
+        assert!(!text.contains("cm-token-plain-9f3a"), "{text}");
     }
 }
 
@@ -287,9 +319,10 @@ async fn a_kustomization_with_an_encrypted_env_file_syncs_with_no_plain_text_on_
     let repo = Repo::new();
     repo.write("base/db.env", &fixture("db.enc.env"));
     repo.write("base/ca.crt", &fixture("ca.enc.txt"));
+    repo.write("base/db-regex.yaml", &fixture("regex.enc.yaml"));
     repo.write(
         "base/kustomization.yaml",
-        "secretGenerator:\n- name: db\n  envs: [db.env]\n- name: ca\n  files: [ca.crt]\ngeneratorOptions:\n  disableNameSuffixHash: true\n",
+        "resources: [db-regex.yaml]\nsecretGenerator:\n- name: db\n  envs: [db.env]\n- name: ca\n  files: [ca.crt]\ngeneratorOptions:\n  disableNameSuffixHash: true\n",
     );
     repo.write(
         "overlay/kustomization.yaml",
@@ -349,6 +382,11 @@ async fn a_kustomization_with_an_encrypted_env_file_syncs_with_no_plain_text_on_
         secret_value(&client, &ns, "ca", "ca.crt").await,
         fixture("plain/ca.txt")
     );
+    // An encrypted resource, through the overlay's labels.
+    assert_eq!(
+        secret_value(&client, &ns, "db-regex", "password").await,
+        "s3cr3t-regex"
+    );
     for p in plain {
         assert!(!format!("{out}{err}").contains(p), "{p} in {out}{err}");
     }
@@ -365,7 +403,9 @@ async fn a_kustomization_with_an_encrypted_env_file_syncs_with_no_plain_text_on_
     let (code, out, err) = setup.berth(&["plan"]);
     assert_eq!(code, 1, "{out}{err}");
     assert!(
-        out.contains("envs: \"db.env\" is encrypted with sops, and the app decrypts nothing"),
+        out.contains(
+            "resources: \"db-regex.yaml\" is encrypted with sops, and the app decrypts nothing"
+        ),
         "{out}{err}"
     );
 }
