@@ -12,7 +12,8 @@
 //!    │
 //! inventory  what the last sync left (the ConfigMap, or its local copy)   sync/inventory
 //! rewind     C must descend from the last applied commit                  sync/rewind
-//! render     discovery · the Visitor pipeline · kustomize → objects      sync/render
+//! render     discovery · the Visitor pipeline (sops files decrypted in memory) ·
+//!            kustomize · helm → objects                                   sync/render
 //! hooks      the hooks apart from the app's objects (their phase, order)  sync/hooks
 //! plan       write · keep · prune, against the live objects               sync/plan
 //! skip       held at C, or nothing changed or drifted → no write          sync/skip
