@@ -89,6 +89,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--kube-version {v:?} is not a Kubernetes version such as 1.31 or v1.31.2");
     }
     let input = input(&args)?;
+    berth::manifest::decode::keep_nothing();
     let builder = Builder {
         input,
         namespace: args.namespace,
@@ -262,20 +263,29 @@ fn print(manifests: &[Manifest], output: Output, show_secrets: bool) -> std::io:
     use std::io::Write;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for m in manifests {
-        let mut object = serde_json::Value::Object(m.object.clone());
-        // Decrypted values show with --show-secrets, and only in a Secret.
-        if !show_secrets {
-            mask_secret_values(&mut object);
-        }
-        if !show_secrets || m.kind() != "Secret" {
-            mask(&mut object, &m.decrypted);
-        }
+        let secret = m.kind() == "Secret";
+        // Decrypted values show with --show-secrets, and only in a Secret; an object with
+        // nothing to mask is printed as it is.
+        let masked = (secret && !show_secrets || !m.decrypted.is_empty()).then(|| {
+            let mut object = serde_json::Value::Object(m.object.clone());
+            if !show_secrets {
+                mask_secret_values(&mut object);
+            }
+            if !show_secrets || !secret {
+                mask(&mut object, &m.decrypted);
+            }
+            object
+        });
+        let object = match &masked {
+            Some(serde_json::Value::Object(map)) => map,
+            _ => &m.object,
+        };
         match output {
             Output::Yaml => {
-                let yaml = berth::manifest::emit::to_yaml(&object);
+                let yaml = berth::manifest::emit::object_to_yaml(object);
                 write!(out, "---\n# Source: {}\n{yaml}", m.origin)?;
             }
-            Output::Json => writeln!(out, "{}", serde_json::to_string(&object)?)?,
+            Output::Json => writeln!(out, "{}", serde_json::to_string(object)?)?,
         }
     }
     out.flush()

@@ -27,8 +27,7 @@ use super::scope::{ScopeLookup, WithCrds};
 use super::source::{PathSource, Stdin};
 use super::typed::TypedCheck;
 use super::visitor::{
-    collect, ContinueOnError, Decorated, Decorator, Filtered, Flatten, ManifestList, Unique,
-    Visitor,
+    collect, ContinueOnError, Decorated, Decorator, Filtered, Flatten, Once, Unique, Visitor,
 };
 use crate::config::{AgentConfig, AppConfig};
 
@@ -169,7 +168,7 @@ impl<'a> Builder<'a> {
         }));
         let chain = Unique(Decorated {
             inner: Filtered {
-                inner: ManifestList(raw),
+                inner: Once(raw.into()),
                 filters: vec![
                     Box::new(IgnoreAnnotated),
                     Box::new(ObjectGlobs {

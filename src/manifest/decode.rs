@@ -35,9 +35,22 @@ pub struct Stream<'b> {
     pub budget: &'b Budget,
 }
 
+/// Whether decoded files are kept for the next render (off for a process that renders
+/// once: `berth render`).
+static KEEP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Keeps no decoded file from now on: this process renders once, and hashing and copying
+/// what it decodes would be work for nothing.
+pub fn keep_nothing() {
+    KEEP.store(false, std::sync::atomic::Ordering::Relaxed);
+}
+
 impl Visitor for Stream<'_> {
     fn visit(&self, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
         self.budget.read(self.bytes.len());
+        if !KEEP.load(std::sync::atomic::Ordering::Relaxed) {
+            return self.decode(f);
+        }
         let key = (self.path.clone(), blob_id(&self.bytes));
         if let Some((documents, size)) = cached(&key) {
             if self.budget.charge_decoded(size).is_err() {

@@ -19,6 +19,16 @@ pub fn to_yaml(value: &Value) -> String {
     out
 }
 
+/// An object as a YAML document's body (no `---`), ending in a newline.
+pub fn object_to_yaml(map: &Map<String, Value>) -> String {
+    if map.is_empty() {
+        return "{}\n".into();
+    }
+    let mut out = String::new();
+    write_map(&mut out, map, 0);
+    out
+}
+
 fn write_map(out: &mut String, map: &Map<String, Value>, indent: usize) {
     for (key, value) in map {
         push_indent(out, indent);

@@ -62,6 +62,17 @@ impl Visitor for ManifestList {
     }
 }
 
+/// A list of manifests handed on without a copy: visited once; a second visit yields
+/// nothing (the builder's second pass, over what the first one kept).
+pub struct Once(pub std::cell::RefCell<Vec<Manifest>>);
+
+impl Visitor for Once {
+    fn visit(&self, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
+        let manifests = std::mem::take(&mut *self.0.borrow_mut());
+        manifests.into_iter().try_for_each(|m| f(Ok(m)))
+    }
+}
+
 /// Expands `kind: List` and `*List` objects into their items, nested lists included.
 pub struct Flatten<V>(pub V);
 
