@@ -6,11 +6,11 @@
 //! A decrypted value may land in a Secret; in another kind only when the app allows that
 //! kind (`allow_decrypted_in`), since whoever reads such objects reads the value.
 //!
-//! The keys are read from their files when a render first meets an encrypted file, so a
+//! The keys are read from their files by each render that meets an encrypted file, so a
 //! key rotated on disk is used by the next sync and an app with no encrypted file needs
-//! none readable.
+//! none readable. A render's encrypted files are decrypted together, on every core
+//! (`source.rs`): opening a file's data key costs more than reading the file.
 
-use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
 
 use super::error::ManifestError;
@@ -98,89 +98,64 @@ fn read_key_file(file: &Path) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|_| format!("key file {shown} is not UTF-8 text"))
 }
 
-/// One render's decryption: the keys read once, at the first encrypted file.
-pub struct Opener<'a> {
-    decryption: Option<&'a Decryption>,
-    keys: OnceCell<Result<Keys, String>>,
+/// The keys of a render that met encrypted files.
+///
+/// # Errors
+/// The app decrypts nothing, or a key file is unusable: the message, for each file.
+pub fn keys(decryption: Option<&Decryption>) -> Result<Keys, String> {
+    decryption
+        .ok_or_else(|| {
+            "encrypted with sops, and the app decrypts nothing: set [app.decrypt] provider = \"sops\" with the keys that open it".to_string()
+        })?
+        .keys()
 }
 
-impl<'a> Opener<'a> {
-    /// Opens with `decryption`'s keys; `None`: an encrypted file is refused.
-    pub fn new(decryption: Option<&'a Decryption>) -> Self {
-        Opener {
-            decryption,
-            keys: OnceCell::new(),
-        }
-    }
-
-    /// The render's keys, read at the first call.
-    ///
-    /// # Errors
-    /// The app decrypts nothing, or a key file is unusable.
-    pub fn keys(&self, path: &str) -> Result<&Keys, ManifestError> {
-        let refuse = |message: String| ManifestError::Encrypted {
+/// The documents of the encrypted file `path`, decrypted with `keys`; each knows which
+/// of its values were. A value decrypted into a kind that `allow` (beside Secret) does
+/// not name is refused.
+///
+/// # Errors
+/// [`ManifestError::Encrypted`] for the file (no key, a MAC that does not match, …),
+/// or [`ManifestError::Invalid`] for each object holding a decrypted value it may not.
+pub fn open(
+    keys: &Keys,
+    allow: &[String],
+    path: &str,
+    manifests: Vec<Manifest>,
+) -> Result<Vec<Manifest>, Vec<ManifestError>> {
+    let (mut docs, origins): (Vec<_>, Vec<_>) = manifests
+        .into_iter()
+        .map(|m| (serde_json::Value::Object(m.object), m.origin))
+        .unzip();
+    let decrypted = sops::decrypt(&mut docs, keys).map_err(|e| {
+        vec![ManifestError::Encrypted {
             path: path.to_string(),
-            message,
+            message: e.to_string(),
+        }]
+    })?;
+    let mut out = Vec::with_capacity(docs.len());
+    let mut errors = Vec::new();
+    for ((doc, origin), pointers) in docs.into_iter().zip(origins).zip(decrypted) {
+        let serde_json::Value::Object(object) = doc else {
+            continue;
         };
-        let decryption = self.decryption.ok_or_else(|| {
-            refuse("encrypted with sops, and the app decrypts nothing: set [app.decrypt] provider = \"sops\" with the keys that open it".into())
-        })?;
-        self.keys
-            .get_or_init(|| decryption.keys())
-            .as_ref()
-            .map_err(|e| refuse(e.clone()))
+        let m = Manifest {
+            object,
+            origin,
+            decrypted: pointers
+                .into_iter()
+                .filter(|p| !IDENTITY.contains(&p.as_str()))
+                .collect(),
+        };
+        match refused_kind(&m, allow) {
+            Some(e) => errors.push(e),
+            None => out.push(m),
+        }
     }
-
-    /// The documents of the encrypted file `path`, decrypted; each knows which of its
-    /// values were. A value decrypted into a kind that may not hold one is refused.
-    ///
-    /// # Errors
-    /// [`ManifestError::Encrypted`] for the file (no key, a MAC that does not match, …),
-    /// or [`ManifestError::Invalid`] for an object holding a decrypted value it may not.
-    pub fn open(
-        &self,
-        path: &str,
-        manifests: Vec<Manifest>,
-    ) -> Result<Vec<Manifest>, Vec<ManifestError>> {
-        let keys = self.keys(path).map_err(|e| vec![e])?;
-        let (mut docs, origins): (Vec<_>, Vec<_>) = manifests
-            .into_iter()
-            .map(|m| (serde_json::Value::Object(m.object), m.origin))
-            .unzip();
-        let decrypted = sops::decrypt(&mut docs, keys).map_err(|e| {
-            vec![ManifestError::Encrypted {
-                path: path.to_string(),
-                message: e.to_string(),
-            }]
-        })?;
-        let allow = self
-            .decryption
-            .map(|d| d.allow_in.as_slice())
-            .unwrap_or(&[]);
-        let mut out = Vec::with_capacity(docs.len());
-        let mut errors = Vec::new();
-        for ((doc, origin), pointers) in docs.into_iter().zip(origins).zip(decrypted) {
-            let serde_json::Value::Object(object) = doc else {
-                continue;
-            };
-            let m = Manifest {
-                object,
-                origin,
-                decrypted: pointers
-                    .into_iter()
-                    .filter(|p| !IDENTITY.contains(&p.as_str()))
-                    .collect(),
-            };
-            match refused_kind(&m, allow) {
-                Some(e) => errors.push(e),
-                None => out.push(m),
-            }
-        }
-        if errors.is_empty() {
-            Ok(out)
-        } else {
-            Err(errors)
-        }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(errors)
     }
 }
 
@@ -295,11 +270,9 @@ mod tests {
 
     #[test]
     fn without_decryption_an_encrypted_file_says_what_to_set() {
-        let e = Opener::new(None).keys("s.yaml").err().unwrap();
+        let e = keys(None).err().unwrap();
         assert!(
-            e.to_string().starts_with(
-                "s.yaml: encrypted with sops, and the app decrypts nothing: set [app.decrypt]"
-            ),
+            e.starts_with("encrypted with sops, and the app decrypts nothing: set [app.decrypt]"),
             "{e}"
         );
     }

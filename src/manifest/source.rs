@@ -10,7 +10,7 @@ use globset::GlobSet;
 
 use super::bounds::{Budget, Limits};
 use super::decode::Stream;
-use super::decrypt::{self, Decryption, Opener};
+use super::decrypt::{self, Decryption};
 use super::error::ManifestError;
 use super::helm::{chart_in, source_of, sources, Helm, CHART_FILE};
 use super::kustomize::{kustomization_in, Kustomize};
@@ -77,8 +77,8 @@ struct Walk<'a> {
     named: String,
     /// The Jsonnet files seen in it.
     jsonnet: usize,
-    /// Encrypted files' keys, read once.
-    opener: Opener<'a>,
+    /// Encrypted files, decrypted at the walk's end, and what waits on them.
+    deferred: &'a Deferred,
 }
 
 impl Visitor for PathSource {
@@ -90,6 +90,7 @@ impl Visitor for PathSource {
                 path: self.display(""),
                 cause: source,
             })?;
+        let deferred = Deferred::default();
         let mut walk = Walk {
             source: self,
             root,
@@ -98,27 +99,146 @@ impl Visitor for PathSource {
             budget: self.limits.budget(),
             named: String::new(),
             jsonnet: 0,
-            opener: Opener::new(self.decrypt.as_ref()),
+            deferred: &deferred,
         };
         let mut objects = 0;
         let f = &mut counted(&self.limits, &mut objects, f);
-        for p in &self.paths {
-            let Some(rel) = normalize(p) else {
-                f(Err(ManifestError::EscapesRoot { path: p.clone() }))?;
-                continue;
+        {
+            let f = &mut |item| deferred.or_now(item, f);
+            for p in &self.paths {
+                let Some(rel) = normalize(p) else {
+                    f(Err(ManifestError::EscapesRoot { path: p.clone() }))?;
+                    continue;
+                };
+                walk.named.clone_from(&rel);
+                walk.jsonnet = 0;
+                let (mut items, files) = (0, deferred.files());
+                walk.entry(&rel, true, &mut |item| {
+                    items += 1;
+                    f(item)
+                })?;
+                if items == 0 && files == deferred.files() && !self.allow_empty {
+                    f(Err(ManifestError::NoObjects {
+                        path: self.display(&rel),
+                        jsonnet: walk.jsonnet,
+                    }))?;
+                }
+            }
+        }
+        deferred.finish(self.decrypt.as_ref(), f)
+    }
+}
+
+/// An item of the walk, or an encrypted file whose documents are still to decrypt.
+enum Slot {
+    Item(Item),
+    Encrypted {
+        path: String,
+        documents: Vec<Manifest>,
+    },
+}
+
+/// The walk's encrypted files, decrypted together at its end on every core (opening a
+/// file's data key costs more than reading it), and every item after the first of them
+/// held back until then, so that the order of the objects stays the files'.
+#[derive(Default)]
+struct Deferred {
+    slots: std::cell::RefCell<Vec<Slot>>,
+}
+
+impl Deferred {
+    /// Hands `item` on now, unless an encrypted file before it waits.
+    fn or_now(&self, item: Item, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
+        let mut slots = self.slots.borrow_mut();
+        if slots.is_empty() {
+            drop(slots);
+            return f(item);
+        }
+        slots.push(Slot::Item(item));
+        Ok(())
+    }
+
+    /// An encrypted file's documents, to decrypt at the end.
+    fn encrypted(&self, path: String, documents: Vec<Manifest>) {
+        self.slots
+            .borrow_mut()
+            .push(Slot::Encrypted { path, documents });
+    }
+
+    /// How many encrypted files wait.
+    fn files(&self) -> usize {
+        let slots = self.slots.borrow();
+        slots
+            .iter()
+            .filter(|s| matches!(s, Slot::Encrypted { .. }))
+            .count()
+    }
+
+    /// Decrypts the waiting files on up to four threads, then hands every held item on
+    /// in order.
+    fn finish(self, decryption: Option<&Decryption>, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
+        let mut held = Vec::new();
+        let mut jobs = Vec::new();
+        for (i, slot) in self.slots.into_inner().into_iter().enumerate() {
+            match slot {
+                Slot::Item(item) => held.push(Some(item)),
+                Slot::Encrypted { path, documents } => {
+                    held.push(None);
+                    jobs.push((i, path, documents));
+                }
+            }
+        }
+        if jobs.is_empty() {
+            return held.into_iter().flatten().try_for_each(f);
+        }
+        let keys = decrypt::keys(decryption);
+        let allow = decryption.map_or(&[][..], |d| &d.allow_in[..]);
+        let open = |path: String, documents: Vec<Manifest>| -> Vec<Item> {
+            let opened = match &keys {
+                Ok(keys) => decrypt::open(keys, allow, &path, documents),
+                Err(message) => Err(vec![ManifestError::Encrypted {
+                    path,
+                    message: message.clone(),
+                }]),
             };
-            walk.named.clone_from(&rel);
-            walk.jsonnet = 0;
-            let mut items = 0;
-            walk.entry(&rel, true, &mut |item| {
-                items += 1;
-                f(item)
-            })?;
-            if items == 0 && !self.allow_empty {
-                f(Err(ManifestError::NoObjects {
-                    path: self.display(&rel),
-                    jsonnet: walk.jsonnet,
-                }))?;
+            match opened {
+                Ok(manifests) => manifests.into_iter().map(Ok).collect(),
+                Err(errors) => errors.into_iter().map(Err).collect(),
+            }
+        };
+        let threads = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .clamp(1, 4)
+            .min(jobs.len());
+        let queue = std::sync::Mutex::new(jobs);
+        let next = || queue.lock().ok().and_then(|mut q| q.pop());
+        let mut opened: Vec<(usize, Vec<Item>)> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut done = Vec::new();
+                        while let Some((i, path, documents)) = next() {
+                            done.push((i, open(path, documents)));
+                        }
+                        done
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap_or_default())
+                .collect()
+        });
+        opened.sort_by_key(|(i, _)| *i);
+        let mut opened = opened.into_iter().peekable();
+        for (i, item) in held.into_iter().enumerate() {
+            match item {
+                Some(item) => f(item)?,
+                None => {
+                    if let Some((_, items)) = opened.next_if(|(at, _)| *at == i) {
+                        items.into_iter().try_for_each(&mut *f)?;
+                    }
+                }
             }
         }
         Ok(())
@@ -385,7 +505,7 @@ impl Walk<'_> {
 
 impl Walk<'_> {
     /// A file's documents; a file whose first document holds a `sops:` block is
-    /// gathered whole and decrypted before its objects go on.
+    /// gathered whole, to be decrypted at the walk's end.
     fn decode(&mut self, path: String, bytes: Vec<u8>, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
         let mut encrypted: Option<Vec<Manifest>> = None;
         let mut first = true;
@@ -409,13 +529,10 @@ impl Walk<'_> {
                 (_, item) => f(item),
             }
         })?;
-        let Some(documents) = encrypted else {
-            return Ok(());
-        };
-        match self.opener.open(&path, documents) {
-            Ok(manifests) => manifests.into_iter().try_for_each(|m| f(Ok(m))),
-            Err(errors) => errors.into_iter().try_for_each(|e| f(Err(e))),
+        if let Some(documents) = encrypted {
+            self.deferred.encrypted(path, documents);
         }
+        Ok(())
     }
 }
 
