@@ -409,3 +409,41 @@ async fn a_kustomization_with_an_encrypted_env_file_syncs_with_no_plain_text_on_
         "{out}{err}"
     );
 }
+
+/// `berth render -` decrypts what it reads on stdin with the keys given; a Secret's
+/// values show with --show-secrets alone.
+#[test]
+fn render_decrypts_stdin_and_shows_a_secret_only_when_asked() {
+    let state = tempfile::tempdir().unwrap();
+    let (age, _) = keys(state.path());
+    let render = |extra: &[&str]| {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(["render", "-", "--age-key-file"])
+            .arg(&age)
+            .args(extra)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(fixture("regex.enc.yaml").as_bytes())
+            .unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let masked = render(&[]);
+    assert!(
+        masked.contains("name: db-regex") && masked.contains("password: \"***\""),
+        "{masked}"
+    );
+    assert!(
+        !masked.contains("s3cr3t-regex") && !masked.contains("sops"),
+        "{masked}"
+    );
+    let shown = render(&["--show-secrets"]);
+    assert!(shown.contains("password: s3cr3t-regex"), "{shown}");
+}

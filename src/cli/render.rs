@@ -124,6 +124,7 @@ fn input(args: &Args) -> anyhow::Result<Input> {
     if path.as_os_str() == "-" {
         return Ok(Input::Stdin(Stdin {
             limits: Limits::default(),
+            decrypt: decryption(args),
         }));
     }
     let meta =

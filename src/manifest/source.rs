@@ -388,36 +388,47 @@ impl Walk<'_> {
 }
 
 impl Walk<'_> {
-    /// A file's documents; a file whose first document holds a `sops:` block is
-    /// gathered whole, to be decrypted at the walk's end.
+    /// A file's documents; see [`decode`].
     fn decode(&mut self, path: String, bytes: Vec<u8>, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
-        let mut encrypted: Option<Vec<Manifest>> = None;
-        let mut first = true;
-        Stream {
-            path: path.clone(),
-            bytes,
-            budget: &self.budget,
-        }
-        .visit(&mut |item| {
-            if let (true, Ok(m)) = (first, &item) {
-                first = false;
-                if super::sops::is_encrypted_object(&m.object) {
-                    encrypted = Some(Vec::new());
-                }
-            }
-            match (&mut encrypted, item) {
-                (Some(documents), Ok(m)) => {
-                    documents.push(m);
-                    Ok(())
-                }
-                (_, item) => f(item),
-            }
-        })?;
-        if let Some(documents) = encrypted {
-            self.deferred.encrypted(path, documents);
-        }
-        Ok(())
+        decode(path, bytes, &self.budget, self.deferred, f)
     }
+}
+
+/// A file's documents; a file whose first document holds a `sops:` block is gathered
+/// whole, to be decrypted when the walk ends (`deferred`).
+fn decode(
+    path: String,
+    bytes: Vec<u8>,
+    budget: &Budget,
+    deferred: &Deferred,
+    f: &mut dyn FnMut(Item) -> Flow,
+) -> Flow {
+    let mut encrypted: Option<Vec<Manifest>> = None;
+    let mut first = true;
+    Stream {
+        path: path.clone(),
+        bytes,
+        budget,
+    }
+    .visit(&mut |item| {
+        if let (true, Ok(m)) = (first, &item) {
+            first = false;
+            if super::sops::is_encrypted_object(&m.object) {
+                encrypted = Some(Vec::new());
+            }
+        }
+        match (&mut encrypted, item) {
+            (Some(documents), Ok(m)) => {
+                documents.push(m);
+                Ok(())
+            }
+            (_, item) => f(item),
+        }
+    })?;
+    if let Some(documents) = encrypted {
+        deferred.encrypted(path, documents);
+    }
+    Ok(())
 }
 
 /// The resource file kustomize names in `config.kubernetes.io/origin` (`path: …`),
@@ -467,6 +478,8 @@ fn normalize(p: &str) -> Option<String> {
 pub struct Stdin {
     /// Size caps.
     pub limits: Limits,
+    /// How a file encrypted with sops is opened; `None`: it is refused.
+    pub decrypt: Option<Decryption>,
 }
 
 impl Visitor for Stdin {
@@ -474,20 +487,17 @@ impl Visitor for Stdin {
         let path = "STDIN".to_string();
         let (budget, mut objects) = (self.limits.budget(), 0);
         let f = &mut counted(&self.limits, &mut objects, f);
+        let deferred = Deferred::default();
         match read_capped(Ok(std::io::stdin().lock()), self.limits.max_file_size) {
-            Ok(bytes) => Stream {
-                path,
-                bytes,
-                budget: &budget,
-            }
-            .visit(f),
+            Ok(bytes) => decode(path, bytes, &budget, &deferred, f)?,
             Err(ReadError::TooLarge(size)) => f(Err(ManifestError::FileTooLarge {
                 path,
                 size,
                 limit: self.limits.max_file_size,
-            })),
-            Err(ReadError::Io(cause)) => f(Err(ManifestError::Read { path, cause })),
+            }))?,
+            Err(ReadError::Io(cause)) => f(Err(ManifestError::Read { path, cause }))?,
         }
+        deferred.finish(self.decrypt.as_ref(), f)
     }
 }
 
