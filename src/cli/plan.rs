@@ -9,6 +9,8 @@ use berth::sync::{PlannedObject, Preview, Syncer};
 
 use super::sync::select;
 
+mod markdown;
+
 /// Arguments of `berth plan`.
 #[derive(clap::Args)]
 pub struct Args {
@@ -22,8 +24,14 @@ pub struct Args {
     pub show_secrets: bool,
     /// Exit 2 when a sync would change something (0: nothing, 1: an error), as `terraform
     /// plan -detailed-exitcode` does, for scripts.
+    #[arg(long = "exit-code", visible_alias = "detailed-exitcode")]
+    pub exit_code: bool,
+    /// Plan this revision of each app's repository instead of the ref the app follows:
+    /// a full commit SHA, a branch (a pull request's), or tags/NAME. It is fetched (and
+    /// verified, with [app.verify]) as the app's ref is, planned against the live cluster,
+    /// and nothing moves: no write to the cluster, the history, the inventory or the lock.
     #[arg(long)]
-    pub detailed_exitcode: bool,
+    pub revision: Option<String>,
 }
 
 /// How the plan is printed.
@@ -33,6 +41,8 @@ pub enum Format {
     Text,
     /// One JSON object per app.
     Json,
+    /// One markdown document for a pull request's comment (the same plan, the same bytes).
+    Markdown,
 }
 
 /// Runs `berth plan`: exit code 1 when a sync would fail.
@@ -41,17 +51,26 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     super::reach_cluster(&config).await?;
     let syncer = Syncer::connect(&config, false).await?;
     let (mut ok, mut changes) = (true, false);
+    let mut previews = Vec::new();
     for app in select(&config.apps, &args.apps)? {
+        let app = match &args.revision {
+            Some(revision) => app.at_revision(revision).map_err(anyhow::Error::msg)?,
+            None => app.clone(),
+        };
         let progress = |line: &str| eprintln!("{}: {line}", app.name);
-        let preview = syncer.preview(app, args.show_secrets, &progress).await;
+        let preview = syncer.preview(&app, args.show_secrets, &progress).await;
         ok &= preview.errors.is_empty();
         changes |= preview.objects.iter().any(|o| o.action != "kept");
         match args.output {
             Format::Json => println!("{}", serde_json::to_string(&preview)?),
             Format::Text => print!("{}", text(&preview)),
+            Format::Markdown => previews.push(preview),
         }
     }
-    Ok(match (ok, changes && args.detailed_exitcode) {
+    if args.output == Format::Markdown {
+        print!("{}", markdown::document(&previews));
+    }
+    Ok(match (ok, changes && args.exit_code) {
         (false, _) => ExitCode::FAILURE,
         (true, true) => ExitCode::from(2),
         (true, false) => ExitCode::SUCCESS,

@@ -248,6 +248,44 @@ pub enum GitRef<'a> {
 }
 
 impl AppConfig {
+    /// The app as it would be at another revision of its repository, for `berth plan
+    /// --revision`: a full commit SHA, `tags/NAME` (or `refs/tags/NAME`), or a branch
+    /// (`refs/heads/NAME` or the bare name). Such a revision need not descend from the
+    /// commit applied last (a branch forked before it): that is what is planned.
+    ///
+    /// # Errors
+    /// A revision that names nothing git would take (empty, starting with `-`, holding
+    /// `..`, a space or a control character).
+    pub fn at_revision(&self, revision: &str) -> Result<AppConfig, String> {
+        let bad = revision.is_empty()
+            || revision.starts_with('-')
+            || revision.contains("..")
+            || revision
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control());
+        if bad {
+            return Err(format!(
+                "--revision {revision:?} is not a commit, branch or tag name"
+            ));
+        }
+        let mut app = self.clone();
+        (app.branch, app.tag, app.commit) = (None, None, None);
+        let is_sha = revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_hexdigit());
+        if is_sha {
+            app.commit = Some(revision.to_ascii_lowercase());
+        } else if let Some(tag) = revision
+            .strip_prefix("refs/tags/")
+            .or_else(|| revision.strip_prefix("tags/"))
+        {
+            app.tag = Some(tag.to_string());
+        } else {
+            let branch = revision.strip_prefix("refs/heads/").unwrap_or(revision);
+            app.branch = Some(branch.to_string());
+        }
+        app.allow_rewind = true;
+        Ok(app)
+    }
+
     /// The ref this app follows.
     pub fn git_ref(&self) -> GitRef<'_> {
         match (&self.tag, &self.commit, &self.branch) {

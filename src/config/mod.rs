@@ -154,6 +154,33 @@ repo = "https://example.com/guestbook.git"
     }
 
     #[test]
+    fn a_revision_to_plan_is_a_commit_a_tag_or_a_branch() {
+        let app = &parse(MINIMAL).unwrap().apps[0];
+        let sha = "0123456789ABCDEF0123456789abcdef01234567";
+        assert_eq!(
+            app.at_revision(sha).unwrap().git_ref(),
+            GitRef::Commit("0123456789abcdef0123456789abcdef01234567")
+        );
+        assert_eq!(
+            app.at_revision("tags/v1.2").unwrap().git_ref(),
+            GitRef::Tag("v1.2")
+        );
+        assert_eq!(
+            app.at_revision("refs/heads/feature/x").unwrap().git_ref(),
+            GitRef::Branch("feature/x")
+        );
+        let branch = app.at_revision("fix-db").unwrap();
+        assert_eq!(branch.git_ref(), GitRef::Branch("fix-db"));
+        assert!(
+            branch.allow_rewind,
+            "a branch forked before the applied commit"
+        );
+        for bad in ["", "-x", "a..b", "a b"] {
+            assert!(app.at_revision(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn minimal_config_gets_defaults() {
         let c = parse(MINIMAL).unwrap();
         c.validate().unwrap();

@@ -1,0 +1,211 @@
+//! A plan for every pull request, against the real control plane: `berth plan --revision
+//! BRANCH -o markdown --exit-code` says what the branch would do to the live cluster, and
+//! nothing moves — not the cluster, the history, the inventory or the lock.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::{Repo, Setup};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::discovery::ApiResource;
+
+const DEPLOYMENT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.25\n";
+const SERVICE: &str = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector: {app: web}\n  ports:\n  - port: 80\n";
+
+/// Every file of the state folder but the repository caches, by path.
+fn state_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut found = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let rel = path
+                .strip_prefix(dir)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if rel.starts_with("sources") {
+                continue;
+            }
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                found.insert(rel, std::fs::read(&path).unwrap_or_default());
+            }
+        }
+    }
+    found
+}
+
+/// What the cluster holds of the app: each object's kind, name and resourceVersion (a
+/// Deployment's generation), and the app's inventory whole.
+async fn cluster_state(client: &kube::Client, ns: &str, app: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    for (group, version, kind, plural) in [
+        ("apps", "v1", "Deployment", "deployments"),
+        ("", "v1", "Service", "services"),
+        ("", "v1", "ConfigMap", "configmaps"),
+    ] {
+        let resource = ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: if group.is_empty() {
+                version.into()
+            } else {
+                format!("{group}/{version}")
+            },
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+        for o in api.list(&ListParams::default()).await.unwrap() {
+            // A Deployment's status moves with its rollout; its spec only with a write.
+            let version = match o.metadata.generation {
+                Some(generation) => format!("generation {generation}"),
+                None => o.metadata.resource_version.unwrap_or_default(),
+            };
+            seen.push(format!(
+                "{kind} {} {version}",
+                o.metadata.name.unwrap_or_default()
+            ));
+        }
+    }
+    let inventories: Api<ConfigMap> = Api::namespaced(client.clone(), "berth-system");
+    let inventory = inventories
+        .get(&format!("berth-inventory-{app}"))
+        .await
+        .unwrap();
+    seen.push(serde_json::to_string(&inventory).unwrap());
+    seen
+}
+
+/// A branch that changes a Deployment's image, adds a ConfigMap, deletes a Service and
+/// breaks two objects: the markdown plan has exactly those entries and both errors, exit
+/// code 1; fixed, exit code 2; a branch with no effect, 0. Nothing moves, and the same
+/// plan twice is the same bytes.
+#[tokio::test]
+async fn a_branch_is_planned_against_the_live_cluster_and_nothing_moves() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "plan-pr").await;
+    let repo = Repo::new();
+    repo.write("app/web.yaml", DEPLOYMENT);
+    repo.write("app/svc.yaml", SERVICE);
+    repo.write(
+        "app/a.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  k: v\n",
+    );
+    repo.commit("the app");
+    let setup = Setup::new(cp, "plan-pr", &repo, &ns, "path = \"app\"\nprune = true\n");
+    let (code, out, err) = setup.berth(&["sync", "--no-wait"]);
+    assert_eq!(code, 0, "{out}{err}");
+
+    repo.git(&["checkout", "-q", "-b", "same"]);
+    repo.git(&["checkout", "-q", "-b", "feature"]);
+    repo.write(
+        "app/web.yaml",
+        &DEPLOYMENT.replace("nginx:1.25", "nginx:1.26"),
+    );
+    repo.write(
+        "app/b.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\ndata:\n  k: v\n",
+    );
+    std::fs::remove_file(repo.dir.path().join("app/svc.yaml")).unwrap();
+    repo.write(
+        "app/broken.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad-key\ndata:\n  \"bad key!\": v\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: bad-port\nspec:\n  ports:\n  - port: 70000\n",
+    );
+    repo.commit("nginx 1.26, b, no Service, two broken objects");
+    repo.git(&["checkout", "-q", "-b", "fixed"]);
+    std::fs::remove_file(repo.dir.path().join("app/broken.yaml")).unwrap();
+    repo.commit("the broken objects removed");
+    repo.git(&["checkout", "-q", "main"]);
+
+    let files = state_files(setup.state.path());
+    let cluster = cluster_state(&client, &ns, "plan-pr").await;
+    let plan = |revision: &str| {
+        setup.berth(&[
+            "plan",
+            "--revision",
+            revision,
+            "-o",
+            "markdown",
+            "--exit-code",
+        ])
+    };
+
+    let (code, broken, err) = plan("feature");
+    assert_eq!(code, 1, "{broken}{err}");
+    assert!(
+        broken.contains("| `plan-pr` | ") && broken.contains("nginx 1.26, b, no Service"),
+        "{broken}"
+    );
+    assert!(
+        broken.contains(&format!("**Create**\n\n- `configmap/b -n {ns}`\n")),
+        "{broken}"
+    );
+    assert!(
+        broken.contains(&format!(
+            "<summary><code>deployment.apps/web -n {ns}</code></summary>"
+        )),
+        "{broken}"
+    );
+    assert!(broken.contains("+        image: nginx:1.26"), "{broken}");
+    assert!(
+        broken.contains(&format!("**Prune**\n\n- `service/web -n {ns}`\n")),
+        "{broken}"
+    );
+    let errors = broken
+        .split("**Errors**\n\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n\n").next())
+        .unwrap_or_default();
+    assert_eq!(errors.lines().count(), 2, "{broken}");
+    assert!(
+        broken.contains(&format!(
+            "**Refused by the API server**\n\n- `configmap/bad-key -n {ns}`\n- `service/bad-port -n {ns}`\n"
+        )),
+        "{broken}"
+    );
+    assert!(
+        errors.contains("bad-key") && errors.contains("app/broken.yaml"),
+        "{errors}"
+    );
+    assert!(errors.contains("bad-port"), "{errors}");
+    assert!(broken.contains("2 errors"), "{broken}");
+    let (_, again, _) = plan("feature");
+    assert_eq!(again, broken, "the same plan twice");
+
+    let (code, fixed, err) = plan("fixed");
+    assert_eq!(code, 2, "{fixed}{err}");
+    assert!(fixed.contains("+1 ~1 -1, 1 rollout, 0 errors"), "{fixed}");
+    assert!(!fixed.contains("**Errors**"), "{fixed}");
+
+    let (code, same, err) = plan("same");
+    assert_eq!(code, 0, "{same}{err}");
+    assert!(same.contains("+0 ~0 -0, 0 rollouts, 0 errors"), "{same}");
+
+    assert_eq!(
+        state_files(setup.state.path()),
+        files,
+        "the state folder moved"
+    );
+    assert_eq!(
+        cluster_state(&client, &ns, "plan-pr").await,
+        cluster,
+        "the cluster moved"
+    );
+    let image =
+        |d: DynamicObject| d.data["spec"]["template"]["spec"]["containers"][0]["image"].clone();
+    let deployments: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()),
+    );
+    assert_eq!(image(deployments.get("web").await.unwrap()), "nginx:1.25");
+}
