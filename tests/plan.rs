@@ -100,8 +100,22 @@ async fn a_branch_is_planned_against_the_live_cluster_and_nothing_moves() {
         "app/a.yaml",
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  k: v\n",
     );
-    repo.commit("the app");
-    let setup = Setup::new(cp, "plan-pr", &repo, &ns, "path = \"app\"\nprune = true\n");
+    repo.write(
+        "other/c.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  k: v\n",
+    );
+    repo.commit("the app, and another no branch touches");
+    let other = format!(
+        "[[app]]\nname = \"plan-other\"\nrepo = \"{}\"\nnamespace = \"{ns}\"\npath = \"other\"\n",
+        repo.dir.path().display()
+    );
+    let setup = Setup::new(
+        cp,
+        "plan-pr",
+        &repo,
+        &ns,
+        &format!("path = \"app\"\nprune = true\n{other}"),
+    );
     let (code, out, err) = setup.berth(&["sync", "--no-wait"]);
     assert_eq!(code, 0, "{out}{err}");
 
@@ -189,6 +203,28 @@ async fn a_branch_is_planned_against_the_live_cluster_and_nothing_moves() {
     let (code, same, err) = plan("same");
     assert_eq!(code, 0, "{same}{err}");
     assert!(same.contains("+0 ~0 -0, 0 rollouts, 0 errors"), "{same}");
+
+    // Only the apps the branch touches, against what their last sync read.
+    let (code, affected, err) = setup.berth(&[
+        "plan",
+        "--revision",
+        "fixed",
+        "--all-affected",
+        "-o",
+        "markdown",
+        "--exit-code",
+    ]);
+    assert_eq!(code, 2, "{affected}{err}");
+    assert!(
+        affected.contains("| `plan-other` | - | not affected: ")
+            && affected.contains("changes nothing under other |"),
+        "{affected}"
+    );
+    assert!(
+        affected.contains("### `plan-pr` at") && !affected.contains("### `plan-other`"),
+        "{affected}"
+    );
+    assert!(!err.contains("plan-other: fetching"), "{err}");
 
     assert_eq!(
         state_files(setup.state.path()),

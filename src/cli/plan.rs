@@ -32,6 +32,11 @@ pub struct Args {
     /// and nothing moves: no write to the cluster, the history, the inventory or the lock.
     #[arg(long)]
     pub revision: Option<String>,
+    /// With --revision: plan only the apps whose paths (or what their kustomizations
+    /// reach) the revision changes, against what each app's last sync on this host read;
+    /// an app without such a record is planned.
+    #[arg(long, requires = "revision")]
+    pub all_affected: bool,
 }
 
 /// How the plan is printed.
@@ -51,12 +56,27 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     super::reach_cluster(&config).await?;
     let syncer = Syncer::connect(&config, false).await?;
     let (mut ok, mut changes) = (true, false);
-    let mut previews = Vec::new();
-    for app in select(&config.apps, &args.apps)? {
+    let (mut previews, mut untouched) = (Vec::new(), Vec::new());
+    for configured in select(&config.apps, &args.apps)? {
         let app = match &args.revision {
-            Some(revision) => app.at_revision(revision).map_err(anyhow::Error::msg)?,
-            None => app.clone(),
+            Some(revision) => configured
+                .at_revision(revision)
+                .map_err(anyhow::Error::msg)?,
+            None => configured.clone(),
         };
+        if args.all_affected {
+            if let Some(note) = syncer.untouched_by(configured, &app).await {
+                match args.output {
+                    Format::Json => println!(
+                        "{}",
+                        serde_json::json!({"app": app.name, "affected": false, "note": note})
+                    ),
+                    Format::Text => println!("{}: {note}", app.name),
+                    Format::Markdown => untouched.push((app.name.clone(), note)),
+                }
+                continue;
+            }
+        }
         let progress = |line: &str| eprintln!("{}: {line}", app.name);
         let preview = syncer.preview(&app, args.show_secrets, &progress).await;
         ok &= preview.errors.is_empty();
@@ -68,7 +88,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     if args.output == Format::Markdown {
-        print!("{}", markdown::document(&previews));
+        print!("{}", markdown::document(&previews, &untouched));
     }
     Ok(match (ok, changes && args.exit_code) {
         (false, _) => ExitCode::FAILURE,

@@ -36,6 +36,7 @@
 //! `manual.rs` is `berth rollback`; `depends.rs` is the gate a caller asks before a sync
 //! (`depends_on`).
 
+mod affected;
 mod apply;
 mod context;
 mod depends;

@@ -6,11 +6,15 @@
 
 use berth::sync::{PlannedObject, Preview};
 
-/// The whole document for `previews`.
-pub fn document(previews: &[Preview]) -> String {
+/// The whole document for `previews`, and the apps the revision does not touch with
+/// why (`--all-affected`).
+pub fn document(previews: &[Preview], untouched: &[(String, String)]) -> String {
     let mut out = String::from("## berth plan\n\n| app | commit | plan |\n| --- | --- | --- |\n");
     for p in previews {
         out += &format!("| `{}` | {} | {} |\n", p.app, commit(p), summary(p));
+    }
+    for (app, note) in untouched {
+        out += &format!("| `{app}` | - | {} |\n", escape(note));
     }
     for p in previews {
         out += &app(p);
