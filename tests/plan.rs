@@ -83,8 +83,8 @@ async fn cluster_state(client: &kube::Client, ns: &str, app: &str) -> Vec<String
 }
 
 /// A branch that changes a Deployment's image, adds a ConfigMap, deletes a Service and
-/// breaks two objects: the markdown plan has exactly those entries and both errors, exit
-/// code 1; fixed, exit code 2; a branch with no effect, 0. Nothing moves, and the same
+/// breaks two objects (one the API server refuses, one that does not render): the
+/// markdown plan has exactly those entries and both errors, exit code 1; fixed, exit code 2; a branch with no effect, 0. Nothing moves, and the same
 /// plan twice is the same bytes.
 #[tokio::test]
 async fn a_branch_is_planned_against_the_live_cluster_and_nothing_moves() {
@@ -132,7 +132,7 @@ async fn a_branch_is_planned_against_the_live_cluster_and_nothing_moves() {
     std::fs::remove_file(repo.dir.path().join("app/svc.yaml")).unwrap();
     repo.write(
         "app/broken.yaml",
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad-key\ndata:\n  \"bad key!\": v\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: bad-port\nspec:\n  ports:\n  - port: 70000\n",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad-key\ndata:\n  \"bad key!\": v\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: bad-data\nspec:\n  ports: 80\n",
     );
     repo.commit("nginx 1.26, b, no Service, two broken objects");
     repo.git(&["checkout", "-q", "-b", "fixed"]);
@@ -171,7 +171,9 @@ async fn a_branch_is_planned_against_the_live_cluster_and_nothing_moves() {
     );
     assert!(broken.contains("+        image: nginx:1.26"), "{broken}");
     assert!(
-        broken.contains(&format!("**Prune**\n\n- `service/web -n {ns}`\n")),
+        broken.contains(&format!(
+            "**Prune**\n\n- `service/web -n {ns}` — unless it is one of the objects that did not render\n"
+        )),
         "{broken}"
     );
     let errors = broken
@@ -182,7 +184,7 @@ async fn a_branch_is_planned_against_the_live_cluster_and_nothing_moves() {
     assert_eq!(errors.lines().count(), 2, "{broken}");
     assert!(
         broken.contains(&format!(
-            "**Refused by the API server**\n\n- `configmap/bad-key -n {ns}`\n- `service/bad-port -n {ns}`\n"
+            "**Refused by the API server**\n\n- `configmap/bad-key -n {ns}`\n"
         )),
         "{broken}"
     );
@@ -190,7 +192,11 @@ async fn a_branch_is_planned_against_the_live_cluster_and_nothing_moves() {
         errors.contains("bad-key") && errors.contains("app/broken.yaml"),
         "{errors}"
     );
-    assert!(errors.contains("bad-port"), "{errors}");
+    // Render errors and dry-run refusals together.
+    assert!(
+        errors.contains("app/broken.yaml:8 (document 2): Service bad-data: spec.ports"),
+        "{errors}"
+    );
     assert!(broken.contains("2 errors"), "{broken}");
     let (_, again, _) = plan("feature");
     assert_eq!(again, broken, "the same plan twice");

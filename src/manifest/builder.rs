@@ -133,6 +133,17 @@ impl<'a> Builder<'a> {
     /// # Errors
     /// The first error (fail-fast) or every error (collect-all), each naming its origin.
     pub fn render(&self) -> Result<Vec<Manifest>, ManifestError> {
+        let (manifests, errors) = self.render_partial();
+        match ManifestError::aggregate(errors) {
+            Some(e) => Err(e),
+            None => Ok(manifests),
+        }
+    }
+
+    /// Runs the chain: the objects that render and every error of those that do not
+    /// (`berth plan` plans the first and reports the second together). Past a resource
+    /// bound, or with fail-fast, nothing renders.
+    pub fn render_partial(&self) -> (Vec<Manifest>, Vec<ManifestError>) {
         let source: &dyn Visitor = match &self.input {
             Input::Paths(p) => &**p,
             Input::Stdin(s) => s,
@@ -144,7 +155,7 @@ impl<'a> Builder<'a> {
         let (raw, mut errors) = self.run(&raw_chain);
         let bound = errors.iter().any(ManifestError::is_bound);
         if (bound || self.policy == ErrorPolicy::FailFast) && !errors.is_empty() {
-            return Err(ManifestError::aggregate(errors).expect("not empty"));
+            return (Vec::new(), errors);
         }
         let scopes = WithCrds::new(&raw, self.scopes);
         let mut decorators: Vec<Box<dyn Decorator + '_>> = vec![
@@ -181,10 +192,10 @@ impl<'a> Builder<'a> {
         });
         let (manifests, more) = self.run(&chain);
         errors.extend(more);
-        match ManifestError::aggregate(errors) {
-            Some(e) => Err(e),
-            None => Ok(manifests),
+        if self.policy == ErrorPolicy::FailFast && !errors.is_empty() {
+            return (Vec::new(), errors);
         }
+        (manifests, errors)
     }
 
     /// Runs a chain under the policy; collect-all keeps the good manifests too, so the
@@ -275,6 +286,17 @@ mod tests {
             "{all:#?}"
         );
         assert!(all[1].contains("ConfigMap shop/twice is defined twice: at c-objects.yaml:5 (document 2) and at c-objects.yaml:9 (document 3)"), "{all:#?}");
+    }
+
+    #[test]
+    fn a_partial_render_gives_what_renders_beside_every_error() {
+        let d = repo();
+        let (manifests, errors) = builder(d.path(), ErrorPolicy::CollectAll).render_partial();
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        let names: Vec<&str> = manifests.iter().map(Manifest::name).collect();
+        assert_eq!(names, ["widgets.example.com", "w", "twice"]);
+        let (manifests, errors) = builder(d.path(), ErrorPolicy::FailFast).render_partial();
+        assert!(manifests.is_empty() && errors.len() == 1);
     }
 
     #[test]

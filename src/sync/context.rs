@@ -33,6 +33,9 @@ pub(super) struct Ctx<'a> {
     pub report: Report<'a>,
     /// Keep the server's whole answers to the dry run and the apply (`berth plan`).
     pub bodies: bool,
+    /// Go on with the objects that render when others do not (`berth plan`: every error
+    /// of a revision at once); a sync never does.
+    pub partial: bool,
     /// When the sync began (a discovery older than this may miss a new kind).
     pub begun: Instant,
 }
@@ -89,6 +92,7 @@ impl<'a> Ctx<'a> {
             shutdown,
             report,
             bodies: false,
+            partial: false,
             begun: Instant::now(),
         }
     }

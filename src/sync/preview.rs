@@ -99,6 +99,7 @@ impl Syncer {
     ) -> Preview {
         let mut ctx = Ctx::for_command(self, app, report);
         ctx.bodies = true; // the diffs and the Deployments' predictions read them
+        ctx.partial = true; // every error of the commit at once, render and dry run
         let mut journal = ctx.journal();
         let mut rec = self.new_record(&ctx);
         let mut lock = Locked::none(Trigger::Cli);
@@ -146,6 +147,9 @@ impl Syncer {
         preview: &mut Preview,
         journal: &mut Journal<'_>,
     ) {
+        // Errors so far are the render's: an object of a file that did not render is
+        // missing from the plan, and would look pruned.
+        let rendered_whole = journal.errors.is_empty();
         let plan = prepared.plan;
         let (same, mut writes) = split_writes(plan.planned);
         preview.unchanged = same.len();
@@ -194,7 +198,9 @@ impl Syncer {
                 Action::Failed => "refused",
                 _ => "prune",
             };
-            let note = p.error.map(|e| e.to_string()).or(p.note);
+            let unsure = (action == "prune" && !rendered_whole)
+                .then(|| "unless it is one of the objects that did not render".to_string());
+            let note = p.error.map(|e| e.to_string()).or(p.note).or(unsure);
             preview.objects.push(PlannedObject {
                 key: p.key,
                 action,

@@ -32,8 +32,11 @@ pub(super) async fn render(
     journal: &mut Journal<'_>,
 ) -> Result<Rendered, Stop> {
     let (mut kinds, discovered) = discover(ctx, None, journal).await?;
+    let errors = journal.errors.len();
     let mut manifests = render_with(ctx, checkout, &kinds, journal)?;
-    if discovered < ctx.begun && manifests.iter().any(|m| kinds.resolve(m).is_none()) {
+    // A plan that went on past render errors has them in the journal already.
+    let whole = journal.errors.len() == errors;
+    if whole && discovered < ctx.begun && manifests.iter().any(|m| kinds.resolve(m).is_none()) {
         kinds = discover(ctx, Some(ctx.begun), journal).await?.0;
         manifests = render_with(ctx, checkout, &kinds, journal)?;
     }
@@ -74,22 +77,28 @@ pub(super) fn render_with(
         })
     })?;
     let builder = builder.capabilities(kinds.version(), kinds.api_versions());
-    match builder.render() {
-        Ok(manifests) => {
-            ctx.say(&format!(
-                "rendered {}",
-                crate::plural(manifests.len(), "object")
-            ));
-            Ok(manifests)
-        }
-        Err(errors) => {
-            for e in errors.into_vec() {
-                journal.fail(e);
-            }
-            ctx.say("render failed: nothing was written");
-            Err(Stop::Failed)
-        }
+    let (manifests, errors) = builder.render_partial();
+    if errors.is_empty() {
+        ctx.say(&format!(
+            "rendered {}",
+            crate::plural(manifests.len(), "object")
+        ));
+        return Ok(manifests);
     }
+    let failed = errors.len();
+    for e in errors {
+        journal.fail(e);
+    }
+    if ctx.partial && !manifests.is_empty() {
+        ctx.say(&format!(
+            "{} did not render: planning the {} that did",
+            crate::plural(failed, "error"),
+            crate::plural(manifests.len(), "object")
+        ));
+        return Ok(manifests);
+    }
+    ctx.say("render failed: nothing was written");
+    Err(Stop::Failed)
 }
 
 /// What the render read: the app's paths, what its kustomizations reach, and its charts'
