@@ -251,3 +251,86 @@ async fn a_branch_is_planned_against_the_live_cluster_and_nothing_moves() {
     );
     assert_eq!(image(deployments.get("web").await.unwrap()), "nginx:1.25");
 }
+
+/// `--offline`: no cluster at all (the kubeconfig names nothing); the revision is
+/// rendered and compared with another, typed checks included, and what needs the API
+/// server is said to be skipped.
+#[test]
+fn a_revision_is_planned_offline_against_another() {
+    let repo = Repo::new();
+    repo.write("app/web.yaml", DEPLOYMENT);
+    repo.write("app/svc.yaml", SERVICE);
+    repo.commit("the app");
+    repo.git(&["checkout", "-q", "-b", "feature"]);
+    repo.write(
+        "app/web.yaml",
+        &DEPLOYMENT.replace("nginx:1.25", "nginx:1.26"),
+    );
+    repo.write(
+        "app/b.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n",
+    );
+    std::fs::remove_file(repo.dir.path().join("app/svc.yaml")).unwrap();
+    repo.commit("nginx 1.26, b, no Service");
+    repo.git(&["checkout", "-q", "-b", "broken"]);
+    repo.write(
+        "app/bad.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: bad\nspec:\n  ports: 80\n",
+    );
+    repo.commit("a broken Service");
+    repo.git(&["checkout", "-q", "main"]);
+    let state = tempfile::tempdir().unwrap();
+    let config = state.path().join("berth.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agent]\nstate_dir = \"{}\"\n[cluster]\nkubeconfig = \"/nonexistent/kubeconfig\"\n[[app]]\nname = \"offline\"\nrepo = \"{}\"\nnamespace = \"shop\"\npath = \"app\"\nprune = true\n",
+            state.path().display(),
+            repo.dir.path().display()
+        ),
+    )
+    .unwrap();
+    let plan = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(["plan", "--offline", "-o", "markdown", "--exit-code"])
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, md, err) = plan(&["--revision", "feature", "--against", "main"]);
+    assert_eq!(code, 2, "{md}{err}");
+    assert!(md.contains("+1 ~1 -1, 0 rollouts, 0 errors"), "{md}");
+    assert!(
+        md.contains("**Create**\n\n- `configmap/b -n shop`\n"),
+        "{md}"
+    );
+    assert!(md.contains("+        image: nginx:1.26"), "{md}");
+    assert!(
+        md.contains("**Prune**\n\n- `service/web -n shop`\n"),
+        "{md}"
+    );
+    assert!(
+        md.contains("> planned without a cluster: the API server's dry run"),
+        "{md}"
+    );
+    let (code, md, err) = plan(&["--revision", "broken", "--against", "main"]);
+    assert_eq!(code, 1, "{md}{err}");
+    assert!(
+        md.contains("app/bad.yaml:1 (document 1): Service bad: spec.ports"),
+        "{md}"
+    );
+    // No sync on this host and no --against: every object is new, and it says so.
+    let (code, md, err) = plan(&["--revision", "main"]);
+    assert_eq!(code, 2, "{md}{err}");
+    assert!(
+        md.contains("+2 ~0 -0") && md.contains("no applied commit known here"),
+        "{md}"
+    );
+}

@@ -35,8 +35,17 @@ pub struct Args {
     /// With --revision: plan only the apps whose paths (or what their kustomizations
     /// reach) the revision changes, against what each app's last sync on this host read;
     /// an app without such a record is planned.
-    #[arg(long, requires = "revision")]
+    #[arg(long, requires = "revision", conflicts_with = "offline")]
     pub all_affected: bool,
+    /// With --revision: plan without a cluster — render the revision and compare it with
+    /// the commit the app applied last (berth's local copy of its inventory) or with
+    /// --against; what needs the API server is said to be skipped.
+    #[arg(long, requires = "revision")]
+    pub offline: bool,
+    /// With --offline: the revision to compare with (default: the commit the app applied
+    /// last, as this host knows it).
+    #[arg(long, requires = "offline")]
+    pub against: Option<String>,
 }
 
 /// How the plan is printed.
@@ -53,8 +62,12 @@ pub enum Format {
 /// Runs `berth plan`: exit code 1 when a sync would fail.
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
-    super::reach_cluster(&config).await?;
-    let syncer = Syncer::connect(&config, false).await?;
+    let syncer = if args.offline {
+        None
+    } else {
+        super::reach_cluster(&config).await?;
+        Some(Syncer::connect(&config, false).await?)
+    };
     let (mut ok, mut changes) = (true, false);
     let (mut previews, mut untouched) = (Vec::new(), Vec::new());
     for configured in select(&config.apps, &args.apps)? {
@@ -64,7 +77,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
                 .map_err(anyhow::Error::msg)?,
             None => configured.clone(),
         };
-        if args.all_affected {
+        if let Some(syncer) = syncer.as_ref().filter(|_| args.all_affected) {
             if let Some(note) = syncer.untouched_by(configured, &app).await {
                 match args.output {
                     Format::Json => println!(
@@ -78,7 +91,10 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             }
         }
         let progress = |line: &str| eprintln!("{}: {line}", app.name);
-        let preview = syncer.preview(&app, args.show_secrets, &progress).await;
+        let preview = match &syncer {
+            Some(syncer) => syncer.preview(&app, args.show_secrets, &progress).await,
+            None => offline(&config, configured, &app, &args)?,
+        };
         ok &= preview.errors.is_empty();
         changes |= preview.objects.iter().any(|o| o.action != "kept");
         match args.output {
@@ -95,6 +111,37 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         (true, true) => ExitCode::from(2),
         (true, false) => ExitCode::SUCCESS,
     })
+}
+
+/// The plan of `app` (at the revision) without a cluster, against `--against` or the
+/// commit `configured` applied last as this host knows it.
+fn offline(
+    config: &config::Config,
+    configured: &config::AppConfig,
+    app: &config::AppConfig,
+    args: &Args,
+) -> anyhow::Result<Preview> {
+    let applied = || {
+        berth::cluster::inventory::load_local(&config.agent.state_dir, &configured.name)
+            .and_then(|inventory| inventory.commit)
+    };
+    let base = match args.against.clone().or_else(applied) {
+        Some(revision) => Some(
+            configured
+                .at_revision(&revision)
+                .map_err(anyhow::Error::msg)?,
+        ),
+        None => None,
+    };
+    let agent = &config.agent;
+    let kube_version = config.cluster.kube_version.as_deref();
+    Ok(berth::sync::preview_offline(
+        agent,
+        kube_version,
+        app,
+        base.as_ref(),
+        args.show_secrets,
+    ))
 }
 
 /// One object of the plan, and its diff, at `indent`.
@@ -214,6 +261,9 @@ fn text(p: &Preview) -> String {
     }
     for e in &p.errors {
         out += &format!("  error: {e}\n");
+    }
+    for n in &p.notes {
+        out += &format!("  note: {n}\n");
     }
     out
 }

@@ -49,6 +49,7 @@ mod inventory;
 mod lock;
 mod manual;
 mod notify;
+mod offline;
 mod plan;
 mod preview;
 mod prune;
@@ -68,6 +69,7 @@ pub use depends::{note_waiting, waiting_note, Waiting};
 pub use error::SyncError;
 pub use lock::{in_flight, syncing, Marker};
 pub use manual::{RollbackRefused, RollbackRequest};
+pub use offline::preview_offline;
 pub use preview::{PlannedHook, PlannedObject, Preview};
 pub use step::Step;
 

@@ -86,6 +86,9 @@ pub struct Preview {
     pub deployments: Vec<DeploymentPlan>,
     /// Why it would fail, if it would.
     pub errors: Vec<String>,
+    /// What the plan could not look at, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl Syncer {
@@ -113,6 +116,7 @@ impl Syncer {
             hooks: Vec::new(),
             deployments: Vec::new(),
             errors: Vec::new(),
+            notes: Vec::new(),
         };
         let prepared = match fetch_verified(&ctx, &mut lock, &mut rec, &mut journal).await {
             Ok(checkout) => prepare(&ctx, checkout, &mut lock, &mut rec, &mut journal).await,

@@ -21,7 +21,22 @@ pub(super) fn verify(
 }
 
 fn signature(ctx: &Ctx<'_>, checkout: &Checkout) -> Result<Option<Signature>, VerifyError> {
-    let Some(trust) = Trust::load(&ctx.app.verify)? else {
+    let signature = check(ctx.app, checkout)?;
+    if let Some(signature) = &signature {
+        ctx.say(&format!(
+            "signed by {} ({} key {})",
+            signature.signer, signature.format, signature.fingerprint
+        ));
+    }
+    Ok(signature)
+}
+
+/// The checkout's signature as `app` wants it checked; `None` when it does not verify.
+pub(super) fn check(
+    app: &crate::config::AppConfig,
+    checkout: &Checkout,
+) -> Result<Option<Signature>, VerifyError> {
+    let Some(trust) = Trust::load(&app.verify)? else {
         return Ok(None);
     };
     let repo = git::repository(&checkout.source).map_err(|e| {
@@ -29,7 +44,7 @@ fn signature(ctx: &Ctx<'_>, checkout: &Checkout) -> Result<Option<Signature>, Ve
         VerifyError::bad(checkout.commit.short(), None, why)
     })?;
     let now = jiff::Timestamp::now();
-    let signature = match (&ctx.app.verify.mode, &ctx.app.tag) {
+    let signature = match (&app.verify.mode, &app.tag) {
         (VerifyMode::Tag, Some(name)) => {
             let Some(tag) = &checkout.tag else {
                 return Err(VerifyError::UnsignedTag { tag: name.clone() });
@@ -38,9 +53,5 @@ fn signature(ctx: &Ctx<'_>, checkout: &Checkout) -> Result<Option<Signature>, Ve
         }
         _ => trust.verify(&repo, &checkout.commit.sha, now)?,
     };
-    ctx.say(&format!(
-        "signed by {} ({} key {})",
-        signature.signer, signature.format, signature.fingerprint
-    ));
     Ok(Some(signature))
 }

@@ -56,6 +56,9 @@ fn app(p: &Preview) -> String {
     if let Some(previous) = &p.previous_commit {
         out += &format!("Applied now: `{}`.\n\n", short(previous));
     }
+    for note in &p.notes {
+        out += &format!("> {}\n\n", escape(note));
+    }
     if let Some(held) = &p.held {
         out += &format!("**Held**: {} — a sync applies nothing.\n\n", escape(held));
     }
