@@ -334,3 +334,137 @@ fn a_revision_is_planned_offline_against_another() {
         "{md}"
     );
 }
+
+/// The shipped `berth-planner` roles suffice for `berth plan`, and a `berth sync` with the
+/// same credentials is refused before it writes any object.
+#[tokio::test]
+async fn the_planner_roles_suffice_and_a_sync_with_them_is_refused() {
+    use kube::api::{Patch, PatchParams, PostParams};
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "plan-rbac").await;
+    // The roles as shipped, and a ServiceAccount bound as the file says.
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/berth-planner.yaml"
+    ))
+    .unwrap();
+    let roles: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::erase::<k8s_openapi::api::rbac::v1::ClusterRole>(&()),
+    );
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let role: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+        let name = role["metadata"]["name"].as_str().unwrap().to_string();
+        roles
+            .patch(
+                &name,
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&role),
+            )
+            .await
+            .unwrap();
+    }
+    fn json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), &ns);
+    accounts
+        .create(
+            &PostParams::default(),
+            &json(serde_json::json!({"metadata": {"name": "planner"}})),
+        )
+        .await
+        .unwrap();
+    let subject =
+        serde_json::json!([{"kind": "ServiceAccount", "name": "planner", "namespace": ns}]);
+    let cluster_bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> =
+        Api::all(client.clone());
+    cluster_bindings
+        .create(
+            &PostParams::default(),
+            &json(serde_json::json!({
+                "metadata": {"name": format!("berth-planner-{ns}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "berth-planner"},
+                "subjects": subject,
+            })),
+        )
+        .await
+        .unwrap();
+    let bindings: Api<k8s_openapi::api::rbac::v1::RoleBinding> =
+        Api::namespaced(client.clone(), &ns);
+    bindings
+        .create(
+            &PostParams::default(),
+            &json(serde_json::json!({
+                "metadata": {"name": "berth-planner-dry-run"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "berth-planner-dry-run"},
+                "subjects": subject,
+            })),
+        )
+        .await
+        .unwrap();
+
+    let repo = Repo::new();
+    let config_map = |name: &str, value: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  k: {value}\n")
+    };
+    repo.write("app/a.yaml", &config_map("a", "one"));
+    repo.commit("a");
+    let setup = Setup::new(
+        cp,
+        "plan-rbac",
+        &repo,
+        &ns,
+        "path = \"app\"\nprune = true\n",
+    );
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    repo.git(&["checkout", "-q", "-b", "feature"]);
+    repo.write("app/a.yaml", &config_map("a", "two"));
+    repo.write("app/b.yaml", &config_map("b", "new"));
+    repo.commit("a changed, b added");
+
+    // berth with the planner's credentials: the admin's kubeconfig acting as the account.
+    let planner = setup.state.path().join("planner.kubeconfig");
+    let kubeconfig = std::fs::read_to_string(&cp.kubeconfig).unwrap().replacen(
+        "  user:\n",
+        &format!("  user:\n    as: system:serviceaccount:{ns}:planner\n"),
+        1,
+    );
+    std::fs::write(&planner, kubeconfig).unwrap();
+    let config = std::fs::read_to_string(&setup.config).unwrap().replace(
+        &cp.kubeconfig.display().to_string(),
+        &planner.display().to_string(),
+    );
+    std::fs::write(&setup.config, config).unwrap();
+    let (code, plan, err) = setup.berth(&["plan", "--revision", "feature", "--exit-code"]);
+    assert_eq!(code, 2, "the planner roles suffice: {plan}{err}");
+    assert!(
+        plan.contains(&format!("configmap/b -n {ns} create")),
+        "{plan}"
+    );
+    assert!(
+        plan.contains(&format!("configmap/a -n {ns} configure")),
+        "{plan}"
+    );
+
+    repo.git(&["checkout", "-q", "main"]);
+    repo.git(&["merge", "-q", "--ff-only", "feature"]);
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "a sync with the planner's credentials: {out}{err}");
+    assert!(out.contains("forbidden"), "{out}");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    assert_eq!(
+        maps.get("a").await.unwrap().data.unwrap()["k"],
+        "one",
+        "nothing written"
+    );
+    assert!(
+        maps.get_opt("b").await.unwrap().is_none(),
+        "nothing written"
+    );
+}
