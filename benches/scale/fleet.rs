@@ -27,7 +27,7 @@ fn app_objects(ns: &str, i: usize, version: usize) -> String {
 }
 
 /// Writes `apps` folders `apps/app-<i>/objects.yaml` at `version` under `dir`.
-fn write_fleet(dir: &Path, ns: &str, apps: usize, version: usize) -> Result<()> {
+pub(crate) fn write_fleet(dir: &Path, ns: &str, apps: usize, version: usize) -> Result<()> {
     for i in 0..apps {
         let d = dir.join(format!("apps/app-{i}"));
         std::fs::create_dir_all(&d)?;
