@@ -144,7 +144,7 @@ fn object(o: &PlannedObject) -> String {
         .unwrap_or_default();
     match &o.diff {
         Some(diff) if o.action == "configure" => format!(
-            "<details><summary><code>{}</code>{note}</summary>\n\n````diff\n{}````\n\n</details>\n",
+            "<details><summary><code>{}</code>{note}</summary>\n\n````diff\n{}````\n\n</details>\n\n",
             html(&o.key.kubectl()),
             diff
         ),
