@@ -25,15 +25,7 @@ impl Syncer {
         if digest != last.digest {
             return None;
         }
-        let shown: Vec<&str> = last
-            .paths
-            .iter()
-            .map(|p| if p.is_empty() { "." } else { p.as_str() })
-            .collect();
-        Some(format!(
-            "not affected: {} changes nothing under {}",
-            checkout.commit.short(),
-            shown.join(", ")
-        ))
+        let unchanged = super::skip::unchanged_under(&checkout, &last.paths);
+        Some(format!("not affected: {unchanged}"))
     }
 }

@@ -27,18 +27,8 @@ pub fn preview_offline(
     base: Option<&AppConfig>,
     show_secrets: bool,
 ) -> Preview {
-    let mut preview = Preview {
-        app: revision.name.clone(),
-        commit: None,
-        previous_commit: None,
-        held: None,
-        objects: Vec::new(),
-        unchanged: 0,
-        hooks: Vec::new(),
-        deployments: Vec::new(),
-        errors: Vec::new(),
-        notes: vec![SKIPPED.to_string()],
-    };
+    let mut preview = Preview::of(&revision.name);
+    preview.notes.push(SKIPPED.to_string());
     let after = match checkout(agent, revision) {
         Ok(checkout) => {
             preview.commit = Some(checkout.commit.clone());

@@ -91,6 +91,24 @@ pub struct Preview {
     pub notes: Vec<String>,
 }
 
+impl Preview {
+    /// The plan of `app` before anything is known.
+    pub(super) fn of(app: &str) -> Self {
+        Preview {
+            app: app.to_string(),
+            commit: None,
+            previous_commit: None,
+            held: None,
+            objects: Vec::new(),
+            unchanged: 0,
+            hooks: Vec::new(),
+            deployments: Vec::new(),
+            errors: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+}
+
 impl Syncer {
     /// Plans a sync of `app` against the cluster without writing anything; Secret values
     /// in its diffs are masked unless `show_secrets`.
@@ -106,18 +124,7 @@ impl Syncer {
         let mut journal = ctx.journal();
         let mut rec = self.new_record(&ctx);
         let mut lock = Locked::none(Trigger::Cli);
-        let mut preview = Preview {
-            app: app.name.clone(),
-            commit: None,
-            previous_commit: None,
-            held: None,
-            objects: Vec::new(),
-            unchanged: 0,
-            hooks: Vec::new(),
-            deployments: Vec::new(),
-            errors: Vec::new(),
-            notes: Vec::new(),
-        };
+        let mut preview = Preview::of(&app.name);
         let prepared = match fetch_verified(&ctx, &mut lock, &mut rec, &mut journal).await {
             Ok(checkout) => prepare(&ctx, checkout, &mut lock, &mut rec, &mut journal).await,
             Err(stop) => Err(stop),

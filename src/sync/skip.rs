@@ -42,16 +42,7 @@ pub(super) fn untouched(ctx: &Ctx<'_>, checkout: &Checkout) -> Option<(Skip, Inp
     if digest != last.digest {
         return None;
     }
-    let shown: Vec<&str> = last
-        .paths
-        .iter()
-        .map(|p| if p.is_empty() { "." } else { p.as_str() })
-        .collect();
-    let note = format!(
-        "no change: commit {} changes nothing under {}",
-        checkout.commit.short(),
-        shown.join(", ")
-    );
+    let note = format!("no change: {}", unchanged_under(checkout, &last.paths));
     ctx.say(&note);
     let skip = Skip {
         outcome: Outcome::NoChange,
@@ -63,6 +54,19 @@ pub(super) fn untouched(ctx: &Ctx<'_>, checkout: &Checkout) -> Option<(Skip, Inp
         ..last
     };
     Some((skip, inputs))
+}
+
+/// `commit abc1234 changes nothing under deploy, base`.
+pub(super) fn unchanged_under(checkout: &Checkout, paths: &[String]) -> String {
+    let shown: Vec<&str> = paths
+        .iter()
+        .map(|p| if p.is_empty() { "." } else { p.as_str() })
+        .collect();
+    format!(
+        "commit {} changes nothing under {}",
+        checkout.commit.short(),
+        shown.join(", ")
+    )
 }
 
 /// A commit held after a failed rollout is not applied again unless forced; a commit
