@@ -334,9 +334,15 @@ pub fn local_path(state_dir: &Path, app: &str) -> PathBuf {
     state_dir.join("inventory").join(format!("{app}.json"))
 }
 
-/// Reads the local copy; `None` when there is none or it cannot be read.
+/// The largest local copy read: an inventory split over ConfigMaps of 768 KiB each, of
+/// an app at its object cap, fits many times over.
+const MAX_LOCAL: u64 = 64 << 20;
+
+/// Reads the local copy; `None` when there is none, it cannot be read, or it is larger
+/// than any inventory berth writes (`state_dir` is read as hostile).
 pub fn load_local(state_dir: &Path, app: &str) -> Option<Inventory> {
-    let text = std::fs::read(local_path(state_dir, app)).ok()?;
+    let file = std::fs::File::open(local_path(state_dir, app));
+    let text = crate::manifest::read::read_capped(file, MAX_LOCAL).ok()?;
     serde_json::from_slice(&text).ok()
 }
 
