@@ -9,7 +9,7 @@
 //! The keys are read from their files by each render that meets an encrypted file, so a
 //! key rotated on disk is used by the next sync and an app with no encrypted file needs
 //! none readable. A render's encrypted files are decrypted together, on every core
-//! (`source.rs`): opening a file's data key costs more than reading the file.
+//! (`source/deferred.rs`): opening a file's data key costs more than reading the file.
 
 use std::path::{Path, PathBuf};
 

@@ -59,7 +59,7 @@ impl PlainCopy {
         mut budget: u64,
     ) -> Result<Self, String> {
         let keys = decryption.keys()?;
-        let copy = PlainCopy {
+        let mut copy = PlainCopy {
             root: private_folder()?,
             values: Vec::new(),
         };
@@ -74,7 +74,6 @@ impl PlainCopy {
                 copy_file(&src, &dst, rel, &mut budget, max_file_size)?;
             }
         }
-        let mut copy = copy;
         for file in encrypted {
             let rel = relative(root, file);
             let bytes =
