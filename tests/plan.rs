@@ -142,6 +142,24 @@ async fn a_branch_is_planned_against_the_live_cluster_and_nothing_moves() {
 
     let files = state_files(setup.state.path());
     let cluster = cluster_state(&client, &ns, "plan-pr").await;
+    // After each plan: the history, the inventory's copy, the locks and the cluster as
+    // they were.
+    let unmoved = |after: &'static str| {
+        let (client, ns, files, cluster) = (&client, &ns, &files, &cluster);
+        let state = setup.state.path();
+        async move {
+            assert_eq!(
+                &state_files(state),
+                files,
+                "the state folder moved ({after})"
+            );
+            assert_eq!(
+                &cluster_state(client, ns, "plan-pr").await,
+                cluster,
+                "the cluster moved ({after})"
+            );
+        }
+    };
     let plan = |revision: &str| {
         setup.berth(&[
             "plan",
@@ -154,6 +172,7 @@ async fn a_branch_is_planned_against_the_live_cluster_and_nothing_moves() {
     };
 
     let (code, broken, err) = plan("feature");
+    unmoved("the broken branch").await;
     assert_eq!(code, 1, "{broken}{err}");
     assert!(
         broken.contains("| `plan-pr` | ") && broken.contains("nginx 1.26, b, no Service"),
@@ -202,11 +221,13 @@ async fn a_branch_is_planned_against_the_live_cluster_and_nothing_moves() {
     assert_eq!(again, broken, "the same plan twice");
 
     let (code, fixed, err) = plan("fixed");
+    unmoved("the fixed branch").await;
     assert_eq!(code, 2, "{fixed}{err}");
     assert!(fixed.contains("+1 ~1 -1, 1 rollout, 0 errors"), "{fixed}");
     assert!(!fixed.contains("**Errors**"), "{fixed}");
 
     let (code, same, err) = plan("same");
+    unmoved("the branch with no effect").await;
     assert_eq!(code, 0, "{same}{err}");
     assert!(same.contains("+0 ~0 -0, 0 rollouts, 0 errors"), "{same}");
 
@@ -232,16 +253,7 @@ async fn a_branch_is_planned_against_the_live_cluster_and_nothing_moves() {
     );
     assert!(!err.contains("plan-other: fetching"), "{err}");
 
-    assert_eq!(
-        state_files(setup.state.path()),
-        files,
-        "the state folder moved"
-    );
-    assert_eq!(
-        cluster_state(&client, &ns, "plan-pr").await,
-        cluster,
-        "the cluster moved"
-    );
+    unmoved("--all-affected").await;
     let image =
         |d: DynamicObject| d.data["spec"]["template"]["spec"]["containers"][0]["image"].clone();
     let deployments: Api<DynamicObject> = Api::namespaced_with(
