@@ -42,6 +42,27 @@ pub fn private_dir(dir: &Path) -> std::io::Result<()> {
     DirBuilder::new().recursive(true).mode(DIR_MODE).create(dir)
 }
 
+/// A new folder in `base`, 0700, named `<prefix><pid>-<n>`, made by this call and no
+/// other: a name that exists already (made by another user in a shared folder such as
+/// `/tmp` or `/dev/shm`, to read what berth would put there) is passed over, never used.
+///
+/// # Errors
+/// The folder cannot be created (or 100 names in a row are taken).
+pub fn fresh_private_dir(base: &Path, prefix: &str) -> std::io::Result<std::path::PathBuf> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut taken = None;
+    for _ in 0..100 {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = base.join(format!("{prefix}{}-{n}", std::process::id()));
+        match DirBuilder::new().mode(DIR_MODE).create(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => taken = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(taken.unwrap_or_else(|| std::io::Error::other("no free name")))
+}
+
 /// Options that create a file 0600; the caller adds how it opens it.
 pub fn private_file() -> OpenOptions {
     let mut options = OpenOptions::new();
@@ -138,6 +159,29 @@ mod tests {
 
     fn mode(path: &Path) -> u32 {
         std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn a_fresh_private_folder_never_takes_one_made_before() {
+        let base = tempfile::tempdir().unwrap();
+        // Another user's folders under every name this process could try next but one.
+        let first = fresh_private_dir(base.path(), "x-").unwrap();
+        let n: u64 = first
+            .to_string_lossy()
+            .rsplit('-')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let planted: Vec<_> = (n + 1..n + 4)
+            .map(|i| base.path().join(format!("x-{}-{i}", std::process::id())))
+            .collect();
+        for p in &planted {
+            std::fs::create_dir(p).unwrap();
+        }
+        let fresh = fresh_private_dir(base.path(), "x-").unwrap();
+        assert!(!planted.contains(&fresh) && fresh != first, "{fresh:?}");
+        assert_eq!(mode(&fresh), 0o700);
     }
 
     #[test]

@@ -15,6 +15,20 @@ use kube::discovery::ApiResource;
 const DEPLOYMENT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.25\n";
 const SERVICE: &str = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector: {app: web}\n  ports:\n  - port: 80\n";
 
+/// What the branch of these tests does: the Deployment's image changed, a ConfigMap
+/// added, the Service deleted.
+fn the_branch_changes(repo: &Repo) {
+    repo.write(
+        "app/web.yaml",
+        &DEPLOYMENT.replace("nginx:1.25", "nginx:1.26"),
+    );
+    repo.write(
+        "app/b.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\ndata:\n  k: v\n",
+    );
+    std::fs::remove_file(repo.dir.path().join("app/svc.yaml")).unwrap();
+}
+
 /// Every file of the state folder but the repository caches, by path.
 fn state_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut found = BTreeMap::new();
@@ -121,15 +135,7 @@ async fn a_branch_is_planned_against_the_live_cluster_and_nothing_moves() {
 
     repo.git(&["checkout", "-q", "-b", "same"]);
     repo.git(&["checkout", "-q", "-b", "feature"]);
-    repo.write(
-        "app/web.yaml",
-        &DEPLOYMENT.replace("nginx:1.25", "nginx:1.26"),
-    );
-    repo.write(
-        "app/b.yaml",
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\ndata:\n  k: v\n",
-    );
-    std::fs::remove_file(repo.dir.path().join("app/svc.yaml")).unwrap();
+    the_branch_changes(&repo);
     repo.write(
         "app/broken.yaml",
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad-key\ndata:\n  \"bad key!\": v\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: bad-data\nspec:\n  ports: 80\n",
@@ -274,15 +280,7 @@ fn a_revision_is_planned_offline_against_another() {
     repo.write("app/svc.yaml", SERVICE);
     repo.commit("the app");
     repo.git(&["checkout", "-q", "-b", "feature"]);
-    repo.write(
-        "app/web.yaml",
-        &DEPLOYMENT.replace("nginx:1.25", "nginx:1.26"),
-    );
-    repo.write(
-        "app/b.yaml",
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n",
-    );
-    std::fs::remove_file(repo.dir.path().join("app/svc.yaml")).unwrap();
+    the_branch_changes(&repo);
     repo.commit("nginx 1.26, b, no Service");
     repo.git(&["checkout", "-q", "-b", "broken"]);
     repo.write(

@@ -110,27 +110,26 @@ fn run_measured(cmd: &mut Command) -> Result<(f64, f64)> {
 }
 
 impl Bench {
-    /// Flux's workload at `apps` apps: `berth run` watching the repository, one commit
-    /// changing every app's four objects (their labels; not the pod templates, so the
-    /// cluster's Deployment controller, at its default 20 QPS, is not what is measured);
-    /// time to every app's record of the commit, peak RSS, requests; beside `kubectl apply
-    /// --server-side` of the same change, and Flux's published figures.
-    pub fn fleet(&mut self, apps: usize) -> Result<()> {
-        let ns = format!("fleet-{apps}");
-        run(self.kubectl().args(["create", "namespace", &ns]))?;
-        let repo = self.work.join(format!("fleet-{apps}"));
-        write_fleet(&repo, &ns, apps, 1)?;
+    /// `apps` apps of four objects in `ns`, at version 1, committed to a repository
+    /// `work/<label>`, and berth's configuration of them with its state in
+    /// `work/state-<label>`: the repository and the configuration's path. Each is a
+    /// deployment of its own: its inventories in a namespace of their own, so another
+    /// case's apps (same names, another repository) are not taken for a rewound history.
+    pub(crate) fn fleet_setup(
+        &self,
+        label: &str,
+        ns: &str,
+        apps: usize,
+    ) -> Result<(PathBuf, PathBuf)> {
+        let repo = self.work.join(label);
+        write_fleet(&repo, ns, apps, 1)?;
         git(&repo, &["init", "-q", "-b", "main"])?;
         git(&repo, &["add", "-A"])?;
         git(&repo, &["commit", "-qm", "version 1"])?;
-        let first = git(&repo, &["rev-parse", "HEAD"])?.trim().to_string();
-        let state = self.work.join(format!("state-fleet-{apps}"));
+        let state = self.work.join(format!("state-{label}"));
         std::fs::create_dir_all(&state)?;
-        // Each fleet is a deployment of its own: its inventories in a namespace of their
-        // own, so a later fleet's apps (same names, another repository) are not taken for
-        // a rewound history of an earlier fleet's.
         let mut config = format!(
-            "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\ninventory_namespace = \"berth-fleet-{apps}\"\n[cluster]\nkubeconfig = \"{}\"\n",
+            "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\ninventory_namespace = \"berth-{label}\"\n[cluster]\nkubeconfig = \"{}\"\n",
             state.display(),
             self.cp.kubeconfig.display()
         );
@@ -143,6 +142,20 @@ impl Bench {
         }
         let path = state.join("berth.toml");
         std::fs::write(&path, config)?;
+        Ok((repo, path))
+    }
+
+    /// Flux's workload at `apps` apps: `berth run` watching the repository, one commit
+    /// changing every app's four objects (their labels; not the pod templates, so the
+    /// cluster's Deployment controller, at its default 20 QPS, is not what is measured);
+    /// time to every app's record of the commit, peak RSS, requests; beside `kubectl apply
+    /// --server-side` of the same change, and Flux's published figures.
+    pub fn fleet(&mut self, apps: usize) -> Result<()> {
+        let ns = format!("fleet-{apps}");
+        run(self.kubectl().args(["create", "namespace", &ns]))?;
+        let (repo, path) = self.fleet_setup(&format!("fleet-{apps}"), &ns, apps)?;
+        let first = git(&repo, &["rev-parse", "HEAD"])?.trim().to_string();
+        let state = path.parent().unwrap_or(&self.work).to_path_buf();
         let mut daemon = Command::new(&self.berth)
             .args(["run", "--log-format", "text", "--config"])
             .arg(&path)

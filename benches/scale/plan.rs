@@ -3,7 +3,6 @@
 //! beside the plan of that one app alone: the requests each sends (the API server's audit
 //! log, berth's user agent) and its time.
 
-use std::fmt::Write as _;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -22,27 +21,7 @@ impl Bench {
     pub(crate) fn plan_affected(&mut self) -> Result<()> {
         let ns = format!("plan-{APPS}");
         run(self.kubectl().args(["create", "namespace", &ns]))?;
-        let repo = self.work.join(format!("plan-{APPS}"));
-        write_fleet(&repo, &ns, APPS, 1)?;
-        git(&repo, &["init", "-q", "-b", "main"])?;
-        git(&repo, &["add", "-A"])?;
-        git(&repo, &["commit", "-qm", "version 1"])?;
-        let state = self.work.join(format!("state-plan-{APPS}"));
-        std::fs::create_dir_all(&state)?;
-        let mut config = format!(
-            "[agent]\nstate_dir = \"{}\"\nlisten = \"off\"\ninventory_namespace = \"berth-plan-{APPS}\"\n[cluster]\nkubeconfig = \"{}\"\n",
-            state.display(),
-            self.cp.kubeconfig.display()
-        );
-        for i in 0..APPS {
-            let _ = write!(
-                config,
-                "[[app]]\nname = \"app-{i}\"\nrepo = \"{}\"\npath = \"apps/app-{i}\"\n[app.scope]\nnamespaces = [\"*\"]\n",
-                repo.display()
-            );
-        }
-        let path = state.join("berth.toml");
-        std::fs::write(&path, config)?;
+        let (repo, path) = self.fleet_setup(&format!("plan-{APPS}"), &ns, APPS)?;
         let berth = |args: &[&str]| {
             let mut c = Command::new(&self.berth);
             c.args(args).arg("--config").arg(&path);

@@ -270,8 +270,7 @@ impl AppConfig {
         }
         let mut app = self.clone();
         (app.branch, app.tag, app.commit) = (None, None, None);
-        let is_sha = revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_hexdigit());
-        if is_sha {
+        if super::validate::is_full_sha(revision) {
             app.commit = Some(revision.to_ascii_lowercase());
         } else if let Some(tag) = revision
             .strip_prefix("refs/tags/")

@@ -227,7 +227,7 @@ fn app_source(app: &AppConfig, key: &dyn Fn(&str) -> String, problems: &mut Prob
         problems.add(key("branch"), "give at most one of branch, tag and commit");
     }
     if let Some(c) = &app.commit {
-        if c.len() != 40 || !c.chars().all(|ch| ch.is_ascii_hexdigit()) {
+        if !is_full_sha(c) {
             problems.add(
                 key("commit"),
                 format!("{c:?} is not a full 40-character commit SHA"),
@@ -415,6 +415,11 @@ pub fn check_repo_path(p: &str) -> Result<(), ValueError> {
         }
     }
     Ok(())
+}
+
+/// Whether `s` is a full commit SHA: 40 hexadecimal digits.
+pub fn is_full_sha(s: &str) -> bool {
+    s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// True for an RFC 1123 DNS label: what app names and namespaces must be.

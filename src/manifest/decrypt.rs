@@ -159,29 +159,41 @@ pub fn open(
     }
 }
 
-/// Marks each string of `m` that is one of `values` (a value of an encrypted file that
-/// kustomize was given in clear), or its base64 (a generated Secret's data), as
-/// decrypted. Names are never marked.
-pub fn mark(m: &mut Manifest, values: &[String]) {
-    use base64::Engine;
-    let values: Vec<&String> = values.iter().filter(|v| !v.is_empty()).collect();
-    if values.is_empty() {
-        return;
+/// The values of encrypted files that kustomize was given in clear, and their base64 (a
+/// generated Secret's data), made once for a render's objects.
+pub struct Marks {
+    values: Vec<String>,
+}
+
+impl Marks {
+    /// Marks for `values` (empty ones never match).
+    pub fn new(values: &[String]) -> Self {
+        use base64::Engine;
+        let plain = values.iter().filter(|v| !v.is_empty());
+        let encoded = plain
+            .clone()
+            .map(|v| base64::engine::general_purpose::STANDARD.encode(v.as_bytes()));
+        Marks {
+            values: plain.cloned().chain(encoded).collect(),
+        }
     }
-    let encoded: Vec<String> = values
-        .iter()
-        .map(|v| base64::engine::general_purpose::STANDARD.encode(v.as_bytes()))
-        .collect();
-    let is_value = |s: &str| values.iter().any(|v| *v == s) || encoded.iter().any(|v| v == s);
-    let mut found = Vec::new();
-    for (key, value) in &m.object {
-        strings(value, &format!("/{}", escape(key)), &mut |pointer, s| {
-            if is_value(s) && !IDENTITY.contains(&pointer) {
-                found.push(pointer.to_string());
-            }
-        });
+
+    /// Marks each string of `m` that is one of the values as decrypted. Names are never
+    /// marked.
+    pub fn mark(&self, m: &mut Manifest) {
+        if self.values.is_empty() {
+            return;
+        }
+        let mut found = Vec::new();
+        for (key, value) in &m.object {
+            strings(value, &format!("/{}", escape(key)), &mut |pointer, s| {
+                if self.values.iter().any(|v| v == s) && !IDENTITY.contains(&pointer) {
+                    found.push(pointer.to_string());
+                }
+            });
+        }
+        m.decrypted.extend(found);
     }
-    m.decrypted.extend(found);
 }
 
 /// Calls `f` with each string in `value` and its JSON pointer.

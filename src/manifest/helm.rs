@@ -12,7 +12,6 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -341,13 +340,7 @@ pub(super) struct Sandbox {
 
 impl Sandbox {
     pub(super) fn new() -> std::io::Result<Self> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "berth-helm-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        crate::state::private_dir(&path)?;
+        let path = crate::state::fresh_private_dir(&std::env::temp_dir(), "berth-helm-")?;
         Ok(Sandbox { path })
     }
 

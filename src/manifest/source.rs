@@ -278,9 +278,10 @@ impl Walk<'_> {
         let dir_shown = self.source.display(rel);
         let allow = k.decrypt.as_ref().map_or(&[][..], |d| &d.allow_in[..]);
         // What kustomize made of decrypted values is marked, and may land where they may.
+        let marks = decrypt::Marks::new(&decrypted);
         let f = &mut |item: Item| {
             f(item.and_then(|mut m| {
-                decrypt::mark(&mut m, &decrypted);
+                marks.mark(&mut m);
                 decrypt::refused_kind(&m, allow).map_or(Ok(m), Err)
             }))
         };

@@ -167,3 +167,18 @@ fn html(text: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_from_a_commit_stays_on_its_line_and_in_its_cell() {
+        // A commit subject or an error is the author's text: no table cell broken, no
+        // HTML, no line break.
+        assert_eq!(
+            escape("fix | <script>x</script>\n# title"),
+            "fix \\| &lt;script&gt;x&lt;/script&gt; # title"
+        );
+    }
+}

@@ -10,7 +10,6 @@
 //! own memory may.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::relative;
 use crate::manifest::decrypt::Decryption;
@@ -113,7 +112,6 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// A new 0700 folder on a tmpfs, for one render; folders of berths that no longer run
 /// are removed first.
 fn private_folder() -> Result<PathBuf, String> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
     let runtime = std::env::var_os("RUNTIME_DIRECTORY").map(PathBuf::from);
     let base = runtime
         .into_iter()
@@ -123,13 +121,8 @@ fn private_folder() -> Result<PathBuf, String> {
             "no tmpfs to decrypt into ($RUNTIME_DIRECTORY, /dev/shm): berth writes decrypted files for kustomize to memory only; give the unit RuntimeDirectory=berth",
         )?;
     remove_stale(&base);
-    let path = base.join(format!(
-        "{PREFIX}{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    crate::state::private_dir(&path).map_err(|e| format!("cannot make {}: {e}", path.display()))?;
-    Ok(path)
+    crate::state::fresh_private_dir(&base, PREFIX)
+        .map_err(|e| format!("cannot make a private folder in {}: {e}", base.display()))
 }
 
 /// Whether `path` is on a tmpfs (memory).

@@ -48,6 +48,10 @@ pub fn is_encrypted_file(bytes: &[u8], format: Format) -> bool {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return false;
     };
+    // Every file a kustomization reads is asked: parse only one that names sops.
+    if !text.contains(METADATA) {
+        return false;
+    }
     match format {
         Format::Dotenv => text.lines().any(|l| l.starts_with("sops_mac=")),
         Format::Yaml => serde_yaml::Deserializer::from_str(text)

@@ -163,3 +163,11 @@ fn the_rules_cover_what_is_below_the_key_they_match() {
     assert!(regex.encrypts("anything", true), "below data");
     assert!(!regex.encrypts("metadata", false));
 }
+
+#[test]
+fn a_file_whose_rule_would_compile_to_a_huge_regex_is_refused() {
+    // A commit's file names its own rule: compiling it is bounded.
+    let e = compiled("(a{1000}){1000}").unwrap_err();
+    assert!(e.to_string().contains("size limit"), "{e}");
+    assert!(compiled("^(data|stringData)$").is_ok());
+}
