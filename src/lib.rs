@@ -79,6 +79,7 @@ pub mod health;
 pub mod history;
 pub mod manifest;
 pub mod notifications;
+pub mod page;
 pub mod plan;
 pub mod retry;
 pub mod rollout;

@@ -247,8 +247,12 @@ impl Agent {
                     self.shared
                         .metrics
                         .notifications(syncer.notifications.clone());
+                    let syncer = Arc::new(syncer);
+                    if let Some(page) = &self.shared.page {
+                        page.set_syncer(syncer.clone());
+                    }
                     if let Ok(mut s) = self.shared.syncer.write() {
-                        *s = Arc::new(syncer);
+                        *s = syncer;
                     }
                 }
                 Err(e) => {
@@ -258,6 +262,9 @@ impl Agent {
             }
             self.stop_all().await;
             self.config = new;
+            if let Some(page) = &self.shared.page {
+                page.set_apps(&self.config.apps);
+            }
             if leading {
                 self.start_all();
             } else if sharded {
@@ -292,6 +299,9 @@ impl Agent {
             }
         }
         self.config = new;
+        if let Some(page) = &self.shared.page {
+            page.set_apps(&self.config.apps);
+        }
         if leading {
             let new_apps: Vec<AppConfig> = wanted
                 .into_values()
@@ -336,7 +346,14 @@ async fn app_loop(
     mut stop: Signal,
     heart: Arc<Heartbeat>,
 ) {
-    let log = |line: &str| log_progress(&app.name, line);
+    let state_dir = shared.syncer().agent.state_dir.clone();
+    let log = |line: &str| {
+        log_progress(&app.name, line);
+        if let Some(page) = &shared.page {
+            let step = crate::sync::syncing(&state_dir, &app.name).map(|m| m.step.as_str());
+            page.board.progress(&app.name, step, line);
+        }
+    };
     let mut options = SyncOptions::new(Trigger::Interval);
     let mut gate = Gate::default();
     if !app.depends_on.is_empty() {
@@ -373,6 +390,9 @@ async fn app_loop(
             }
             None => None,
         };
+        if let Some(page) = &shared.page {
+            page.board.syncing(&app.name);
+        }
         // Queued behind agent.max_concurrent_syncs other syncs (a busy heart may wait).
         let slot = tokio::select! {
             slot = syncer.slots.clone().acquire_owned() => slot.ok(),
@@ -392,7 +412,13 @@ async fn app_loop(
         shared.metrics.observe(&record);
         shared.set_status(&app.name, status_line(&record));
         shared.wake_dependents(&app.name);
-        let wake = tokio::time::Instant::now() + interval + crate::retry::random_below(jitter);
+        let delay = interval + crate::retry::random_below(jitter);
+        if let Some(page) = &shared.page {
+            let next =
+                jiff::Timestamp::now() + jiff::SignedDuration::try_from(delay).unwrap_or_default();
+            page.board.synced(&app.name, &record, next);
+        }
+        let wake = tokio::time::Instant::now() + delay;
         match next_trigger(wake, &mut triggers, &mut stop, &heart).await {
             Some(next) => options = SyncOptions::new(next),
             None => return,
@@ -426,6 +452,9 @@ impl Gate {
         self.since.get_or_insert_with(tokio::time::Instant::now);
         note_waiting(&syncer.agent.state_dir, &app.name, Some(&waiting));
         shared.set_status(&app.name, format!("{}: {waiting}", app.name));
+        if let Some(page) = &shared.page {
+            page.board.waiting(&app.name, &waiting.to_string());
+        }
         if waiting.failed && self.gave_up.as_ref() != Some(&waiting) {
             tracing::warn!(app = %app.name, "{waiting}: held until it is ready");
             let record = syncer.held_by(app, options, &waiting);

@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{AppConfig, Config};
 use crate::history::{Outcome, SyncRecord, Trigger};
+use crate::page::StatusPage;
 use crate::service::http::{self, Endpoint};
 use crate::service::lease::{self, Elector};
 use crate::service::listener;
@@ -61,6 +62,9 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
+    /// The status page's credentials cannot be used.
+    #[error(transparent)]
+    StatusPage(#[from] crate::page::AuthError),
 }
 
 /// An app loop's sign of life, for the watchdog.
@@ -114,6 +118,8 @@ struct Shared {
     /// Each running app's triggers: a sync that ends wakes the apps that depend on it.
     triggers: Mutex<BTreeMap<String, mpsc::Sender<Trigger>>>,
     endpoint: Option<Arc<Endpoint>>,
+    /// With `[agent] status_page`: the page, told where each app is.
+    page: Option<Arc<StatusPage>>,
     /// With `[agent] sharding`: this host's identity, for the membership and the apps'
     /// Leases.
     shard: Option<Shard>,
@@ -205,8 +211,20 @@ pub async fn run(
     let open_files = listener::raise_open_files();
     let metrics = Arc::new(Metrics::default());
     metrics.notifications(syncer.notifications.clone());
+    let endpoint = start_http(&config, open_files, &metrics, &syncer, &signals.shutdown).await?;
+    let page = match &endpoint {
+        Some(endpoint) if config.agent.status_page => {
+            let page = Arc::new(StatusPage::new(&config, syncer.clone())?);
+            let _ = endpoint.pages.set(Arc::new(page.clone()));
+            tokio::spawn(page.clone().refresh(signals.shutdown.clone()));
+            tracing::info!("serving the status page on / (read-only)");
+            Some(page)
+        }
+        _ => None,
+    };
     let shared = Arc::new(Shared {
-        endpoint: start_http(&config, open_files, &metrics, &syncer, &signals.shutdown).await?,
+        endpoint,
+        page,
         syncer: RwLock::new(syncer.clone()),
         notifier: Notifier::from_env(),
         metrics,

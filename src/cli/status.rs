@@ -6,19 +6,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 
-use berth::cluster::discovery::ClusterKinds;
-use berth::cluster::health::{live_health, said};
-use berth::cluster::{api_for, client, inventory};
+use berth::cluster::client;
+use berth::cluster::discovery::SharedKinds;
 use berth::config;
-use berth::health::waits_for;
 use berth::history::HistoryLog;
-use berth::manifest::ObjectKey;
-use berth::plan::Resolved;
-use berth::rollout::phase::phase;
-use berth::rollout::revisions::revision_of;
 use berth::service::shards;
+use berth::sync::status::{live_app, DeploymentStatus, LiveApp, ObjectStatus};
 use berth::sync::{syncing, Marker};
-use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 use serde::Serialize;
 
@@ -85,26 +79,6 @@ struct Syncing {
     step: berth::sync::Step,
     started_at: jiff::Timestamp,
     pid: u32,
-}
-
-#[derive(Clone, Serialize)]
-struct DeploymentStatus {
-    /// `namespace/name`.
-    name: String,
-    revision: Option<i64>,
-    ready: i32,
-    replicas: i32,
-    updated: i32,
-    /// `complete`, `progressing`, `failed`, or `missing`.
-    phase: String,
-}
-
-#[derive(Clone, Serialize)]
-struct ObjectStatus {
-    /// `Kind namespace/name` as the inventory names it.
-    object: String,
-    /// `ready`, `waiting: …`, `failed: …` or `missing`.
-    health: String,
 }
 
 /// Runs `berth status`. The last sync of each app comes from the local history and the
@@ -273,21 +247,12 @@ struct Live {
     apps: Vec<LiveApp>,
 }
 
-/// What the cluster says of one app: why it is held, its Deployments, and every other
-/// object with a notion of readiness (its health, as a sync waits for it).
-#[derive(Default)]
-struct LiveApp {
-    held: Option<String>,
-    deployments: Vec<DeploymentStatus>,
-    objects: Vec<ObjectStatus>,
-}
-
 async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::Result<Live> {
     // A cluster that is down is said at once, not after the whole timeout.
     super::reach_cluster(config).await?;
     let client = client::connect(&config.cluster).await?;
     // Discovery only when an app holds a kind beyond Deployments to show.
-    let mut kinds: Option<ClusterKinds> = None;
+    let kinds = SharedKinds::new(client.clone());
     let mut live = Live {
         hosts: None,
         apps: Vec::new(),
@@ -296,39 +261,9 @@ async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::R
         live.hosts = Some(hosts(&client, config).await?);
     }
     for app in apps {
-        let inv = inventory::load(&client, &config.agent.inventory_namespace, &app.name)
-            .await?
-            .map(|s| s.inventory)
-            .unwrap_or_default();
-        let mut one = LiveApp {
-            held: inv.held.as_ref().map(|h| h.reason.clone()),
-            ..LiveApp::default()
-        };
-        for e in inv
-            .objects
-            .iter()
-            .filter(|e| waits_for(&e.key.group, &e.key.kind))
-        {
-            if kinds.is_none() {
-                kinds = Some(ClusterKinds::discover(&client).await?);
-            }
-            let resolved = kinds
-                .as_ref()
-                .and_then(|k| k.resolve_kind(&e.api_version, &e.key.kind));
-            if let Some(resolved) = resolved {
-                one.objects
-                    .push(object_status(&client, &resolved, &e.key).await?);
-            }
-        }
-        for key in inv
-            .objects
-            .iter()
-            .map(|e| &e.key)
-            .filter(|k| k.group == "apps" && k.kind == "Deployment")
-        {
-            one.deployments.push(deployment_status(&client, key).await?);
-        }
-        live.apps.push(one);
+        let ns = &config.agent.inventory_namespace;
+        live.apps
+            .push(live_app(&client, &kinds, ns, &app.name).await?);
     }
     Ok(live)
 }
@@ -345,58 +280,4 @@ async fn hosts(
         .into_iter()
         .map(|(app, host)| (app, host.to_string()))
         .collect())
-}
-
-/// Where one managed object stands (a Service only as ready as the pods it routes to).
-async fn object_status(
-    client: &kube::Client,
-    resolved: &Resolved,
-    key: &ObjectKey,
-) -> anyhow::Result<ObjectStatus> {
-    let api = api_for(client, resolved, key.namespace.as_deref());
-    let health = match api.get_opt(&key.name).await? {
-        None => "missing".to_string(),
-        Some(obj) => {
-            let json = serde_json::to_value(&obj).unwrap_or_default();
-            let ns = key.namespace_or_default();
-            said(&live_health(client, &key.group, &key.kind, ns, &json, true).await)
-        }
-    };
-    Ok(ObjectStatus {
-        object: key.to_string(),
-        health,
-    })
-}
-
-/// A managed Deployment's revision, replicas and phase.
-async fn deployment_status(
-    client: &kube::Client,
-    key: &ObjectKey,
-) -> anyhow::Result<DeploymentStatus> {
-    let ns = key.namespace_or_default();
-    let name = format!("{ns}/{}", key.name);
-    let Some(d) = Api::<Deployment>::namespaced(client.clone(), ns)
-        .get_opt(&key.name)
-        .await?
-    else {
-        return Ok(DeploymentStatus {
-            name,
-            revision: None,
-            ready: 0,
-            replicas: 0,
-            updated: 0,
-            phase: "missing".into(),
-        });
-    };
-    let generation = d.metadata.generation.unwrap_or(0);
-    let (p, _) = phase(&d, generation);
-    let status = d.status.as_ref();
-    Ok(DeploymentStatus {
-        name,
-        revision: revision_of(&d.metadata),
-        ready: status.and_then(|s| s.ready_replicas).unwrap_or(0),
-        replicas: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
-        updated: status.and_then(|s| s.updated_replicas).unwrap_or(0),
-        phase: p.as_str().to_string(),
-    })
 }

@@ -77,6 +77,13 @@ pub struct AgentConfig {
     /// How long one kustomize or helm run may take.
     #[serde(deserialize_with = "duration")]
     pub render_timeout: Duration,
+    /// Serve the read-only status page (`/`, `/apps/NAME`, `/api/…`) on `listen`.
+    pub status_page: bool,
+    /// Who may read the status page: a file of `USER:PASSWORD` lines (HTTP basic auth,
+    /// for browsers) and bare `TOKEN` lines (`Authorization: Bearer TOKEN`), or
+    /// `credential:NAME`. Unset: anyone who reaches `listen` (loopback only).
+    #[serde(default, deserialize_with = "credentials::file")]
+    pub status_page_credentials: Option<PathBuf>,
 }
 
 impl Default for AgentConfig {
@@ -106,6 +113,8 @@ impl Default for AgentConfig {
             helm: None,
             allow_remote_charts: Vec::new(),
             render_timeout: Duration::from_secs(60),
+            status_page: false,
+            status_page_credentials: None,
         }
     }
 }

@@ -146,6 +146,23 @@ fn agent(agent: &AgentConfig, problems: &mut Problems) {
     if agent.max_file_size == 0 || agent.max_app_size == 0 || agent.max_objects == 0 {
         problems.add("agent.max_file_size", "size caps must be more than 0");
     }
+    if agent.status_page {
+        match agent.listen {
+            None => problems.add(
+                "agent.status_page",
+                "the status page is served on agent.listen, which is off",
+            ),
+            Some(address)
+                if !address.ip().is_loopback() && agent.status_page_credentials.is_none() =>
+            {
+                problems.add(
+                    "agent.status_page",
+                    format!("agent.listen ({address}) is not a loopback address: set agent.status_page_credentials, or serve the page on 127.0.0.1 and reach it through an SSH tunnel"),
+                )
+            }
+            Some(_) => {}
+        }
+    }
     for url in &agent.allow_remote_charts {
         let host = url
             .strip_prefix("https://")

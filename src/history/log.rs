@@ -13,7 +13,64 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use super::{Outcome, SyncRecord};
+use super::{Action, CommitInfo, Outcome, SyncRecord, Trigger};
+
+/// The longest record line read by [`HistoryLog::page`] and [`HistoryLog::find`]; a longer
+/// one (no sync writes one: 20 000 objects make about 4 MiB) is skipped unread.
+pub const MAX_RECORD: usize = 64 << 20;
+
+/// A record as a list shows it: its line in `/apps/NAME`, without its objects.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Summary {
+    /// The record's id.
+    pub id: String,
+    /// What started it.
+    pub trigger: Trigger,
+    /// When it started.
+    pub started_at: Timestamp,
+    /// How long it took.
+    pub duration_ms: u64,
+    /// The commit, once resolved.
+    pub commit: Option<CommitInfo>,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Objects created, configured or pruned.
+    #[serde(default, deserialize_with = "changes")]
+    #[serde(rename(deserialize = "objects"))]
+    pub changes: usize,
+    /// Errors.
+    #[serde(default, deserialize_with = "count")]
+    #[serde(rename(deserialize = "errors"))]
+    pub errors: usize,
+    /// A remark for people.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// The changes among a record's objects, read without keeping them.
+fn changes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    #[derive(serde::Deserialize)]
+    struct Line {
+        action: Action,
+    }
+    let lines: Vec<Line> = serde::Deserialize::deserialize(d)?;
+    Ok(lines.iter().filter(|l| l.action.is_change()).count())
+}
+
+/// How many items a list holds, read without keeping them.
+fn count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let items: Vec<serde::de::IgnoredAny> = serde::Deserialize::deserialize(d)?;
+    Ok(items.len())
+}
+
+/// A page of an app's records, newest first.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Page {
+    /// The records.
+    pub records: Vec<Summary>,
+    /// Older records exist: the next page starts before the last one here.
+    pub more: bool,
+}
 
 /// History errors.
 #[derive(Debug, thiserror::Error)]
@@ -139,6 +196,99 @@ impl HistoryLog {
             .find(|r| outcomes.contains(&r.outcome)))
     }
 
+    /// Up to `limit` records of an app, newest first, older than the record `before` when
+    /// given; one streaming pass, each line at most [`MAX_RECORD`].
+    ///
+    /// # Errors
+    /// The file exists but cannot be read.
+    pub fn page(
+        &self,
+        app: &str,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<Page, HistoryError> {
+        let mut kept = std::collections::VecDeque::with_capacity(limit + 1);
+        let mut reached = before.is_none();
+        self.each_line(app, |line| {
+            let Ok(summary) = serde_json::from_slice::<Summary>(line) else {
+                return true; // a torn line
+            };
+            if before == Some(summary.id.as_str()) {
+                reached = true;
+                return false;
+            }
+            kept.push_back(summary);
+            if kept.len() > limit + 1 {
+                kept.pop_front();
+            }
+            true
+        })?;
+        if !reached {
+            kept.clear(); // `before` is not (or no longer) in the log
+        }
+        let more = kept.len() > limit;
+        let records = kept.into_iter().rev().take(limit).collect();
+        Ok(Page { records, more })
+    }
+
+    /// The record `id` of an app, if the log holds it.
+    ///
+    /// # Errors
+    /// The file exists but cannot be read.
+    pub fn find(&self, app: &str, id: &str) -> Result<Option<SyncRecord>, HistoryError> {
+        #[derive(serde::Deserialize)]
+        struct Id<'a> {
+            #[serde(borrow)]
+            id: std::borrow::Cow<'a, str>,
+        }
+        let mut found = None;
+        self.each_line(app, |line| {
+            if serde_json::from_slice::<Id>(line).is_ok_and(|l| l.id == id) {
+                found = serde_json::from_slice(line).ok();
+                return false;
+            }
+            true
+        })?;
+        Ok(found)
+    }
+
+    /// Calls `visit` with each line of an app's log (a line over [`MAX_RECORD`] skipped)
+    /// until it returns false.
+    fn each_line(
+        &self,
+        app: &str,
+        mut visit: impl FnMut(&[u8]) -> bool,
+    ) -> Result<(), HistoryError> {
+        let path = self.file(app);
+        let io = |cause| HistoryError::Io {
+            path: path.clone(),
+            cause,
+        };
+        let mut reader = match File::open(&path) {
+            Ok(f) => BufReader::new(f),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io(e)),
+        };
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let read = (&mut reader)
+                .take(MAX_RECORD as u64 + 1)
+                .read_until(b'\n', &mut line)
+                .map_err(io)?;
+            if read == 0 {
+                return Ok(());
+            }
+            if line.len() > MAX_RECORD {
+                skip_line(&mut reader).map_err(io)?;
+                continue;
+            }
+            if !line.trim_ascii().is_empty() && !visit(&line) {
+                return Ok(());
+            }
+        }
+    }
+
     /// Keeps the newest `keep` records of an app that are younger than `max_age`.
     ///
     /// # Errors
@@ -208,6 +358,26 @@ fn started_at(line: &[u8]) -> Option<Timestamp> {
     serde_json::from_slice::<Start>(line)
         .ok()
         .map(|s| s.started_at)
+}
+
+/// Reads past the rest of a line, holding none of it.
+fn skip_line(reader: &mut impl BufRead) -> std::io::Result<()> {
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        match buf.iter().position(|b| *b == b'\n') {
+            Some(end) => {
+                reader.consume(end + 1);
+                return Ok(());
+            }
+            None => {
+                let n = buf.len();
+                reader.consume(n);
+            }
+        }
+    }
 }
 
 fn ends_with_newline(file: &mut File) -> std::io::Result<bool> {

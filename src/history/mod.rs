@@ -13,7 +13,7 @@ pub mod rollout;
 
 pub use crate::cluster::Action;
 pub use crate::source::CommitInfo;
-pub use log::{HistoryError, HistoryLog};
+pub use log::{HistoryError, HistoryLog, Page, Summary};
 pub use record::{
     commit_of_template, new_id, HookRecord, ObjectAction, ObjectHealth, Outcome, RecordError,
     RollbackRecord, RolloutRecord, SyncRecord, Trigger, WaveRecord,
@@ -105,6 +105,38 @@ mod tests {
         assert_eq!(log.read_all().unwrap().len(), 2);
         log.retain("shop", 1, Duration::from_secs(3600)).unwrap();
         assert_eq!(ids(&log, "shop"), ["c"]);
+    }
+
+    #[test]
+    fn pages_go_newest_first_and_a_huge_line_is_skipped_unread() {
+        let d = tempfile::tempdir().unwrap();
+        let log = HistoryLog::new(d.path());
+        let now = Timestamp::now();
+        for id in ["a", "b", "c", "d", "e"] {
+            log.append(&record("shop", id, Outcome::Succeeded, now))
+                .unwrap();
+        }
+        let path = d.path().join("history/shop.jsonl");
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(&vec![b'x'; log::MAX_RECORD + 10]).unwrap();
+        f.write_all(b"\n").unwrap();
+        drop(f);
+        log.append(&record("shop", "f", Outcome::Failed, now))
+            .unwrap();
+        let page = log.page("shop", None, 2).unwrap();
+        let ids: Vec<&str> = page.records.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["f", "e"]);
+        assert!(page.more);
+        assert_eq!(page.records[1].changes, 1);
+        let next = log.page("shop", Some("e"), 10).unwrap();
+        let ids: Vec<&str> = next.records.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["d", "c", "b", "a"]);
+        assert!(!next.more);
+        // An id the log does not hold gives nothing rather than the newest.
+        assert!(log.page("shop", Some("zz"), 10).unwrap().records.is_empty());
+        assert_eq!(log.find("shop", "c").unwrap().unwrap().id, "c");
+        assert!(log.find("shop", "zz").unwrap().is_none());
+        assert!(log.find("nobody", "c").unwrap().is_none());
     }
 
     fn ids(log: &HistoryLog, app: &str) -> Vec<String> {

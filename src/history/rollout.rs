@@ -46,6 +46,9 @@ pub struct TimelineStep {
     /// Old ReplicaSets: available pods, summed.
     #[serde(default)]
     pub old_available: i32,
+    /// The Deployment's spec.replicas (absent in records older than it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired: Option<i32>,
 }
 
 /// A rollout followed to its end.

@@ -350,6 +350,7 @@ impl State {
             new_available: new.map_or(0, |rs| rs.available),
             old_replicas: revisions.old.iter().map(|rs| rs.replicas).sum(),
             old_available: revisions.old.iter().map(|rs| rs.available).sum(),
+            desired: Some(d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)),
         };
         let key = |s: &TimelineStep| {
             (
@@ -358,6 +359,7 @@ impl State {
                 s.new_available,
                 s.old_replicas,
                 s.old_available,
+                s.desired,
             )
         };
         if self

@@ -5,6 +5,9 @@
 //! refused before they are read; a body must arrive within its lane's time (5 s, or 1 s
 //! in the overflow lane), and at most [`MAX_BODY_READS`] are read at once.
 //!
+//! Every other GET goes to the [`Pages`] the agent serves beside these (the status page),
+//! when it serves any.
+//!
 //! Which connections are served, and for how long, is [`super::listener`]'s.
 
 use std::collections::HashMap;
@@ -12,6 +15,8 @@ use std::convert::Infallible;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
@@ -30,6 +35,25 @@ pub const MAX_BODY: usize = 1 << 20;
 pub const MAX_BODY_READS: usize = 8;
 /// How long a connection whose lifetime is over has to finish the request in flight.
 const GRACE: Duration = Duration::from_secs(5);
+
+/// An answer's body: whole, or a stream (server-sent events).
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// A whole body.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed()
+}
+
+/// Pages served beside the endpoint's own paths: asked for every GET the endpoint does not
+/// answer itself; `None` is a 404.
+pub trait Pages: Send + Sync {
+    /// The answer to `request` (its head: the pages read no body), served on `lane`.
+    fn answer<'a>(
+        &'a self,
+        request: &'a http::request::Parts,
+        lane: Lane,
+    ) -> BoxFuture<'a, Option<Response<Body>>>;
+}
 
 /// A webhook target: the app's secret and its trigger channel.
 #[derive(Clone)]
@@ -50,6 +74,8 @@ pub struct Endpoint {
     pub hooks: RwLock<HashMap<String, Hook>>,
     /// For `/readyz`.
     pub readiness: Readiness,
+    /// The pages served beside (the status page), set once when the agent starts.
+    pub pages: std::sync::OnceLock<Arc<dyn Pages>>,
     /// Places to read a webhook body in.
     body_reads: Semaphore,
 }
@@ -61,6 +87,7 @@ impl Endpoint {
             metrics,
             hooks: RwLock::new(HashMap::new()),
             readiness: Readiness::new(client),
+            pages: std::sync::OnceLock::new(),
             body_reads: Semaphore::new(MAX_BODY_READS),
         }
     }
@@ -106,19 +133,19 @@ async fn connection(endpoint: Arc<Endpoint>, admitted: Admitted) {
     drop(place);
 }
 
-fn reply(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(body.into())));
+fn reply(status: StatusCode, body: impl Into<String>) -> Response<Body> {
+    let mut r = Response::new(full(body.into()));
     *r.status_mut() = status;
     r
 }
 
-async fn handle(endpoint: &Endpoint, lane: Lane, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle(endpoint: &Endpoint, lane: Lane, req: Request<Incoming>) -> Response<Body> {
     // HEAD is GET without the body (probes and monitors send it).
     if req.method() == Method::HEAD {
         let (mut parts, body) = req.into_parts();
         parts.method = Method::GET;
         let mut r = Box::pin(handle(endpoint, lane, Request::from_parts(parts, body))).await;
-        *r.body_mut() = Full::new(Bytes::new());
+        *r.body_mut() = full(Bytes::new());
         return r;
     }
     let path = req.uri().path().to_string();
@@ -145,6 +172,14 @@ async fn handle(endpoint: &Endpoint, lane: Lane, req: Request<Incoming>) -> Resp
         (&Method::POST, p) if p.starts_with("/hooks/") => {
             webhook(endpoint, lane, &p["/hooks/".len()..], req).await
         }
+        (&Method::GET, _) => {
+            let (parts, _) = req.into_parts();
+            let page = match endpoint.pages.get() {
+                Some(pages) => pages.answer(&parts, lane).await,
+                None => None,
+            };
+            page.unwrap_or_else(|| reply(StatusCode::NOT_FOUND, "not found\n"))
+        }
         _ => reply(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
@@ -154,7 +189,7 @@ async fn webhook(
     lane: Lane,
     app: &str,
     req: Request<Incoming>,
-) -> Response<Full<Bytes>> {
+) -> Response<Body> {
     let hook = endpoint.hooks.read().ok().and_then(|h| h.get(app).cloned());
     let Some((secret, repo)) = hook.and_then(|h| Some((h.secret?, h.repo))) else {
         return reply(
@@ -214,7 +249,7 @@ async fn read_body(
     endpoint: &Endpoint,
     lane: Lane,
     body: Incoming,
-) -> Result<Bytes, Response<Full<Bytes>>> {
+) -> Result<Bytes, Response<Body>> {
     // No waiting for a place: a sender that is slow would make everyone wait.
     let Ok(_place) = endpoint.body_reads.try_acquire() else {
         let mut busy = reply(

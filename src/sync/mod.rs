@@ -59,6 +59,7 @@ mod render;
 mod rewind;
 mod roll_out;
 mod skip;
+pub mod status;
 mod step;
 mod validate;
 mod verify;

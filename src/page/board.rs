@@ -1,0 +1,395 @@
+//! What the status page shows of every app now, kept in memory by the agent: the last
+//! sync, the sync in flight and its step, a wait on dependencies, the next sync, the
+//! objects' health. The app loops write it; the page reads it and is woken by each change
+//! ([`Board::changed`]), so that a page open in a browser follows the agent live.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use jiff::Timestamp;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::config::AppConfig;
+use crate::history::{CommitInfo, Outcome, SyncRecord, Trigger};
+use crate::sync::status::LiveApp;
+
+/// One app as the page shows it (`/api/apps` lists these).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AppState {
+    /// The app.
+    pub name: String,
+    /// Its repository (user-info, a token, replaced by `***`).
+    pub repo: String,
+    /// Its paths in the repository, `,`-joined (`.`: the whole repository).
+    pub path: String,
+    /// `idle`, `syncing` or `waiting`.
+    pub state: State,
+    /// The step of the sync in flight.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// The sync's last progress line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub activity: Option<String>,
+    /// Since when it syncs or waits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since: Option<Timestamp>,
+    /// What it waits on (`waiting on infra: …`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
+    /// Why it is held (a failed rollout of its commit), when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
+    /// When its next sync is due, unless something triggers it first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_sync: Option<Timestamp>,
+    /// Its last recorded sync.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last: Option<LastSync>,
+    /// Its objects' health, as last read from the cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthSummary>,
+    /// Grows with each change of this app ([`Board::changed`] tells the newest).
+    pub version: u64,
+}
+
+/// Where an app's loop is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Between syncs.
+    Idle,
+    /// A sync runs (or waits for a place among `max_concurrent_syncs`).
+    Syncing,
+    /// It waits on the apps it depends on.
+    Waiting,
+}
+
+/// An app's last sync, as the list shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LastSync {
+    /// The record's id (`/apps/NAME/syncs/ID`).
+    pub id: String,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// What started it.
+    pub trigger: Trigger,
+    /// When it started.
+    pub started_at: Timestamp,
+    /// When it ended.
+    pub finished_at: Timestamp,
+    /// The commit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<CommitInfo>,
+    /// Objects created, configured or pruned.
+    pub changes: usize,
+    /// Errors.
+    pub errors: usize,
+    /// The first error's message (its first 300 characters).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// A remark (a held app, a rollback).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// How many of an app's objects with a notion of readiness are ready.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HealthSummary {
+    /// Ready.
+    pub ready: usize,
+    /// With a notion of readiness (Deployments included).
+    pub total: usize,
+    /// Failed or missing.
+    pub failed: usize,
+    /// Every object the app manages.
+    pub managed: usize,
+    /// When the cluster was read.
+    pub at: Timestamp,
+}
+
+impl LastSync {
+    /// The list's line of `record`.
+    pub fn of(record: &SyncRecord) -> Self {
+        LastSync {
+            id: record.id.clone(),
+            outcome: record.outcome,
+            trigger: record.trigger,
+            started_at: record.started_at,
+            finished_at: record.finished_at,
+            commit: record.commit.clone(),
+            changes: record.changes(),
+            errors: record.errors.len(),
+            error: record
+                .errors
+                .first()
+                .map(|e| e.message.chars().take(300).collect()),
+            note: record.note.clone(),
+        }
+    }
+}
+
+impl HealthSummary {
+    /// The summary of what the cluster said, read at `at`.
+    pub fn of(live: &LiveApp, at: Timestamp) -> Self {
+        let (ready, total) = live.ready();
+        HealthSummary {
+            ready,
+            total,
+            failed: live.failed(),
+            managed: live.keys.len(),
+            at,
+        }
+    }
+}
+
+impl AppState {
+    fn new(app: &AppConfig) -> Self {
+        AppState {
+            name: app.name.clone(),
+            repo: crate::source::git::redact_url(&app.repo),
+            path: app.path.join(","),
+            state: State::Idle,
+            step: None,
+            activity: None,
+            since: None,
+            waiting: None,
+            held: None,
+            next_sync: None,
+            last: None,
+            health: None,
+            version: 0,
+        }
+    }
+}
+
+/// Every app's state, and the newest change's version.
+pub struct Board {
+    apps: Mutex<BTreeMap<String, AppState>>,
+    version: watch::Sender<u64>,
+}
+
+impl Default for Board {
+    fn default() -> Self {
+        Board {
+            apps: Mutex::new(BTreeMap::new()),
+            version: watch::channel(0).0,
+        }
+    }
+}
+
+impl Board {
+    /// The configuration's apps: new ones added (their last sync from `last`), removed
+    /// ones dropped, the others' repository and path refreshed.
+    pub fn set_apps(&self, apps: &[AppConfig], last: impl Fn(&str) -> Option<SyncRecord>) {
+        let Ok(mut all) = self.apps.lock() else {
+            return;
+        };
+        all.retain(|name, _| apps.iter().any(|a| &a.name == name));
+        for app in apps {
+            let fresh = AppState::new(app);
+            let state = all.entry(app.name.clone()).or_insert_with(|| AppState {
+                last: last(&app.name).as_ref().map(LastSync::of),
+                ..fresh.clone()
+            });
+            state.repo = fresh.repo;
+            state.path = fresh.path;
+        }
+        drop(all);
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    /// Changes one app, if the board has it, and tells the readers.
+    fn change(&self, app: &str, f: impl FnOnce(&mut AppState)) {
+        let Ok(mut all) = self.apps.lock() else {
+            return;
+        };
+        let Some(state) = all.get_mut(app) else {
+            return;
+        };
+        let before = state.clone();
+        f(state);
+        if *state == before {
+            return;
+        }
+        let mut version = 0;
+        self.version.send_modify(|v| {
+            *v += 1;
+            version = *v;
+        });
+        state.version = version;
+    }
+
+    /// A sync of `app` starts (or queues for a place).
+    pub fn syncing(&self, app: &str) {
+        self.change(app, |s| {
+            s.state = State::Syncing;
+            s.since = Some(Timestamp::now());
+            s.step = None;
+            s.activity = None;
+            s.waiting = None;
+            s.next_sync = None;
+        });
+    }
+
+    /// The sync of `app` is at `step` and said `line`.
+    pub fn progress(&self, app: &str, step: Option<&str>, line: &str) {
+        self.change(app, |s| {
+            if let Some(step) = step {
+                s.step = Some(step.to_string());
+            }
+            s.activity = Some(line.to_string());
+        });
+    }
+
+    /// `app` waits on its dependencies.
+    pub fn waiting(&self, app: &str, why: &str) {
+        self.change(app, |s| {
+            if s.state != State::Waiting {
+                s.since = Some(Timestamp::now());
+            }
+            s.state = State::Waiting;
+            s.waiting = Some(why.to_string());
+            s.step = None;
+            s.activity = None;
+        });
+    }
+
+    /// The sync of `app` ended with `record`; the next is due at `next`.
+    pub fn synced(&self, app: &str, record: &SyncRecord, next: Timestamp) {
+        self.change(app, |s| {
+            s.state = State::Idle;
+            s.since = None;
+            s.step = None;
+            s.activity = None;
+            s.waiting = None;
+            s.next_sync = Some(next);
+            if record.outcome == Outcome::Held {
+                // Never written to the history: the last record stays.
+                s.held = record.note.clone();
+            } else {
+                s.held = None;
+                s.last = Some(LastSync::of(record));
+            }
+        });
+    }
+
+    /// What the cluster said of `app`'s objects.
+    pub fn health(&self, app: &str, live: &LiveApp, at: Timestamp) {
+        self.change(app, |s| {
+            s.health = Some(HealthSummary::of(live, at));
+            if live.held.is_some() {
+                s.held.clone_from(&live.held);
+            }
+        });
+    }
+
+    /// Every app, by name.
+    pub fn apps(&self) -> Vec<AppState> {
+        self.apps
+            .lock()
+            .map(|a| a.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// One app.
+    pub fn app(&self, name: &str) -> Option<AppState> {
+        self.apps.lock().ok()?.get(name).cloned()
+    }
+
+    /// The apps changed since version `seen`.
+    pub fn since(&self, seen: u64) -> Vec<AppState> {
+        self.apps
+            .lock()
+            .map(|a| a.values().filter(|s| s.version > seen).cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Tells each change: the newest version.
+    pub fn changed(&self) -> watch::Receiver<u64> {
+        self.version.subscribe()
+    }
+
+    /// The app whose health was read longest ago (or never), if that is before `before`
+    /// or before its last sync ended.
+    pub fn stalest_health(&self, before: Timestamp) -> Option<String> {
+        let all = self.apps.lock().ok()?;
+        all.values()
+            .filter(|s| s.state == State::Idle)
+            .map(|s| (s.health.as_ref().map(|h| h.at), s))
+            .filter(|(at, s)| {
+                at.is_none_or(|at| {
+                    at < before || s.last.as_ref().is_some_and(|l| at < l.finished_at)
+                })
+            })
+            .min_by_key(|(at, _)| *at)
+            .map(|(_, s)| s.name.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app(name: &str, repo: &str) -> AppConfig {
+        let text = format!("[[app]]\nname = \"{name}\"\nrepo = \"{repo}\"\n");
+        crate::config::parse(&text).expect("config").apps.remove(0)
+    }
+
+    fn record(app: &str, outcome: Outcome) -> SyncRecord {
+        SyncRecord {
+            outcome,
+            note: Some("rollout failed at abc1234".into()),
+            ..SyncRecord::new("r1".into(), app, Trigger::Cli, Timestamp::now(), None)
+        }
+    }
+
+    #[test]
+    fn a_change_grows_the_version_and_only_its_app_is_new_since() {
+        let board = Board::default();
+        board.set_apps(&[app("a", "/r"), app("b", "/r")], |_| None);
+        let seen = *board.changed().borrow();
+        board.syncing("a");
+        let changed = board.since(seen);
+        assert_eq!(changed.len(), 1);
+        assert_eq!(changed[0].name, "a");
+        assert_eq!(changed[0].state, State::Syncing);
+        // The same state again is no change: no reader is woken.
+        let now = *board.changed().borrow();
+        board.progress("a", Some("apply"), "applying 3 objects");
+        board.progress("a", Some("apply"), "applying 3 objects");
+        assert_eq!(*board.changed().borrow(), now + 1);
+    }
+
+    #[test]
+    fn a_held_sync_keeps_the_last_record_and_says_why() {
+        let board = Board::default();
+        board.set_apps(&[app("a", "/r")], |_| Some(record("a", Outcome::Succeeded)));
+        board.synced("a", &record("a", Outcome::Held), Timestamp::now());
+        let a = board.app("a").unwrap();
+        assert_eq!(a.last.unwrap().outcome, Outcome::Succeeded);
+        assert_eq!(a.held.as_deref(), Some("rollout failed at abc1234"));
+        assert_eq!(a.state, State::Idle);
+    }
+
+    #[test]
+    fn a_repository_token_is_never_shown() {
+        let board = Board::default();
+        board.set_apps(
+            &[app("a", "https://bot:s3cr3t@git.example.com/shop.git")],
+            |_| None,
+        );
+        let json = serde_json::to_string(&board.apps()).unwrap();
+        assert!(!json.contains("s3cr3t"), "{json}");
+        assert!(json.contains("git.example.com/shop.git"), "{json}");
+    }
+
+    #[test]
+    fn removed_apps_leave_the_board() {
+        let board = Board::default();
+        board.set_apps(&[app("a", "/r"), app("b", "/r")], |_| None);
+        board.set_apps(&[app("b", "/r")], |_| None);
+        let names: Vec<String> = board.apps().into_iter().map(|a| a.name).collect();
+        assert_eq!(names, ["b"]);
+    }
+}

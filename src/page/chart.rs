@@ -1,0 +1,348 @@
+//! A rollout's timeline drawn as an SVG chart, on the server (no script, no library): the
+//! pods of the new and old ReplicaSets over time, ready against wanted, and where a
+//! rollback began. Colours and dashes come from the stylesheet's classes (the page's CSP
+//! allows no inline style).
+
+use std::fmt::Write;
+
+use jiff::Timestamp;
+
+use super::html::esc;
+use crate::history::{RolloutRecord, TimelineStep};
+
+const WIDTH: f64 = 640.0;
+const HEIGHT: f64 = 220.0;
+const LEFT: f64 = 36.0;
+const RIGHT: f64 = 12.0;
+const TOP: f64 = 12.0;
+const BOTTOM: f64 = 28.0;
+
+/// One line of the chart: a point's value, if it has one.
+type Series = fn(&Point) -> Option<i32>;
+
+/// One point: milliseconds since the rollout began, and the sizes then.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Point {
+    ms: f64,
+    new_wanted: i32,
+    new_ready: i32,
+    old_wanted: i32,
+    old_ready: i32,
+    desired: Option<i32>,
+}
+
+/// The series, and where the rollback began (ms), if one followed.
+fn points(r: &RolloutRecord) -> (Vec<Point>, Option<f64>, f64) {
+    let start = r.rollout.started_at;
+    let ms = |t: Timestamp| t.duration_since(start).as_millis() as f64;
+    let mut all: Vec<Point> = r
+        .rollout
+        .steps
+        .iter()
+        .map(|s: &TimelineStep| Point {
+            ms: ms(s.at),
+            new_wanted: s.new_replicas,
+            new_ready: s.new_ready,
+            old_wanted: s.old_replicas,
+            old_ready: s.old_available,
+            desired: s.desired,
+        })
+        .collect();
+    let mut end = ms(r.rollout.finished_at);
+    let mut rollback_at = None;
+    if let Some(back) = &r.rollback {
+        rollback_at = Some(ms(back.rollout.started_at));
+        // The rollback's new ReplicaSet is the one restored (this rollout's old one), its
+        // old one the ReplicaSet that failed (this rollout's new one).
+        all.extend(back.rollout.steps.iter().map(|s| Point {
+            ms: ms(s.at),
+            new_wanted: s.old_replicas,
+            new_ready: s.old_available,
+            old_wanted: s.new_replicas,
+            old_ready: s.new_ready,
+            desired: s.desired,
+        }));
+        end = end.max(ms(back.rollout.finished_at));
+    }
+    let end = all.iter().map(|p| p.ms).fold(end, f64::max).max(1.0);
+    (all, rollback_at, end)
+}
+
+/// The chart of one rollout, as an `<svg>` element with a title and a description.
+pub fn rollout(r: &RolloutRecord, title: &str) -> String {
+    let (points, rollback_at, end) = points(r);
+    let top = points
+        .iter()
+        .flat_map(|p| {
+            [
+                p.new_wanted,
+                p.new_ready,
+                p.old_wanted,
+                p.old_ready,
+                p.desired.unwrap_or(0),
+            ]
+        })
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let x = |ms: f64| LEFT + ms / end * (WIDTH - LEFT - RIGHT);
+    let y = |n: i32| HEIGHT - BOTTOM - f64::from(n) / f64::from(top) * (HEIGHT - TOP - BOTTOM);
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r#"<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-labelledby="{id}-t {id}-d"><title id="{id}-t">{title}</title><desc id="{id}-d">{desc}</desc>"#,
+        id = esc(&chart_id(r)),
+        title = esc(title),
+        desc = esc(&describe(r, &points, rollback_at)),
+    );
+    // Axes: pods up the side, seconds along the bottom.
+    for n in ticks(top) {
+        let _ = write!(
+            svg,
+            r#"<line class="grid" x1="{LEFT}" x2="{}" y1="{y}" y2="{y}"/><text class="tick" x="{}" y="{}" text-anchor="end">{n}</text>"#,
+            WIDTH - RIGHT,
+            LEFT - 6.0,
+            y(n) + 4.0,
+            y = y(n),
+        );
+    }
+    for ms in [0.0, end / 2.0, end] {
+        let _ = write!(
+            svg,
+            r#"<text class="tick" x="{}" y="{}" text-anchor="middle">{}</text>"#,
+            x(ms).clamp(LEFT + 10.0, WIDTH - RIGHT - 14.0),
+            HEIGHT - 8.0,
+            seconds(ms)
+        );
+    }
+    let series: [(&str, Series); 5] = [
+        ("desired", |p| p.desired),
+        ("old-wanted", |p| Some(p.old_wanted)),
+        ("old-ready", |p| Some(p.old_ready)),
+        ("new-wanted", |p| Some(p.new_wanted)),
+        ("new-ready", |p| Some(p.new_ready)),
+    ];
+    for (class, value) in series {
+        let path = steps(&points, end, value, &x, &y);
+        if !path.is_empty() {
+            let _ = write!(svg, r#"<polyline class="{class}" points="{path}"/>"#);
+        }
+    }
+    if let (Some(at), Some(back)) = (rollback_at, &r.rollback) {
+        let _ = write!(
+            svg,
+            r#"<line class="rollback" x1="{x}" x2="{x}" y1="{TOP}" y2="{}"/><text class="rollback-label" x="{}" y="{}">rollback to revision {}</text>"#,
+            HEIGHT - BOTTOM,
+            (x(at) + 4.0).min(WIDTH - 170.0),
+            TOP + 10.0,
+            back.to_revision,
+            x = x(at),
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// A stable id for the chart's title and description.
+fn chart_id(r: &RolloutRecord) -> String {
+    let name: String = r
+        .deployment
+        .name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    format!("chart-{name}-{}", &r.hash_to[..r.hash_to.len().min(10)])
+}
+
+/// The chart in words, for screen readers.
+fn describe(r: &RolloutRecord, points: &[Point], rollback_at: Option<f64>) -> String {
+    let last = points.last();
+    let mut text = format!(
+        "{} steps over {}; it ended {}",
+        points.len(),
+        seconds(
+            r.rollout
+                .finished_at
+                .duration_since(r.rollout.started_at)
+                .as_millis() as f64
+        ),
+        r.rollout.outcome.as_str()
+    );
+    if let (Some(at), Some(back)) = (rollback_at, &r.rollback) {
+        let _ = write!(
+            text,
+            "; rolled back to revision {} at {}, which ended {}",
+            back.to_revision,
+            seconds(at),
+            back.rollout.outcome.as_str()
+        );
+    }
+    if let Some(p) = last {
+        let _ = write!(
+            text,
+            "; last seen: new ReplicaSet {}/{} ready, old {}/{} available",
+            p.new_ready, p.new_wanted, p.old_ready, p.old_wanted
+        );
+    }
+    text
+}
+
+/// A step line: each value holds until the next point, the last until `end`.
+fn steps(
+    points: &[Point],
+    end: f64,
+    value: Series,
+    x: &dyn Fn(f64) -> f64,
+    y: &dyn Fn(i32) -> f64,
+) -> String {
+    let mut path = String::new();
+    let mut previous: Option<i32> = None;
+    for p in points {
+        let Some(v) = value(p) else { continue };
+        if let Some(before) = previous {
+            let _ = write!(path, "{:.1},{:.1} ", x(p.ms), y(before));
+        }
+        let _ = write!(path, "{:.1},{:.1} ", x(p.ms), y(v));
+        previous = Some(v);
+    }
+    if let Some(v) = previous {
+        let _ = write!(path, "{:.1},{:.1}", x(end), y(v));
+    }
+    path.trim_end().to_string()
+}
+
+/// Up to six round values from 0 to `top`.
+fn ticks(top: i32) -> Vec<i32> {
+    let step = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
+        .into_iter()
+        .find(|s| top / s <= 5)
+        .unwrap_or(top.max(1));
+    (0..=top).step_by(step as usize).collect()
+}
+
+fn seconds(ms: f64) -> String {
+    if ms < 1000.0 {
+        format!("{ms:.0}ms")
+    } else if ms < 10_000.0 {
+        format!("{:.1}s", ms / 1000.0)
+    } else {
+        format!("{:.0}s", ms / 1000.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{FollowedRollout, RollbackRecord, RolloutOutcome};
+    use crate::manifest::ObjectKey;
+
+    fn at(ms: i64) -> Timestamp {
+        Timestamp::from_millisecond(1_700_000_000_000 + ms).unwrap()
+    }
+
+    fn step(ms: i64, new: (i32, i32), old: (i32, i32)) -> TimelineStep {
+        TimelineStep {
+            at: at(ms),
+            new_replicas: new.0,
+            new_ready: new.1,
+            new_available: new.1,
+            old_replicas: old.0,
+            old_available: old.1,
+            desired: Some(3),
+        }
+    }
+
+    fn followed(
+        outcome: RolloutOutcome,
+        from: i64,
+        to: i64,
+        steps: Vec<TimelineStep>,
+    ) -> FollowedRollout {
+        FollowedRollout {
+            outcome,
+            message: String::new(),
+            revision: Some(2),
+            replica_set: None,
+            started_at: at(from),
+            finished_at: at(to),
+            steps,
+        }
+    }
+
+    fn failed_then_rolled_back() -> RolloutRecord {
+        RolloutRecord {
+            deployment: ObjectKey {
+                group: "apps".into(),
+                kind: "Deployment".into(),
+                namespace: Some("shop".into()),
+                name: "web".into(),
+            },
+            engine: "cluster".into(),
+            revision_from: Some(1),
+            replica_set_from: None,
+            hash_from: None,
+            images_from: vec![],
+            hash_to: "5d8f7c9b6".into(),
+            images_to: vec![],
+            rollout: followed(
+                RolloutOutcome::Failed,
+                0,
+                10_000,
+                vec![step(0, (1, 0), (3, 3)), step(2_000, (1, 0), (2, 2))],
+            ),
+            rollback: Some(RollbackRecord {
+                to_revision: 1,
+                commit: None,
+                message: "rolled back".into(),
+                rollout: followed(
+                    RolloutOutcome::Complete,
+                    10_000,
+                    14_000,
+                    vec![step(12_000, (3, 3), (0, 0))],
+                ),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_rollback_is_marked_where_it_began_and_the_lines_swap_back() {
+        let svg = rollout(&failed_then_rolled_back(), "shop/web <script>");
+        assert!(svg.contains("rollback to revision 1"), "{svg}");
+        assert!(
+            svg.contains("&lt;script&gt;") && !svg.contains("<script>"),
+            "{svg}"
+        );
+        // The rollback starts at 10 s of 14 s: 36 + 10/14 × 592.
+        assert!(svg.contains(r#"x1="458.857"#), "{svg}");
+        // After it, the new (failed) ReplicaSet is wanted at 0 and the old one at 3.
+        let (points, rollback_at, end) = points(&failed_then_rolled_back());
+        assert_eq!(rollback_at, Some(10_000.0));
+        assert_eq!(end, 14_000.0);
+        let last = points.last().unwrap();
+        assert_eq!(
+            (last.new_wanted, last.old_wanted, last.old_ready),
+            (0, 3, 3)
+        );
+        assert!(
+            svg.contains("rolled back to revision 1 at 10s, which ended complete"),
+            "{svg}"
+        );
+    }
+
+    #[test]
+    fn a_value_holds_until_the_next_point() {
+        let r = failed_then_rolled_back();
+        let (points, _, end) = points(&r);
+        let x = |ms: f64| ms / 1000.0;
+        let y = |n: i32| f64::from(n);
+        let line = steps(&points[..2], end, |p| Some(p.old_wanted), &x, &y);
+        assert_eq!(line, "0.0,3.0 2.0,3.0 2.0,2.0 14.0,2.0");
+    }
+
+    #[test]
+    fn ticks_are_round_and_few() {
+        assert_eq!(ticks(3), [0, 1, 2, 3]);
+        assert_eq!(ticks(12), [0, 5, 10]);
+        assert_eq!(ticks(100), [0, 20, 40, 60, 80, 100]);
+    }
+}

@@ -1,0 +1,492 @@
+//! The status page (`[agent] status_page = true`), served read-only by the agent's HTTP
+//! endpoint beside `/healthz` and the webhooks:
+//!
+//! - `/`: every app (`html::index`); `/apps/NAME`: its objects, Deployments and history
+//!   (`html::app`); `/apps/NAME/syncs/ID`: one record, each rollout drawn as a chart
+//!   (`html::sync`, `chart.rs`);
+//! - `/api/apps`, `/api/apps/NAME`, `/api/apps/NAME/syncs[?before=ID]`,
+//!   `/api/apps/NAME/syncs/ID`: the same as JSON; `/api/events[?app=NAME]`: server-sent
+//!   events, every app's state at once and then each change (`docs/status-page.md`);
+//! - `/assets/page.css` and `/assets/page.js`, compiled into the binary.
+//!
+//! What it shows comes from the [`Board`] the app loops keep in memory, the history log
+//! (read a page at a time, every line bounded) and, for one app's page, the cluster read
+//! then (`sync::status::live_app`). The health summary of `/` is read from the cluster
+//! one app at a time, and only while someone looks ([`StatusPage::refresh`]). Nothing on
+//! it changes anything; no answer holds a Secret's value, the kubeconfig or a secret of
+//! the configuration; every answer carries a CSP without inline script, no framing and
+//! nosniff; with `status_page_credentials`, every request needs one of them.
+
+pub mod auth;
+pub mod board;
+mod chart;
+pub mod html;
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use hyper::body::Bytes;
+use hyper::{header, Response, StatusCode};
+use jiff::Timestamp;
+
+use crate::config::{AppConfig, Config};
+use crate::history::HistoryLog;
+use crate::service::http::{full, Body, Pages};
+use crate::service::listener::Lane;
+use crate::shutdown::{stopped, Signal};
+use crate::sync::status::live_app;
+use crate::sync::Syncer;
+pub use auth::{AuthError, Credentials};
+pub use board::Board;
+
+/// Records per page of an app's history.
+const PAGE: usize = 25;
+/// How long the cluster has to answer for one app's page.
+const LIVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A health summary older than this is read again while someone looks.
+const HEALTH_AGE: Duration = Duration::from_secs(30);
+/// Someone looks: a request came this recently, or an event stream is open.
+const LOOKING: Duration = Duration::from_secs(60);
+
+const CSS: &str = include_str!("assets/page.css");
+const JS: &str = include_str!("assets/page.js");
+
+/// The status page.
+pub struct StatusPage {
+    /// What the app loops tell.
+    pub board: Board,
+    history: HistoryLog,
+    syncer: RwLock<Arc<Syncer>>,
+    credentials: Option<Credentials>,
+    /// When someone last looked (ms since the epoch).
+    viewed_ms: AtomicI64,
+}
+
+impl StatusPage {
+    /// The page of `config`'s agent, reading the cluster through `syncer`.
+    ///
+    /// # Errors
+    /// `status_page_credentials` cannot be read or holds none.
+    pub fn new(config: &Config, syncer: Arc<Syncer>) -> Result<Self, AuthError> {
+        let credentials = config
+            .agent
+            .status_page_credentials
+            .as_deref()
+            .map(Credentials::read)
+            .transpose()?;
+        let page = StatusPage {
+            board: Board::default(),
+            history: HistoryLog::new(&config.agent.state_dir),
+            syncer: RwLock::new(syncer),
+            credentials,
+            viewed_ms: AtomicI64::new(0),
+        };
+        page.set_apps(&config.apps);
+        Ok(page)
+    }
+
+    /// The configuration's apps (at start and on each reload).
+    pub fn set_apps(&self, apps: &[AppConfig]) {
+        let last = |app: &str| {
+            let page = self.history.page(app, None, 1).ok()?;
+            let id = page.records.first()?.id.clone();
+            self.history.find(app, &id).ok().flatten()
+        };
+        self.board.set_apps(apps, last);
+    }
+
+    /// The client a reload made.
+    pub fn set_syncer(&self, syncer: Arc<Syncer>) {
+        if let Ok(mut s) = self.syncer.write() {
+            *s = syncer;
+        }
+    }
+
+    fn syncer(&self) -> Arc<Syncer> {
+        self.syncer
+            .read()
+            .map(|s| s.clone())
+            .unwrap_or_else(|e| e.into_inner().clone())
+    }
+
+    fn looked(&self) {
+        self.viewed_ms
+            .store(Timestamp::now().as_millisecond(), Ordering::Relaxed);
+    }
+
+    fn looking(&self) -> bool {
+        Timestamp::now().as_millisecond() - self.viewed_ms.load(Ordering::Relaxed)
+            < LOOKING.as_millis() as i64
+    }
+
+    /// What the cluster says of `app` now (within [`LIVE_TIMEOUT`]); the board's health
+    /// summary follows.
+    async fn live(&self, app: &str) -> html::Live {
+        let syncer = self.syncer();
+        let read = live_app(
+            &syncer.client,
+            &syncer.kinds,
+            &syncer.agent.inventory_namespace,
+            app,
+        );
+        let live = match tokio::time::timeout(LIVE_TIMEOUT, read).await {
+            Ok(Ok(live)) => live,
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => return Err(format!("no answer within {}s", LIVE_TIMEOUT.as_secs())),
+        };
+        self.board.health(app, &live, Timestamp::now());
+        Ok(live)
+    }
+
+    /// Keeps the health summaries of `/` fresh while someone looks: the stalest app's
+    /// objects read every moment, one app at a time, none while nobody looks.
+    pub async fn refresh(self: Arc<Self>, mut shutdown: Signal) {
+        loop {
+            let stale = self
+                .looking()
+                .then(|| {
+                    let age = jiff::SignedDuration::try_from(HEALTH_AGE).unwrap_or_default();
+                    self.board.stalest_health(Timestamp::now() - age)
+                })
+                .flatten();
+            match stale {
+                Some(app) => {
+                    let _ = self.live(&app).await;
+                }
+                None => tokio::select! {
+                    () = stopped(&mut shutdown) => return,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                },
+            }
+            if crate::shutdown::is_stopped(&shutdown) {
+                return;
+            }
+        }
+    }
+
+    async fn route(
+        self: &Arc<Self>,
+        request: &http::request::Parts,
+        lane: Lane,
+    ) -> Option<Response<Body>> {
+        let path = request.uri.path();
+        let query = request.uri.query().unwrap_or("");
+        let protected = path == "/"
+            || path.starts_with("/apps/")
+            || path.starts_with("/api/")
+            || path.starts_with("/assets/");
+        if !protected {
+            return None;
+        }
+        if let Some(credentials) = &self.credentials {
+            let given = request
+                .headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok());
+            if !credentials.allows(given) {
+                return Some(unauthorized());
+            }
+        }
+        self.looked();
+        let parts: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+        let now = Timestamp::now();
+        Some(match parts.as_slice() {
+            [] | [""] => {
+                let filter = html::Filter {
+                    name: param(query, "name").unwrap_or_default(),
+                    outcome: param(query, "outcome").unwrap_or_default(),
+                };
+                page(html::index(&self.board.apps(), &filter, now))
+            }
+            ["assets", "page.css"] => asset(CSS, "text/css; charset=utf-8"),
+            ["assets", "page.js"] => asset(JS, "text/javascript; charset=utf-8"),
+            ["apps", app] => {
+                let Some(state) = self.board.app(app) else {
+                    return Some(no_app(app, false));
+                };
+                let before = param(query, "before");
+                let live = self.live(app).await;
+                let (history, last) = self.read_history(app, before.clone()).await;
+                page(html::app(
+                    &state,
+                    &live,
+                    last.as_ref(),
+                    &history,
+                    before.as_deref(),
+                    now,
+                ))
+            }
+            ["apps", app, "syncs", id] => match self.record(app, id).await {
+                Some(record) => page(html::sync(&record, now)),
+                None => no_record(app, id, false),
+            },
+            ["api", "apps"] => json(&self.board.apps()),
+            ["api", "apps", app] => {
+                let Some(state) = self.board.app(app) else {
+                    return Some(no_app(app, true));
+                };
+                let live = self.live(app).await;
+                let (history, _) = self.read_history(app, None).await;
+                json(&serde_json::json!({
+                    "app": state,
+                    "live": live.as_ref().ok(),
+                    "live_error": live.as_ref().err(),
+                    "history": history,
+                }))
+            }
+            ["api", "apps", app, "syncs"] => {
+                if self.board.app(app).is_none() {
+                    return Some(no_app(app, true));
+                }
+                json(&self.read_history(app, param(query, "before")).await.0)
+            }
+            ["api", "apps", app, "syncs", id] => match self.record(app, id).await {
+                Some(record) => json(&record),
+                None => no_record(app, id, true),
+            },
+            ["api", "events"] => self.events(param(query, "app"), lane),
+            _ => return None,
+        })
+    }
+
+    /// A page of `app`'s history (before `before`), and the newest record whole.
+    async fn read_history(
+        &self,
+        app: &str,
+        before: Option<String>,
+    ) -> (crate::history::Page, Option<crate::history::SyncRecord>) {
+        let (log, app) = (self.history.clone(), app.to_string());
+        tokio::task::spawn_blocking(move || {
+            let page = log.page(&app, before.as_deref(), PAGE).unwrap_or_default();
+            let newest = log
+                .page(&app, None, 1)
+                .ok()
+                .and_then(|p| p.records.into_iter().next());
+            let last = newest.and_then(|n| log.find(&app, &n.id).ok().flatten());
+            (page, last)
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    /// The record `id` of `app`, when `app` is one of the configuration's.
+    async fn record(&self, app: &str, id: &str) -> Option<crate::history::SyncRecord> {
+        self.board.app(app)?;
+        let (log, app, id) = (self.history.clone(), app.to_string(), id.to_string());
+        tokio::task::spawn_blocking(move || log.find(&app, &id).ok().flatten())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// `/api/events`: `event: apps` with every app (or the one asked for), then an
+    /// `event: app` with the apps each change touched, until shortly before the
+    /// connection's lifetime ends (the browser reconnects after `retry`).
+    fn events(self: &Arc<Self>, only: Option<String>, lane: Lane) -> Response<Body> {
+        struct Stream {
+            page: Arc<StatusPage>,
+            changed: tokio::sync::watch::Receiver<u64>,
+            seen: Option<u64>,
+            only: Option<String>,
+            until: tokio::time::Instant,
+        }
+        let until = tokio::time::Instant::now()
+            + lane
+                .lifetime()
+                .saturating_sub(Duration::from_secs(10))
+                .max(Duration::from_secs(1));
+        let start = Stream {
+            page: self.clone(),
+            changed: self.board.changed(),
+            seen: None,
+            only,
+            until,
+        };
+        let frames = futures::stream::unfold(start, |mut s| async move {
+            let keep =
+                |apps: Vec<board::AppState>, only: &Option<String>| -> Vec<board::AppState> {
+                    apps.into_iter()
+                        .filter(|a| only.as_ref().is_none_or(|o| &a.name == o))
+                        .collect()
+                };
+            let Some(seen) = s.seen else {
+                s.seen = Some(*s.changed.borrow_and_update());
+                let apps = keep(s.page.board.apps(), &s.only);
+                let text = format!("retry: 500\nevent: apps\ndata: {}\n\n", to_json(&apps));
+                return Some((Ok(hyper::body::Frame::data(Bytes::from(text))), s));
+            };
+            loop {
+                s.page.looked();
+                match tokio::time::timeout_at(s.until, s.changed.changed()).await {
+                    Ok(Ok(())) => {}
+                    _ => return None, // time is up, or the agent stops
+                }
+                let version = *s.changed.borrow_and_update();
+                let apps = keep(s.page.board.since(seen), &s.only);
+                s.seen = Some(version);
+                if !apps.is_empty() {
+                    let text = format!("event: app\ndata: {}\n\n", to_json(&apps));
+                    return Some((Ok(hyper::body::Frame::data(Bytes::from(text))), s));
+                }
+            }
+        });
+        let mut r = Response::new(http_body_util::BodyExt::boxed(
+            http_body_util::StreamBody::new(frames),
+        ));
+        secure(&mut r, "text/event-stream; charset=utf-8");
+        r
+    }
+}
+
+impl Pages for Arc<StatusPage> {
+    fn answer<'a>(
+        &'a self,
+        request: &'a http::request::Parts,
+        lane: Lane,
+    ) -> BoxFuture<'a, Option<Response<Body>>> {
+        Box::pin(self.route(request, lane))
+    }
+}
+
+/// The value of `key` in a query string, percent-decoded (`+` a space); at most 256 bytes.
+fn param(query: &str, key: &str) -> Option<String> {
+    let raw = query
+        .split('&')
+        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
+        .find(|(k, _)| *k == key)?
+        .1;
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() && out.len() < 256 {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    Some(String::from_utf8_lossy(&out).into_owned())
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "null".into())
+}
+
+/// The headers of every answer: what the page may load (nothing inline, nothing from
+/// elsewhere), no framing, no sniffing, no caching, no referrer.
+fn secure(r: &mut Response<Body>, content_type: &'static str) {
+    let h = r.headers_mut();
+    let mut set = |name: &'static str, value: &'static str| {
+        h.insert(name, header::HeaderValue::from_static(value));
+    };
+    set("content-type", content_type);
+    set(
+        "content-security-policy",
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+    );
+    set("x-frame-options", "DENY");
+    set("x-content-type-options", "nosniff");
+    set("referrer-policy", "no-referrer");
+    set("cache-control", "no-store");
+}
+
+fn answer(
+    status: StatusCode,
+    body: impl Into<Bytes>,
+    content_type: &'static str,
+) -> Response<Body> {
+    let mut r = Response::new(full(body));
+    *r.status_mut() = status;
+    secure(&mut r, content_type);
+    r
+}
+
+fn page(html: String) -> Response<Body> {
+    answer(StatusCode::OK, html, "text/html; charset=utf-8")
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Response<Body> {
+    answer(StatusCode::OK, to_json(value), "application/json")
+}
+
+fn asset(text: &'static str, content_type: &'static str) -> Response<Body> {
+    answer(StatusCode::OK, text, content_type)
+}
+
+fn unauthorized() -> Response<Body> {
+    let mut r = answer(
+        StatusCode::UNAUTHORIZED,
+        "the status page needs a user and password, or a bearer token (agent.status_page_credentials)\n",
+        "text/plain; charset=utf-8",
+    );
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Basic realm=\"berth\", charset=\"UTF-8\""),
+    );
+    r
+}
+
+fn not_found(title: &str, text: &str, api: bool) -> Response<Body> {
+    if api {
+        let body = to_json(&serde_json::json!({ "error": text }));
+        answer(StatusCode::NOT_FOUND, body, "application/json")
+    } else {
+        answer(
+            StatusCode::NOT_FOUND,
+            html::message(title, text),
+            "text/html; charset=utf-8",
+        )
+    }
+}
+
+fn no_app(app: &str, api: bool) -> Response<Body> {
+    not_found(
+        "No such app",
+        &format!("No app named {app:?} in the configuration."),
+        api,
+    )
+}
+
+fn no_record(app: &str, id: &str, api: bool) -> Response<Body> {
+    not_found(
+        "No such sync",
+        &format!("The history of {app:?} holds no record {id:?} (kept: agent.history_keep, agent.history_max_age)."),
+        api,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_values_are_decoded_and_bounded() {
+        assert_eq!(
+            param("name=shop+web&outcome=failed", "outcome").as_deref(),
+            Some("failed")
+        );
+        assert_eq!(param("name=shop+web", "name").as_deref(), Some("shop web"));
+        assert_eq!(param("name=a%2Fb%3C", "name").as_deref(), Some("a/b<"));
+        assert_eq!(param("name=100%", "name").as_deref(), Some("100%"));
+        assert_eq!(param("name=%zz", "name").as_deref(), Some("%zz"));
+        assert_eq!(param("x=1", "name"), None);
+        assert_eq!(
+            param(&format!("name={}", "a".repeat(5000)), "name")
+                .unwrap()
+                .len(),
+            256
+        );
+    }
+}
