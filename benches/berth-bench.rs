@@ -15,14 +15,15 @@
 //! `berth render` of a chart of 50 templates (vs `helm template`, `render/chart.rs`);
 //! `berth render` of 1000 Secrets encrypted with sops (vs the same in clear,
 //! `render/secrets.rs`); `berth plan --revision --all-affected` of a branch touching 1 of
-//! 100 apps (vs planning them all, `scale/plan.rs`).
+//! 100 apps (vs planning them all, `scale/plan.rs`); `berth run`'s memory on 100 apps
+//! with the status page open and live (vs closed, `scale/page.rs`).
 //!
 //! `BERTH_BENCH_FLEET` and `BERTH_BENCH_GROWTH` (comma-separated sizes) replace the scale
 //! cases' sizes; `BERTH_BENCH_ONLY=scale` runs only them (a trial; the file is written
 //! all the same); `BERTH_BENCH_ONLY=fetch` runs the git cases alone and only prints them;
 //! `BERTH_BENCH_ONLY=chain` runs the ordering case alone and only prints it, and
 //! `BERTH_BENCH_ONLY=chart` the chart case, `BERTH_BENCH_ONLY=secrets` the sops case,
-//! `BERTH_BENCH_ONLY=plan` the pull-request case.
+//! `BERTH_BENCH_ONLY=plan` the pull-request case, `BERTH_BENCH_ONLY=page` the status page's.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -41,6 +42,8 @@ mod chain;
 mod chart;
 #[path = "scale/fleet.rs"]
 mod fleet;
+#[path = "scale/page.rs"]
+mod page;
 #[path = "scale/plan.rs"]
 mod plan;
 #[path = "render/secrets.rs"]
@@ -659,13 +662,14 @@ async fn main() -> Result<()> {
     };
     let only = std::env::var("BERTH_BENCH_ONLY").unwrap_or_default();
     let only_scale = only == "scale";
-    if ["fetch", "chain", "chart", "secrets", "plan"].contains(&only.as_str()) {
+    if ["fetch", "chain", "chart", "secrets", "plan", "page"].contains(&only.as_str()) {
         // One case alone (the git and render cases need no cluster), printed only.
         let result = match only.as_str() {
             "fetch" => b.git_fetch(),
             "chart" => b.chart(),
             "secrets" => b.secrets(),
             "plan" => b.plan_affected(),
+            "page" => b.page_memory(),
             _ => b.chain(),
         };
         let _ = ControlPlane::down(&b.cp.dir);
@@ -711,6 +715,7 @@ async fn main() -> Result<()> {
             b.chart()?;
             b.secrets()?;
             b.plan_affected()?;
+            b.page_memory()?;
         }
         anyhow::Ok(())
     }

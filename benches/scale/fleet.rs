@@ -69,7 +69,7 @@ fn applied(state: &Path, apps: usize, sha: &str) -> usize {
 }
 
 /// Waits until every app has applied `sha`; how long that took.
-fn wait_applied(state: &Path, apps: usize, sha: &str, timeout: Duration) -> Result<f64> {
+pub(crate) fn wait_applied(state: &Path, apps: usize, sha: &str, timeout: Duration) -> Result<f64> {
     let start = Instant::now();
     loop {
         let done = applied(state, apps, sha);

@@ -43,6 +43,7 @@ fn layout(title: &str, page: &str, app: Option<&str>, crumbs: &str, main: &str) 
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="color-scheme" content="light dark">
 <title>{title} · berth</title>
+<link rel="icon" href="/assets/favicon.svg?v={version}" type="image/svg+xml">
 <link rel="stylesheet" href="/assets/page.css?v={version}">
 <script src="/assets/page.js?v={version}" defer></script>
 </head>
@@ -242,7 +243,7 @@ pub fn index(apps: &[AppState], filter: &Filter, now: Timestamp) -> String {
         r#"<p id="count" class="dim">{shown} of {} apps</p>
 <div class="scroll"><table class="apps">
 <caption class="sr-only">Every app: its last sync, what it does now, its health and its next sync</caption>
-<thead><tr><th scope="col">App</th><th scope="col">Repository and path</th><th scope="col">Commit</th><th scope="col">Outcome</th><th scope="col">Health</th><th scope="col">Next sync</th></tr></thead>
+<thead><tr><th scope="col">App</th><th scope="col" class="wide">Repository and path</th><th scope="col">Commit</th><th scope="col">Outcome</th><th scope="col">Health</th><th scope="col">Next sync</th></tr></thead>
 <tbody>
 "#,
         apps.len()
@@ -251,7 +252,7 @@ pub fn index(apps: &[AppState], filter: &Filter, now: Timestamp) -> String {
         let hidden = if filter.keeps(app) { "" } else { " hidden" };
         let _ = writeln!(
             main,
-            r#"<tr data-app="{name}" data-status="{word}"{hidden}><th scope="row"><a href="{href}">{name}</a></th><td>{repo}<br><span class="dim">{path}</span></td><td data-field="commit">{commit}</td><td data-field="status">{status}</td><td data-field="health">{health}</td><td data-field="next">{next}</td></tr>"#,
+            r#"<tr data-app="{name}" data-status="{word}"{hidden}><th scope="row"><a href="{href}">{name}</a></th><td class="wide">{repo}<br><span class="dim">{path}</span></td><td data-field="commit">{commit}</td><td data-field="status">{status}</td><td data-field="health">{health}</td><td data-field="next">{next}</td></tr>"#,
             name = esc(&app.name),
             word = status_word(app),
             href = app_href(&app.name),
@@ -444,7 +445,10 @@ fn history_section(
             trigger = r.trigger.as_str(),
             outcome = r.outcome.as_str(),
             errors = if r.errors > 0 {
-                format!(r#" <span class="bad">{} errors</span>"#, r.errors)
+                format!(
+                    r#" <span class="bad">{}</span>"#,
+                    crate::plural(r.errors, "error")
+                )
             } else {
                 String::new()
             },

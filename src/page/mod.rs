@@ -52,6 +52,7 @@ const LOOKING: Duration = Duration::from_secs(60);
 
 const CSS: &str = include_str!("assets/page.css");
 const JS: &str = include_str!("assets/page.js");
+const ICON: &str = include_str!("assets/favicon.svg");
 
 /// The status page.
 pub struct StatusPage {
@@ -202,6 +203,7 @@ impl StatusPage {
             }
             ["assets", "page.css"] => asset(CSS, "text/css; charset=utf-8"),
             ["assets", "page.js"] => asset(JS, "text/javascript; charset=utf-8"),
+            ["assets", "favicon.svg"] | ["favicon.ico"] => asset(ICON, "image/svg+xml"),
             ["apps", app] => {
                 let Some(state) = self.board.app(app) else {
                     return Some(no_app(app, false));

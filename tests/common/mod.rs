@@ -15,6 +15,7 @@ use berth::testenv::{assets, ControlPlane, UpOptions};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 
+pub mod browser;
 pub mod gpg;
 pub mod proxy;
 pub mod receiver;
