@@ -65,6 +65,7 @@
 //!   payloads, delivery with retries;
 //! - [`sync`]: one sync of one app, step by step; `berth plan` and `berth rollback`;
 //! - [`service`]: systemd notify and watchdog, the HTTP endpoint, the leader Lease;
+//! - [`page`]: the read-only status page and its JSON, served by the agent's endpoint;
 //! - [`agent`]: the daemon's tasks and triggers;
 //! - [`testenv`]: a real local control plane (etcd, kube-apiserver,
 //!   kube-controller-manager) and the kubelet stand-in, for tests, benchmarks and demos.

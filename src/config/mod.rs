@@ -206,6 +206,25 @@ repo = "https://example.com/guestbook.git"
     }
 
     #[test]
+    fn the_status_page_off_loopback_needs_credentials() {
+        let with = |agent: &str| format!("[agent]\nstatus_page = true\n{agent}\n{MINIMAL}");
+        let e = invalid(&with("listen = \"0.0.0.0:9464\""));
+        assert!(
+            e.contains("agent.status_page: agent.listen (0.0.0.0:9464) is not a loopback address: set agent.status_page_credentials"),
+            "{e}"
+        );
+        let e = invalid(&with("listen = \"off\""));
+        assert!(e.contains("agent.listen, which is off"), "{e}");
+        for fine in [
+            "listen = \"127.0.0.1:9464\"",
+            "listen = \"[::1]:9464\"",
+            "listen = \"0.0.0.0:9464\"\nstatus_page_credentials = \"credential:status-page\"",
+        ] {
+            parse(&with(fine)).unwrap().validate().unwrap();
+        }
+    }
+
+    #[test]
     fn unknown_key_names_its_path_and_line() {
         let e = parse_err(&format!("{MINIMAL}[app.rollout]\nengin = \"agent\"\n"));
         assert!(e.contains("app[0].rollout.engin"), "{e}");

@@ -231,6 +231,50 @@ impl HistoryLog {
         Ok(Page { records, more })
     }
 
+    /// An app's newest readable record, read from the end of its log (at most
+    /// [`MAX_RECORD`] bytes of one line).
+    ///
+    /// # Errors
+    /// The file exists but cannot be read.
+    pub fn newest(&self, app: &str) -> Result<Option<SyncRecord>, HistoryError> {
+        const CHUNK: u64 = 64 << 10;
+        let path = self.file(app);
+        let io = |cause| HistoryError::Io {
+            path: path.clone(),
+            cause,
+        };
+        let mut file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(e)),
+        };
+        let mut start = file.metadata().map_err(io)?.len();
+        // The bytes from `start` to the end of the last line not yet found torn.
+        let mut tail: Vec<u8> = Vec::new();
+        while start > 0 && tail.len() <= MAX_RECORD {
+            let size = CHUNK.min(start);
+            start -= size;
+            let mut chunk = vec![0; size as usize];
+            file.seek(SeekFrom::Start(start)).map_err(io)?;
+            file.read_exact(&mut chunk).map_err(io)?;
+            chunk.extend_from_slice(&tail);
+            tail = chunk;
+            // Every piece but the first is a whole line; the first is one from the start.
+            let mut lines: Vec<&[u8]> = tail.split(|b| *b == b'\n').collect();
+            let first = lines[0].len();
+            if start > 0 {
+                lines.remove(0);
+            }
+            for line in lines.iter().rev().filter(|l| !l.trim_ascii().is_empty()) {
+                if let Ok(record) = serde_json::from_slice(line) {
+                    return Ok(Some(record));
+                }
+            }
+            tail.truncate(first);
+        }
+        Ok(None)
+    }
+
     /// The record `id` of an app, if the log holds it.
     ///
     /// # Errors

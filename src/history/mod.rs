@@ -137,6 +137,32 @@ mod tests {
         assert_eq!(log.find("shop", "c").unwrap().unwrap().id, "c");
         assert!(log.find("shop", "zz").unwrap().is_none());
         assert!(log.find("nobody", "c").unwrap().is_none());
+        assert_eq!(log.newest("shop").unwrap().unwrap().id, "f");
+        assert!(log.newest("nobody").unwrap().is_none());
+    }
+
+    #[test]
+    fn the_newest_record_is_read_from_the_end_past_a_torn_line() {
+        let d = tempfile::tempdir().unwrap();
+        let log = HistoryLog::new(d.path());
+        let now = Timestamp::now();
+        // Over 64 KiB of records: the newest is found in the last chunk, then across
+        // chunks when what ends the file is torn.
+        for i in 0..400 {
+            log.append(&record(
+                "shop",
+                &format!("r{i:03}"),
+                Outcome::Succeeded,
+                now,
+            ))
+            .unwrap();
+        }
+        assert_eq!(log.newest("shop").unwrap().unwrap().id, "r399");
+        let path = d.path().join("history/shop.jsonl");
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(&vec![b'{'; 100_000]).unwrap();
+        drop(f);
+        assert_eq!(log.newest("shop").unwrap().unwrap().id, "r399");
     }
 
     fn ids(log: &HistoryLog, app: &str) -> Vec<String> {

@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use jiff::Timestamp;
 
-use super::html::esc;
+use super::escape::esc;
 use crate::history::{RolloutRecord, TimelineStep};
 
 const WIDTH: f64 = 640.0;

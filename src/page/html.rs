@@ -8,24 +8,9 @@ use std::fmt::Write;
 use jiff::Timestamp;
 
 use super::board::{AppState, State};
+use super::escape::esc;
 use crate::history::{CommitInfo, Page, SyncRecord};
 use crate::sync::status::LiveApp;
-
-/// `text` with `&`, `<`, `>`, `"` and `'` escaped: safe in an element and in an attribute.
-pub fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// `/apps/NAME` with NAME escaped for a URL path and for HTML (app names are DNS-like).
 fn app_href(app: &str) -> String {

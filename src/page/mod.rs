@@ -20,6 +20,7 @@
 pub mod auth;
 pub mod board;
 mod chart;
+mod escape;
 pub mod html;
 
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -90,12 +91,8 @@ impl StatusPage {
 
     /// The configuration's apps (at start and on each reload).
     pub fn set_apps(&self, apps: &[AppConfig]) {
-        let last = |app: &str| {
-            let page = self.history.page(app, None, 1).ok()?;
-            let id = page.records.first()?.id.clone();
-            self.history.find(app, &id).ok().flatten()
-        };
-        self.board.set_apps(apps, last);
+        self.board
+            .set_apps(apps, |app| self.history.newest(app).ok().flatten());
     }
 
     /// The client a reload made.
@@ -142,7 +139,8 @@ impl StatusPage {
     }
 
     /// Keeps the health summaries of `/` fresh while someone looks: the stalest app's
-    /// objects read every moment, one app at a time, none while nobody looks.
+    /// objects read, one app at a time and at most five a second (one a second when
+    /// the cluster does not answer), none while nobody looks.
     pub async fn refresh(self: Arc<Self>, mut shutdown: Signal) {
         loop {
             let stale = self
@@ -152,17 +150,13 @@ impl StatusPage {
                     self.board.stalest_health(Timestamp::now() - age)
                 })
                 .flatten();
-            match stale {
-                Some(app) => {
-                    let _ = self.live(&app).await;
-                }
-                None => tokio::select! {
-                    () = stopped(&mut shutdown) => return,
-                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                },
-            }
-            if crate::shutdown::is_stopped(&shutdown) {
-                return;
+            let pause = match stale {
+                Some(app) if self.live(&app).await.is_ok() => Duration::from_millis(200),
+                _ => Duration::from_secs(1),
+            };
+            tokio::select! {
+                () = stopped(&mut shutdown) => return,
+                () = tokio::time::sleep(pause) => {}
             }
         }
     }
@@ -262,12 +256,7 @@ impl StatusPage {
         let (log, app) = (self.history.clone(), app.to_string());
         tokio::task::spawn_blocking(move || {
             let page = log.page(&app, before.as_deref(), PAGE).unwrap_or_default();
-            let newest = log
-                .page(&app, None, 1)
-                .ok()
-                .and_then(|p| p.records.into_iter().next());
-            let last = newest.and_then(|n| log.find(&app, &n.id).ok().flatten());
-            (page, last)
+            (page, log.newest(&app).ok().flatten())
         })
         .await
         .unwrap_or_default()
