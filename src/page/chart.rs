@@ -129,12 +129,17 @@ pub fn rollout(r: &RolloutRecord, title: &str) -> String {
         }
     }
     if let (Some(at), Some(back)) = (rollback_at, &r.rollback) {
+        // The label on the side of the line with more room.
+        let (label_x, anchor) = if x(at) > WIDTH / 2.0 {
+            (x(at) - 6.0, "end")
+        } else {
+            (x(at) + 6.0, "start")
+        };
         let _ = write!(
             svg,
-            r#"<line class="rollback" x1="{x}" x2="{x}" y1="{TOP}" y2="{}"/><text class="rollback-label" x="{}" y="{}">rollback to revision {}</text>"#,
+            r#"<line class="rollback" x1="{x}" x2="{x}" y1="{TOP}" y2="{}"/><text class="rollback-label" x="{label_x}" y="{}" text-anchor="{anchor}">rollback to revision {}</text>"#,
             HEIGHT - BOTTOM,
-            (x(at) + 4.0).min(WIDTH - 170.0),
-            TOP + 10.0,
+            TOP + 22.0,
             back.to_revision,
             x = x(at),
         );
@@ -314,6 +319,7 @@ mod tests {
         );
         // The rollback starts at 10 s of 14 s: 36 + 10/14 × 592.
         assert!(svg.contains(r#"x1="458.857"#), "{svg}");
+        assert!(svg.contains(r#"text-anchor="end">rollback"#), "{svg}");
         // After it, the new (failed) ReplicaSet is wanted at 0 and the old one at 3.
         let (points, rollback_at, end) = points(&failed_then_rolled_back());
         assert_eq!(rollback_at, Some(10_000.0));

@@ -48,6 +48,8 @@ const PAGE: usize = 25;
 const LIVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A health summary older than this is read again while someone looks.
 const HEALTH_AGE: Duration = Duration::from_secs(30);
+/// Changes this close together go out as one event.
+const COALESCE: Duration = Duration::from_millis(100);
 /// Someone looks: a request came this recently, or an event stream is open.
 const LOOKING: Duration = Duration::from_secs(60);
 
@@ -314,6 +316,8 @@ impl StatusPage {
                     Ok(Ok(())) => {}
                     _ => return None, // time is up, or the agent stops
                 }
+                // A sync says several lines at once: one event for them.
+                tokio::time::sleep(COALESCE).await;
                 let version = *s.changed.borrow_and_update();
                 let apps = keep(s.page.board.since(seen), &s.only);
                 s.seen = Some(version);
