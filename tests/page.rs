@@ -15,39 +15,13 @@ use std::time::Duration;
 use base64::Engine;
 use berth::history::{Outcome, SyncRecord};
 use common::browser::Browser;
-use common::{eventually, Daemon, Repo};
+use common::{eventually, web_deployment, Daemon, Repo, NEVER_READY};
 use serde_json::json;
 
 const PLANTED: &str = "planted-db-password-7f3a";
 const USER_PASSWORD: &str = "ops:page-pass-91c2";
 const TOKEN: &str = "page-token-4d1e";
 const HOOK_SECRET: &str = "hook-secret-5b8e";
-
-fn deployment(image: &str, annotations: &str) -> String {
-    format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-spec:
-  replicas: 2
-  progressDeadlineSeconds: 4
-  strategy:
-    type: RollingUpdate
-    rollingUpdate: {{maxSurge: 1, maxUnavailable: 0}}
-  selector:
-    matchLabels: {{app: web}}
-  template:
-    metadata:
-      labels: {{app: web}}
-      annotations: {{{annotations}}}
-    spec:
-      containers:
-        - name: web
-          image: {image}
-"
-    )
-}
 
 const SECRET: &str = "apiVersion: v1
 kind: Secret
@@ -57,8 +31,10 @@ stringData:
   password: planted-db-password-7f3a
 ";
 
-/// Pods that never become ready (the kubelet stand-in's annotation).
-const NEVER: &str = "testenv.berth.dev/ready: \"false\"";
+/// The Deployment `web` at `image`: a rollout that fails fails within 4 s.
+fn deployment(image: &str, annotations: &str) -> String {
+    web_deployment(image, annotations, "  progressDeadlineSeconds: 4\n")
+}
 
 /// One GET on a fresh connection: status, head and body (an event stream is read up to
 /// its first event).
@@ -227,7 +203,7 @@ async fn the_status_page_follows_the_agent_in_a_browser() {
 
     // A broken commit: its rollout is followed live (the step shows), fails and is rolled
     // back.
-    repo.write("broken/web.yaml", &deployment("web:broken", NEVER));
+    repo.write("broken/web.yaml", &deployment("web:broken", NEVER_READY));
     let bad = repo.commit("broken web");
     browser.until(
         "the sync in flight shows its step",

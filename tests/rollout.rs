@@ -7,39 +7,12 @@ mod common;
 use std::time::Duration;
 
 use berth::history::{Outcome, RolloutOutcome};
-use common::{Repo, Setup};
+use common::{web_deployment as deployment, Repo, Setup, NEVER_READY as NEVER};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 
 /// A Deployment that rolls one pod at a time; `annotations` go on the pod template.
-fn deployment(image: &str, annotations: &str, extra_spec: &str) -> String {
-    format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-spec:
-  replicas: 3
-{extra_spec}  strategy:
-    type: RollingUpdate
-    rollingUpdate: {{maxSurge: 1, maxUnavailable: 0}}
-  selector:
-    matchLabels: {{app: web}}
-  template:
-    metadata:
-      labels: {{app: web}}
-      annotations: {{{annotations}}}
-    spec:
-      containers:
-        - name: web
-          image: {image}
-          ports: [{{containerPort: 8080}}]
-"
-    )
-}
-
 const SLOW: &str = "testenv.berth.dev/ready-after: \"1s\"";
-const NEVER: &str = "testenv.berth.dev/ready: \"false\"";
 
 async fn image(client: &kube::Client, ns: &str) -> String {
     let d = Api::<Deployment>::namespaced(client.clone(), ns)

@@ -10,6 +10,7 @@ use jiff::Timestamp;
 use super::board::{AppState, State};
 use super::escape::esc;
 use crate::history::{CommitInfo, Page, SyncRecord};
+use crate::manifest::ObjectKey;
 use crate::sync::status::LiveApp;
 
 /// `/apps/NAME` with NAME escaped for a URL path and for HTML (app names are DNS-like).
@@ -336,25 +337,21 @@ fn objects_section(main: &mut String, live: &Live, last: Option<&SyncRecord>) {
                     .map(|d| d.phase.clone())
             })
             .unwrap_or_else(|| "-".into());
-        let place = key
-            .namespace
-            .as_ref()
-            .map_or(key.name.clone(), |ns| format!("{ns}/{}", key.name));
-        rows.push((key.kind.clone(), place, action(&text).to_string(), health));
+        rows.push((
+            key.kind.clone(),
+            place(key),
+            action(&text).to_string(),
+            health,
+        ));
     }
     for pruned in last
         .iter()
         .flat_map(|r| &r.objects)
         .filter(|o| !live.keys.contains(&o.key))
     {
-        let k = &pruned.key;
-        let place = k
-            .namespace
-            .as_ref()
-            .map_or(k.name.clone(), |ns| format!("{ns}/{}", k.name));
         rows.push((
-            k.kind.clone(),
-            place,
+            pruned.key.kind.clone(),
+            place(&pruned.key),
             pruned.action.as_str().into(),
             "-".into(),
         ));
@@ -391,6 +388,13 @@ fn objects_section(main: &mut String, live: &Live, last: Option<&SyncRecord>) {
         main.push_str("</tbody></table></div>");
     }
     main.push_str("</section>");
+}
+
+/// `namespace/name`, or `name` for a cluster-wide object.
+fn place(key: &ObjectKey) -> String {
+    key.namespace
+        .as_ref()
+        .map_or(key.name.clone(), |ns| format!("{ns}/{}", key.name))
 }
 
 fn health_class(health: &str) -> &'static str {
@@ -542,15 +546,10 @@ pub fn sync(r: &SyncRecord, now: Timestamp) -> String {
         "Objects",
         &["Action", "Kind", "Namespace/name", "From", "Note"],
         r.objects.iter().map(|o| {
-            let place = o
-                .key
-                .namespace
-                .as_ref()
-                .map_or(o.key.name.clone(), |ns| format!("{ns}/{}", o.key.name));
             vec![
                 o.action.as_str().to_string(),
                 o.key.kind.clone(),
-                place,
+                place(&o.key),
                 o.source.clone().unwrap_or_default(),
                 o.note.clone().unwrap_or_default(),
             ]

@@ -35,7 +35,6 @@ use jiff::Timestamp;
 use crate::config::{AppConfig, Config};
 use crate::history::HistoryLog;
 use crate::service::http::{full, Body, Pages};
-use crate::service::listener::Lane;
 use crate::shutdown::{stopped, Signal};
 use crate::sync::status::live_app;
 use crate::sync::Syncer;
@@ -166,11 +165,12 @@ impl StatusPage {
     async fn route(
         self: &Arc<Self>,
         request: &http::request::Parts,
-        lane: Lane,
+        closes: tokio::time::Instant,
     ) -> Option<Response<Body>> {
         let path = request.uri.path();
         let query = request.uri.query().unwrap_or("");
         let protected = path == "/"
+            || path == "/favicon.ico"
             || path.starts_with("/apps/")
             || path.starts_with("/api/")
             || path.starts_with("/assets/");
@@ -244,7 +244,7 @@ impl StatusPage {
                 Some(record) => json(&record),
                 None => no_record(app, id, true),
             },
-            ["api", "events"] => self.events(param(query, "app"), lane),
+            ["api", "events"] => self.events(param(query, "app"), closes),
             _ => return None,
         })
     }
@@ -275,9 +275,13 @@ impl StatusPage {
     }
 
     /// `/api/events`: `event: apps` with every app (or the one asked for), then an
-    /// `event: app` with the apps each change touched, until shortly before the
-    /// connection's lifetime ends (the browser reconnects after `retry`).
-    fn events(self: &Arc<Self>, only: Option<String>, lane: Lane) -> Response<Body> {
+    /// `event: app` with the apps each change touched, until a moment before the
+    /// connection `closes` (the browser reconnects after `retry`).
+    fn events(
+        self: &Arc<Self>,
+        only: Option<String>,
+        closes: tokio::time::Instant,
+    ) -> Response<Body> {
         struct Stream {
             page: Arc<StatusPage>,
             changed: tokio::sync::watch::Receiver<u64>,
@@ -285,11 +289,7 @@ impl StatusPage {
             only: Option<String>,
             until: tokio::time::Instant,
         }
-        let until = tokio::time::Instant::now()
-            + lane
-                .lifetime()
-                .saturating_sub(Duration::from_secs(10))
-                .max(Duration::from_secs(1));
+        let until = closes - Duration::from_secs(1);
         let start = Stream {
             page: self.clone(),
             changed: self.board.changed(),
@@ -339,9 +339,9 @@ impl Pages for Arc<StatusPage> {
     fn answer<'a>(
         &'a self,
         request: &'a http::request::Parts,
-        lane: Lane,
+        closes: tokio::time::Instant,
     ) -> BoxFuture<'a, Option<Response<Body>>> {
-        Box::pin(self.route(request, lane))
+        Box::pin(self.route(request, closes))
     }
 }
 

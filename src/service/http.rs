@@ -47,11 +47,12 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
 /// Pages served beside the endpoint's own paths: asked for every GET the endpoint does not
 /// answer itself; `None` is a 404.
 pub trait Pages: Send + Sync {
-    /// The answer to `request` (its head: the pages read no body), served on `lane`.
+    /// The answer to `request` (its head: the pages read no body); a stream must end
+    /// before `closes`, when the connection's lifetime does.
     fn answer<'a>(
         &'a self,
         request: &'a http::request::Parts,
-        lane: Lane,
+        closes: tokio::time::Instant,
     ) -> BoxFuture<'a, Option<Response<Body>>>;
 }
 
@@ -107,9 +108,10 @@ async fn connection(endpoint: Arc<Endpoint>, admitted: Admitted) {
         lane,
         place,
     } = admitted;
+    let closes = tokio::time::Instant::now() + lane.lifetime();
     let service = hyper::service::service_fn(move |req| {
         let endpoint = endpoint.clone();
-        async move { Ok::<_, Infallible>(handle(&endpoint, lane, req).await) }
+        async move { Ok::<_, Infallible>(handle(&endpoint, lane, closes, req).await) }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
@@ -118,7 +120,7 @@ async fn connection(endpoint: Arc<Endpoint>, admitted: Admitted) {
         .max_buf_size(MAX_HEAD)
         .serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
-    let ended = match tokio::time::timeout(lane.lifetime(), conn.as_mut()).await {
+    let ended = match tokio::time::timeout_at(closes, conn.as_mut()).await {
         Ok(ended) => ended,
         Err(_) => {
             // Its time is up: an idle keep-alive closes now, a request in flight is
@@ -139,12 +141,23 @@ fn reply(status: StatusCode, body: impl Into<String>) -> Response<Body> {
     r
 }
 
-async fn handle(endpoint: &Endpoint, lane: Lane, req: Request<Incoming>) -> Response<Body> {
+async fn handle(
+    endpoint: &Endpoint,
+    lane: Lane,
+    closes: tokio::time::Instant,
+    req: Request<Incoming>,
+) -> Response<Body> {
     // HEAD is GET without the body (probes and monitors send it).
     if req.method() == Method::HEAD {
         let (mut parts, body) = req.into_parts();
         parts.method = Method::GET;
-        let mut r = Box::pin(handle(endpoint, lane, Request::from_parts(parts, body))).await;
+        let mut r = Box::pin(handle(
+            endpoint,
+            lane,
+            closes,
+            Request::from_parts(parts, body),
+        ))
+        .await;
         *r.body_mut() = full(Bytes::new());
         return r;
     }
@@ -175,7 +188,7 @@ async fn handle(endpoint: &Endpoint, lane: Lane, req: Request<Incoming>) -> Resp
         (&Method::GET, _) => {
             let (parts, _) = req.into_parts();
             let page = match endpoint.pages.get() {
-                Some(pages) => pages.answer(&parts, lane).await,
+                Some(pages) => pages.answer(&parts, closes).await,
                 None => None,
             };
             page.unwrap_or_else(|| reply(StatusCode::NOT_FOUND, "not found\n"))

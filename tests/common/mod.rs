@@ -395,6 +395,38 @@ spec:
     )
 }
 
+/// Pods that never become ready (the kubelet stand-in's annotation).
+pub const NEVER_READY: &str = "testenv.berth.dev/ready: \"false\"";
+
+/// A Deployment `web` of 3 replicas (`image`), rolled one pod at a time (maxSurge 1,
+/// maxUnavailable 0), its pods annotated with `annotations` (e.g. [`NEVER_READY`]),
+/// `extra_spec` lines added to its spec.
+pub fn web_deployment(image: &str, annotations: &str, extra_spec: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 3
+{extra_spec}  strategy:
+    type: RollingUpdate
+    rollingUpdate: {{maxSurge: 1, maxUnavailable: 0}}
+  selector:
+    matchLabels: {{app: web}}
+  template:
+    metadata:
+      labels: {{app: web}}
+      annotations: {{{annotations}}}
+    spec:
+      containers:
+        - name: web
+          image: {image}
+          ports: [{{containerPort: 8080}}]
+"
+    )
+}
+
 /// A loopback port nobody listens on (now).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
