@@ -3,6 +3,8 @@
 //! `yes`, `y`, `~`, `0755`, `1e3`, `.inf` — so the output goes through `kubectl apply -f -`
 //! (whose parser is YAML 1.1's) with its strings still strings. Pure.
 
+use std::fmt::Write;
+
 use serde_json::{Map, Value};
 
 /// One value as a YAML document's body (no `---`), ending in a newline.
@@ -32,7 +34,7 @@ pub fn object_to_yaml(map: &Map<String, Value>) -> String {
 fn write_map(out: &mut String, map: &Map<String, Value>, indent: usize) {
     for (key, value) in map {
         push_indent(out, indent);
-        out.push_str(&string(key));
+        write_string(out, key);
         out.push(':');
         match value {
             Value::Object(inner) if !inner.is_empty() => {
@@ -54,29 +56,19 @@ fn write_map(out: &mut String, map: &Map<String, Value>, indent: usize) {
 
 fn write_seq(out: &mut String, items: &[Value], indent: usize) {
     for item in items {
-        let nested = match item {
-            Value::Object(inner) if !inner.is_empty() => {
-                let mut s = String::new();
-                write_map(&mut s, inner, indent + 2);
-                Some(s)
-            }
-            Value::Array(inner) if !inner.is_empty() => {
-                let mut s = String::new();
-                write_seq(&mut s, inner, indent + 2);
-                Some(s)
-            }
-            _ => None,
-        };
-        push_indent(out, indent);
-        out.push_str("- ");
-        match nested {
-            // The nested block's first line starts at indent + 2: "- " takes that place.
-            Some(s) => out.push_str(&s[indent + 2..]),
-            None => {
+        let start = out.len();
+        match item {
+            // The nested block's first line starts at indent + 2: "- " takes the place
+            // of its last two spaces.
+            Value::Object(inner) if !inner.is_empty() => write_map(out, inner, indent + 2),
+            Value::Array(inner) if !inner.is_empty() => write_seq(out, inner, indent + 2),
+            _ => {
+                push_indent(out, indent + 2);
                 write_scalar(out, item, indent + 2);
                 out.push('\n');
             }
         }
+        out.replace_range(start + indent..start + indent + 2, "- ");
     }
 }
 
@@ -86,9 +78,11 @@ fn write_scalar(out: &mut String, value: &Value, indent: usize) {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => out.push_str(&n.to_string()),
+        Value::Number(n) => {
+            let _ = write!(out, "{n}");
+        }
         Value::String(s) if literal_block(s) => write_literal(out, s, indent),
-        Value::String(s) => out.push_str(&string(s)),
+        Value::String(s) => write_string(out, s),
         Value::Array(_) => out.push_str("[]"),
         Value::Object(_) => out.push_str("{}"),
     }
@@ -124,29 +118,29 @@ fn write_literal(out: &mut String, s: &str, indent: usize) {
 
 /// A string, plain when no YAML 1.1 or 1.2 parser could read it as anything but that
 /// string, else double-quoted.
-fn string(s: &str) -> String {
+fn write_string(out: &mut String, s: &str) {
     if plain_is_string(s) {
-        return s.to_string();
+        out.push_str(s);
+        return;
     }
-    let mut quoted = String::with_capacity(s.len() + 2);
-    quoted.push('"');
+    out.reserve(s.len() + 2);
+    out.push('"');
     for c in s.chars() {
         match c {
-            '"' => quoted.push_str("\\\""),
-            '\\' => quoted.push_str("\\\\"),
-            '\n' => quoted.push_str("\\n"),
-            '\t' => quoted.push_str("\\t"),
-            '\r' => quoted.push_str("\\r"),
-            c if printable(c) => quoted.push(c),
-            c => quoted.push_str(&format!("\\u{:04x}", c as u32)),
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if printable(c) => out.push(c),
+            c => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
         }
     }
-    quoted.push('"');
-    quoted
+    out.push('"');
 }
 
-/// Characters YAML takes as they are in any scalar: not control characters, not the
-/// line and paragraph separators or NEL (line breaks to a YAML 1.1 parser), not a BOM.
 fn printable(c: char) -> bool {
     !c.is_control() && !matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}')
 }
@@ -171,7 +165,7 @@ fn plain_is_string(s: &str) -> bool {
             )
     }) && !s.contains(": ")
         && !s.ends_with([':', ' '])
-        && !RESERVED.contains(&s.to_ascii_lowercase().as_str());
+        && !RESERVED.iter().any(|r| r.eq_ignore_ascii_case(s));
     if first.is_ascii_alphabetic() || first == '/' {
         return simple;
     }
