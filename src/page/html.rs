@@ -3,6 +3,7 @@
 //! cluster is escaped; no inline script or style (the CSP forbids both): `page.js` keeps
 //! the parts marked `data-field` live, `page.css` draws them.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use jiff::Timestamp;
@@ -312,48 +313,47 @@ fn objects_section(main: &mut String, live: &Live, last: Option<&SyncRecord>) {
     if let Some(held) = &live.held {
         let _ = write!(main, r#"<p class="bad">Held: {}</p>"#, esc(held));
     }
-    let action = |key: &str| {
-        last.and_then(|r| r.objects.iter().find(|o| o.key.to_string() == key))
-            .map_or("unchanged", |o| o.action.as_str())
-    };
+    // Looked up by key, once each: an app may hold thousands of objects.
+    let actions: HashMap<&ObjectKey, &str> = last
+        .iter()
+        .flat_map(|r| &r.objects)
+        .map(|o| (&o.key, o.action.as_str()))
+        .collect();
+    let health: HashMap<&str, &str> = live
+        .objects
+        .iter()
+        .map(|o| (o.object.as_str(), o.health.as_str()))
+        .collect();
+    let phases: HashMap<&str, &str> = live
+        .deployments
+        .iter()
+        .map(|d| (d.name.as_str(), d.phase.as_str()))
+        .collect();
     main.push_str(r#"<div class="scroll"><table>
 <thead><tr><th scope="col">Kind</th><th scope="col">Namespace/name</th><th scope="col">Last sync</th><th scope="col">Health</th></tr></thead><tbody>
 "#);
-    let mut rows: Vec<(String, String, String, String)> = Vec::new();
+    let mut rows: Vec<(&str, String, &str, &str)> = Vec::new();
     for key in &live.keys {
-        let text = key.to_string();
-        let health = live
-            .objects
-            .iter()
-            .find(|o| o.object == text)
-            .map(|o| o.health.clone())
-            .or_else(|| {
-                live.deployments
-                    .iter()
-                    .find(|d| {
-                        key.kind == "Deployment"
-                            && d.name == format!("{}/{}", key.namespace_or_default(), key.name)
-                    })
-                    .map(|d| d.phase.clone())
-            })
-            .unwrap_or_else(|| "-".into());
-        rows.push((
-            key.kind.clone(),
-            place(key),
-            action(&text).to_string(),
-            health,
-        ));
+        let found = if key.group == "apps" && key.kind == "Deployment" {
+            let name = format!("{}/{}", key.namespace_or_default(), key.name);
+            phases.get(name.as_str()).copied()
+        } else {
+            health.get(key.to_string().as_str()).copied()
+        };
+        let action = actions.get(key).copied().unwrap_or("unchanged");
+        rows.push((&key.kind, place(key), action, found.unwrap_or("-")));
     }
+    let managed: HashSet<&ObjectKey> = live.keys.iter().collect();
     for pruned in last
         .iter()
         .flat_map(|r| &r.objects)
-        .filter(|o| !live.keys.contains(&o.key))
+        .filter(|o| !managed.contains(&o.key))
     {
         rows.push((
-            pruned.key.kind.clone(),
+            &pruned.key.kind,
             place(&pruned.key),
-            pruned.action.as_str().into(),
-            "-".into(),
+            pruned.action.as_str(),
+            "-",
         ));
     }
     for (kind, place, action, health) in &rows {
@@ -735,6 +735,74 @@ mod tests {
         assert!(
             !html.contains("<script>") && !html.contains("style="),
             "{html}"
+        );
+    }
+
+    fn key(group: &str, kind: &str, name: &str) -> ObjectKey {
+        ObjectKey {
+            group: group.into(),
+            kind: kind.into(),
+            namespace: Some("shop".into()),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn each_object_shows_its_last_action_and_its_health_now() {
+        use crate::history::{Action, ObjectAction};
+        use crate::sync::status::{DeploymentStatus, ObjectStatus};
+        let (web, api, config, gone) = (
+            key("apps", "Deployment", "web"),
+            key("", "Service", "api"),
+            key("", "ConfigMap", "settings"),
+            key("", "ConfigMap", "old"),
+        );
+        let live = LiveApp {
+            held: None,
+            deployments: vec![DeploymentStatus {
+                name: "shop/web".into(),
+                revision: Some(3),
+                ready: 2,
+                replicas: 3,
+                updated: 3,
+                phase: "progressing".into(),
+            }],
+            objects: vec![ObjectStatus {
+                object: api.to_string(),
+                health: "failed: no endpoints".into(),
+            }],
+            keys: vec![web.clone(), api, config],
+        };
+        let now = Timestamp::now();
+        let action = |key: &ObjectKey, action| ObjectAction {
+            key: key.clone(),
+            action,
+            source: None,
+            note: None,
+        };
+        let last = SyncRecord {
+            objects: vec![
+                action(&web, Action::Configured),
+                action(&gone, Action::Pruned),
+            ],
+            ..SyncRecord::new("r1".into(), "shop", Trigger::Cli, now, None)
+        };
+        let mut html = String::new();
+        objects_section(&mut html, &Ok(live), Some(&last));
+        let rows: Vec<&str> = html.lines().filter(|l| l.starts_with("<tr><td>")).collect();
+        assert_eq!(
+            rows[..4],
+            [
+                r#"<tr><td>Deployment</td><td>shop/web</td><td>configured</td><td class="warn">progressing</td></tr>"#,
+                r#"<tr><td>Service</td><td>shop/api</td><td>unchanged</td><td class="bad">failed: no endpoints</td></tr>"#,
+                r#"<tr><td>ConfigMap</td><td>shop/settings</td><td>unchanged</td><td class="dim">-</td></tr>"#,
+                r#"<tr><td>ConfigMap</td><td>shop/old</td><td>pruned</td><td class="dim">-</td></tr>"#,
+            ]
+        );
+        // The Deployments' table: revision, READY, UP-TO-DATE, phase.
+        assert_eq!(
+            rows[4],
+            r#"<tr><td>shop/web</td><td>3</td><td>2/3</td><td>3</td><td class="warn">progressing</td></tr>"#
         );
     }
 
