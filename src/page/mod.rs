@@ -23,9 +23,10 @@ mod chart;
 mod escape;
 pub mod html;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use hyper::body::Bytes;
@@ -45,6 +46,8 @@ pub use board::Board;
 const PAGE: usize = 25;
 /// How long the cluster has to answer for one app's page.
 const LIVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an answer from the cluster about one app is reused.
+const LIVE_REUSE: Duration = Duration::from_secs(2);
 /// A health summary older than this is read again while someone looks.
 const HEALTH_AGE: Duration = Duration::from_secs(30);
 /// Changes this close together go out as one event.
@@ -65,6 +68,9 @@ pub struct StatusPage {
     credentials: Option<Credentials>,
     /// When someone last looked (ms since the epoch).
     viewed_ms: AtomicI64,
+    /// Each app's last answer from the cluster, and when: asked again after
+    /// [`LIVE_REUSE`], so that requests in a burst cost the cluster one read.
+    answers: std::sync::Mutex<HashMap<String, (Instant, html::Live)>>,
 }
 
 impl StatusPage {
@@ -85,6 +91,7 @@ impl StatusPage {
             syncer: RwLock::new(syncer),
             credentials,
             viewed_ms: AtomicI64::new(0),
+            answers: std::sync::Mutex::new(HashMap::new()),
         };
         page.set_apps(&config.apps);
         Ok(page)
@@ -94,6 +101,9 @@ impl StatusPage {
     pub fn set_apps(&self, apps: &[AppConfig]) {
         self.board
             .set_apps(apps, |app| self.history.newest(app).ok().flatten());
+        if let Ok(mut answers) = self.answers.lock() {
+            answers.retain(|name, _| apps.iter().any(|a| &a.name == name));
+        }
     }
 
     /// The client a reload made.
@@ -120,9 +130,25 @@ impl StatusPage {
             < LOOKING.as_millis() as i64
     }
 
-    /// What the cluster says of `app` now (within [`LIVE_TIMEOUT`]); the board's health
-    /// summary follows.
+    /// What the cluster says of `app` now (within [`LIVE_TIMEOUT`]; an answer younger
+    /// than [`LIVE_REUSE`] is reused); the board's health summary follows.
     async fn live(&self, app: &str) -> html::Live {
+        let reused = self.answers.lock().ok().and_then(|a| {
+            a.get(app)
+                .filter(|(at, _)| at.elapsed() < LIVE_REUSE)
+                .map(|(_, live)| live.clone())
+        });
+        if let Some(live) = reused {
+            return live;
+        }
+        let live = self.read_live(app).await;
+        if let Ok(mut answers) = self.answers.lock() {
+            answers.insert(app.to_string(), (Instant::now(), live.clone()));
+        }
+        live
+    }
+
+    async fn read_live(&self, app: &str) -> html::Live {
         let syncer = self.syncer();
         let read = live_app(
             &syncer.client,
