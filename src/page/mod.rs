@@ -203,14 +203,15 @@ impl StatusPage {
         if !protected {
             return None;
         }
-        if let Some(credentials) = &self.credentials {
-            let given = request
-                .headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok());
-            if !credentials.allows(given) {
+        let header = |name| request.headers.get(name).and_then(|v| v.to_str().ok());
+        match &self.credentials {
+            Some(credentials) if !credentials.allows(header(header::AUTHORIZATION)) => {
                 return Some(unauthorized());
             }
+            // Open to whoever reaches `listen`: only under an address, so that a web page
+            // elsewhere cannot read it through a name it points at 127.0.0.1.
+            None if !addressed(header(header::HOST)) => return Some(misnamed()),
+            _ => {}
         }
         self.looked();
         let parts: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
@@ -459,6 +460,26 @@ fn unauthorized() -> Response<Body> {
     r
 }
 
+/// Whether a request's `Host` is an IP address or `localhost` (with a port or not).
+fn addressed(host: Option<&str>) -> bool {
+    let Some(host) = host else {
+        return false;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
+}
+
+fn misnamed() -> Response<Body> {
+    answer(
+        StatusCode::FORBIDDEN,
+        "without agent.status_page_credentials the status page answers only under an address (http://127.0.0.1:PORT/) or localhost: set credentials to serve it under a name\n",
+        "text/plain; charset=utf-8",
+    )
+}
+
 fn not_found(title: &str, text: &str, api: bool) -> Response<Body> {
     if api {
         let body = to_json(&serde_json::json!({ "error": text }));
@@ -491,6 +512,28 @@ fn no_record(app: &str, id: &str, api: bool) -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_credentials_only_an_address_or_localhost_is_answered() {
+        for host in [
+            "127.0.0.1:9464",
+            "localhost:9464",
+            "LOCALHOST",
+            "[::1]:9464",
+            "10.0.0.7",
+        ] {
+            assert!(addressed(Some(host)), "{host}");
+        }
+        for host in [
+            "evil.example:9464",
+            "127.0.0.1.nip.io",
+            "localhost.evil.example",
+            "",
+        ] {
+            assert!(!addressed(Some(host)), "{host}");
+        }
+        assert!(!addressed(None));
+    }
 
     #[test]
     fn query_values_are_decoded_and_bounded() {
