@@ -39,11 +39,15 @@ fn deployment(image: &str, annotations: &str) -> String {
 /// One GET on a fresh connection: status, head and body (an event stream is read up to
 /// its first event).
 fn get(port: u16, path: &str, authorization: Option<&str>) -> (u16, String, String) {
+    get_at(port, "localhost", path, authorization)
+}
+
+/// [`get`] with `Host: host`.
+fn get_at(port: u16, host: &str, path: &str, authorization: Option<&str>) -> (u16, String, String) {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let auth = authorization.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
-    let request =
-        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{auth}\r\n");
     s.write_all(request.as_bytes()).unwrap();
     let mut out = Vec::new();
     let mut buf = [0u8; 16 << 10];
@@ -385,4 +389,49 @@ async fn the_status_page_follows_the_agent_in_a_browser() {
             .await
             .unwrap();
     assert_eq!(secret.data.unwrap()["password"].0, PLANTED.as_bytes());
+}
+
+/// Off unless configured; on without credentials, answered only under an address.
+#[test]
+fn without_credentials_the_page_answers_only_under_an_address() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let repo = Repo::new();
+    repo.write(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: one\n",
+    );
+    repo.commit("first");
+    let port = common::free_port();
+    let setup = common::Setup::new(cp, "open", &repo, "default", "");
+    let config = std::fs::read_to_string(&setup.config).unwrap();
+    let with = |page: &str| {
+        let text = config.replace(
+            "[cluster]",
+            &format!("listen = \"127.0.0.1:{port}\"\n{page}[cluster]"),
+        );
+        std::fs::write(&setup.config, text).unwrap();
+        Daemon::start(&setup.config, &[])
+    };
+    let up = || {
+        eventually("berth run answers", Duration::from_secs(30), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        })
+    };
+    {
+        let _daemon = with("");
+        up();
+        assert_eq!(get(port, "/", None).0, 404, "the page is off by default");
+        assert_eq!(get(port, "/api/apps", None).0, 404);
+    }
+    let _daemon = with("status_page = true\n");
+    up();
+    let (code, _, body) = get_at(port, &format!("127.0.0.1:{port}"), "/api/apps", None);
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"name\":\"open\""), "{body}");
+    assert_eq!(get_at(port, "[::1]", "/", None).0, 200);
+    let (code, _, body) = get_at(port, &format!("rebound.example:{port}"), "/", None);
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("answers only under an address"), "{body}");
 }

@@ -211,17 +211,24 @@ pub async fn run(
     let open_files = listener::raise_open_files();
     let metrics = Arc::new(Metrics::default());
     metrics.notifications(syncer.notifications.clone());
-    let endpoint = start_http(&config, open_files, &metrics, &syncer, &signals.shutdown).await?;
-    let page = match &endpoint {
-        Some(endpoint) if config.agent.status_page => {
-            let page = Arc::new(StatusPage::new(&config, syncer.clone())?);
-            let _ = endpoint.pages.set(Arc::new(page.clone()));
-            tokio::spawn(page.clone().refresh(signals.shutdown.clone()));
-            tracing::info!("serving the status page on / (read-only)");
-            Some(page)
-        }
-        _ => None,
+    // Made before the endpoint serves, so its first request finds it.
+    let page = if config.agent.status_page && config.agent.listen.is_some() {
+        Some(Arc::new(StatusPage::new(&config, syncer.clone())?))
+    } else {
+        None
     };
+    let endpoint = start_http(
+        &config,
+        open_files,
+        &metrics,
+        &syncer,
+        page.clone(),
+        &signals.shutdown,
+    )
+    .await?;
+    if let Some(page) = &page {
+        tokio::spawn(page.clone().refresh(signals.shutdown.clone()));
+    }
     let shared = Arc::new(Shared {
         endpoint,
         page,
@@ -359,6 +366,7 @@ async fn start_http(
     open_files: u64,
     metrics: &Arc<Metrics>,
     syncer: &Syncer,
+    page: Option<Arc<StatusPage>>,
     shutdown: &Signal,
 ) -> Result<Option<Arc<Endpoint>>, AgentError> {
     let Some(address) = config.agent.listen else {
@@ -368,6 +376,10 @@ async fn start_http(
         .await
         .map_err(|source| AgentError::Listen { address, source })?;
     let endpoint = Arc::new(Endpoint::new(metrics.clone(), syncer.client.clone()));
+    if let Some(page) = page {
+        let _ = endpoint.pages.set(Arc::new(page));
+        tracing::info!(%address, "serving the status page on / (read-only)");
+    }
     let cap = listener::connection_cap(config.agent.max_connections, open_files);
     if cap < config.agent.max_connections {
         tracing::warn!(
