@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use berth::config;
-use berth::history::{HistoryLog, Outcome, SyncRecord};
+use berth::history::{short_age, HistoryLog, Outcome, SyncRecord};
 
 use super::sync::{counts, select};
 
@@ -110,17 +110,6 @@ fn age(now: jiff::Timestamp, r: &SyncRecord) -> std::time::Duration {
     now.duration_since(r.started_at)
         .try_into()
         .unwrap_or_default()
-}
-
-/// kubectl's age style: 45s, 12m, 5h, 3d.
-pub fn short_age(d: std::time::Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0..=119 => format!("{s}s"),
-        120..=7199 => format!("{}m", s / 60),
-        7200..=172_799 => format!("{}h", s / 3600),
-        _ => format!("{}d", s / 86_400),
-    }
 }
 
 fn records_table(records: &[&SyncRecord], now: jiff::Timestamp) -> String {

@@ -16,7 +16,9 @@ use berth::sync::{syncing, Marker};
 use kube::api::Api;
 use serde::Serialize;
 
-use super::history::{short_age, table};
+use berth::history::short_age;
+
+use super::history::table;
 use super::sync::select;
 
 /// Arguments of `berth status`.

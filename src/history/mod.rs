@@ -20,6 +20,18 @@ pub use record::{
 };
 pub use rollout::{FollowedRollout, RolloutOutcome, TimelineStep};
 
+/// An age as `berth history`, `berth status` and the status page say it: `45s`, `12m`,
+/// `5h`, `3d`.
+pub fn short_age(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7199 => format!("{}m", s / 60),
+        7200..=172_799 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::fs::OpenOptions;

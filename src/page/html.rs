@@ -10,7 +10,7 @@ use jiff::Timestamp;
 
 use super::board::{AppState, State};
 use super::escape::esc;
-use crate::history::{CommitInfo, Page, SyncRecord};
+use crate::history::{short_age, CommitInfo, Page, SyncRecord};
 use crate::manifest::ObjectKey;
 use crate::sync::status::LiveApp;
 
@@ -60,20 +60,11 @@ fn layout(title: &str, page: &str, app: Option<&str>, crumbs: &str, main: &str) 
 /// "3m ago", "in 40s".
 pub fn age(at: Timestamp, now: Timestamp) -> String {
     let secs = now.duration_since(at).as_secs();
-    let span = short(secs.unsigned_abs());
+    let span = short_age(std::time::Duration::from_secs(secs.unsigned_abs()));
     if secs >= 0 {
         format!("{span} ago")
     } else {
         format!("in {span}")
-    }
-}
-
-fn short(secs: u64) -> String {
-    match secs {
-        0..120 => format!("{secs}s"),
-        120..7200 => format!("{}m", secs / 60),
-        7200..172_800 => format!("{}h", secs / 3600),
-        _ => format!("{}d", secs / 86_400),
     }
 }
 

@@ -233,7 +233,10 @@ impl StatusPage {
                 };
                 let before = param(query, "before");
                 let live = self.live(app).await;
-                let (history, last) = self.read_history(app, before.clone()).await;
+                let history = self.page_of(app, before.clone()).await;
+                let last = self
+                    .read_log(app, |log, app| log.newest(app).ok().flatten())
+                    .await;
                 page(html::app(
                     &state,
                     &live,
@@ -253,7 +256,7 @@ impl StatusPage {
                     return Some(no_app(app, true));
                 };
                 let live = self.live(app).await;
-                let (history, _) = self.read_history(app, None).await;
+                let history = self.page_of(app, None).await;
                 json(&serde_json::json!({
                     "app": state,
                     "live": live.as_ref().ok(),
@@ -265,7 +268,7 @@ impl StatusPage {
                 if self.board.app(app).is_none() {
                     return Some(no_app(app, true));
                 }
-                json(&self.read_history(app, param(query, "before")).await.0)
+                json(&self.page_of(app, param(query, "before")).await)
             }
             ["api", "apps", app, "syncs", id] => match self.record(app, id).await {
                 Some(record) => json(&record),
@@ -276,29 +279,32 @@ impl StatusPage {
         })
     }
 
-    /// A page of `app`'s history (before `before`), and the newest record whole.
-    async fn read_history(
+    /// `read` of `app`'s history log, off the endpoint's threads (a log is files).
+    async fn read_log<T: Default + Send + 'static>(
         &self,
         app: &str,
-        before: Option<String>,
-    ) -> (crate::history::Page, Option<crate::history::SyncRecord>) {
+        read: impl FnOnce(&HistoryLog, &str) -> T + Send + 'static,
+    ) -> T {
         let (log, app) = (self.history.clone(), app.to_string());
-        tokio::task::spawn_blocking(move || {
-            let page = log.page(&app, before.as_deref(), PAGE).unwrap_or_default();
-            (page, log.newest(&app).ok().flatten())
+        tokio::task::spawn_blocking(move || read(&log, &app))
+            .await
+            .unwrap_or_default()
+    }
+
+    /// A page of `app`'s history, older than the record `before` when given.
+    async fn page_of(&self, app: &str, before: Option<String>) -> crate::history::Page {
+        self.read_log(app, move |log, app| {
+            log.page(app, before.as_deref(), PAGE).unwrap_or_default()
         })
         .await
-        .unwrap_or_default()
     }
 
     /// The record `id` of `app`, when `app` is one of the configuration's.
     async fn record(&self, app: &str, id: &str) -> Option<crate::history::SyncRecord> {
         self.board.app(app)?;
-        let (log, app, id) = (self.history.clone(), app.to_string(), id.to_string());
-        tokio::task::spawn_blocking(move || log.find(&app, &id).ok().flatten())
+        let id = id.to_string();
+        self.read_log(app, move |log, app| log.find(app, &id).ok().flatten())
             .await
-            .ok()
-            .flatten()
     }
 
     /// `/api/events`: `event: apps` with every app (or the one asked for), then an
