@@ -57,7 +57,7 @@ pub enum SopsError {
 /// The age identities and OpenPGP secret keys berth decrypts with.
 #[derive(Default)]
 pub struct Keys {
-    age: Vec<age::x25519::Identity>,
+    age: Vec<x25519::Identity>,
     /// Each with its passphrase (empty: none).
     openpgp: Vec<(SignedSecretKey, Password)>,
 }
@@ -74,7 +74,7 @@ impl Keys {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let identity = age::x25519::Identity::from_str(line)
+            let identity = x25519::Identity::from_str(line)
                 .map_err(|_| format!("line {} is not an age identity", i + 1))?;
             self.age.push(identity);
         }
@@ -98,7 +98,7 @@ impl Keys {
         let held: Vec<String> = self
             .age
             .iter()
-            .map(|i| format!("age {}", i.to_public()))
+            .map(|i| format!("age {}", i.recipient))
             .chain(
                 self.openpgp
                     .iter()
@@ -290,10 +290,15 @@ fn data_key(m: &Metadata, keys: &Keys) -> Result<Vec<u8>, SopsError> {
                 .into(),
         ));
     }
-    let opened = m
+    // An entry for a recipient berth holds first: each key tried costs an agreement.
+    let (held, others): (Vec<_>, Vec<_>) = m
         .age
         .iter()
-        .find_map(|a| Some((open_age(&a.enc, keys)?, &a.recipient)))
+        .partition(|a| keys.age.iter().any(|i| i.recipient == a.recipient));
+    let opened = held
+        .into_iter()
+        .chain(others)
+        .find_map(|a| Some((open_age(a, keys)?, &a.recipient)))
         .or_else(|| {
             m.pgp
                 .iter()
@@ -325,14 +330,22 @@ fn data_key(m: &Metadata, keys: &Keys) -> Result<Vec<u8>, SopsError> {
     })
 }
 
-/// The age-armored data key, when one of `keys` opens it.
-fn open_age(enc: &str, keys: &Keys) -> Option<Vec<u8>> {
+/// The age-armored data key of `entry`, when one of `keys` opens it (the entry's own
+/// recipient tried first).
+fn open_age(entry: &AgeEntry, keys: &Keys) -> Option<Vec<u8>> {
     if keys.age.is_empty() {
         return None;
     }
-    let reader = age::armor::ArmoredReader::new(enc.as_bytes());
+    let reader = age::armor::ArmoredReader::new(entry.enc.as_bytes());
     let decryptor = age::Decryptor::new(reader).ok()?;
-    let identities = keys.age.iter().map(|i| i as &dyn age::Identity);
+    let (named, others): (Vec<_>, Vec<_>) = keys
+        .age
+        .iter()
+        .partition(|i| i.recipient == entry.recipient);
+    let identities = named
+        .into_iter()
+        .chain(others)
+        .map(|i| i as &dyn age::Identity);
     let mut opened = decryptor.decrypt(identities).ok()?;
     let mut key = Vec::new();
     opened.by_ref().take(1024).read_to_end(&mut key).ok()?;
@@ -532,6 +545,7 @@ fn hex_upper(bytes: &[u8]) -> String {
 }
 
 pub mod stores;
+mod x25519;
 
 #[cfg(test)]
 mod tests;

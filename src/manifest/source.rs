@@ -90,7 +90,7 @@ impl Visitor for PathSource {
                 path: self.display(""),
                 cause: source,
             })?;
-        let deferred = Deferred::default();
+        let deferred = Deferred::new(self.decrypt.as_ref());
         let mut walk = Walk {
             source: self,
             root,
@@ -125,7 +125,7 @@ impl Visitor for PathSource {
                 }
             }
         }
-        deferred.finish(self.decrypt.as_ref(), f)
+        deferred.finish(f)
     }
 }
 
@@ -488,7 +488,7 @@ impl Visitor for Stdin {
         let path = "STDIN".to_string();
         let (budget, mut objects) = (self.limits.budget(), 0);
         let f = &mut counted(&self.limits, &mut objects, f);
-        let deferred = Deferred::default();
+        let deferred = Deferred::new(self.decrypt.as_ref());
         match read_capped(Ok(std::io::stdin().lock()), self.limits.max_file_size) {
             Ok(bytes) => decode(path, bytes, &budget, &deferred, f)?,
             Err(ReadError::TooLarge(size)) => f(Err(ManifestError::FileTooLarge {
@@ -498,7 +498,7 @@ impl Visitor for Stdin {
             }))?,
             Err(ReadError::Io(cause)) => f(Err(ManifestError::Read { path, cause }))?,
         }
-        deferred.finish(self.decrypt.as_ref(), f)
+        deferred.finish(f)
     }
 }
 
