@@ -85,7 +85,8 @@ pub enum Exceeded {
 /// What one render may decode, and what stopped a decode. A render may build
 /// [`DECODED_PER_BYTE`] units for each byte it has read, plus one document's worth, up to
 /// a cap: memory stays proportional to what the repository holds, whatever its aliases.
-/// Not shared between threads: a render decodes on one.
+/// Not shared between threads: an encrypted file decoded on another thread gets a
+/// budget of its own, set aside from this one ([`Budget::set_aside`]).
 pub struct Budget {
     used: Cell<u64>,
     granted: Cell<u64>,
@@ -140,6 +141,26 @@ impl Budget {
         }
         self.used.set(used);
         Ok(())
+    }
+
+    /// Grants what `bytes` more of input may decode to and sets it aside at once, for
+    /// that input to be decoded on another thread within a budget of its own of that
+    /// size ([`Budget::new`]); `None` near the render's cap, where it is decoded here.
+    pub fn set_aside(&self, bytes: usize) -> Option<u64> {
+        let share = (bytes as u64).saturating_mul(DECODED_PER_BYTE);
+        let (granted, used) = (self.granted.get().saturating_add(share), self.used.get());
+        if granted > self.cap || used.saturating_add(share) > granted {
+            return None;
+        }
+        self.granted.set(granted);
+        self.used.set(used + share);
+        Some(share)
+    }
+
+    /// Undoes [`Budget::set_aside`]: the input is decoded here after all.
+    pub fn give_back(&self, share: u64) {
+        self.granted.set(self.granted.get() - share);
+        self.used.set(self.used.get() - share);
     }
 
     /// What the render may decode, given what it has read so far.

@@ -118,6 +118,16 @@ pub fn is_encrypted(doc: &Value) -> bool {
     doc.as_object().is_some_and(is_encrypted_object)
 }
 
+/// Whether a file's text may be a sops file's, before it is decoded: it holds a `sops`
+/// key at the start of a line (YAML, as sops writes it) or a `"sops"` key (JSON). A file
+/// that does is decoded and checked with [`is_encrypted`] anyway.
+pub fn looks_encrypted(text: &[u8]) -> bool {
+    use memchr::memmem::find;
+    text.starts_with(b"sops:")
+        || find(text, b"\nsops:").is_some()
+        || find(text, b"\"sops\"").is_some()
+}
+
 /// [`is_encrypted`] of a document that is a mapping.
 pub fn is_encrypted_object(doc: &serde_json::Map<String, Value>) -> bool {
     doc.get(METADATA).and_then(|m| m.get("mac")).is_some()

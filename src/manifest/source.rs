@@ -125,7 +125,7 @@ impl Visitor for PathSource {
                 }
             }
         }
-        deferred.finish(f)
+        deferred.finish(&walk.budget, f)
     }
 }
 
@@ -395,8 +395,9 @@ impl Walk<'_> {
     }
 }
 
-/// A file's documents; a file whose first document holds a `sops:` block is gathered
-/// whole, to be decrypted when the walk ends (`deferred`).
+/// A file's documents; a file encrypted with sops goes to `deferred`: unread when its
+/// text looks encrypted, or its documents once decoded when the first holds a `sops:`
+/// block.
 fn decode(
     path: String,
     bytes: Vec<u8>,
@@ -404,29 +405,15 @@ fn decode(
     deferred: &Deferred,
     f: &mut dyn FnMut(Item) -> Flow,
 ) -> Flow {
-    let mut encrypted: Option<Vec<Manifest>> = None;
-    let mut first = true;
-    Stream {
+    let Some((path, bytes)) = deferred.hand_over(path, bytes, budget) else {
+        return Ok(());
+    };
+    let stream = Stream {
         path: path.clone(),
         bytes,
         budget,
-    }
-    .visit(&mut |item| {
-        if let (true, Ok(m)) = (first, &item) {
-            first = false;
-            if super::sops::is_encrypted_object(&m.object) {
-                encrypted = Some(Vec::new());
-            }
-        }
-        match (&mut encrypted, item) {
-            (Some(documents), Ok(m)) => {
-                documents.push(m);
-                Ok(())
-            }
-            (_, item) => f(item),
-        }
-    })?;
-    if let Some(documents) = encrypted {
+    };
+    if let Some(documents) = deferred::visit_file(&stream, f)? {
         deferred.encrypted(path, documents);
     }
     Ok(())
@@ -498,7 +485,7 @@ impl Visitor for Stdin {
             }))?,
             Err(ReadError::Io(cause)) => f(Err(ManifestError::Read { path, cause }))?,
         }
-        deferred.finish(f)
+        deferred.finish(&budget, f)
     }
 }
 

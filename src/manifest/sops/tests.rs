@@ -171,3 +171,11 @@ fn a_file_whose_rule_would_compile_to_a_huge_regex_is_refused() {
     assert!(e.to_string().contains("size limit"), "{e}");
     assert!(compiled("^(data|stringData)$").is_ok());
 }
+
+#[test]
+fn a_file_looks_encrypted_by_a_top_level_sops_key_in_its_text() {
+    assert!(looks_encrypted(read("regex.enc.yaml").as_bytes()));
+    assert!(looks_encrypted(read("secret.enc.json").as_bytes()));
+    assert!(looks_encrypted(b"sops:\n  mac: x\n"));
+    assert!(!looks_encrypted(b"kind: ConfigMap\ndata:\n  sops: x\n"));
+}

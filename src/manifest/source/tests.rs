@@ -318,3 +318,50 @@ fn a_tampered_encrypted_file_yields_nothing_and_names_the_file() {
         "{e}"
     );
 }
+
+#[test]
+fn files_that_look_encrypted_keep_their_order_and_decode_past_their_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(root, "keys/age.key", &sops_fixture("age.key"));
+    // A file that looks encrypted and is not (its second document has a top-level
+    // `sops` key, with no MAC), whose aliases decode to far more than four units a byte: handed
+    // over, refused by its share, decoded again on the walk's thread within the
+    // render's budget.
+    let aliases = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: b-aliases}}\ndata: {{}}\nlists: &l [{}]\nmore: [{}]\n---\n{}sops: {{note: not encrypted}}\n",
+        vec!["abcdefgh"; 64].join(", "),
+        vec!["*l"; 64].join(", "),
+        CM.replace("NAME", "b-second")
+    );
+    write(root, "app/b-aliases.yaml", &aliases);
+    write(root, "app/a-secret.json", &sops_fixture("secret.enc.json"));
+    write(root, "app/c-regex.yaml", &sops_fixture("regex.enc.yaml"));
+    write(root, "app/d-plain.yaml", &CM.replace("NAME", "plain"));
+    let mut s = source(root, &["app"]);
+    s.decrypt = Some(Decryption {
+        age_key_files: vec![root.join("keys/age.key")],
+        ..Decryption::default()
+    });
+    let got = collect(&s).unwrap();
+    let names: Vec<&str> = got.iter().map(Manifest::name).collect();
+    assert_eq!(
+        names,
+        ["db-json", "b-aliases", "b-second", "db-regex", "plain"]
+    );
+    assert_eq!(got[1].object["more"][63][0], "abcdefgh");
+}
+
+#[test]
+fn a_share_set_aside_is_granted_and_used_at_once_and_given_back_whole() {
+    let budget = Budget::new(100 << 20);
+    let (limit, used) = (budget.limit(), budget.used());
+    let share = budget.set_aside(1000).unwrap();
+    assert_eq!(share, 4000);
+    assert_eq!((budget.limit(), budget.used()), (limit + 4000, used + 4000));
+    budget.give_back(share);
+    assert_eq!((budget.limit(), budget.used()), (limit, used));
+    // Near the cap, nothing is set aside: the file is decoded where the budget is.
+    let small = Budget::new(10_000);
+    assert_eq!(small.set_aside(5000), None);
+}
