@@ -107,10 +107,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     .capabilities(args.kube_version.as_deref(), args.api_versions.into());
     match builder.render() {
-        Ok(manifests) => match print(&manifests, args.output, args.show_secrets) {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
-            result => result.map(|()| ExitCode::SUCCESS).map_err(Into::into),
-        },
+        Ok(manifests) => {
+            let printed = print(&manifests, args.output, args.show_secrets);
+            // The process ends here: freeing the objects one by one is work for nothing.
+            std::mem::forget(manifests);
+            match printed {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+                result => result.map(|()| ExitCode::SUCCESS).map_err(Into::into),
+            }
+        }
         Err(e) => {
             eprintln!("error: {}: {e}", args.path.display());
             Ok(ExitCode::FAILURE)

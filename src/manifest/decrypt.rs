@@ -8,8 +8,9 @@
 //!
 //! The keys are read from their files by each render that meets an encrypted file, so a
 //! key rotated on disk is used by the next sync and an app with no encrypted file needs
-//! none readable. A render's encrypted files are decrypted together, on every core
-//! (`source/deferred.rs`): opening a file's data key costs more than reading the file.
+//! none readable. A render's encrypted files are decoded and decrypted on other threads
+//! while the walk goes on (`source/deferred.rs`): opening a file's data key costs more
+//! than reading the file.
 
 use std::path::{Path, PathBuf};
 

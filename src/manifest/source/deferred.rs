@@ -26,6 +26,10 @@ use crate::manifest::object::Manifest;
 use crate::manifest::sops;
 use crate::manifest::visitor::{Flow, Item, Visitor};
 
+/// Files waiting for the threads past which the walk's thread opens one itself: about
+/// what the threads open while the walk's thread hands a thousand objects on at its end.
+const BACKLOG: usize = 64;
+
 /// Hands the items of `stream` to `f`, except when its first document holds a `sops:`
 /// block: then its documents are gathered and returned, to be decrypted together (its
 /// errors still go to `f`).
@@ -290,8 +294,9 @@ impl Deferred {
         if let Some(jobs) = &pool.jobs {
             let _ = jobs.send(job);
         }
-        // The threads are behind: the walk takes a turn.
-        if pool.shared.waiting.load(Ordering::Relaxed) > 1 {
+        // The threads are far behind: the walk takes a turn. Far, so that some files are
+        // left to them while the walk's thread hands the held items on at its end.
+        if pool.shared.waiting.load(Ordering::Relaxed) > BACKLOG {
             if let Some(job) = pool.shared.take(false) {
                 let (at, done) = pool.shared.run(job);
                 self.done.borrow_mut().insert(at, done);
