@@ -14,7 +14,7 @@ use super::{run, timed, Bench, Samples};
 /// Secrets rendered.
 const SECRETS: usize = 1000;
 /// Runs of each render.
-const RUNS: usize = 10;
+const RUNS: usize = 30;
 
 impl Bench {
     /// `berth render` of the encrypted Secrets beside the plain ones.
