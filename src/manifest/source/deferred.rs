@@ -363,8 +363,8 @@ impl Deferred {
                 }))?,
             }
         }
-        if let Some(pool) = pool {
-            for thread in pool.threads {
+        if let Some(mut pool) = pool {
+            for thread in std::mem::take(&mut pool.threads) {
                 // A thread that panicked left its file unhandled, reported above.
                 let _ = thread.join();
             }
@@ -373,11 +373,10 @@ impl Deferred {
     }
 }
 
-impl Drop for Deferred {
-    /// A walk that stopped before its end leaves its files unhandled.
+impl Drop for Pool {
+    /// A walk that stopped before its end (or a render that did) leaves what is left of
+    /// its files unhandled.
     fn drop(&mut self) {
-        if let Some(pool) = self.pool.get_mut() {
-            pool.shared.stop.store(true, Ordering::Relaxed);
-        }
+        self.shared.stop.store(true, Ordering::Relaxed);
     }
 }

@@ -247,6 +247,17 @@ fn sops_fixture(name: &str) -> String {
     std::fs::read_to_string(format!("{dir}/{name}")).unwrap()
 }
 
+/// A source of `path` under `root` that decrypts with the fixtures' age key.
+fn decrypting(root: &Path, path: &str) -> PathSource {
+    write(root, "keys/age.key", &sops_fixture("age.key"));
+    let mut s = source(root, &[path]);
+    s.decrypt = Some(Decryption {
+        age_key_files: vec![root.join("keys/age.key")],
+        ..Decryption::default()
+    });
+    s
+}
+
 #[test]
 fn an_encrypted_file_is_decrypted_whole_and_its_values_marked() {
     let dir = tempfile::tempdir().unwrap();
@@ -254,12 +265,7 @@ fn an_encrypted_file_is_decrypted_whole_and_its_values_marked() {
     write(root, "app/a-secret.json", &sops_fixture("secret.enc.json"));
     write(root, "app/b-regex.yaml", &sops_fixture("regex.enc.yaml"));
     write(root, "app/c-plain.yaml", &CM.replace("NAME", "plain"));
-    write(root, "keys/age.key", &sops_fixture("age.key"));
-    let mut s = source(root, &["app"]);
-    s.decrypt = Some(Decryption {
-        age_key_files: vec![root.join("keys/age.key")],
-        ..Decryption::default()
-    });
+    let mut s = decrypting(root, "app");
     let got = collect(&s).unwrap();
     let names: Vec<&str> = got.iter().map(Manifest::name).collect();
     assert_eq!(names, ["db-json", "db-regex", "plain"]);
@@ -323,7 +329,6 @@ fn a_tampered_encrypted_file_yields_nothing_and_names_the_file() {
 fn files_that_look_encrypted_keep_their_order_and_decode_past_their_share() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    write(root, "keys/age.key", &sops_fixture("age.key"));
     // A file that looks encrypted and is not (its second document has a top-level
     // `sops` key, with no MAC), whose aliases decode to far more than four units a byte: handed
     // over, refused by its share, decoded again on the walk's thread within the
@@ -338,11 +343,7 @@ fn files_that_look_encrypted_keep_their_order_and_decode_past_their_share() {
     write(root, "app/a-secret.json", &sops_fixture("secret.enc.json"));
     write(root, "app/c-regex.yaml", &sops_fixture("regex.enc.yaml"));
     write(root, "app/d-plain.yaml", &CM.replace("NAME", "plain"));
-    let mut s = source(root, &["app"]);
-    s.decrypt = Some(Decryption {
-        age_key_files: vec![root.join("keys/age.key")],
-        ..Decryption::default()
-    });
+    let s = decrypting(root, "app");
     let got = collect(&s).unwrap();
     let names: Vec<&str> = got.iter().map(Manifest::name).collect();
     assert_eq!(
