@@ -12,9 +12,9 @@
 //!   SHA-256("sops"), with `mac_only_encrypted`), upper-case hex, stored encrypted with
 //!   `lastmodified` as additional data — is checked before any value is used.
 //!
-//! The data key is opened with age identities (the `age` crate) or OpenPGP secret keys
-//! (the `pgp` crate), age first as sops does; a file with several key groups (Shamir) is
-//! refused.
+//! The data key is opened with age identities (the `age` crate, with an identity of
+//! berth's own in `sops/x25519.rs`) or OpenPGP secret keys (the `pgp` crate), age first
+//! as sops does; a file with several key groups (Shamir) is refused.
 
 use std::io::Read;
 use std::str::FromStr;
@@ -300,20 +300,15 @@ fn data_key(m: &Metadata, keys: &Keys) -> Result<Vec<u8>, SopsError> {
                 .into(),
         ));
     }
-    // An entry for a recipient berth holds first: each key tried costs an agreement.
-    let (held, others): (Vec<_>, Vec<_>) = m
-        .age
-        .iter()
-        .partition(|a| keys.age.iter().any(|i| i.recipient == a.recipient));
-    let opened = held
-        .into_iter()
-        .chain(others)
-        .find_map(|a| Some((open_age(a, keys)?, &a.recipient)))
-        .or_else(|| {
-            m.pgp
-                .iter()
-                .find_map(|p| Some((open_openpgp(&p.enc, keys)?, &p.fp)))
-        });
+    let opened = held_first(&m.age, |a| {
+        keys.age.iter().any(|i| i.recipient == a.recipient)
+    })
+    .find_map(|a| Some((open_age(a, keys)?, &a.recipient)))
+    .or_else(|| {
+        m.pgp
+            .iter()
+            .find_map(|p| Some((open_openpgp(&p.enc, keys)?, &p.fp)))
+    });
     if let Some((key, recipient)) = opened {
         return if key.len() == 32 {
             Ok(key)
@@ -340,6 +335,14 @@ fn data_key(m: &Metadata, keys: &Keys) -> Result<Vec<u8>, SopsError> {
     })
 }
 
+/// `items`, those for which `held` holds first: every age key tried on an entry costs an
+/// X25519 agreement, so the entry for a recipient berth holds, and that recipient's key,
+/// are tried before the others.
+fn held_first<T>(items: &[T], held: impl Fn(&T) -> bool) -> impl Iterator<Item = &T> {
+    let (first, others): (Vec<_>, Vec<_>) = items.iter().partition(|i| held(i));
+    first.into_iter().chain(others)
+}
+
 /// The age-armored data key of `entry`, when one of `keys` opens it (the entry's own
 /// recipient tried first).
 fn open_age(entry: &AgeEntry, keys: &Keys) -> Option<Vec<u8>> {
@@ -350,14 +353,8 @@ fn open_age(entry: &AgeEntry, keys: &Keys) -> Option<Vec<u8>> {
     // Buffered: the header is read in one pass, where `new` parses it again for each
     // piece it reads (a third of the cost of opening a data key).
     let decryptor = age::Decryptor::new_buffered(reader).ok()?;
-    let (named, others): (Vec<_>, Vec<_>) = keys
-        .age
-        .iter()
-        .partition(|i| i.recipient == entry.recipient);
-    let identities = named
-        .into_iter()
-        .chain(others)
-        .map(|i| i as &dyn age::Identity);
+    let identities =
+        held_first(&keys.age, |i| i.recipient == entry.recipient).map(|i| i as &dyn age::Identity);
     let mut opened = decryptor.decrypt(identities).ok()?;
     let mut key = Vec::new();
     opened.by_ref().take(1024).read_to_end(&mut key).ok()?;
