@@ -18,7 +18,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::bounds::{self, Budget, Exceeded, MAX_DOCUMENT_SIZE, MAX_FLOW_DEPTH};
 use super::error::ManifestError;
@@ -153,6 +153,9 @@ impl Stream<'_> {
     }
 
     fn visit_yaml(&self, text: &str, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
+        if let Some(objects) = self.in_halves(text) {
+            return objects.into_iter().try_for_each(|m| f(Ok(m)));
+        }
         if let Some(line) = bounds::flow_depth(text, MAX_FLOW_DEPTH) {
             return f(Err(ManifestError::TooDeep {
                 path: self.path.clone(),
@@ -160,7 +163,11 @@ impl Stream<'_> {
                 limit: MAX_FLOW_DEPTH,
             }));
         }
-        let starts = document_lines(text);
+        self.in_one_pass(text, &document_lines(text), f)
+    }
+
+    /// The documents of a YAML stream, in one pass; `starts` are their lines.
+    fn in_one_pass(&self, text: &str, starts: &[usize], f: &mut dyn FnMut(Item) -> Flow) -> Flow {
         for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
             let mut origin = self.origin(i + 1, starts.get(i).copied().unwrap_or(1));
             match self.budget.decode(doc) {
@@ -180,6 +187,51 @@ impl Stream<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The objects of a long YAML stream, decoded in two halves at once: cut at a `---`
+    /// line near its middle ([`middle_marker`]), the second half on another thread, each
+    /// within a share of what the render may still decode. `None` — the stream is then
+    /// decoded in one pass, for what that pass says — when the stream is short or holds
+    /// directives, near the render's cap, or when either half holds anything but objects
+    /// and empty documents (an error, a bound reached).
+    fn in_halves(&self, text: &str) -> Option<Vec<Manifest>> {
+        if text.len() < HALVES_FROM {
+            return None;
+        }
+        let (first, second) = text.split_at(middle_marker(text)?);
+        // What is left, shared by the halves' lengths: together they may decode no more
+        // than the stream alone could.
+        let left = self.budget.limit().saturating_sub(self.budget.used());
+        let tail_share = (u128::from(left) * second.len() as u128 / text.len() as u128) as u64;
+        let (head, tail) = std::thread::scope(|s| {
+            let other = std::thread::Builder::new()
+                .name("berth-decode".into())
+                .spawn_scoped(s, || Half::decode(second, tail_share))
+                .ok()?;
+            let head = Half::decode(first, left - tail_share);
+            Some((head, other.join().ok()?))
+        })?;
+        let (mut head, tail) = (head?, tail?);
+        self.budget.charge_decoded(head.used + tail.used).ok()?;
+        // The tail's documents and lines follow the head's.
+        let lines = memchr::memchr_iter(b'\n', first.as_bytes()).count();
+        head.starts
+            .extend(tail.starts.iter().map(|line| line + lines));
+        let tail = tail
+            .objects
+            .into_iter()
+            .map(|(i, o)| (head.documents + i, o));
+        let objects = head
+            .objects
+            .into_iter()
+            .chain(tail)
+            .map(|(i, object)| Manifest {
+                object,
+                origin: self.origin(i + 1, head.starts.get(i).copied().unwrap_or(1)),
+                decrypted: Vec::new(),
+            });
+        Some(objects.collect())
     }
 
     /// Concatenated JSON values: each is found (syntax and nesting checked) as raw text
@@ -307,6 +359,75 @@ fn utf8<'a>(path: &str, bytes: &'a [u8]) -> Result<Cow<'a, str>, ManifestError> 
         })
 }
 
+/// YAML streams from this size on are decoded in two halves at once
+/// ([`Stream::in_halves`]): past the cost of a thread.
+const HALVES_FROM: usize = 16 << 10;
+
+/// The start of the first `---` line from the middle of `text` on, where a YAML stream
+/// can be cut in two: libyaml ends a plain or block scalar at a line that starts with
+/// `---` and a blank (a block scalar is indented by one at least) and refuses one inside
+/// a quoted scalar or a flow collection, so the documents after it are the same whether
+/// the stream is read whole or from there. `None` when a directive (`%`) could apply
+/// across the cut.
+fn middle_marker(text: &str) -> Option<usize> {
+    use memchr::memmem::find;
+    let bytes = text.as_bytes();
+    if bytes.first() == Some(&b'%') || find(bytes, b"\n%").is_some() {
+        return None;
+    }
+    let mut from = bytes.len() / 2;
+    while let Some(i) = find(&bytes[from..], b"\n---") {
+        let at = from + i + 1;
+        if let None | Some(b'\n' | b'\r' | b' ' | b'\t') = bytes.get(at + 3) {
+            return Some(at);
+        }
+        from = at;
+    }
+    None
+}
+
+/// Half of a YAML stream ([`Stream::in_halves`]) that holds objects and empty documents
+/// only, within its share.
+struct Half {
+    /// The objects, each with its document's index.
+    objects: Vec<(usize, Map<String, Value>)>,
+    /// How many documents it holds, empty ones too.
+    documents: usize,
+    /// The line each document starts on ([`document_lines`]).
+    starts: Vec<usize>,
+    /// What its documents cost ([`Budget`] units).
+    used: u64,
+}
+
+impl Half {
+    /// `text` decoded within a budget of `share`, if it holds nothing else (nor nests
+    /// deeper than [`MAX_FLOW_DEPTH`]).
+    fn decode(text: &str, share: u64) -> Option<Half> {
+        if bounds::flow_depth(text, MAX_FLOW_DEPTH).is_some() {
+            return None;
+        }
+        let budget = Budget::new(share);
+        budget.read(text.len());
+        let (mut objects, mut documents) = (Vec::new(), 0);
+        for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+            documents = i + 1;
+            match budget.decode(doc).ok()? {
+                Value::Null => {}
+                Value::Object(object) if missing_field(&object).is_none() => {
+                    objects.push((i, object));
+                }
+                _ => return None,
+            }
+        }
+        Some(Half {
+            objects,
+            documents,
+            starts: document_lines(text),
+            used: budget.used(),
+        })
+    }
+}
+
 /// Checks one decoded document and hands it on; `null` documents are skipped.
 fn f_document(origin: Origin, value: Value, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
     let object = match value {
@@ -319,30 +440,29 @@ fn f_document(origin: Origin, value: Value, f: &mut dyn FnMut(Item) -> Flow) -> 
             }))
         }
     };
-    let m = Manifest {
+    if let Some(field) = missing_field(&object) {
+        return f(Err(ManifestError::MissingField {
+            what: String::new(),
+            origin,
+            field,
+        }));
+    }
+    f(Ok(Manifest {
         object,
         origin,
         decrypted: Vec::new(),
-    };
-    for field in ["apiVersion", "kind"] {
-        if m.object
-            .get(field)
+    }))
+}
+
+/// The first of `apiVersion` and `kind` that the object lacks (or holds empty).
+fn missing_field(object: &Map<String, Value>) -> Option<&'static str> {
+    ["apiVersion", "kind"].into_iter().find(|field| {
+        object
+            .get(*field)
             .and_then(Value::as_str)
             .unwrap_or("")
             .is_empty()
-        {
-            return f(Err(ManifestError::MissingField {
-                what: String::new(),
-                origin: m.origin,
-                field: if field == "kind" {
-                    "kind"
-                } else {
-                    "apiVersion"
-                },
-            }));
-        }
-    }
-    f(Ok(m))
+    })
 }
 
 /// Drops the parser's " at line L column C" suffix: the origin already says where.

@@ -249,3 +249,125 @@ fn document_lines_follow_markers_and_content() {
     assert_eq!(document_lines("# c\n---\n\n---\nb: 2\n"), vec![2, 5]);
     assert_eq!(document_lines("--- {a: 1}\n...\nb: 1\n"), vec![1, 3]);
 }
+
+/// A YAML stream of `n` ConfigMaps past [`HALVES_FROM`], in the shapes a middle cut must
+/// not change: no marker before the first document, markers with comments, empty and
+/// `null` documents, block scalars holding `---` lines, quoted text across lines.
+fn long_stream(n: usize) -> String {
+    let mut text = String::new();
+    for i in 0..n {
+        match i % 4 {
+            0 if i > 0 => text.push_str("--- # the next one\n"),
+            1 => text.push_str("---\n---\nnull\n---\n\n# a comment\n"),
+            _ if i > 0 => text.push_str("---\n"),
+            _ => {}
+        }
+        text.push_str(&format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\ndata:\n  script: |\n    echo start\n    ---\n    echo {i}\n  quoted: \"a\n    b\"\n"
+        ));
+    }
+    assert!(text.len() > HALVES_FROM);
+    text
+}
+
+/// The items of `text` decoded in one pass (errors as their messages), and what they
+/// cost.
+fn in_one_pass(text: &str) -> (Vec<Result<Manifest, String>>, u64) {
+    let budget = Budget::new(128 << 20);
+    budget.read(text.len());
+    let stream = Stream {
+        path: "app.yaml".into(),
+        bytes: Vec::new(),
+        budget: &budget,
+    };
+    let mut items = Vec::new();
+    let _ = stream.in_one_pass(text, &document_lines(text), &mut |item| {
+        items.push(item.map_err(|e| e.to_string()));
+        Ok(())
+    });
+    (items, budget.used())
+}
+
+/// The items of `text` as berth decodes it.
+fn items(text: &str) -> Vec<Result<Manifest, String>> {
+    let mut items = Vec::new();
+    let stream = Stream {
+        path: "app.yaml".into(),
+        bytes: text.as_bytes().to_vec(),
+        budget: &Budget::new(128 << 20),
+    };
+    let _ = stream.decode(&mut |item| {
+        items.push(item.map_err(|e| e.to_string()));
+        Ok(())
+    });
+    items
+}
+
+#[test]
+fn a_long_stream_decoded_in_halves_gives_what_one_pass_gives() {
+    let text = long_stream(200);
+    let (expected, cost) = in_one_pass(&text);
+    let expected: Vec<Manifest> = expected.into_iter().map(Result::unwrap).collect();
+    let budget = Budget::new(128 << 20);
+    budget.read(text.len());
+    let stream = Stream {
+        path: "app.yaml".into(),
+        bytes: Vec::new(),
+        budget: &budget,
+    };
+    let halves = stream.in_halves(&text).expect("decoded in halves");
+    assert_eq!(halves, expected, "the same objects, documents and lines");
+    assert_eq!(budget.used(), cost, "and the same cost to the render");
+    let last = &halves[199];
+    assert_eq!((last.name(), last.origin.document), ("cm-199", 300));
+}
+
+#[test]
+fn a_long_stream_with_an_error_in_either_half_says_what_one_pass_says() {
+    let text = long_stream(200);
+    let at = middle_marker(&text).unwrap();
+    let broken = [
+        // In the second half: the objects before it, then the error.
+        format!("{text}---\napiVersion: v1\nkind: [unclosed\n"),
+        // In the first half: a quoted scalar across the cut.
+        format!("{}other: \"open\n{}", &text[..at], &text[at..]),
+        // In the first half: a document that is not an object.
+        format!("{}--- just text\n{}", &text[..at], &text[at..]),
+    ];
+    for text in &broken {
+        let got = items(text);
+        assert_eq!(got, in_one_pass(text).0);
+        assert!(got.iter().any(Result::is_err));
+    }
+    // The first error, as one pass meets it.
+    let e = items(&broken[1]).into_iter().find_map(Result::err).unwrap();
+    assert!(e.contains("found unexpected document indicator"), "{e}");
+    // Past a half's share (aliases that decode to 6.8 MB, where the stream may decode
+    // to 8.6 MB): decoded again in one pass, within what the whole stream may use.
+    let text = format!("{text}---\n{}", fan_out(400));
+    let budget = Budget::new(u64::MAX);
+    budget.read(text.len());
+    let stream = Stream {
+        path: "app.yaml".into(),
+        bytes: Vec::new(),
+        budget: &budget,
+    };
+    assert!(stream.in_halves(&text).is_none());
+    assert_eq!(budget.used(), 0, "nothing charged for the halves");
+    let (expected, cost) = in_one_pass(&text);
+    assert!(cost > 6_000_000 && expected.iter().all(Result::is_ok));
+    assert_eq!(items(&text), expected);
+}
+
+#[test]
+fn a_stream_is_cut_at_a_document_marker_from_its_middle_on() {
+    let text = format!("{}\n---x: 1\n--- # c\nb: 1\n", "a".repeat(40));
+    assert_eq!(middle_marker(&text), Some(text.find("--- # c").unwrap()));
+    assert_eq!(
+        middle_marker("---\na: 1\nb: 2\nc: 3\n"),
+        None,
+        "none after the middle"
+    );
+    let directive = format!("{text}%YAML 1.1\n---\nc: 1\n");
+    assert_eq!(middle_marker(&directive), None, "a directive ends the cut");
+}
