@@ -12,8 +12,9 @@ use super::{run, timed, Bench, Samples};
 
 /// Templates in the chart: each a Deployment and a ConfigMap in helm's idiom.
 const TEMPLATES: usize = 50;
-/// Runs of each tool: a render takes a fraction of a second.
-const RUNS: usize = 20;
+/// Runs of each tool, interleaved: a render takes a twentieth of a second, and helm's own
+/// time varies by a few milliseconds from run to run.
+const RUNS: usize = 60;
 
 /// Template `i`: a Deployment and a ConfigMap named from the release, with the chart's
 /// labels and values.

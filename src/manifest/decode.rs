@@ -16,6 +16,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
@@ -153,7 +154,7 @@ impl Stream<'_> {
     }
 
     fn visit_yaml(&self, text: &str, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
-        if let Some(objects) = self.in_halves(text) {
+        if let Some(objects) = self.in_pieces(text) {
             return objects.into_iter().try_for_each(|m| f(Ok(m)));
         }
         if let Some(line) = bounds::flow_depth(text, MAX_FLOW_DEPTH) {
@@ -189,48 +190,66 @@ impl Stream<'_> {
         Ok(())
     }
 
-    /// The objects of a long YAML stream, decoded in two halves at once: cut at a `---`
-    /// line near its middle ([`middle_marker`]), the second half on another thread, each
-    /// within a share of what the render may still decode. `None` — the stream is then
-    /// decoded in one pass, for what that pass says — when the stream is short or holds
-    /// directives, near the render's cap, or when either half holds anything but objects
-    /// and empty documents (an error, a bound reached).
-    fn in_halves(&self, text: &str) -> Option<Vec<Manifest>> {
-        if text.len() < HALVES_FROM {
+    /// The objects of a long YAML stream, decoded by this thread and another at once:
+    /// cut at `---` lines into [`PIECES`] pieces ([`cuts`]) that the two take in turn, each
+    /// decoded within a share of what the render may still decode. `None` — the stream
+    /// is then decoded in one pass, for what that pass says — when the stream is short or
+    /// holds directives, or when a piece holds anything but objects and empty documents
+    /// (an error, a bound reached).
+    fn in_pieces(&self, text: &str) -> Option<Vec<Manifest>> {
+        if text.len() < PIECES_FROM {
             return None;
         }
-        let (first, second) = text.split_at(middle_marker(text)?);
-        // What is left, shared by the halves' lengths: together they may decode no more
+        let mut bounds = cuts(text)?;
+        bounds.push(text.len());
+        let pieces: Vec<&str> = bounds.windows(2).map(|w| &text[w[0]..w[1]]).collect();
+        // What is left, shared by the pieces' lengths: together they may decode no more
         // than the stream alone could.
         let left = self.budget.limit().saturating_sub(self.budget.used());
-        let tail_share = (u128::from(left) * second.len() as u128 / text.len() as u128) as u64;
-        let (head, tail) = std::thread::scope(|s| {
+        let share =
+            |piece: &str| (u128::from(left) * piece.len() as u128 / text.len() as u128) as u64;
+        let (next, failed) = (AtomicUsize::new(0), AtomicBool::new(false));
+        let take = || {
+            let mut done = Vec::new();
+            while !failed.load(Ordering::Relaxed) {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(piece) = pieces.get(i) else { break };
+                let decoded = Piece::decode(piece, share(piece));
+                failed.fetch_or(decoded.is_none(), Ordering::Relaxed);
+                done.push((i, decoded));
+            }
+            done
+        };
+        let (mine, theirs) = std::thread::scope(|s| {
             let other = std::thread::Builder::new()
                 .name("berth-decode".into())
-                .spawn_scoped(s, || Half::decode(second, tail_share))
+                .spawn_scoped(s, take)
                 .ok()?;
-            let head = Half::decode(first, left - tail_share);
-            Some((head, other.join().ok()?))
+            let mine = take();
+            Some((mine, other.join().ok()?))
         })?;
-        let (mut head, tail) = (head?, tail?);
-        self.budget.charge_decoded(head.used + tail.used).ok()?;
-        // The tail's documents and lines follow the head's.
-        let lines = memchr::memchr_iter(b'\n', first.as_bytes()).count();
-        head.starts
-            .extend(tail.starts.iter().map(|line| line + lines));
-        let tail = tail
-            .objects
-            .into_iter()
-            .map(|(i, o)| (head.documents + i, o));
-        let objects = head
-            .objects
-            .into_iter()
-            .chain(tail)
-            .map(|(i, object)| Manifest {
-                object,
-                origin: self.origin(i + 1, head.starts.get(i).copied().unwrap_or(1)),
-                decrypted: Vec::new(),
-            });
+        let mut decoded: Vec<Option<Piece>> = pieces.iter().map(|_| None).collect();
+        for (i, piece) in mine.into_iter().chain(theirs) {
+            decoded[i] = Some(piece?);
+        }
+        let decoded: Vec<Piece> = decoded.into_iter().collect::<Option<_>>()?;
+        self.budget
+            .charge_decoded(decoded.iter().map(|p| p.used).sum())
+            .ok()?;
+        // Each piece's documents and lines follow those of the pieces before it.
+        let (mut objects, mut starts) = (Vec::new(), Vec::new());
+        let (mut documents, mut lines) = (0, 0);
+        for (piece, text) in decoded.into_iter().zip(pieces) {
+            objects.extend(piece.objects.into_iter().map(|(i, o)| (documents + i, o)));
+            starts.extend(piece.starts.iter().map(|line| line + lines));
+            documents += piece.documents;
+            lines += memchr::memchr_iter(b'\n', text.as_bytes()).count();
+        }
+        let objects = objects.into_iter().map(|(i, object)| Manifest {
+            object,
+            origin: self.origin(i + 1, starts.get(i).copied().unwrap_or(1)),
+            decrypted: Vec::new(),
+        });
         Some(objects.collect())
     }
 
@@ -359,36 +378,44 @@ fn utf8<'a>(path: &str, bytes: &'a [u8]) -> Result<Cow<'a, str>, ManifestError> 
         })
 }
 
-/// YAML streams from this size on are decoded in two halves at once
-/// ([`Stream::in_halves`]): past the cost of a thread.
-const HALVES_FROM: usize = 16 << 10;
+/// YAML streams from this size on are decoded by two threads ([`Stream::in_pieces`]):
+/// past the cost of a thread.
+const PIECES_FROM: usize = 16 << 10;
 
-/// The start of the first `---` line from the middle of `text` on, where a YAML stream
-/// can be cut in two: libyaml ends a plain or block scalar at a line that starts with
-/// `---` and a blank (a block scalar is indented by one at least) and refuses one inside
-/// a quoted scalar or a flow collection, so the documents after it are the same whether
-/// the stream is read whole or from there. `None` when a directive (`%`) could apply
-/// across the cut.
-fn middle_marker(text: &str) -> Option<usize> {
+/// Pieces such a stream is cut into: the two threads take them in turn, so that one
+/// that starts late or runs slow takes fewer.
+const PIECES: usize = 8;
+
+/// Where `text` is cut into about [`PIECES`] pieces of a length: 0, then the start of the
+/// first `---` line from each eighth on. libyaml ends a plain or block scalar at a line
+/// that starts with `---` and a blank (a block scalar is indented by one at least) and
+/// refuses one inside a quoted scalar or a flow collection, so the documents after it are
+/// the same whether the stream is read whole or from there. `None` when there is no cut,
+/// or when a directive (`%`) could apply across one.
+fn cuts(text: &str) -> Option<Vec<usize>> {
     use memchr::memmem::find;
     let bytes = text.as_bytes();
     if bytes.first() == Some(&b'%') || find(bytes, b"\n%").is_some() {
         return None;
     }
-    let mut from = bytes.len() / 2;
-    while let Some(i) = find(&bytes[from..], b"\n---") {
-        let at = from + i + 1;
-        if let None | Some(b'\n' | b'\r' | b' ' | b'\t') = bytes.get(at + 3) {
-            return Some(at);
+    let mut cuts = vec![0];
+    for k in 1..PIECES {
+        let mut from = (bytes.len() * k / PIECES).max(cuts[cuts.len() - 1]);
+        while let Some(i) = find(&bytes[from..], b"\n---") {
+            let at = from + i + 1;
+            if let None | Some(b'\n' | b'\r' | b' ' | b'\t') = bytes.get(at + 3) {
+                cuts.push(at);
+                break;
+            }
+            from = at;
         }
-        from = at;
     }
-    None
+    (cuts.len() > 1).then_some(cuts)
 }
 
-/// Half of a YAML stream ([`Stream::in_halves`]) that holds objects and empty documents
-/// only, within its share.
-struct Half {
+/// A piece of a YAML stream ([`Stream::in_pieces`]) that holds objects and empty
+/// documents only, within its share.
+struct Piece {
     /// The objects, each with its document's index.
     objects: Vec<(usize, Map<String, Value>)>,
     /// How many documents it holds, empty ones too.
@@ -399,10 +426,10 @@ struct Half {
     used: u64,
 }
 
-impl Half {
+impl Piece {
     /// `text` decoded within a budget of `share`, if it holds nothing else (nor nests
     /// deeper than [`MAX_FLOW_DEPTH`]).
-    fn decode(text: &str, share: u64) -> Option<Half> {
+    fn decode(text: &str, share: u64) -> Option<Piece> {
         if bounds::flow_depth(text, MAX_FLOW_DEPTH).is_some() {
             return None;
         }
@@ -419,7 +446,7 @@ impl Half {
                 _ => return None,
             }
         }
-        Some(Half {
+        Some(Piece {
             objects,
             documents,
             starts: document_lines(text),

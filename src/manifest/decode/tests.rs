@@ -250,7 +250,7 @@ fn document_lines_follow_markers_and_content() {
     assert_eq!(document_lines("--- {a: 1}\n...\nb: 1\n"), vec![1, 3]);
 }
 
-/// A YAML stream of `n` ConfigMaps past [`HALVES_FROM`], in the shapes a middle cut must
+/// A YAML stream of `n` ConfigMaps past [`PIECES_FROM`], in the shapes a cut must
 /// not change: no marker before the first document, markers with comments, empty and
 /// `null` documents, block scalars holding `---` lines, quoted text across lines.
 fn long_stream(n: usize) -> String {
@@ -266,7 +266,7 @@ fn long_stream(n: usize) -> String {
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\ndata:\n  script: |\n    echo start\n    ---\n    echo {i}\n  quoted: \"a\n    b\"\n"
         ));
     }
-    assert!(text.len() > HALVES_FROM);
+    assert!(text.len() > PIECES_FROM);
     text
 }
 
@@ -304,7 +304,7 @@ fn items(text: &str) -> Vec<Result<Manifest, String>> {
 }
 
 #[test]
-fn a_long_stream_decoded_in_halves_gives_what_one_pass_gives() {
+fn a_long_stream_decoded_in_pieces_gives_what_one_pass_gives() {
     let text = long_stream(200);
     let (expected, cost) = in_one_pass(&text);
     let expected: Vec<Manifest> = expected.into_iter().map(Result::unwrap).collect();
@@ -315,23 +315,24 @@ fn a_long_stream_decoded_in_halves_gives_what_one_pass_gives() {
         bytes: Vec::new(),
         budget: &budget,
     };
-    let halves = stream.in_halves(&text).expect("decoded in halves");
-    assert_eq!(halves, expected, "the same objects, documents and lines");
+    assert!(cuts(&text).unwrap().len() == PIECES);
+    let pieces = stream.in_pieces(&text).expect("decoded in pieces");
+    assert_eq!(pieces, expected, "the same objects, documents and lines");
     assert_eq!(budget.used(), cost, "and the same cost to the render");
-    let last = &halves[199];
+    let last = &pieces[199];
     assert_eq!((last.name(), last.origin.document), ("cm-199", 300));
 }
 
 #[test]
-fn a_long_stream_with_an_error_in_either_half_says_what_one_pass_says() {
+fn a_long_stream_with_an_error_in_a_piece_says_what_one_pass_says() {
     let text = long_stream(200);
-    let at = middle_marker(&text).unwrap();
+    let at = cuts(&text).unwrap()[4];
     let broken = [
-        // In the second half: the objects before it, then the error.
+        // In the last piece: the objects before it, then the error.
         format!("{text}---\napiVersion: v1\nkind: [unclosed\n"),
-        // In the first half: a quoted scalar across the cut.
+        // A quoted scalar across a cut.
         format!("{}other: \"open\n{}", &text[..at], &text[at..]),
-        // In the first half: a document that is not an object.
+        // A document that is not an object.
         format!("{}--- just text\n{}", &text[..at], &text[at..]),
     ];
     for text in &broken {
@@ -342,7 +343,7 @@ fn a_long_stream_with_an_error_in_either_half_says_what_one_pass_says() {
     // The first error, as one pass meets it.
     let e = items(&broken[1]).into_iter().find_map(Result::err).unwrap();
     assert!(e.contains("found unexpected document indicator"), "{e}");
-    // Past a half's share (aliases that decode to 6.8 MB, where the stream may decode
+    // Past a piece's share (aliases that decode to 6.8 MB, where the stream may decode
     // to 8.6 MB): decoded again in one pass, within what the whole stream may use.
     let text = format!("{text}---\n{}", fan_out(400));
     let budget = Budget::new(u64::MAX);
@@ -352,22 +353,18 @@ fn a_long_stream_with_an_error_in_either_half_says_what_one_pass_says() {
         bytes: Vec::new(),
         budget: &budget,
     };
-    assert!(stream.in_halves(&text).is_none());
-    assert_eq!(budget.used(), 0, "nothing charged for the halves");
+    assert!(stream.in_pieces(&text).is_none());
+    assert_eq!(budget.used(), 0, "nothing charged for the pieces");
     let (expected, cost) = in_one_pass(&text);
     assert!(cost > 6_000_000 && expected.iter().all(Result::is_ok));
     assert_eq!(items(&text), expected);
 }
 
 #[test]
-fn a_stream_is_cut_at_a_document_marker_from_its_middle_on() {
-    let text = format!("{}\n---x: 1\n--- # c\nb: 1\n", "a".repeat(40));
-    assert_eq!(middle_marker(&text), Some(text.find("--- # c").unwrap()));
-    assert_eq!(
-        middle_marker("---\na: 1\nb: 2\nc: 3\n"),
-        None,
-        "none after the middle"
-    );
+fn a_stream_is_cut_at_document_markers_from_each_eighth_on() {
+    let text = format!("{}\n---x: 1\n--- # c\nb: 1\n", "a".repeat(80));
+    assert_eq!(cuts(&text), Some(vec![0, text.find("--- # c").unwrap()]));
+    assert_eq!(cuts("a: 1\nb: 2\n"), None, "no marker, no cut");
     let directive = format!("{text}%YAML 1.1\n---\nc: 1\n");
-    assert_eq!(middle_marker(&directive), None, "a directive ends the cut");
+    assert_eq!(cuts(&directive), None, "a directive ends the cuts");
 }
