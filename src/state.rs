@@ -8,7 +8,7 @@
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The mode of every folder berth creates.
 pub const DIR_MODE: u32 = 0o700;
@@ -40,6 +40,29 @@ pub fn secure_state_dir(dir: &Path) -> std::io::Result<()> {
 /// The folder cannot be created.
 pub fn private_dir(dir: &Path) -> std::io::Result<()> {
     DirBuilder::new().recursive(true).mode(DIR_MODE).create(dir)
+}
+
+/// A tmpfs (memory, never a disk) for a render's private folders: `$RUNTIME_DIRECTORY`
+/// (the unit's `RuntimeDirectory=`, `/run/berth`) when it is one, else `/dev/shm`.
+pub fn memory_dir() -> Option<PathBuf> {
+    let runtime = std::env::var_os("RUNTIME_DIRECTORY").map(PathBuf::from);
+    runtime
+        .into_iter()
+        .chain([PathBuf::from("/dev/shm")])
+        .find(|p| is_tmpfs(p))
+}
+
+/// Whether `path` is on a tmpfs (memory).
+pub fn is_tmpfs(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a statfs is plain data, valid zeroed.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid C string and `fs` a statfs that the call fills in.
+    let ok = unsafe { libc::statfs(c.as_ptr(), &mut fs) } == 0;
+    ok && fs.f_type == libc::TMPFS_MAGIC
 }
 
 /// A new folder in `base`, 0700, named `<prefix><pid>-<n>`, made by this call and no

@@ -312,8 +312,9 @@ impl Kustomize {
             let helm = helm::program(self.helm.as_deref()).map_err(fail)?;
             command.extend(["--enable-helm".into(), "--helm-command".into(), helm.into()]);
             command.extend(self.capabilities.args("helm-"));
+            // kustomize's helm may download the charts it is allowed to.
             let sandbox =
-                Sandbox::new().map_err(|e| fail(format!("cannot make helm's folder: {e}")))?;
+                Sandbox::new(true).map_err(|e| fail(format!("cannot make helm's folder: {e}")))?;
             env.extend(sandbox.env(None));
             Some(sandbox)
         } else {

@@ -112,29 +112,12 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// A new 0700 folder on a tmpfs, for one render; folders of berths that no longer run
 /// are removed first.
 fn private_folder() -> Result<PathBuf, String> {
-    let runtime = std::env::var_os("RUNTIME_DIRECTORY").map(PathBuf::from);
-    let base = runtime
-        .into_iter()
-        .chain([PathBuf::from("/dev/shm")])
-        .find(|p| is_tmpfs(p))
-        .ok_or(
-            "no tmpfs to decrypt into ($RUNTIME_DIRECTORY, /dev/shm): berth writes decrypted files for kustomize to memory only; give the unit RuntimeDirectory=berth",
-        )?;
+    let base = crate::state::memory_dir().ok_or(
+        "no tmpfs to decrypt into ($RUNTIME_DIRECTORY, /dev/shm): berth writes decrypted files for kustomize to memory only; give the unit RuntimeDirectory=berth",
+    )?;
     remove_stale(&base);
     crate::state::fresh_private_dir(&base, PREFIX)
         .map_err(|e| format!("cannot make a private folder in {}: {e}", base.display()))
-}
-
-/// Whether `path` is on a tmpfs (memory).
-fn is_tmpfs(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid C string and `fs` a statfs that the call fills in.
-    let ok = unsafe { libc::statfs(c.as_ptr(), &mut fs) } == 0;
-    ok && fs.f_type == libc::TMPFS_MAGIC
 }
 
 /// Removes the plain copies of berth processes that no longer run (killed mid-render).
@@ -163,7 +146,10 @@ mod tests {
 
     #[test]
     fn dev_shm_is_memory_and_a_plain_copy_goes_with_its_guard() {
-        assert!(is_tmpfs(Path::new("/dev/shm")), "this machine has /dev/shm");
+        assert!(
+            crate::state::is_tmpfs(Path::new("/dev/shm")),
+            "this machine has /dev/shm"
+        );
         let path = private_folder().unwrap();
         let mode = std::fs::metadata(&path).unwrap();
         use std::os::unix::fs::PermissionsExt;
