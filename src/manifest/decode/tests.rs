@@ -270,18 +270,28 @@ fn long_stream(n: usize) -> String {
     text
 }
 
+/// A render's budget of at most `cap` once `text` is read.
+fn budget_for(text: &str, cap: u64) -> Budget {
+    let budget = Budget::new(cap);
+    budget.read(text.len());
+    budget
+}
+
+/// A stream of `app.yaml` whose text the test passes in.
+fn stream_in(budget: &Budget) -> Stream<'_> {
+    Stream {
+        path: "app.yaml".into(),
+        bytes: Vec::new(),
+        budget,
+    }
+}
+
 /// The items of `text` decoded in one pass (errors as their messages), and what they
 /// cost.
 fn in_one_pass(text: &str) -> (Vec<Result<Manifest, String>>, u64) {
-    let budget = Budget::new(128 << 20);
-    budget.read(text.len());
-    let stream = Stream {
-        path: "app.yaml".into(),
-        bytes: Vec::new(),
-        budget: &budget,
-    };
+    let budget = budget_for(text, 128 << 20);
     let mut items = Vec::new();
-    let _ = stream.in_one_pass(text, &document_lines(text), &mut |item| {
+    let _ = stream_in(&budget).in_one_pass(text, &document_lines(text), &mut |item| {
         items.push(item.map_err(|e| e.to_string()));
         Ok(())
     });
@@ -308,15 +318,11 @@ fn a_long_stream_decoded_in_pieces_gives_what_one_pass_gives() {
     let text = long_stream(200);
     let (expected, cost) = in_one_pass(&text);
     let expected: Vec<Manifest> = expected.into_iter().map(Result::unwrap).collect();
-    let budget = Budget::new(128 << 20);
-    budget.read(text.len());
-    let stream = Stream {
-        path: "app.yaml".into(),
-        bytes: Vec::new(),
-        budget: &budget,
-    };
+    let budget = budget_for(&text, 128 << 20);
     assert!(cuts(&text).unwrap().len() == PIECES);
-    let pieces = stream.in_pieces(&text).expect("decoded in pieces");
+    let pieces = stream_in(&budget)
+        .in_pieces(&text)
+        .expect("decoded in pieces");
     assert_eq!(pieces, expected, "the same objects, documents and lines");
     assert_eq!(budget.used(), cost, "and the same cost to the render");
     let last = &pieces[199];
@@ -346,14 +352,8 @@ fn a_long_stream_with_an_error_in_a_piece_says_what_one_pass_says() {
     // Past a piece's share (aliases that decode to 6.8 MB, where the stream may decode
     // to 8.6 MB): decoded again in one pass, within what the whole stream may use.
     let text = format!("{text}---\n{}", fan_out(400));
-    let budget = Budget::new(u64::MAX);
-    budget.read(text.len());
-    let stream = Stream {
-        path: "app.yaml".into(),
-        bytes: Vec::new(),
-        budget: &budget,
-    };
-    assert!(stream.in_pieces(&text).is_none());
+    let budget = budget_for(&text, u64::MAX);
+    assert!(stream_in(&budget).in_pieces(&text).is_none());
     assert_eq!(budget.used(), 0, "nothing charged for the pieces");
     let (expected, cost) = in_one_pass(&text);
     assert!(cost > 6_000_000 && expected.iter().all(Result::is_ok));
