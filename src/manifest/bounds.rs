@@ -86,7 +86,8 @@ pub enum Exceeded {
 /// [`DECODED_PER_BYTE`] units for each byte it has read, plus one document's worth, up to
 /// a cap: memory stays proportional to what the repository holds, whatever its aliases.
 /// Not shared between threads: an encrypted file decoded on another thread gets a
-/// budget of its own, set aside from this one ([`Budget::set_aside`]).
+/// budget of its own, set aside from this one ([`Budget::set_aside`]), and so does each
+/// piece of a long YAML stream (a share of what is left, `decode::Stream::in_pieces`).
 pub struct Budget {
     used: Cell<u64>,
     granted: Cell<u64>,
