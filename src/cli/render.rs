@@ -267,7 +267,8 @@ fn repository_of(dir: &Path) -> Option<PathBuf> {
 
 fn print(manifests: &[Manifest], output: Output, show_secrets: bool) -> std::io::Result<()> {
     use std::io::Write;
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    // In 64 KiB writes: a chart's render goes out in one or a few.
+    let mut out = std::io::BufWriter::with_capacity(64 << 10, std::io::stdout().lock());
     for m in manifests {
         let secret = m.kind() == "Secret";
         // Decrypted values show with --show-secrets, and only in a Secret; an object with
