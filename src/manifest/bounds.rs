@@ -14,6 +14,7 @@ use std::cell::{Cell, RefCell};
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::map::Entry;
 use serde_json::{Map, Number, Value};
 
 /// Size caps that bound the memory one render may use.
@@ -274,11 +275,12 @@ impl<'de> Visitor<'de> for Build<'_> {
         let mut object = Map::new();
         while let Some(key) = map.next_key::<String>()? {
             self.0.charge(key.len())?;
-            if object.contains_key(&key) {
-                return Err(self.0.stop(Exceeded::DuplicateKey(key)));
-            }
-            let value = map.next_value_seed(Build(self.0))?;
-            object.insert(key, value);
+            match object.entry(key) {
+                Entry::Occupied(e) => {
+                    return Err(self.0.stop(Exceeded::DuplicateKey(e.key().clone())))
+                }
+                Entry::Vacant(e) => e.insert(map.next_value_seed(Build(self.0))?),
+            };
         }
         Ok(Value::Object(object))
     }
