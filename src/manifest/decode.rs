@@ -239,11 +239,11 @@ impl Stream<'_> {
         // Each piece's documents and lines follow those of the pieces before it.
         let (mut objects, mut starts) = (Vec::new(), Vec::new());
         let (mut documents, mut lines) = (0, 0);
-        for (piece, text) in decoded.into_iter().zip(pieces) {
+        for piece in decoded {
             objects.extend(piece.objects.into_iter().map(|(i, o)| (documents + i, o)));
             starts.extend(piece.starts.iter().map(|line| line + lines));
             documents += piece.documents;
-            lines += memchr::memchr_iter(b'\n', text.as_bytes()).count();
+            lines += piece.lines;
         }
         let objects = objects.into_iter().map(|(i, object)| Manifest {
             object,
@@ -422,6 +422,8 @@ struct Piece {
     documents: usize,
     /// The line each document starts on ([`document_lines`]).
     starts: Vec<usize>,
+    /// How many lines it holds (its newlines).
+    lines: usize,
     /// What its documents cost ([`Budget`] units).
     used: u64,
 }
@@ -450,6 +452,7 @@ impl Piece {
             objects,
             documents,
             starts: document_lines(text),
+            lines: memchr::memchr_iter(b'\n', text.as_bytes()).count(),
             used: budget.used(),
         })
     }
