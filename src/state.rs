@@ -31,7 +31,26 @@ pub fn restrict_umask() {
 /// The folder cannot be created or its mode changed.
 pub fn secure_state_dir(dir: &Path) -> std::io::Result<()> {
     private_dir(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DIR_MODE))
+    tighten(dir)
+}
+
+/// Makes `dir` and every folder below it 0700 (a folder made 0777 by hand or by an older
+/// berth stays no more open than the rest); links are neither followed nor changed.
+fn tighten(dir: &Path) -> std::io::Result<()> {
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        let meta = std::fs::symlink_metadata(&folder)?;
+        if meta.permissions().mode() & 0o7777 != DIR_MODE {
+            std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(DIR_MODE))?;
+        }
+        for entry in std::fs::read_dir(&folder)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                folders.push(entry.path());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Creates `dir` and its missing parents 0700 (an existing folder is left as it is).
@@ -86,11 +105,24 @@ pub fn fresh_private_dir(base: &Path, prefix: &str) -> std::io::Result<std::path
     Err(taken.unwrap_or_else(|| std::io::Error::other("no free name")))
 }
 
-/// Options that create a file 0600; the caller adds how it opens it.
+/// Options that create a file 0600 and never follow a link in its place (a link planted
+/// at `state_dir/history/<app>.jsonl` would have berth write where it points); the caller
+/// adds how it opens it.
 pub fn private_file() -> OpenOptions {
     let mut options = OpenOptions::new();
-    options.mode(FILE_MODE);
+    options.mode(FILE_MODE).custom_flags(libc::O_NOFOLLOW);
     options
+}
+
+/// Opens a state file to read it, never through a link in its place.
+///
+/// # Errors
+/// It cannot be opened (a link: `ELOOP`).
+pub fn open_state(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
 }
 
 /// Replaces `path` with `bytes` atomically: written 0600 to a temporary file beside it,
@@ -240,5 +272,32 @@ mod tests {
         );
         let left: Vec<_> = std::fs::read_dir(state.join("a/b")).unwrap().collect();
         assert_eq!(left.len(), 1, "nor a temporary file");
+    }
+
+    #[test]
+    fn links_in_state_dir_are_not_followed_and_open_folders_are_tightened() {
+        let d = tempfile::tempdir().unwrap();
+        let state = d.path().join("state");
+        let outside = d.path().join("outside.jsonl");
+        std::fs::write(&outside, "").unwrap();
+        std::fs::create_dir_all(state.join("history")).unwrap();
+        std::fs::create_dir_all(state.join("trees/abc")).unwrap();
+        for folder in ["history", "trees", "trees/abc"] {
+            std::fs::set_permissions(state.join(folder), std::fs::Permissions::from_mode(0o777))
+                .unwrap();
+        }
+        let planted = state.join("history/app.jsonl");
+        std::os::unix::fs::symlink(&outside, &planted).unwrap();
+        secure_state_dir(&state).unwrap();
+        for folder in ["history", "trees", "trees/abc"] {
+            assert_eq!(mode(&state.join(folder)), DIR_MODE, "{folder}");
+        }
+        let appended = private_file().append(true).create(true).open(&planted);
+        assert!(
+            appended.is_err(),
+            "a link in a state file's place is refused"
+        );
+        assert!(open_state(&planted).is_err());
+        assert_eq!(std::fs::read(&outside).unwrap(), b"");
     }
 }

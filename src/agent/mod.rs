@@ -270,6 +270,9 @@ pub async fn run(
     };
     shared.notifier.send("READY=1");
     tracing::info!(apps = agent.config.apps.len(), "berth is running");
+    if let Some(warning) = crate::manifest::tool::landlock::warning() {
+        tracing::warn!("{warning}");
+    }
     agent.serve(&mut signals, leader, members).await;
     shared.notifier.send("STOPPING=1");
     tracing::info!("shutting down: the syncs in progress finish first");

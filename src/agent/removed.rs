@@ -25,7 +25,7 @@ fn copy_path(state_dir: &Path) -> PathBuf {
 /// Reads at most [`MAX_COPY`] bytes of `path` as text.
 fn read_bounded(path: &Path) -> Option<String> {
     let mut text = String::new();
-    std::fs::File::open(path)
+    crate::state::open_state(path)
         .ok()?
         .take(MAX_COPY)
         .read_to_string(&mut text)

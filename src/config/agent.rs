@@ -74,9 +74,14 @@ pub struct AgentConfig {
     /// dependencies may download, as its `Chart.lock` pins them: once per lock, into
     /// `state_dir/charts`. Empty: every dependency must be vendored in `charts/`.
     pub allow_remote_charts: Vec<String>,
-    /// How long one kustomize or helm run may take.
+    /// How long one kustomize or helm run may take (its wall-clock time, and its CPU
+    /// time).
     #[serde(deserialize_with = "duration")]
     pub render_timeout: Duration,
+    /// The most memory one kustomize or helm run may have (`RLIMIT_DATA`, with what it
+    /// starts).
+    #[serde(deserialize_with = "byte_size")]
+    pub render_memory: u64,
     /// Serve the read-only status page (`/`, `/apps/NAME`, `/api/…`) on `listen`.
     pub status_page: bool,
     /// Who may read the status page: a file of `USER:PASSWORD` lines (HTTP basic auth,
@@ -85,6 +90,12 @@ pub struct AgentConfig {
     #[serde(default, deserialize_with = "credentials::file")]
     pub status_page_credentials: Option<PathBuf>,
 }
+
+/// The memory one kustomize or helm run may have by default: a render of thousands of
+/// objects takes a few hundred MiB; a Go program reserves about 700 MiB of address space
+/// to start, which `RLIMIT_DATA` does not count. Its code and stacks come on top: a tool
+/// stopped at this limit has held at most about 950 MiB (docs/security.md).
+pub const DEFAULT_RENDER_MEMORY: u64 = 768 << 20;
 
 impl Default for AgentConfig {
     fn default() -> Self {
@@ -113,6 +124,7 @@ impl Default for AgentConfig {
             helm: None,
             allow_remote_charts: Vec::new(),
             render_timeout: Duration::from_secs(60),
+            render_memory: DEFAULT_RENDER_MEMORY,
             status_page: false,
             status_page_credentials: None,
         }

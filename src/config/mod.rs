@@ -18,7 +18,7 @@ pub mod order;
 mod validate;
 mod values;
 
-pub use agent::{AgentConfig, ClusterConfig, LogFormat};
+pub use agent::{AgentConfig, ClusterConfig, LogFormat, DEFAULT_RENDER_MEMORY};
 pub use app::{
     AppConfig, AuthConfig, DecryptConfig, DecryptProvider, GitRef, HelmConfig, OnFailure,
     RenderMode, RolloutConfig, RolloutEngine, ScopeConfig, VerifyConfig, VerifyMode,
@@ -29,7 +29,7 @@ use error::{toml_error, unknown_field};
 pub use globs::{compile_globs, Globs};
 pub use notify::{NotifyConfig, NotifyEvent, NotifyFormat};
 pub use validate::{check_notify_url, check_repo_path, is_dns_label, is_kube_version, ValueError};
-pub use values::parse_byte_size;
+pub use values::{parse_byte_size, show_size};
 
 use std::path::Path;
 

@@ -146,6 +146,12 @@ fn agent(agent: &AgentConfig, problems: &mut Problems) {
     if agent.max_file_size == 0 || agent.max_app_size == 0 || agent.max_objects == 0 {
         problems.add("agent.max_file_size", "size caps must be more than 0");
     }
+    if agent.render_memory < 64 << 20 {
+        problems.add(
+            "agent.render_memory",
+            "must be at least 64MiB (a Go program needs that much to start)",
+        );
+    }
     if agent.status_page {
         match agent.listen {
             None => problems.add(

@@ -65,6 +65,17 @@ pub fn parse_byte_size(text: &str) -> Option<u64> {
     n.checked_mul(factor)
 }
 
+/// A size as a person writes it: `1GiB`, `300MiB`, `12KiB`, or bytes when it is no whole
+/// number of those.
+pub fn show_size(bytes: u64) -> String {
+    for (unit, factor) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if bytes >= factor && bytes.is_multiple_of(factor) {
+            return format!("{}{unit}", bytes / factor);
+        }
+    }
+    format!("{bytes} bytes")
+}
+
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum OneOrMany {

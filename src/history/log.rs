@@ -243,7 +243,7 @@ impl HistoryLog {
             path: path.clone(),
             cause,
         };
-        let mut file = match File::open(&path) {
+        let mut file = match crate::state::open_state(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io(e)),
@@ -308,7 +308,7 @@ impl HistoryLog {
             path: path.clone(),
             cause,
         };
-        let mut reader = match File::open(&path) {
+        let mut reader = match crate::state::open_state(&path) {
             Ok(f) => BufReader::new(f),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(io(e)),
@@ -351,7 +351,7 @@ impl HistoryLog {
         // One streaming pass (a record of 1000 objects is ~200 KB: the log is never read
         // whole here): how many records, and how many are older than max_age.
         let lines = || -> std::io::Result<_> {
-            Ok(BufReader::new(File::open(&path)?)
+            Ok(BufReader::new(crate::state::open_state(&path)?)
                 .split(b'\n')
                 .map(|l| l.map(|l| (started_at(&l), l))))
         };

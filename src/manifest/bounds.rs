@@ -310,6 +310,14 @@ struct Scan {
     quote: Option<u8>,
     /// Inside a block scalar whose header line had this indentation.
     block_scalar: Option<usize>,
+    /// Inside a flow collection, where a token may start: a quote opens a quoted scalar
+    /// only there (in `[it's, [[…` the apostrophe belongs to the plain scalar `it's`, and
+    /// taking it for a quote would hide every bracket after it). A plain scalar may go on
+    /// past the line end, so this is carried from line to line.
+    flow_token_start: bool,
+    /// The byte before was the closing quote of a quoted scalar: in flow, a `:` right
+    /// after one is a value indicator even without a space (`{"a":"b"}`).
+    after_quoted: bool,
 }
 
 impl Scan {
@@ -344,42 +352,74 @@ impl Scan {
                     }
                     self.quote = None;
                     token_start = false;
+                    self.flow_token_start = false;
+                    self.after_quoted = true;
                 }
                 i += 1;
                 continue;
             }
             let after_space = i == 0 || matches!(bytes[i - 1], b' ' | b'\t');
+            if b == b'#' && after_space {
+                return false;
+            }
+            if self.depth > 0 {
+                if self.flow(bytes, i, limit) {
+                    return true;
+                }
+                i += 1;
+                continue;
+            }
             match b {
-                b'#' if after_space => return false,
-                b'\'' | b'"' if self.depth > 0 || token_start => self.quote = Some(b),
-                b'[' | b'{' if self.depth > 0 || token_start => {
-                    self.depth += 1;
+                b'\'' | b'"' if token_start => self.quote = Some(b),
+                b'[' | b'{' if token_start => {
+                    self.depth = 1;
+                    self.flow_token_start = true;
                     if self.depth > limit {
                         return true;
                     }
                 }
-                b']' | b'}' if self.depth > 0 => {
-                    self.depth -= 1;
-                    token_start = false;
-                }
-                b'|' | b'>' if self.depth == 0 && token_start => {
+                b'|' | b'>' if token_start => {
                     self.block_scalar = Some(indent);
                     return false;
                 }
-                b' ' | b'\t' if self.depth == 0 => {}
-                b'-' | b'?' | b':' if self.depth == 0 && next_is_space(bytes, i) => {
-                    token_start = true
-                }
-                b'&' | b'!' | b'*' if self.depth == 0 && token_start => {
+                b' ' | b'\t' => {}
+                b'-' | b'?' | b':' if next_is_space(bytes, i) => token_start = true,
+                b'&' | b'!' | b'*' if token_start => {
                     // An anchor, tag or alias: a token of its own.
                     while i + 1 < bytes.len() && !matches!(bytes[i + 1], b' ' | b'\t') {
                         i += 1;
                     }
                 }
-                _ if self.depth == 0 => token_start = false,
-                _ => {}
+                _ => token_start = false,
             }
             i += 1;
+        }
+        false
+    }
+
+    /// One byte inside a flow collection; true when the depth passed `limit`. Every
+    /// bracket there opens or closes a collection (a plain scalar in flow holds none).
+    fn flow(&mut self, bytes: &[u8], i: usize, limit: usize) -> bool {
+        let after_quoted = std::mem::take(&mut self.after_quoted);
+        match bytes[i] {
+            b'\'' | b'"' if self.flow_token_start => self.quote = Some(bytes[i]),
+            b'[' | b'{' => {
+                self.depth += 1;
+                self.flow_token_start = true;
+                return self.depth > limit;
+            }
+            b']' | b'}' => {
+                self.depth -= 1;
+                self.flow_token_start = false;
+            }
+            b',' => self.flow_token_start = true,
+            b':' | b'?'
+                if after_quoted || bytes.get(i + 1).is_none_or(|n| b" \t,[]{}".contains(n)) =>
+            {
+                self.flow_token_start = true
+            }
+            b' ' | b'\t' => {}
+            _ => self.flow_token_start = false,
         }
         false
     }
@@ -447,6 +487,24 @@ mod tests {
         assert_eq!(flow_depth("a: |\n  [[[[[[\n  {{{{\nb: [1]\n", 3), None);
         assert_eq!(flow_depth("- [[[[\n", 3), Some(1));
         assert_eq!(flow_depth("a: \"x\\\"[[[[\"\n", 3), None);
+        // An apostrophe inside a plain scalar opens no quote, in flow as in block.
+        assert_eq!(flow_depth("data: [it's, [[[[\n", 3), Some(1));
+        assert_eq!(flow_depth("data: [it\n  's, [[[[\n", 3), Some(2));
+        assert_eq!(flow_depth("data: [a 'b, [[[[\n", 3), Some(1));
+        assert_eq!(
+            flow_depth("data: ['it''s', \"[[[[\", {k: '[[[['}]\n", 3),
+            None
+        );
+        assert_eq!(flow_depth("{\"a\":\"[[[[\",\"b\":[\"{{{{\"]}\n", 3), None);
+        assert_eq!(flow_depth("data: [a:\"b, [[[[\n", 3), Some(1));
+    }
+
+    #[test]
+    fn the_flow_bypass_is_refused_quickly() {
+        let bomb = format!("data: [it's, {}\n", "[".repeat(200_000));
+        let start = std::time::Instant::now();
+        assert_eq!(flow_depth(&bomb, MAX_FLOW_DEPTH), Some(1));
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
     }
 
     #[test]

@@ -19,11 +19,11 @@ use super::decorate::{
     SourceAnnotations,
 };
 use super::decrypt::Decryption;
-use super::error::ManifestError;
+use super::error::{ErrorList, ManifestError};
 use super::helm::{Capabilities, Helm};
 use super::kustomize::Kustomize;
 use super::object::Manifest;
-use super::scope::{ScopeLookup, WithCrds};
+use super::scope::{CrdGuard, ScopeLookup, WithCrds};
 use super::source::{PathSource, Stdin};
 use super::typed::TypedCheck;
 use super::visitor::{
@@ -157,8 +157,24 @@ impl<'a> Builder<'a> {
         if (bound || self.policy == ErrorPolicy::FailFast) && !errors.is_empty() {
             return (Vec::new(), errors);
         }
-        let scopes = WithCrds::new(&raw, self.scopes);
+        // Filtered first: an ignored or filtered object never decides how others are
+        // classified (an ignored CRD re-declaring a kind's scope, say).
+        let (kept, more) = self.run(&Filtered {
+            inner: Once(raw.into()),
+            filters: vec![
+                Box::new(IgnoreAnnotated),
+                Box::new(ObjectGlobs {
+                    include: self.include_objects.clone(),
+                    exclude: self.exclude_objects.clone(),
+                }),
+            ],
+        });
+        errors.extend(more);
+        let scopes = WithCrds::new(&kept, self.scopes);
         let mut decorators: Vec<Box<dyn Decorator + '_>> = vec![
+            Box::new(CrdGuard {
+                served: self.scopes,
+            }),
             Box::new(SetNamespace {
                 namespace: self.namespace.clone(),
                 scopes: &scopes,
@@ -178,16 +194,7 @@ impl<'a> Builder<'a> {
             commit: self.commit.clone(),
         }));
         let chain = Unique(Decorated {
-            inner: Filtered {
-                inner: Once(raw.into()),
-                filters: vec![
-                    Box::new(IgnoreAnnotated),
-                    Box::new(ObjectGlobs {
-                        include: self.include_objects.clone(),
-                        exclude: self.exclude_objects.clone(),
-                    }),
-                ],
-            },
+            inner: Once(kept.into()),
             decorators,
         });
         let (manifests, more) = self.run(&chain);
@@ -195,6 +202,8 @@ impl<'a> Builder<'a> {
         if self.policy == ErrorPolicy::FailFast && !errors.is_empty() {
             return (Vec::new(), errors);
         }
+        // Each pass keeps its first errors; together, too.
+        let errors = errors.into_iter().collect::<ErrorList>().into_vec();
         (manifests, errors)
     }
 

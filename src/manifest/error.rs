@@ -215,9 +215,61 @@ pub enum ManifestError {
         /// What was refused (a dependency, a values file) or what helm said.
         message: String,
     },
+    /// The errors past the first [`MAX_ERRORS`], counted and not kept.
+    #[error("… and {count} more errors (the first {MAX_ERRORS} are shown)")]
+    More {
+        /// How many.
+        count: usize,
+    },
     /// Several errors.
     #[error("{}", Many(.0))]
     Many(Vec<ManifestError>),
+}
+
+/// The most errors one render keeps (a file of 16,000 bad documents would otherwise make
+/// 16,000 messages, in memory, in the output and in the history line).
+pub const MAX_ERRORS: usize = 100;
+
+/// Errors as they are collected: the first [`MAX_ERRORS`] kept, the rest counted.
+#[derive(Default)]
+pub struct ErrorList {
+    kept: Vec<ManifestError>,
+    more: usize,
+}
+
+impl ErrorList {
+    /// Adds `e` (each error of a [`ManifestError::Many`]).
+    pub fn push(&mut self, e: ManifestError) {
+        for e in e.into_vec() {
+            match e {
+                ManifestError::More { count } => self.more += count,
+                e if self.kept.len() < MAX_ERRORS => self.kept.push(e),
+                _ => self.more += 1,
+            }
+        }
+    }
+
+    /// Whether none was added.
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty() && self.more == 0
+    }
+
+    /// The errors kept, then one [`ManifestError::More`] for the rest.
+    pub fn into_vec(self) -> Vec<ManifestError> {
+        let mut all = self.kept;
+        if self.more > 0 {
+            all.push(ManifestError::More { count: self.more });
+        }
+        all
+    }
+}
+
+impl FromIterator<ManifestError> for ErrorList {
+    fn from_iter<I: IntoIterator<Item = ManifestError>>(errors: I) -> Self {
+        let mut list = ErrorList::default();
+        errors.into_iter().for_each(|e| list.push(e));
+        list
+    }
 }
 
 fn no_objects_why(jsonnet: usize) -> String {
@@ -234,7 +286,15 @@ struct Many<'a>(&'a [ManifestError]);
 
 impl fmt::Display for Many<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} errors:", self.0.len())?;
+        let count: usize = self
+            .0
+            .iter()
+            .map(|e| match e {
+                ManifestError::More { count } => *count,
+                _ => 1,
+            })
+            .sum();
+        write!(f, "{count} errors:")?;
         for e in self.0 {
             write!(f, "\n  - {e}")?;
         }
@@ -243,17 +303,14 @@ impl fmt::Display for Many<'_> {
 }
 
 impl ManifestError {
-    /// One error, or a [`ManifestError::Many`] of several (flattened).
-    pub fn aggregate(mut errors: Vec<ManifestError>) -> Option<ManifestError> {
+    /// One error, or a [`ManifestError::Many`] of several (flattened, at most
+    /// [`MAX_ERRORS`] of them kept).
+    pub fn aggregate(errors: Vec<ManifestError>) -> Option<ManifestError> {
+        let mut errors = errors.into_iter().collect::<ErrorList>().into_vec();
         match errors.len() {
             0 => None,
             1 => errors.pop(),
-            _ => Some(ManifestError::Many(
-                errors
-                    .into_iter()
-                    .flat_map(ManifestError::into_vec)
-                    .collect(),
-            )),
+            _ => Some(ManifestError::Many(errors)),
         }
     }
 
@@ -284,6 +341,7 @@ impl ManifestError {
             | ManifestError::Invalid { origin, .. } => Some(origin.to_string()),
             ManifestError::Duplicate { second, .. } => Some(second.to_string()),
             ManifestError::Many(errors) => errors.first().and_then(ManifestError::origin),
+            ManifestError::More { .. } => None,
         }
     }
 

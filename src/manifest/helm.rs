@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::ManifestError;
-use super::read::{confined, read_confined, regular_file};
+use super::read::{check_links, confined, read_confined, regular_file};
 use super::tool::{find, Tool};
 use crate::config::{AgentConfig, AppConfig, RenderMode};
 
@@ -60,6 +60,8 @@ pub struct Helm {
     pub remote_charts: Arc<[String]>,
     /// Where downloaded dependencies are kept, a folder per `Chart.lock` digest.
     pub chart_cache: PathBuf,
+    /// The most memory one helm run may have (`[agent] render_memory`).
+    pub memory: u64,
 }
 
 /// What a chart sees of the cluster (`.Capabilities`).
@@ -108,6 +110,7 @@ impl Helm {
             max_file_size: agent.max_file_size,
             remote_charts: agent.allow_remote_charts.clone().into(),
             chart_cache: agent.state_dir.join("charts"),
+            memory: agent.render_memory,
         }
     }
 
@@ -162,6 +165,9 @@ impl Helm {
         if let Some(refused) = refusal(to_download, true) {
             return Err(refuse(refused));
         }
+        // helm follows links: one out of the checkout would hand it a host file (berth's
+        // kubeconfig through `.Files.Get`).
+        check_links(root, dir).map_err(refuse)?;
         let values = self.values_files(root).map_err(refuse)?;
         let helm = program(self.command.as_deref()).map_err(refuse)?;
         let sandbox = Sandbox::new(!missing.is_empty())
@@ -219,6 +225,8 @@ impl Helm {
             env,
             timeout: self.timeout,
             max_bytes,
+            memory: self.memory,
+            reach: sandbox.reach(root, false),
         };
         tool.render("helm template", shown, refuse)
     }
@@ -363,9 +371,22 @@ impl Sandbox {
             ("HELM_NO_PLUGINS", "1".into()),
             ("KUBECONFIG", "/dev/null".into()),
             ("DOCKER_CONFIG", at("docker")),
+            ("TMPDIR", self.path.clone().into_os_string()),
         ];
         env.extend(namespace.map(|n| ("HELM_NAMESPACE", n.into())));
         env
+    }
+}
+
+impl Sandbox {
+    /// What a tool run in this sandbox may touch: read `root` (the checkout) and the
+    /// sandbox, write the sandbox alone, and connect out over TCP only when `network`.
+    pub(super) fn reach(&self, root: &Path, network: bool) -> super::tool::Reach {
+        super::tool::Reach {
+            read: vec![root.to_path_buf(), self.path.clone()],
+            write: vec![self.path.clone()],
+            network,
+        }
     }
 }
 
@@ -412,5 +433,39 @@ mod tests {
         assert_eq!(source_of(&found, 3), Some("web/templates/a.yaml"));
         assert_eq!(source_of(&found, 6), Some("web/charts/db/templates/b.yaml"));
         assert_eq!(source_of(&found, 1), None);
+    }
+
+    #[test]
+    fn a_chart_whose_link_leads_out_of_the_checkout_is_refused_before_helm_runs() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("kubeconfig"), "token: secret\n").unwrap();
+        let repo = tempfile::tempdir().unwrap();
+        let root = repo.path().canonicalize().unwrap();
+        let chart = root.join("web");
+        std::fs::create_dir_all(chart.join("files")).unwrap();
+        std::fs::create_dir_all(root.join("shared")).unwrap();
+        std::fs::write(chart.join(CHART_FILE), "name: web\nversion: 0.1.0\n").unwrap();
+        // A link inside the checkout is followed; the folder it points at is walked too.
+        std::os::unix::fs::symlink(root.join("shared"), chart.join("files/shared")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("kubeconfig"), root.join("shared/kc"))
+            .unwrap();
+        let helm = Helm {
+            command: Some("/nonexistent/helm".into()),
+            ..Helm::new("web", "shop", &AgentConfig::default())
+        };
+        let e = helm
+            .template(&root, &chart, "web/Chart.yaml", 1 << 20)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "web/Chart.yaml: shared/kc resolves outside the repository; refused unread"
+        );
+        std::fs::remove_file(root.join("shared/kc")).unwrap();
+        let e = helm
+            .template(&root, &chart, "web/Chart.yaml", 1 << 20)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot run helm template"), "{e}");
     }
 }

@@ -25,7 +25,7 @@ use super::error::ManifestError;
 use super::helm::{
     self, chart_in, missing_dependencies, refusal, Capabilities, Sandbox, CHART_FILE,
 };
-use super::read::{confined, read_confined, regular_file};
+use super::read::{check_links, confined, read_confined, regular_file};
 use super::tool::Tool;
 use crate::config::{AgentConfig, AppConfig, RenderMode};
 use decrypted::PlainCopy;
@@ -79,6 +79,9 @@ pub struct Kustomize {
     /// How files encrypted with sops are opened; `None`: a kustomization reading one is
     /// refused.
     pub decrypt: Option<Decryption>,
+    /// The most memory one kustomize run may have (`[agent] render_memory`), helm's
+    /// under it included.
+    pub memory: u64,
 }
 
 /// What kustomize printed, and the values it was given decrypted (to mark in its
@@ -102,6 +105,7 @@ impl Kustomize {
             helm: None,
             capabilities: Capabilities::default(),
             decrypt: None,
+            memory: crate::config::DEFAULT_RENDER_MEMORY,
         }
     }
 
@@ -124,6 +128,7 @@ impl Kustomize {
             max_file_size: agent.max_file_size,
             helm: agent.helm.clone(),
             decrypt: Decryption::for_app(app),
+            memory: agent.render_memory,
             ..Kustomize::new(agent.kustomize.as_deref(), agent.render_timeout)
         })
     }
@@ -226,8 +231,10 @@ impl Kustomize {
                 .map_err(|e| refuse(format!("{field}: {entry:?} {e}")))?;
             let checked = if field == "helmCharts" {
                 if chart_in(&resolved) {
-                    // kustomize runs helm on the chart as it is: nothing is downloaded.
-                    missing_dependencies(root, &resolved, self.max_file_size)
+                    // kustomize runs helm on the chart as it is: nothing is downloaded,
+                    // and no link leads out of the checkout.
+                    check_links(root, &resolved)
+                        .and_then(|()| missing_dependencies(root, &resolved, self.max_file_size))
                         .and_then(|missing| refusal(&missing, false).map_or(Ok(()), Err))
                 } else {
                     Err(format!("holds no {CHART_FILE}"))
@@ -308,19 +315,19 @@ impl Kustomize {
         let mut command: Vec<OsString> = self.command().into_iter().map(OsString::from).collect();
         let shown_command = command.join(" ".as_ref()).to_string_lossy().into_owned();
         let mut env = vec![("PATH", std::env::var_os("PATH").unwrap_or_default())];
-        let sandbox = if inflates {
+        // kustomize's helm may download the charts it is allowed to: on a disk then.
+        let sandbox =
+            Sandbox::new(inflates).map_err(|e| fail(format!("cannot make its folder: {e}")))?;
+        let mut reach = sandbox.reach(root, self.allow_remote);
+        if inflates {
             let helm = helm::program(self.helm.as_deref()).map_err(fail)?;
+            if let Some(dir) = helm.canonicalize().ok().as_deref().and_then(Path::parent) {
+                reach.read.push(dir.to_path_buf());
+            }
             command.extend(["--enable-helm".into(), "--helm-command".into(), helm.into()]);
             command.extend(self.capabilities.args("helm-"));
-            // kustomize's helm may download the charts it is allowed to.
-            let sandbox =
-                Sandbox::new(true).map_err(|e| fail(format!("cannot make helm's folder: {e}")))?;
-            env.extend(sandbox.env(None));
-            Some(sandbox)
-        } else {
-            env.push(("HOME", std::env::temp_dir().into_os_string()));
-            None
-        };
+        }
+        env.extend(sandbox.env(None));
         if !self.allow_remote {
             // The second wall, behind the reference check: git may use no transport at all
             // (an empty allow-list refuses every protocol, file and ssh included), and
@@ -339,6 +346,8 @@ impl Kustomize {
             env,
             timeout: self.timeout,
             max_bytes,
+            memory: self.memory,
+            reach,
         };
         let output = tool.render(&shown_command, shown, |message| {
             fail(if message.contains("version -c --short") {

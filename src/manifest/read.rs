@@ -141,6 +141,52 @@ pub fn copy_confined(
     Ok(())
 }
 
+/// The most entries [`check_links`] walks in one folder tree.
+const MAX_WALK: usize = 100_000;
+
+/// Checks that every link in the folder `dir` (inside `root`, canonical) resolves inside
+/// `root`, before a tool that follows links (helm) reads the folder; the folders that
+/// links point at are walked too. Nothing is read but the folders' entries.
+///
+/// # Errors
+/// The first link outside `root` (its path in the repository, and why), a tree deeper
+/// than copying allows or of more than 100,000 entries, or the OS's error.
+pub fn check_links(root: &Path, dir: &Path) -> Result<(), String> {
+    let mut walked = 0;
+    let mut seen = std::collections::HashSet::new();
+    let mut folders = vec![(dir.to_path_buf(), 0)];
+    while let Some((folder, depth)) = folders.pop() {
+        if depth > MAX_COPY_DEPTH {
+            return Err(format!("{} is nested too deep", folder.display()));
+        }
+        if !seen.insert(folder.clone()) {
+            continue;
+        }
+        for entry in std::fs::read_dir(&folder).map_err(|e| e.to_string())? {
+            let entry = entry.map_err(|e| e.to_string())?;
+            walked += 1;
+            if walked > MAX_WALK {
+                return Err(format!(
+                    "{} holds more than {MAX_WALK} files and folders",
+                    dir.strip_prefix(root).unwrap_or(dir).display()
+                ));
+            }
+            let kind = entry.file_type().map_err(|e| e.to_string())?;
+            let path = entry.path();
+            if kind.is_symlink() {
+                let shown = path.strip_prefix(root).unwrap_or(&path).display();
+                let resolved = confined(root, &path).map_err(|e| format!("{shown} {e}"))?;
+                if resolved.is_dir() {
+                    folders.push((resolved, depth + 1));
+                }
+            } else if kind.is_dir() {
+                folders.push((path, depth + 1));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Copies one file (already [`confined`]), charged to `budget`.
 ///
 /// # Errors

@@ -128,15 +128,28 @@ pub fn looks_encrypted(text: &[u8]) -> bool {
         || find(text, b"\"sops\"").is_some()
 }
 
-/// [`is_encrypted`] of a document that is a mapping.
+/// [`is_encrypted`] of a document that is a mapping: it holds a `sops` mapping (with its
+/// MAC or without: one whose MAC was removed is refused, as sops refuses it, never taken
+/// as clear text with its `ENC[…]` strings for values).
 pub fn is_encrypted_object(doc: &serde_json::Map<String, Value>) -> bool {
-    doc.get(METADATA).and_then(|m| m.get("mac")).is_some()
+    doc.get(METADATA).is_some_and(Value::is_object)
 }
+
+/// The most recipients (age or OpenPGP entries) a file may name, and the most stanzas an
+/// age entry may hold: sops writes one entry per recipient, and one stanza in each.
+pub const MAX_RECIPIENTS: usize = 64;
+
+/// The largest armored data key read (an entry's `enc`): an RSA-4096 OpenPGP message of a
+/// 32-byte key is under 1 KiB armored, an age one under 300 bytes.
+const MAX_ENC: usize = 16 << 10;
+
+/// The most bytes a data key is read to once opened (it is 32).
+const MAX_DATA_KEY: u64 = 1024;
 
 #[derive(serde::Deserialize)]
 struct Metadata {
     lastmodified: String,
-    mac: String,
+    mac: Option<String>,
     #[serde(default)]
     age: Vec<AgeEntry>,
     #[serde(default)]
@@ -259,6 +272,12 @@ pub fn decrypt(docs: &mut [Value], keys: &Keys) -> Result<Vec<Vec<String>>, Sops
         .ok_or_else(|| SopsError::Metadata("the first document has no sops block".into()))?;
     let metadata: Metadata =
         serde_json::from_value(metadata).map_err(|e| SopsError::Metadata(e.to_string()))?;
+    let Some(mac) = metadata.mac.as_deref() else {
+        return Err(SopsError::Metadata(
+            "it has no mac, so its values cannot be checked: sops refuses such a file, and so does berth (encrypt it again with sops)".into(),
+        ));
+    };
+    bounded_entries(&metadata)?;
     for doc in docs.iter_mut() {
         if let Some(map) = doc.as_object_mut() {
             map.remove(METADATA);
@@ -283,12 +302,59 @@ pub fn decrypt(docs: &mut [Value], keys: &Keys) -> Result<Vec<Vec<String>>, Sops
         decrypted.push(std::mem::take(&mut walk.decrypted));
     }
     let computed = hex_upper(&walk.mac.finalize());
-    let stored =
-        open(&cipher, &metadata.mac, &metadata.lastmodified).map_err(|_| SopsError::Mac)?;
+    let stored = open(&cipher, mac, &metadata.lastmodified).map_err(|_| SopsError::Mac)?;
     if stored.0 != computed.as_bytes() {
         return Err(SopsError::Mac);
     }
     Ok(decrypted)
+}
+
+/// Refuses more recipients than [`MAX_RECIPIENTS`], an `enc` longer than a data key's
+/// message can be, and an age entry of more stanzas than [`MAX_RECIPIENTS`] (counted in
+/// one pass over its armor, before age parses it).
+fn bounded_entries(m: &Metadata) -> Result<(), SopsError> {
+    let refuse = |what: String| Err(SopsError::Metadata(format!("{what}; refused unread")));
+    let recipients = m.age.len() + m.pgp.len();
+    if recipients > MAX_RECIPIENTS {
+        return refuse(format!(
+            "it names {recipients} recipients, more than the {MAX_RECIPIENTS} berth reads"
+        ));
+    }
+    let encs = m.age.iter().map(|a| (&a.enc, "age", &a.recipient));
+    let encs = encs.chain(m.pgp.iter().map(|p| (&p.enc, "OpenPGP", &p.fp)));
+    for (enc, kind, recipient) in encs {
+        if enc.len() > MAX_ENC {
+            return refuse(format!(
+                "the {kind} data key for {recipient} is {} bytes armored, more than a data key's {MAX_ENC}",
+                enc.len()
+            ));
+        }
+    }
+    for a in &m.age {
+        let stanzas = age_stanzas(&a.enc);
+        if stanzas > MAX_RECIPIENTS {
+            return refuse(format!(
+                "the age data key for {} holds {stanzas} stanzas, more than the {MAX_RECIPIENTS} berth reads (sops writes one)",
+                a.recipient
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How many stanzas (`-> ` lines) an armored age file's header holds, or more than
+/// [`MAX_RECIPIENTS`] when its armor does not decode.
+fn age_stanzas(armored: &str) -> usize {
+    use base64::Engine;
+    let body: String = armored
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with("-----"))
+        .collect();
+    match base64::engine::general_purpose::STANDARD.decode(body) {
+        Ok(bytes) => memchr::memmem::find_iter(&bytes, b"\n-> ").count(),
+        Err(_) => MAX_RECIPIENTS + 1,
+    }
 }
 
 /// The 32-byte data key, opened by the first of berth's age identities that can.
@@ -357,7 +423,11 @@ fn open_age(entry: &AgeEntry, keys: &Keys) -> Option<Vec<u8>> {
         held_first(&keys.age, |i| i.recipient == entry.recipient).map(|i| i as &dyn age::Identity);
     let mut opened = decryptor.decrypt(identities).ok()?;
     let mut key = Vec::new();
-    opened.by_ref().take(1024).read_to_end(&mut key).ok()?;
+    opened
+        .by_ref()
+        .take(MAX_DATA_KEY)
+        .read_to_end(&mut key)
+        .ok()?;
     Some(key)
 }
 
@@ -373,7 +443,10 @@ fn open_openpgp(enc: &str, keys: &Keys) -> Option<Vec<u8>> {
     if opened.is_compressed() {
         opened = opened.decompress().ok()?;
     }
-    opened.as_data_vec().ok()
+    // Read to a data key's size at most: a compressed message may inflate without bound.
+    let mut key = Vec::new();
+    opened.take(MAX_DATA_KEY).read_to_end(&mut key).ok()?;
+    Some(key)
 }
 
 /// One file's walk: decrypts, and hashes what the MAC covers.

@@ -220,7 +220,7 @@ pub struct ContinueOnError<V>(pub V);
 
 impl<V: Visitor> Visitor for ContinueOnError<V> {
     fn visit(&self, f: &mut dyn FnMut(Item) -> Flow) -> Flow {
-        let mut errors = Vec::new();
+        let mut errors = super::error::ErrorList::default();
         let walk = self.0.visit(&mut |item| {
             let result = match item {
                 Ok(m) => f(Ok(m)),
@@ -234,7 +234,7 @@ impl<V: Visitor> Visitor for ContinueOnError<V> {
         if let Err(e) = walk {
             errors.push(e);
         }
-        ManifestError::aggregate(errors).map_or(Ok(()), Err)
+        ManifestError::aggregate(errors.into_vec()).map_or(Ok(()), Err)
     }
 }
 

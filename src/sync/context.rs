@@ -40,6 +40,12 @@ pub(super) struct Ctx<'a> {
     pub begun: Instant,
 }
 
+/// The most errors a sync keeps (and says).
+pub(super) const MAX_ERRORS: usize = crate::manifest::error::MAX_ERRORS;
+
+/// The longest error message kept (a tool's stderr is read to 64 KiB).
+pub(super) const MAX_ERROR_BYTES: usize = 8 << 10;
+
 /// Why the steps stopped early; the errors are already in the journal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Stop {
@@ -53,8 +59,10 @@ pub(super) enum Stop {
 /// the orchestrator reads it, to fold it into the record.
 pub(super) struct Journal<'a> {
     report: Report<'a>,
-    /// Errors, each said when it happened.
+    /// Errors, each said when it happened (the first [`MAX_ERRORS`]).
     pub errors: Vec<RecordError>,
+    /// The errors past the first [`MAX_ERRORS`], counted and neither said nor kept.
+    more_errors: usize,
     /// Objects written or pruned.
     pub objects: Vec<ObjectAction>,
     /// Rollouts followed (and rollbacks).
@@ -145,6 +153,7 @@ impl<'a> Ctx<'a> {
         Journal {
             report: self.report,
             errors: Vec::new(),
+            more_errors: 0,
             objects: Vec::new(),
             rollouts: Vec::new(),
             health: Vec::new(),
@@ -158,9 +167,27 @@ impl<'a> Ctx<'a> {
 
 impl Journal<'_> {
     /// Records an error (and says it).
+    /// The first [`MAX_ERRORS`] are kept, each at most [`MAX_ERROR_BYTES`]: a history line
+    /// and a burst of log lines stay bounded whatever a commit holds.
     pub fn fail(&mut self, e: impl Into<SyncError>) {
         let e = e.into();
-        let message = e.to_string();
+        if let SyncError::Render(crate::manifest::ManifestError::More { count }) = e {
+            self.more_errors += count;
+            return;
+        }
+        if self.errors.len() >= MAX_ERRORS {
+            self.more_errors += 1;
+            return;
+        }
+        let mut message = e.to_string();
+        if message.len() > MAX_ERROR_BYTES {
+            let mut end = MAX_ERROR_BYTES;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            message.truncate(end);
+            message.push_str(" … (cut)");
+        }
         (self.report)(&format!("error: {message}"));
         self.errors.push(RecordError {
             message,
@@ -177,6 +204,15 @@ impl Journal<'_> {
     /// Moves what the journal holds into `rec`.
     pub fn fold_into(self, rec: &mut SyncRecord) {
         rec.errors.extend(self.errors);
+        if self.more_errors > 0 {
+            rec.errors.push(RecordError {
+                message: format!(
+                    "… and {} more errors (the first {MAX_ERRORS} are kept)",
+                    self.more_errors
+                ),
+                source: None,
+            });
+        }
         rec.objects.extend(self.objects);
         rec.rollouts.extend(self.rollouts);
         rec.health.extend(self.health);

@@ -148,7 +148,7 @@ pub fn note_waiting(state_dir: &Path, app: &str, waiting: Option<&Waiting>) {
 pub fn waiting_note(state_dir: &Path, app: &str) -> Option<String> {
     use std::io::Read;
     let mut text = String::new();
-    std::fs::File::open(note_path(state_dir, app))
+    crate::state::open_state(&note_path(state_dir, app))
         .ok()?
         .take(1024)
         .read_to_string(&mut text)

@@ -104,7 +104,8 @@ impl Remembered {
 
     fn read(&self, app: &str) -> Option<Inputs> {
         let path = self.path(app)?;
-        let bytes = crate::manifest::read::read_capped(std::fs::File::open(path), MAX_FILE).ok()?;
+        let bytes =
+            crate::manifest::read::read_capped(crate::state::open_state(&path), MAX_FILE).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 }

@@ -60,7 +60,7 @@ pub fn in_flight(state_dir: &Path, app: &str) -> Option<Marker> {
 /// The marker of the sync in flight when a process holds the app's lock now (a marker a
 /// killed sync left behind is no sync in flight); for `berth status`.
 pub fn syncing(state_dir: &Path, app: &str) -> Option<Marker> {
-    let file = File::open(path(state_dir, app)).ok()?;
+    let file = crate::state::open_state(&path(state_dir, app)).ok()?;
     if flock(&file, Lock::TryShared).ok()? {
         // Free: the shared lock taken is given back at once.
         let _ = flock(&file, Lock::Unlock);

@@ -5,7 +5,8 @@
 //! nothing was written outside the app's scope (against the real control plane).
 //!
 //! One module per surface: `render` (bounded inputs, kustomize), `scope` (apps confined,
-//! berth's own state), `git` (replayed and tagged commits), `http` (the endpoint).
+//! berth's own state), `git` (replayed and tagged commits), `http` (the endpoint), `tools`
+//! (the confined runner: kustomize and helm).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -14,6 +15,7 @@ mod git;
 mod http;
 mod render;
 mod scope;
+mod tools;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -203,3 +203,36 @@ fn folders_named_like_remote_bases_are_refused_as_remote() {
         );
     }
 }
+
+#[test]
+fn sixteen_thousand_bad_documents_give_a_bounded_output() {
+    // 192 KB: 16,000 errors before they were capped (175 MB of output, 604 MB of memory).
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "x.yaml", &"kind: X\n---\n".repeat(16_000));
+    let run = render(dir.path(), "x.yaml");
+    refused(&run, "16000 errors:");
+    assert!(
+        run.out
+            .contains("… and 15900 more errors (the first 100 are shown)"),
+        "{}",
+        &run.out[run.out.len().saturating_sub(500)..]
+    );
+    assert!(run.out.len() < 1 << 20, "{} bytes of output", run.out.len());
+    assert!(run.took < Duration::from_secs(10), "{:?}", run.took);
+}
+
+#[test]
+fn an_apostrophe_in_a_plain_scalar_does_not_hide_deep_nesting() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: deep}}\ndata: [it's, {}\n",
+        "[".repeat(200_000)
+    );
+    write(dir.path(), "deep.yaml", &text);
+    let run = render(dir.path(), "deep.yaml");
+    refused(
+        &run,
+        "deep.yaml:4: flow collections ([ or {) nested deeper than 128; refused unparsed",
+    );
+    assert!(run.took < Duration::from_secs(5), "{:?}", run.took);
+}

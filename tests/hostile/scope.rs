@@ -171,3 +171,46 @@ async fn an_impersonated_account_is_held_to_its_rbac_by_the_api_server() {
     let planted = Api::<ConfigMap>::namespaced(client.clone(), &other);
     assert!(planted.get_opt("planted").await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn a_commits_crd_cannot_re_declare_a_built_in_kinds_scope() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "crd-spoof").await;
+    let spoof = |annotations: &str| {
+        format!("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: clusterrolebindings.rbac.authorization.k8s.io\n{annotations}spec:\n  group: rbac.authorization.k8s.io\n  scope: Namespaced\n  names: {{kind: ClusterRoleBinding, plural: clusterrolebindings}}\n  versions: [{{name: v1, served: true, storage: true, schema: {{openAPIV3Schema: {{type: object}}}}}}]\n")
+    };
+    let binding = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: spoofed-admin\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\nsubjects:\n  - {kind: ServiceAccount, name: default, namespace: default}\n";
+    let repo = Repo::new();
+    repo.write(
+        "crd.yaml",
+        &spoof("  annotations: {berth.dev/ignore: \"true\"}\n"),
+    );
+    repo.write("binding.yaml", binding);
+    repo.write("own.yaml", &config_map("own", &ns));
+    repo.commit("an ignored CRD re-declares ClusterRoleBinding as namespaced");
+    let setup = Setup::new(cp, "crd-spoof", &repo, &ns, "");
+    let (code, out, err) = setup.berth(&["sync"]);
+    let said = format!("{out}{err}");
+    assert_eq!(code, 1, "{said}");
+    assert!(
+        said.contains("binding.yaml:1 (document 1): ClusterRoleBinding spoofed-admin is cluster-scoped, outside the app's scope"),
+        "{said}"
+    );
+    // The CRD itself, not ignored, is refused by its rule.
+    repo.write("crd.yaml", &spoof(""));
+    repo.commit("the CRD applied");
+    let (code, out, err) = setup.berth(&["sync"]);
+    let said = format!("{out}{err}");
+    assert_eq!(code, 1, "{said}");
+    assert!(
+        said.contains("crd.yaml:1 (document 1): CustomResourceDefinition clusterrolebindings.rbac.authorization.k8s.io defines ClusterRoleBinding (namespaced) in \"rbac.authorization.k8s.io\": refused, \"rbac.authorization.k8s.io\" is a group Kubernetes serves itself"),
+        "{said}"
+    );
+    let bindings = Api::<ClusterRoleBinding>::all(client.clone());
+    assert!(bindings.get_opt("spoofed-admin").await.unwrap().is_none());
+    let own = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    assert!(own.get_opt("own").await.unwrap().is_none());
+}

@@ -168,6 +168,8 @@ impl Remote<'_> {
             env: sandbox.env(None),
             timeout: helm.timeout,
             max_bytes: MAX_RECORD,
+            memory: helm.memory,
+            reach: sandbox.reach(&sandbox.path, true),
         };
         tool.render("helm dependency build", CHART_FILE, fail)?;
         let mut archives = BTreeMap::new();

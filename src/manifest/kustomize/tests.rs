@@ -45,8 +45,11 @@ fn git(dir: &Path, args: &[&str]) {
 /// refused at git's transport when not.
 #[test]
 fn kustomize_cannot_fetch_when_remote_bases_are_not_allowed() {
-    let remote = tempfile::tempdir().unwrap();
-    let src = remote.path().join("src");
+    let repo = tempfile::tempdir().unwrap();
+    let root = repo.path().canonicalize().unwrap();
+    // Inside the checkout, which the tool may read (Landlock would refuse a folder
+    // elsewhere on this machine before git's transport rule did).
+    let src = root.join("remote/src");
     write(
         &src,
         "cm.yaml",
@@ -55,12 +58,10 @@ fn kustomize_cannot_fetch_when_remote_bases_are_not_allowed() {
     git(&src, &["init", "-q"]);
     git(&src, &["add", "-A"]);
     git(&src, &["commit", "-qm", "base"]);
-    let repo = tempfile::tempdir().unwrap();
-    let root = repo.path().canonicalize().unwrap();
     write(&root, "app/kustomization.yaml", "resources: []\n");
     let clone = format!(
-        "git clone -q file://{}/src \"$0/clone\" && cat \"$0/clone/cm.yaml\" && rm -rf \"$0/clone\"",
-        remote.path().display()
+        "git clone -q file://{} \"$TMPDIR/clone\" && cat \"$TMPDIR/clone/cm.yaml\"",
+        src.display()
     );
     let run = |allow_remote: bool| {
         let k = Kustomize {

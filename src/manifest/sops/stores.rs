@@ -42,8 +42,9 @@ impl Format {
 /// The prefix of a dotenv file's metadata keys.
 const DOTENV_PREFIX: &str = "sops_";
 
-/// Whether `bytes`, stored in `format`, are a file sops encrypted (its metadata holds a
-/// MAC). A file that does not parse is not one.
+/// Whether `bytes`, stored in `format`, are a file sops encrypted (it holds sops'
+/// metadata, with a MAC or without: one without is refused when opened). A file that does
+/// not parse is not one.
 pub fn is_encrypted_file(bytes: &[u8], format: Format) -> bool {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return false;
@@ -53,7 +54,9 @@ pub fn is_encrypted_file(bytes: &[u8], format: Format) -> bool {
         return false;
     }
     match format {
-        Format::Dotenv => text.lines().any(|l| l.starts_with("sops_mac=")),
+        Format::Dotenv => text
+            .lines()
+            .any(|l| l.starts_with("sops_mac=") || l.starts_with("sops_lastmodified=")),
         Format::Yaml => serde_yaml::Deserializer::from_str(text)
             .next()
             .and_then(|d| serde::Deserialize::deserialize(d).ok())

@@ -179,3 +179,79 @@ fn a_file_looks_encrypted_by_a_top_level_sops_key_in_its_text() {
     assert!(looks_encrypted(b"sops:\n  mac: x\n"));
     assert!(!looks_encrypted(b"kind: ConfigMap\ndata:\n  sops: x\n"));
 }
+
+#[test]
+fn a_file_whose_mac_was_removed_is_refused_not_taken_in_clear() {
+    let mut stripped = parse("values.enc.yaml");
+    stripped[METADATA].as_object_mut().unwrap().remove("mac");
+    assert!(is_encrypted(&stripped));
+    let e = decrypt(&mut [stripped], &keys()).unwrap_err().to_string();
+    assert!(e.contains("it has no mac"), "{e}");
+}
+
+/// An armored age file whose header holds `n` X25519 stanzas.
+fn age_of_stanzas(n: usize) -> String {
+    use base64::Engine;
+    let mut header = String::from("age-encryption.org/v1\n");
+    for _ in 0..n {
+        header.push_str("-> X25519 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\nAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n");
+    }
+    header.push_str("--- AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n");
+    let body = base64::engine::general_purpose::STANDARD.encode(header);
+    format!("-----BEGIN AGE ENCRYPTED FILE-----\n{body}\n-----END AGE ENCRYPTED FILE-----\n")
+}
+
+#[test]
+fn an_age_entry_of_thousands_of_stanzas_is_refused_before_age_parses_it() {
+    let with = |enc: String| {
+        let mut doc = parse("values.enc.yaml");
+        doc[METADATA]["age"][0]["enc"] = enc.into();
+        let start = std::time::Instant::now();
+        let e = decrypt(&mut [doc], &keys()).unwrap_err().to_string();
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
+        e
+    };
+    assert_eq!(age_stanzas(&age_of_stanzas(6000)), 6000);
+    let e = with(age_of_stanzas(6000));
+    assert!(
+        e.contains("bytes armored, more than a data key's 16384"),
+        "{e}"
+    );
+    let e = with(age_of_stanzas(100));
+    assert!(
+        e.contains("holds 100 stanzas, more than the 64 berth reads"),
+        "{e}"
+    );
+    let mut doc = parse("values.enc.yaml");
+    let entry = doc[METADATA]["age"][0].clone();
+    doc[METADATA]["age"] = Value::Array(vec![entry; 65]);
+    let e = decrypt(&mut [doc], &keys()).unwrap_err().to_string();
+    assert!(
+        e.contains("recipients, more than the 64 berth reads"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_openpgp_data_key_that_inflates_is_read_to_a_data_keys_size() {
+    use pgp::composed::{ArmorOptions, MessageBuilder, SignedSecretKey};
+    use pgp::crypto::sym::SymmetricKeyAlgorithm;
+    use pgp::types::CompressionAlgorithm;
+    let (secret, _) = SignedSecretKey::from_string(&read("pgp-secret.asc")).unwrap();
+    let public = secret.to_public_key();
+    // 64 MiB of zeros, compressed to about 64 KiB: a data key sops would never write.
+    let zeros = std::io::Read::take(std::io::repeat(0), 64 << 20);
+    let mut builder = MessageBuilder::from_reader("", zeros);
+    builder.compression(CompressionAlgorithm::ZLIB);
+    let mut rng = rand::thread_rng();
+    let mut builder = builder.seipd_v1(&mut rng, SymmetricKeyAlgorithm::AES256);
+    builder
+        .encrypt_to_key(&mut rng, &public.public_subkeys[0])
+        .unwrap();
+    let enc = builder
+        .to_armored_string(&mut rng, ArmorOptions::default())
+        .unwrap();
+    let mut keys = Keys::default();
+    keys.add_openpgp(&read("pgp-secret.asc"), None).unwrap();
+    assert_eq!(open_openpgp(&enc, &keys).map(|k| k.len()), Some(1024));
+}

@@ -33,7 +33,8 @@ pub fn ancestry(source: &Path, previous: &str, new: &str) -> Option<String> {
 }
 
 /// A digest of what `paths` (relative to the repository's root; `""` is the root) hold at
-/// commit `sha`: the same digest at two commits means the same files there.
+/// commit `sha`, and of what the links among them point at elsewhere in the repository:
+/// the same digest at two commits means the same files there.
 pub fn paths_digest(source: &Path, sha: &str, paths: &[String]) -> Option<String> {
     let repo = repository(source).ok()?;
     let tree = repo
@@ -41,20 +42,111 @@ pub fn paths_digest(source: &Path, sha: &str, paths: &[String]) -> Option<String
         .ok()?
         .tree()
         .ok()?;
-    let ids: Vec<Oid> = paths
+    let id_of = |path: &str| match path {
+        "" => tree.id(),
+        p => tree
+            .get_path(Path::new(p))
+            .map_or(Oid::ZERO_SHA1, |e| e.id()),
+    };
+    let mut read: Vec<(String, Oid)> = paths.iter().map(|p| (p.clone(), id_of(p))).collect();
+    for target in link_targets(&repo, &tree, paths) {
+        let id = id_of(&target);
+        read.push((target, id));
+    }
+    let parts = read
         .iter()
-        .map(|path| match path.as_str() {
-            "" => tree.id(),
-            p => tree
-                .get_path(Path::new(p))
-                .map_or(Oid::ZERO_SHA1, |e| e.id()),
-        })
-        .collect();
-    let parts = paths
-        .iter()
-        .zip(&ids)
         .flat_map(|(path, id)| [path.as_bytes(), &[0], id.as_bytes()]);
     Some(crate::digest::hex(&crate::digest::sha256_parts(parts)))
+}
+
+/// The most links [`link_targets`] follows, and the most folders it walks.
+const MAX_LINKS: usize = 1000;
+
+/// The repository paths that links under `paths` point at, outside `paths` (and, in turn,
+/// what links under those point at): a link's target changed in another folder changes
+/// what the app reads. Links out of the repository are refused when the app renders, and
+/// left out here.
+fn link_targets(repo: &git2::Repository, tree: &git2::Tree<'_>, paths: &[String]) -> Vec<String> {
+    let inside = |p: &str, of: &[String]| {
+        of.iter()
+            .any(|root| root.is_empty() || p == root || p.starts_with(&format!("{root}/")))
+    };
+    let mut walked: Vec<String> = Vec::new();
+    let mut queue: Vec<String> = paths.to_vec();
+    let mut found = Vec::new();
+    while let Some(path) = queue.pop() {
+        if walked.len() >= MAX_LINKS || found.len() >= MAX_LINKS {
+            break;
+        }
+        let sub = match path.as_str() {
+            "" => Some(tree.clone()),
+            p => tree
+                .get_path(Path::new(p))
+                .ok()
+                .and_then(|e| e.to_object(repo).ok())
+                .and_then(|o| o.into_tree().ok()),
+        };
+        let links = match sub {
+            Some(sub) => links_in(repo, &sub, &path),
+            // A file: a link itself, or not.
+            None => links_in_entry(repo, tree, &path),
+        };
+        walked.push(path);
+        for target in links {
+            if !inside(&target, paths) && !inside(&target, &found) {
+                found.push(target.clone());
+                queue.push(target);
+            }
+        }
+    }
+    found
+}
+
+/// Where the links in `sub` (at `at` in the repository) point, as repository paths.
+fn links_in(repo: &git2::Repository, sub: &git2::Tree<'_>, at: &str) -> Vec<String> {
+    let mut targets = Vec::new();
+    let _ = sub.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+        if entry.filemode() == 0o120000 {
+            let link = format!("{at}/{dir}{}", entry.name().unwrap_or_default());
+            targets.extend(target(repo, entry.id(), link.trim_start_matches('/')));
+        }
+        if targets.len() >= MAX_LINKS {
+            git2::TreeWalkResult::Abort
+        } else {
+            git2::TreeWalkResult::Ok
+        }
+    });
+    targets
+}
+
+/// Where the entry at `path` points, when it is a link.
+fn links_in_entry(repo: &git2::Repository, tree: &git2::Tree<'_>, path: &str) -> Vec<String> {
+    match tree.get_path(Path::new(path)) {
+        Ok(e) if e.filemode() == 0o120000 => target(repo, e.id(), path).into_iter().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The repository path that the link at `link` (its blob `id`) points at, when it stays
+/// in the repository.
+fn target(repo: &git2::Repository, id: Oid, link: &str) -> Option<String> {
+    let blob = repo.find_blob(id).ok()?;
+    let to = std::str::from_utf8(blob.content()).ok()?;
+    if to.starts_with('/') || blob.size() > 4096 {
+        return None;
+    }
+    let mut parts: Vec<&str> = link.split('/').collect();
+    parts.pop();
+    for part in to.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            p => parts.push(p),
+        }
+    }
+    Some(parts.join("/"))
 }
 
 pub(super) fn commit_info(c: &git2::Commit<'_>) -> CommitInfo {

@@ -171,3 +171,30 @@ fn url_kinds() {
     assert_eq!(ssh_port("ssh://git@host:2222/repo.git"), 2222);
     assert_eq!(ssh_port("git@host:repo.git"), 22);
 }
+
+#[test]
+fn the_paths_digest_covers_what_their_links_point_at() {
+    // The cache's layout: the repository's git folder in `source/git`.
+    let source = tempfile::tempdir().unwrap();
+    let d = tempfile::tempdir().unwrap();
+    git(d.path(), &["init", "-q", "-b", "main"]);
+    std::os::unix::fs::symlink(d.path().join(".git"), source.path().join("git")).unwrap();
+    std::fs::create_dir_all(d.path().join("app")).unwrap();
+    std::fs::create_dir_all(d.path().join("shared")).unwrap();
+    std::fs::write(d.path().join("shared/cm.yaml"), "v: 1\n").unwrap();
+    std::fs::write(d.path().join("other.yaml"), "v: 1\n").unwrap();
+    std::os::unix::fs::symlink("../shared/cm.yaml", d.path().join("app/cm.yaml")).unwrap();
+    git(d.path(), &["add", "."]);
+    git(d.path(), &["commit", "-qm", "one"]);
+    let digest = || {
+        let sha = git(d.path(), &["rev-parse", "HEAD"]);
+        paths_digest(source.path(), &sha, &["app".to_string()]).unwrap()
+    };
+    let first = digest();
+    std::fs::write(d.path().join("other.yaml"), "v: 2\n").unwrap();
+    git(d.path(), &["commit", "-qam", "elsewhere"]);
+    assert_eq!(digest(), first, "a file no link reaches changes nothing");
+    std::fs::write(d.path().join("shared/cm.yaml"), "v: 2\n").unwrap();
+    git(d.path(), &["commit", "-qam", "the link's target"]);
+    assert_ne!(digest(), first, "the link's target changed");
+}

@@ -1,0 +1,162 @@
+//! The confined runner: kustomize and helm bombs stopped by their memory limit, a chart's
+//! links out of the checkout refused unread. `berth render` runs here under 8 GiB of
+//! address space (so that only berth's own limit on the tools can stop them) and 60 s;
+//! the peak resident set of everything it ran is read back from the kernel.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::{bounded, Bounded};
+
+const MEMORY_MIB: u64 = 8192;
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn write(dir: &Path, rel: &str, text: &str) {
+    let path = dir.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn render(dir: &Path, path: &str) -> Bounded {
+    bounded(dir, &["render", path], MEMORY_MIB, LIMIT)
+}
+
+/// The largest resident set of any process this test binary has waited for (and of
+/// theirs), in MiB: every `berth` run and every tool it ran.
+fn peak_child_rss_mib() -> u64 {
+    // SAFETY: getrusage(2) fills in a plain struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_CHILDREN is always valid.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
+    u64::try_from(usage.ru_maxrss).unwrap_or(0) / 1024
+}
+
+fn helm_on_path() -> bool {
+    berth::manifest::helm::program(None).is_ok()
+}
+
+/// A chart made of `templates` (name, text).
+fn chart(dir: &Path, name: &str, templates: &[(&str, &str)]) {
+    write(
+        dir,
+        &format!("{name}/Chart.yaml"),
+        &format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n"),
+    );
+    for (file, text) in templates {
+        write(dir, &format!("{name}/templates/{file}"), text);
+    }
+}
+
+const BENIGN_CM: &str =
+    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: benign\ndata: {k: v}\n";
+
+#[test]
+fn a_helm_template_bomb_is_stopped_by_its_memory_limit_and_a_benign_chart_renders() {
+    if !helm_on_path() {
+        eprintln!("skipped: no helm on PATH (scripts/test puts one there)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    chart(
+        dir.path(),
+        "bomb",
+        &[(
+            "bomb.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bomb}\ndata:\n  x: \"{{ range until 400000000 }}lollollollollollollol{{ end }}\"\n",
+        )],
+    );
+    let run = render(dir.path(), "bomb");
+    assert_eq!(run.code, Some(1), "{}", run.out);
+    assert!(
+        run.out
+            .contains("helm template exceeded its memory limit (768MiB) and was stopped"),
+        "{}",
+        run.out
+    );
+    assert!(run.took < Duration::from_secs(30), "{:?}", run.took);
+    chart(dir.path(), "benign", &[("cm.yaml", BENIGN_CM)]);
+    let run = render(dir.path(), "benign");
+    assert_eq!(run.code, Some(0), "{}", run.out);
+    assert!(run.out.contains("name: benign"), "{}", run.out);
+    let peak = peak_child_rss_mib();
+    eprintln!("the largest resident set of a child: {peak} MiB");
+    assert!(peak < 1024, "a child reached {peak} MiB");
+}
+
+#[test]
+fn a_kustomize_alias_bomb_is_stopped_by_its_memory_limit_and_a_benign_one_renders() {
+    let dir = tempfile::tempdir().unwrap();
+    // 598 bytes: nine levels of nine aliases, 387 million strings once expanded.
+    let mut bomb = String::from("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: lol}\n");
+    bomb.push_str(
+        "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+    );
+    for (level, below) in ["b", "c", "d", "e", "f", "g", "h", "i"]
+        .iter()
+        .zip("abcdefgh".chars())
+    {
+        let refs = vec![format!("*{below}"); 9].join(",");
+        bomb.push_str(&format!("{level}: &{level} [{refs}]\n"));
+    }
+    write(dir.path(), "bomb/lol.yaml", &bomb);
+    write(
+        dir.path(),
+        "bomb/kustomization.yaml",
+        "resources: [lol.yaml]\n",
+    );
+    let run = render(dir.path(), "bomb");
+    assert_eq!(run.code, Some(1), "{}", run.out);
+    assert!(
+        run.out
+            .contains("exceeded its memory limit (768MiB) and was stopped"),
+        "{}",
+        run.out
+    );
+    assert!(run.took < Duration::from_secs(30), "{:?}", run.took);
+    write(dir.path(), "benign/cm.yaml", BENIGN_CM);
+    write(
+        dir.path(),
+        "benign/kustomization.yaml",
+        "resources: [cm.yaml]\n",
+    );
+    let run = render(dir.path(), "benign");
+    assert_eq!(run.code, Some(0), "{}", run.out);
+    assert!(run.out.contains("name: benign"), "{}", run.out);
+    let peak = peak_child_rss_mib();
+    eprintln!("the largest resident set of a child: {peak} MiB");
+    assert!(peak < 1024, "a child reached {peak} MiB");
+}
+
+#[test]
+fn a_charts_link_to_a_host_file_is_refused_unread() {
+    if !helm_on_path() {
+        eprintln!("skipped: no helm on PATH (scripts/test puts one there)");
+        return;
+    }
+    let host = tempfile::tempdir().unwrap();
+    write(host.path(), "kubeconfig", "token: host-secret-5e2a\n");
+    let dir = tempfile::tempdir().unwrap();
+    chart(
+        dir.path(),
+        "leak",
+        &[(
+            "cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: leak}\ndata:\n  kc: {{ .Files.Get \"files/kc\" | quote }}\n",
+        )],
+    );
+    std::fs::create_dir_all(dir.path().join("leak/files")).unwrap();
+    std::os::unix::fs::symlink(
+        host.path().join("kubeconfig"),
+        dir.path().join("leak/files/kc"),
+    )
+    .unwrap();
+    let run = render(dir.path(), "leak");
+    assert_eq!(run.code, Some(1), "{}", run.out);
+    assert!(
+        run.out
+            .contains("leak/files/kc resolves outside the repository; refused unread"),
+        "{}",
+        run.out
+    );
+    assert!(!run.out.contains("host-secret-5e2a"), "{}", run.out);
+}
