@@ -686,3 +686,46 @@ async fn removed_apps_are_pruned_dependents_first() {
     assert!(removal("rm-keep").is_none());
     assert!(maps.get_opt("rm-base").await.unwrap().is_some());
 }
+
+/// A hook kept by its delete policy (`HookFailed` keeps the runs that succeed), named by
+/// `generateName`: its runs stay bounded, the newest three kept, whatever the syncs.
+#[tokio::test]
+async fn kept_hook_runs_are_bounded_to_the_newest_three() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "order-kept").await;
+    let repo = Repo::new();
+    repo.write(
+        "report.yaml",
+        &job(
+            "report-",
+            "argocd.argoproj.io/hook: PostSync, argocd.argoproj.io/hook-delete-policy: HookFailed",
+            0,
+        ),
+    );
+    let setup = Setup::new(cp, "order-kept", &repo, &ns, "");
+    for run in 0..5 {
+        repo.write(
+            "settings.yaml",
+            &named_map("settings", &run.to_string(), ""),
+        );
+        repo.commit(&format!("settings {run}"));
+        let (code, out, err) = setup.berth(&["sync"]);
+        assert_eq!(code, 0, "{out}{err}");
+    }
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), &ns);
+    let kept = jobs.list(&Default::default()).await.unwrap().items;
+    let names: Vec<_> = kept
+        .iter()
+        .filter_map(|j| j.metadata.name.clone())
+        .collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    let record = setup.history().pop().unwrap();
+    let (_, last, _) = &hooks_of(&record)[0];
+    assert!(
+        names.contains(last),
+        "the newest run is kept: {last} in {names:?}"
+    );
+}

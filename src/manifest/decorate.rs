@@ -55,6 +55,14 @@ impl Decorator for RequireIdentity {
                 "{name:?}: metadata.name may not be \".\" or \"..\", hold \"/\" or \"%\", or pass 253 characters"
             )));
         }
+        // Every kind but RBAC's takes a DNS subdomain (RBAC names are path segments, as
+        // `system:controller:…`): said here, naming the file, not by the API server.
+        if m.group() != "rbac.authorization.k8s.io" && !is_dns_subdomain(name, m.name().is_empty())
+        {
+            return Err(invalid(format!(
+                "{name:?}: metadata.name must be a DNS subdomain: lower-case letters, digits, \"-\" and \".\", starting and ending with a letter or digit"
+            )));
+        }
         if let Some(ns) = m.namespace() {
             if !crate::config::is_dns_label(ns) {
                 return Err(invalid(format!(
@@ -64,6 +72,27 @@ impl Decorator for RequireIdentity {
         }
         Ok(())
     }
+}
+
+/// Whether `name` is an RFC 1123 subdomain (at most 253 characters, each dot-separated
+/// label lower-case letters, digits and `-`, not starting or ending with `-`); a
+/// `generateName` prefix may end with `-` or `.`.
+fn is_dns_subdomain(name: &str, prefix: bool) -> bool {
+    let name = if prefix {
+        name.trim_end_matches(['-', '.'])
+    } else {
+        name
+    };
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
 }
 
 fn missing_name(m: &Manifest) -> ManifestError {
@@ -229,6 +258,30 @@ mod tests {
             m(json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": "x-"}}));
         let e = RequireIdentity.decorate(&mut job).unwrap_err().to_string();
         assert!(e.contains("generateName is for hooks alone"), "{e}");
+    }
+
+    #[test]
+    fn names_follow_kubernetes_rules_at_render() {
+        let named = |kind: &str, api: &str, name: &str| {
+            let mut o = m(json!({"apiVersion": api, "kind": kind, "metadata": {"name": name}}));
+            RequireIdentity.decorate(&mut o).map_err(|e| e.to_string())
+        };
+        let e = named("ConfigMap", "v1", "x<img src=x>").unwrap_err();
+        assert!(
+            e.starts_with(
+                "f.yaml: ConfigMap \"x<img src=x>\": metadata.name must be a DNS subdomain"
+            ),
+            "{e}"
+        );
+        assert!(named("ConfigMap", "v1", "Web").is_err());
+        assert!(named("ConfigMap", "v1", "web-1.example").is_ok());
+        // RBAC names are path segments.
+        let rbac = "rbac.authorization.k8s.io/v1";
+        assert!(named("ClusterRole", rbac, "system:aggregate-to-view").is_ok());
+        let mut hook = m(json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"generateName": "migrate-",
+                "annotations": {"berth.dev/hook": "pre"}}}));
+        RequireIdentity.decorate(&mut hook).unwrap();
     }
 
     #[test]

@@ -270,11 +270,16 @@ async fn create(
     api: &kube::Api<DynamicObject>,
     journal: &mut Journal<'_>,
 ) -> Result<ObjectKey, String> {
-    if h.hook.delete.before {
-        delete_earlier(ctx, h, api, journal)
-            .await
-            .map_err(|e| format!("could not delete its last run: {e}"))?;
-    }
+    // Before this run: every earlier run (its name may be fixed), or — where the policy
+    // keeps runs — all but the newest `KEEP_RUNS - 1`, so kept runs stay bounded.
+    let keep = if h.hook.delete.before {
+        0
+    } else {
+        KEEP_RUNS - 1
+    };
+    delete_earlier(ctx, h, api, journal, keep)
+        .await
+        .map_err(|e| format!("could not delete its earlier runs: {e}"))?;
     journal.requests += 1;
     let params = PostParams {
         dry_run: false,
@@ -304,13 +309,19 @@ fn background() -> DeleteParams {
     }
 }
 
+/// The runs of one hook kept by its delete policy, this run's included: older ones are
+/// deleted (a hook with `generateName` would otherwise add objects at every sync).
+const KEEP_RUNS: usize = 3;
+
 /// Deletes the hook's objects of earlier runs — those that carry both the app's label and
-/// the hook's — and waits until they are gone (a fixed name is free again).
+/// the hook's — but the newest `keep`; with none kept, waits until they are gone (a fixed
+/// name is free again).
 async fn delete_earlier(
     ctx: &Ctx<'_>,
     h: &HookObject,
     api: &kube::Api<DynamicObject>,
     journal: &mut Journal<'_>,
+    keep: usize,
 ) -> Result<(), kube::Error> {
     let id = h
         .manifest
@@ -326,7 +337,18 @@ async fn delete_earlier(
         )))
         .await?;
     let deadline = Instant::now() + ctx.app.rollout.timeout;
-    for old in earlier.items {
+    let mut runs = earlier.items;
+    // Newest first: the ones kept.
+    runs.sort_by(|a, b| {
+        let at = |o: &kube::core::PartialObjectMeta<DynamicObject>| {
+            (
+                o.metadata.creation_timestamp.clone(),
+                o.metadata.name.clone(),
+            )
+        };
+        at(b).cmp(&at(a))
+    });
+    for old in runs.into_iter().skip(keep) {
         let name = old.metadata.name.unwrap_or_default();
         journal.requests += 1;
         match api.delete(&name, &background()).await {
@@ -334,7 +356,8 @@ async fn delete_earlier(
             Err(kube::Error::Api(e)) if e.code == 404 => continue,
             Err(e) => return Err(e),
         }
-        while api.get_metadata_opt(&name).await?.is_some() && Instant::now() < deadline {
+        while keep == 0 && api.get_metadata_opt(&name).await?.is_some() && Instant::now() < deadline
+        {
             tokio::time::sleep(POLL).await;
         }
     }

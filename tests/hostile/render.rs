@@ -130,6 +130,17 @@ fn names_that_would_change_a_request_path_are_refused() {
     );
     let run = render(dir.path(), "path.yaml");
     refused(&run, "metadata.name may not be \".\" or \"..\", hold \"/\"");
+    // Markup in a name: refused at render, naming the file, not first by the API server.
+    write(
+        dir.path(),
+        "path.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x<img src=x>\n",
+    );
+    let run = render(dir.path(), "path.yaml");
+    refused(
+        &run,
+        "path.yaml:1 (document 1): ConfigMap \"x<img src=x>\": metadata.name must be a DNS subdomain",
+    );
 }
 
 /// A git repository at `dir` (kustomize's root is the repository it is in).
