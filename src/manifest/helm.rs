@@ -376,9 +376,7 @@ impl Sandbox {
         env.extend(namespace.map(|n| ("HELM_NAMESPACE", n.into())));
         env
     }
-}
 
-impl Sandbox {
     /// What a tool run in this sandbox may touch: read `root` (the checkout) and the
     /// sandbox, write the sandbox alone, and connect out over TCP only when `network`.
     pub(super) fn reach(&self, root: &Path, network: bool) -> super::tool::Reach {

@@ -321,9 +321,8 @@ impl Kustomize {
         let mut reach = sandbox.reach(root, self.allow_remote);
         if inflates {
             let helm = helm::program(self.helm.as_deref()).map_err(fail)?;
-            if let Some(dir) = helm.canonicalize().ok().as_deref().and_then(Path::parent) {
-                reach.read.push(dir.to_path_buf());
-            }
+            // kustomize runs helm in its own walls.
+            reach.run(&helm);
             command.extend(["--enable-helm".into(), "--helm-command".into(), helm.into()]);
             command.extend(self.capabilities.args("helm-"));
         }

@@ -192,23 +192,17 @@ async fn a_commits_crd_cannot_re_declare_a_built_in_kinds_scope() {
     repo.write("own.yaml", &config_map("own", &ns));
     repo.commit("an ignored CRD re-declares ClusterRoleBinding as namespaced");
     let setup = Setup::new(cp, "crd-spoof", &repo, &ns, "");
-    let (code, out, err) = setup.berth(&["sync"]);
-    let said = format!("{out}{err}");
-    assert_eq!(code, 1, "{said}");
-    assert!(
-        said.contains("binding.yaml:1 (document 1): ClusterRoleBinding spoofed-admin is cluster-scoped, outside the app's scope"),
-        "{said}"
-    );
+    let sync_fails_saying = |says: &str| {
+        let (code, out, err) = setup.berth(&["sync"]);
+        let said = format!("{out}{err}");
+        assert_eq!(code, 1, "{said}");
+        assert!(said.contains(says), "missing {says:?} in {said}");
+    };
+    sync_fails_saying("binding.yaml:1 (document 1): ClusterRoleBinding spoofed-admin is cluster-scoped, outside the app's scope");
     // The CRD itself, not ignored, is refused by its rule.
     repo.write("crd.yaml", &spoof(""));
     repo.commit("the CRD applied");
-    let (code, out, err) = setup.berth(&["sync"]);
-    let said = format!("{out}{err}");
-    assert_eq!(code, 1, "{said}");
-    assert!(
-        said.contains("crd.yaml:1 (document 1): CustomResourceDefinition clusterrolebindings.rbac.authorization.k8s.io defines ClusterRoleBinding (namespaced) in \"rbac.authorization.k8s.io\": refused, \"rbac.authorization.k8s.io\" is a group Kubernetes serves itself"),
-        "{said}"
-    );
+    sync_fails_saying("crd.yaml:1 (document 1): CustomResourceDefinition clusterrolebindings.rbac.authorization.k8s.io defines ClusterRoleBinding (namespaced) in \"rbac.authorization.k8s.io\": refused, \"rbac.authorization.k8s.io\" is a group Kubernetes serves itself");
     let bindings = Api::<ClusterRoleBinding>::all(client.clone());
     assert!(bindings.get_opt("spoofed-admin").await.unwrap().is_none());
     let own = Api::<ConfigMap>::namespaced(client.clone(), &ns);

@@ -49,6 +49,21 @@ pub struct Reach {
     pub network: bool,
 }
 
+impl Reach {
+    /// Lets the tool run `program` (a path): its folder is read, so that a binary outside
+    /// `/usr` runs, with what lies beside it.
+    pub fn run(&mut self, program: &Path) {
+        if let Some(dir) = program
+            .canonicalize()
+            .ok()
+            .as_deref()
+            .and_then(Path::parent)
+        {
+            self.read.push(dir.to_path_buf());
+        }
+    }
+}
+
 /// A ruleset ready for a child to enter, or nothing where the kernel has no Landlock.
 pub struct Walls(Option<OwnedFd>);
 

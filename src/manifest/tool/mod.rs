@@ -37,6 +37,8 @@ pub fn find(program: &str) -> Option<std::path::PathBuf> {
 pub enum ToolError {
     /// It could not be started.
     Spawn(std::io::Error),
+    /// The kernel refused the walls it would run in.
+    Walls(::landlock::RulesetError),
     /// It did not finish in time (and was killed).
     Timeout(Duration),
     /// It exited unsuccessfully: its status and what it said on stderr.
@@ -83,6 +85,7 @@ impl Tool<'_> {
     ) -> Result<Vec<u8>, ManifestError> {
         self.run().map_err(|e| match e {
             ToolError::Spawn(e) => fail(format!("cannot run {name}: {e}")),
+            ToolError::Walls(e) => fail(format!("cannot confine {name}: {e}")),
             ToolError::Timeout(t) => fail(format!(
                 "{name} did not finish within {}s (agent.render_timeout)",
                 t.as_secs()
@@ -116,15 +119,10 @@ impl Tool<'_> {
             return Err(ToolError::Spawn(std::io::Error::other("no command")));
         };
         let mut reach = self.reach.clone();
-        // The program's own folder: helm beside it, or a binary outside /usr.
-        if let Some(dir) = find(&program.to_string_lossy())
-            .and_then(|p| p.canonicalize().ok())
-            .and_then(|p| p.parent().map(Path::to_path_buf))
-        {
-            reach.read.push(dir);
+        if let Some(found) = find(&program.to_string_lossy()) {
+            reach.run(&found);
         }
-        let walls = landlock::Walls::new(&reach)
-            .map_err(|e| ToolError::Spawn(std::io::Error::other(e.to_string())))?;
+        let walls = landlock::Walls::new(&reach).map_err(ToolError::Walls)?;
         let memory = self.memory;
         let cpu = self.timeout.as_secs().max(1);
         let mut command = Command::new(program);
