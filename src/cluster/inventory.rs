@@ -13,8 +13,8 @@ use kube::core::PartialObjectMeta;
 
 use super::apply::observed;
 use super::ClusterError;
-use crate::manifest::{ObjectKey, LABEL_APP};
-use crate::plan::{Inventory, LiveObject, Resolved};
+use crate::manifest::{ObjectKey, ANNOTATION_SHARED, LABEL_APP};
+use crate::plan::{Inventory, LiveObject, OtherOwner, Resolved};
 
 /// Annotation: `"false"` keeps an object when git no longer holds it.
 pub const ANNOTATION_PRUNE: &str = "berth.dev/prune";
@@ -366,9 +366,7 @@ pub fn store_local(state_dir: &Path, app: &str, inventory: &Inventory) -> std::i
 const GET_AT_MOST: usize = 16;
 
 /// Every object among `wanted` (resource, namespace, name) that carries
-/// `berth.dev/app=<app>`. Per resource and namespace: a few objects are read by name
-/// (metadata only), more with one list request filtered by the label — per namespace, so
-/// that an identity with namespaced Roles only (least privilege) can run berth.
+/// `berth.dev/app=<app>`, as berth sees it to settle the plan.
 ///
 /// # Errors
 /// A request failed.
@@ -377,6 +375,82 @@ pub async fn live_objects(
     wanted: impl IntoIterator<Item = (Resolved, Option<String>, String)>,
     app: &str,
 ) -> Result<HashMap<ObjectKey, LiveObject>, ClusterError> {
+    let found = labelled(client, wanted, Owned::By(app)).await?;
+    Ok(found
+        .into_iter()
+        .map(|(key, item)| (key, live_object(&item)))
+        .collect())
+}
+
+/// Every object among `wanted` that another berth app owns (its `berth.dev/app` label
+/// names an app but `app`): that app, and whether the object is marked shared.
+///
+/// # Errors
+/// A request failed.
+pub async fn owned_elsewhere(
+    client: &kube::Client,
+    wanted: impl IntoIterator<Item = (Resolved, Option<String>, String)>,
+    app: &str,
+) -> Result<HashMap<ObjectKey, OtherOwner>, ClusterError> {
+    let found = labelled(client, wanted, Owned::ByAnotherThan(app)).await?;
+    Ok(found
+        .into_iter()
+        .map(|(key, item)| {
+            let meta = &item.metadata;
+            let owner = OtherOwner {
+                app: meta
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(LABEL_APP))
+                    .cloned()
+                    .unwrap_or_default(),
+                shared: meta
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(ANNOTATION_SHARED))
+                    .is_some_and(|v| v == "true"),
+            };
+            (key, owner)
+        })
+        .collect())
+}
+
+/// Whose objects [`labelled`] keeps.
+#[derive(Clone, Copy)]
+enum Owned<'a> {
+    /// This app's.
+    By(&'a str),
+    /// Another berth app's.
+    ByAnotherThan(&'a str),
+}
+
+impl Owned<'_> {
+    /// The label selector of a list request.
+    fn selector(self) -> String {
+        match self {
+            Owned::By(app) => format!("{LABEL_APP}={app}"),
+            Owned::ByAnotherThan(app) => format!("{LABEL_APP},{LABEL_APP}!={app}"),
+        }
+    }
+
+    /// Whether an object labelled `owner` (or not labelled) is kept.
+    fn keeps(self, owner: Option<&String>) -> bool {
+        match self {
+            Owned::By(app) => owner.is_some_and(|v| v == app),
+            Owned::ByAnotherThan(app) => owner.is_some_and(|v| v != app),
+        }
+    }
+}
+
+/// Every object among `wanted` whose owner `owned` keeps, with its metadata. Per resource
+/// and namespace: a few objects are read by name (metadata only), more with one list
+/// request filtered by the label — per namespace, so that an identity with namespaced
+/// Roles only (least privilege) can run berth.
+async fn labelled(
+    client: &kube::Client,
+    wanted: impl IntoIterator<Item = (Resolved, Option<String>, String)>,
+    owned: Owned<'_>,
+) -> Result<Vec<(ObjectKey, PartialObjectMeta<kube::api::DynamicObject>)>, ClusterError> {
     type Group = (Resolved, BTreeSet<String>);
     let mut groups: BTreeMap<(String, String, Option<String>), Group> = BTreeMap::new();
     for (r, ns, name) in wanted {
@@ -388,8 +462,8 @@ pub async fn live_objects(
             .1
             .insert(name);
     }
-    let label = format!("{LABEL_APP}={app}");
-    let mut live = HashMap::new();
+    let label = owned.selector();
+    let mut found = Vec::new();
     for ((_, _, ns), (r, names)) in groups {
         let api: Api<kube::api::DynamicObject> = match &ns {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &r.resource),
@@ -410,23 +484,21 @@ pub async fn live_objects(
             for name in &names {
                 let item = api.get_metadata_opt(name).await.map_err(failed)?;
                 items.extend(item.filter(|i| {
-                    i.metadata
-                        .labels
-                        .as_ref()
-                        .and_then(|l| l.get(LABEL_APP))
-                        .is_some_and(|v| v == app)
+                    owned.keeps(i.metadata.labels.as_ref().and_then(|l| l.get(LABEL_APP)))
                 }));
             }
             items
         } else {
             let selector = ListParams::default().labels(&label);
-            api.list_metadata(&selector).await.map_err(failed)?.items
+            let listed = api.list_metadata(&selector).await.map_err(failed)?.items;
+            listed
+                .into_iter()
+                .filter(|i| i.metadata.name.as_ref().is_some_and(|n| names.contains(n)))
+                .collect()
         };
-        for item in items {
-            live.insert(key_of(&r, &item), live_object(&item));
-        }
+        found.extend(items.into_iter().map(|item| (key_of(&r, &item), item)));
     }
-    Ok(live)
+    Ok(found)
 }
 
 fn key_of(r: &Resolved, item: &PartialObjectMeta<kube::api::DynamicObject>) -> ObjectKey {

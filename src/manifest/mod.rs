@@ -55,6 +55,9 @@ pub const ANNOTATION_SOURCE_PATH: &str = "berth.dev/source-path";
 pub const ANNOTATION_SOURCE_COMMIT: &str = "berth.dev/source-commit";
 /// `"true"`: berth skips the object.
 pub const ANNOTATION_IGNORE: &str = "berth.dev/ignore";
+/// `"true"` in every app that renders an object: they may share it (an object has one
+/// owner otherwise).
+pub const ANNOTATION_SHARED: &str = "berth.dev/shared";
 /// Annotations that make an object a hook, not an object of the app: berth's, Argo CD's
 /// and Helm's (read by `plan::phases`). A hook alone may be named by `generateName`.
 pub const HOOK_ANNOTATIONS: [&str; 3] =

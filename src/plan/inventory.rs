@@ -82,6 +82,15 @@ pub fn digest(m: &Manifest) -> String {
     crate::digest::sha256_hex(&bytes)
 }
 
+/// The berth app that owns a live object, when it is not the one syncing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtherOwner {
+    /// That app (its `berth.dev/app` label).
+    pub app: String,
+    /// `berth.dev/shared: "true"` is set on the live object.
+    pub shared: bool,
+}
+
 /// What berth sees of a live object it owns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveObject {

@@ -8,12 +8,12 @@ use std::collections::{HashMap, HashSet};
 mod inventory;
 pub mod phases;
 
-pub use inventory::{digest, Entry, Held, Inventory, LiveObject};
+pub use inventory::{digest, Entry, Held, Inventory, LiveObject, OtherOwner};
 
 use kube::api::ApiResource;
 
 use crate::manifest::scope::WithCrds;
-use crate::manifest::{Manifest, ObjectKey, Origin, ScopeLookup};
+use crate::manifest::{Manifest, ObjectKey, Origin, ScopeLookup, ANNOTATION_SHARED, LABEL_APP};
 
 /// A manifest's resource and scope, as discovery resolves it.
 #[derive(Debug, Clone)]
@@ -57,6 +57,39 @@ impl UnknownKind {
             why: "the cluster does not serve it (is its CRD installed?)".into(),
         }
     }
+}
+
+/// An object the commit renders that another berth app owns.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{origin}: {key} belongs to app {owner} (its {LABEL_APP} label); refused: an object has one owner (set {ANNOTATION_SHARED}: \"true\" on it in every app that renders it to share it)")]
+pub struct Taken {
+    /// Where this app's object came from.
+    pub origin: Origin,
+    /// The object.
+    pub key: ObjectKey,
+    /// The app that owns it.
+    pub owner: String,
+}
+
+/// The `targets` another app owns (`owners`, as the cluster says), unless both mark the
+/// object shared: nothing changes owner silently.
+pub fn taken<'a>(
+    targets: impl IntoIterator<Item = &'a Target>,
+    owners: &HashMap<ObjectKey, OtherOwner>,
+) -> Vec<Taken> {
+    targets
+        .into_iter()
+        .filter_map(|t| {
+            let key = t.manifest.key();
+            let owner = owners.get(&key)?;
+            let shared = t.manifest.annotation(ANNOTATION_SHARED) == Some("true");
+            (!(shared && owner.shared)).then(|| Taken {
+                origin: t.manifest.origin.clone(),
+                key,
+                owner: owner.app.clone(),
+            })
+        })
+        .collect()
 }
 
 /// Why an object is written, or not.
@@ -200,6 +233,16 @@ impl Draft {
             .planned
             .iter()
             .filter(|p| p.change == Change::Same)
+            .map(|p| &p.target)
+    }
+
+    /// The targets the app's inventory does not hold: whether another app owns them is
+    /// read before they are written.
+    pub fn new_targets(&self) -> impl Iterator<Item = &Target> {
+        self.0
+            .planned
+            .iter()
+            .filter(|p| p.change == Change::New)
             .map(|p| &p.target)
     }
 

@@ -326,3 +326,33 @@ fn adopt_keeps_what_is_held_and_adds_the_rest() {
     assert_eq!(added, 1);
     assert_eq!(inv.objects, vec![entry(&a, "5"), entry(&b, "7")]);
 }
+
+#[test]
+fn an_object_another_app_owns_is_taken_only_when_both_share_it() {
+    let mine = cm("settings", "1");
+    let mut marked = cm("shared", "1");
+    marked.set_meta_entry("annotations", ANNOTATION_SHARED, "true");
+    let draft = draft(
+        vec![mine.clone(), marked.clone()],
+        resolve,
+        &Inventory::default(),
+    )
+    .unwrap();
+    let owner = |shared| OtherOwner {
+        app: "other".into(),
+        shared,
+    };
+    let owners = HashMap::from([(mine.key(), owner(true)), (marked.key(), owner(true))]);
+    let refused: Vec<String> = taken(draft.new_targets(), &owners)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].starts_with("cm.yaml: ConfigMap shop/settings belongs to app other"),
+        "{refused:?}"
+    );
+    // Marked here but not on the live object: refused too.
+    let owners = HashMap::from([(marked.key(), owner(false))]);
+    assert_eq!(taken(draft.new_targets(), &owners).len(), 1);
+}

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::cluster::ClusterError;
 use crate::manifest::{ManifestError, ObjectKey, Origin};
-use crate::plan::UnknownKind;
+use crate::plan::{Taken, UnknownKind};
 use crate::rollout::engine::EngineError;
 use crate::source::git::SourceError;
 use crate::source::verify::VerifyError;
@@ -45,6 +45,9 @@ pub enum SyncError {
     /// An object of a kind the cluster does not serve.
     #[error(transparent)]
     UnknownKind(#[from] UnknownKind),
+    /// An object another app owns.
+    #[error(transparent)]
+    Taken(#[from] Taken),
     /// A request to the cluster failed, or the cluster refused an object.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
@@ -152,6 +155,7 @@ impl SyncError {
         match self {
             SyncError::Render(e) => e.origin(),
             SyncError::UnknownKind(e) => Some(e.origin.to_string()),
+            SyncError::Taken(e) => Some(e.origin.to_string()),
             SyncError::Phase(e) => Some(e.origin.clone()),
             SyncError::Cluster(ClusterError::UnknownKind(e)) => Some(e.origin.to_string()),
             SyncError::Cluster(ClusterError::Object { origin, .. }) => Some(origin.clone()),

@@ -1,12 +1,13 @@
 //! The plan step: what the commit writes, keeps and prunes, drafted from the inventory
-//! (pure, [`crate::plan::draft`]) and settled against the live objects of what git did not
-//! change (drift).
+//! (pure, [`crate::plan::draft`]), refused where another app owns an object it would
+//! take ([`crate::plan::taken`]), and settled against the live objects of what git did
+//! not change (drift).
 
 use super::context::{Ctx, Journal, Stop};
 use crate::cluster::discovery::ClusterKinds;
 use crate::cluster::inventory;
 use crate::manifest::Manifest;
-use crate::plan::{draft, Inventory, Plan};
+use crate::plan::{draft, taken, Inventory, Plan, Resolved, Target};
 
 /// What a sync of `manifests` over `inventory` writes, keeps and prunes.
 pub(super) async fn plan(
@@ -25,8 +26,26 @@ pub(super) async fn plan(
             return Err(Stop::Failed);
         }
     };
-    let resources: Vec<_> = draft
-        .unchanged()
+    let client = &ctx.syncer.client;
+    let owners = inventory::owned_elsewhere(client, resources(draft.new_targets()), &ctx.app.name)
+        .await
+        .map_err(|e| journal.stop(e))?;
+    let taken = taken(draft.new_targets(), &owners);
+    if !taken.is_empty() {
+        taken.into_iter().for_each(|e| journal.fail(e));
+        return Err(Stop::Failed);
+    }
+    let live = inventory::live_objects(client, resources(draft.unchanged()), &ctx.app.name)
+        .await
+        .map_err(|e| journal.stop(e))?;
+    Ok(draft.settle(inventory, &live))
+}
+
+/// Each target's resource, namespace and name, as the cluster is asked for them.
+fn resources<'a>(
+    targets: impl Iterator<Item = &'a Target>,
+) -> Vec<(Resolved, Option<String>, String)> {
+    targets
         .map(|t| {
             let m = &t.manifest;
             (
@@ -35,10 +54,5 @@ pub(super) async fn plan(
                 m.name().to_string(),
             )
         })
-        .collect();
-    let client = &ctx.syncer.client;
-    let live = inventory::live_objects(client, resources, &ctx.app.name)
-        .await
-        .map_err(|e| journal.stop(e))?;
-    Ok(draft.settle(inventory, &live))
+        .collect()
 }

@@ -208,3 +208,49 @@ async fn a_commits_crd_cannot_re_declare_a_built_in_kinds_scope() {
     let own = Api::<ConfigMap>::namespaced(client.clone(), &ns);
     assert!(own.get_opt("own").await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn an_object_another_app_owns_is_refused_naming_it_unless_both_share_it() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "one-owner").await;
+    let shared = |annotations: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: {ns}\n  annotations: {{{annotations}}}\ndata: {{k: v}}\n")
+    };
+    let first_repo = Repo::new();
+    first_repo.write("settings.yaml", &shared(""));
+    first_repo.commit("first");
+    let first = Setup::new(cp, "owner-first", &first_repo, &ns, "");
+    let (code, out, err) = first.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let second_repo = Repo::new();
+    second_repo.write("settings.yaml", &shared(""));
+    second_repo.write("own.yaml", &config_map("own", &ns));
+    second_repo.commit("second");
+    let second = Setup::new(cp, "owner-second", &second_repo, &ns, "");
+    let (code, out, err) = second.berth(&["sync"]);
+    let said = format!("{out}{err}");
+    assert_eq!(code, 1, "{said}");
+    assert!(
+        said.contains(&format!("settings.yaml:1 (document 1): ConfigMap {ns}/settings belongs to app owner-first (its berth.dev/app label); refused")),
+        "{said}"
+    );
+    let maps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    let label = |cm: ConfigMap| cm.metadata.labels.unwrap_or_default()["berth.dev/app"].clone();
+    assert_eq!(label(maps.get("settings").await.unwrap()), "owner-first");
+    assert!(
+        maps.get_opt("own").await.unwrap().is_none(),
+        "nothing of the commit written"
+    );
+    // Shared by both: allowed.
+    first_repo.write("settings.yaml", &shared("berth.dev/shared: \"true\""));
+    first_repo.commit("first shares it");
+    let (code, out, err) = first.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    second_repo.write("settings.yaml", &shared("berth.dev/shared: \"true\""));
+    second_repo.commit("second shares it");
+    let (code, out, err) = second.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+}
