@@ -477,7 +477,7 @@ impl Bench {
         for rep in 0..REPS {
             let _ = std::fs::remove_dir_all(&state);
             let start = Instant::now();
-            berth::source::git::fetch(&app, &state)?;
+            berth::source::git::fetch(&app, &state, Default::default())?;
             first.push(start.elapsed().as_secs_f64());
             for (depth, times) in [(Some("--depth=1"), &mut shallow), (None, &mut whole)] {
                 let dir = self.work.join(format!("big-clone-{rep}"));
@@ -519,7 +519,7 @@ impl Bench {
             )?;
             git(&origin, &["commit", "-qam", "one more"])?;
             let start = Instant::now();
-            berth::source::git::fetch(&app, &state)?;
+            berth::source::git::fetch(&app, &state, Default::default())?;
             berth.push(start.elapsed().as_secs_f64());
             let start = Instant::now();
             git(&cli, &["fetch", "-q", "origin", "main"])?;

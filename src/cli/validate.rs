@@ -45,7 +45,11 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         }
         let (root, shown) = match &args.dir {
             Some(dir) => (dir.clone(), dir.display().to_string()),
-            None => match git::fetch(app, &config.agent.state_dir) {
+            None => match git::fetch(
+                app,
+                &config.agent.state_dir,
+                git::TreeLimits::of(&config.agent),
+            ) {
                 Ok(checkout) => {
                     let shown = format!("{} at {}", what(app), checkout.commit.short());
                     (checkout.dir, shown)

@@ -20,14 +20,16 @@ type Last = Option<(Instant, Result<Checkout, SourceError>)>;
 /// The agent's fetches, by repository, ref and credentials.
 pub struct Sources {
     state_dir: PathBuf,
+    limits: git::TreeLimits,
     last: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Last>>>>,
 }
 
 impl Sources {
-    /// No fetch yet; caches under `state_dir`.
-    pub fn new(state_dir: PathBuf) -> Self {
+    /// No fetch yet; caches under `state_dir`, commits written out within `limits`.
+    pub fn new(state_dir: PathBuf, limits: git::TreeLimits) -> Self {
         Sources {
             state_dir,
+            limits,
             last: Mutex::new(HashMap::new()),
         }
     }
@@ -60,7 +62,8 @@ impl Sources {
         let started = Instant::now();
         let (app, state_dir) = (app.clone(), self.state_dir.clone());
         let url = git::redact_url(&git::remote_url(&app.repo));
-        let result = tokio::task::spawn_blocking(move || git::fetch(&app, &state_dir))
+        let limits = self.limits;
+        let result = tokio::task::spawn_blocking(move || git::fetch(&app, &state_dir, limits))
             .await
             .unwrap_or_else(|e| {
                 Err(SourceError::Fetch {

@@ -143,7 +143,14 @@ async fn roll_back(
 /// fetched when the cache is shallow).
 async fn synced_tree(ctx: &Ctx<'_>, inventory: &Inventory) -> Option<Checkout> {
     let sha = inventory.commit.as_deref()?;
-    let tree = || git::tree_at(&ctx.syncer.agent.state_dir, &ctx.app.repo, sha);
+    let tree = || {
+        git::tree_at(
+            &ctx.syncer.agent.state_dir,
+            &ctx.app.repo,
+            sha,
+            git::TreeLimits::of(&ctx.syncer.agent),
+        )
+    };
     match tree() {
         Some(checkout) => Some(checkout),
         None if deepen(ctx).await => tree(),

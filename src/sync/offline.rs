@@ -68,7 +68,8 @@ pub fn preview_offline(
 
 /// The app's commit, fetched and verified as a sync's.
 fn checkout(agent: &AgentConfig, app: &AppConfig) -> Result<Checkout, String> {
-    let checkout = git::fetch(app, &agent.state_dir).map_err(|e| e.to_string())?;
+    let checkout =
+        git::fetch(app, &agent.state_dir, git::TreeLimits::of(agent)).map_err(|e| e.to_string())?;
     verify::check(app, &checkout).map_err(|e| e.to_string())?;
     Ok(checkout)
 }

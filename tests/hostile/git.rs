@@ -147,3 +147,147 @@ async fn annotated_tags_sync_and_a_signed_tag_vouches_for_its_commit() {
         assert!(format!("{out}{err}").contains(says), "{tag}: {out}{err}");
     }
 }
+
+/// The bytes `dir`'s files take on disk (holes take none).
+fn disk_mib(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut blocks = 0;
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(folder).into_iter().flatten().flatten() {
+            let meta = entry.path().symlink_metadata().unwrap();
+            blocks += meta.blocks();
+            if meta.is_dir() {
+                folders.push(entry.path());
+            }
+        }
+    }
+    (blocks * 512) >> 20
+}
+
+/// `berth sync` of `setup` under the suite's limits (1 GiB of address space, 60 s).
+fn sync(setup: &Setup) -> crate::Bounded {
+    let config = setup.config.to_string_lossy().into_owned();
+    crate::bounded(
+        setup.state.path(),
+        &["sync", "--config", &config],
+        1024,
+        std::time::Duration::from_secs(60),
+    )
+}
+
+#[tokio::test]
+async fn a_gigabyte_blob_is_refused_by_its_size_unread_in_the_first_fetch_and_a_later_one() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "big-blob").await;
+    let repo = Repo::new();
+    let zeros = |name: &str| {
+        let file = std::fs::File::create(repo.dir.path().join(name)).unwrap();
+        file.set_len(1 << 30).unwrap();
+    };
+    repo.write("cm.yaml", &config_map("v1"));
+    zeros("big.yaml");
+    repo.commit("a gigabyte of zeros, 1 MB packed");
+    let setup = Setup::new(cp, "big-blob", &repo, &ns, "");
+    let refused = |run: crate::Bounded, file: &str| {
+        assert_eq!(run.code, Some(1), "{}", run.out);
+        assert!(
+            run.out.contains(&format!(
+                "{file}: file is 1073741824 bytes, over the 4194304-byte cap (agent.max_file_size)"
+            )),
+            "{}",
+            run.out
+        );
+        let disk = disk_mib(setup.state.path());
+        eprintln!(
+            "{file}: {} MiB resident at most, {disk} MiB on disk, {:?}",
+            run.peak_mib, run.took
+        );
+        assert!(run.peak_mib < 300, "{} MiB", run.peak_mib);
+        assert!(disk < 200, "{disk} MiB on disk");
+        assert!(
+            run.took < std::time::Duration::from_secs(20),
+            "{:?}",
+            run.took
+        );
+    };
+    refused(sync(&setup), "big.yaml");
+    assert_eq!(value(&client, &ns).await, None, "nothing written");
+    // Gone, then back under another name: the later fetch is bounded the same way.
+    std::fs::remove_file(repo.dir.path().join("big.yaml")).unwrap();
+    repo.commit("without it");
+    let run = sync(&setup);
+    assert_eq!(run.code, Some(0), "{}", run.out);
+    zeros("again.yaml");
+    repo.commit("again");
+    refused(sync(&setup), "again.yaml");
+}
+
+#[tokio::test]
+async fn a_git_bomb_is_refused_before_a_file_is_written() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "git-bomb").await;
+    let repo = Repo::new();
+    repo.write("cm.yaml", &config_map("v1"));
+    repo.commit("v1");
+    // Ten entries of one blob, then five levels of ten entries of the level below: a
+    // million files from a few kilobytes of objects (made with git's plumbing: an index
+    // of them would be the bomb).
+    let mktree = |entries: String| {
+        let mut mktree = std::process::Command::new("git")
+            .arg("mktree")
+            .current_dir(repo.dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        let mut stdin = mktree.stdin.take().unwrap();
+        stdin.write_all(entries.as_bytes()).unwrap();
+        drop(stdin);
+        let out = mktree.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let mut below = ("100644 blob", repo.git(&["rev-parse", "HEAD:cm.yaml"]));
+    for _ in 0..6 {
+        let entries: String = (0..10)
+            .map(|i| format!("{} {}\t{i}\n", below.0, below.1))
+            .collect();
+        below = ("040000 tree", mktree(entries));
+    }
+    let cm = repo.git(&["rev-parse", "HEAD:cm.yaml"]);
+    let root = mktree(format!(
+        "100644 blob {cm}\tcm.yaml\n040000 tree {}\tbomb\n",
+        below.1
+    ));
+    let commit = repo.git(&["commit-tree", &root, "-p", "HEAD", "-m", "a million files"]);
+    repo.git(&["update-ref", "refs/heads/main", &commit]);
+    let setup = Setup::new(cp, "git-bomb", &repo, &ns, "path = \"cm.yaml\"");
+    let run = sync(&setup);
+    assert_eq!(run.code, Some(1), "{}", run.out);
+    assert!(
+        run.out
+            .contains("holds more than 200000 files and folders (10 × agent.max_objects); nothing was written"),
+        "{}",
+        run.out
+    );
+    let disk = disk_mib(setup.state.path());
+    eprintln!(
+        "git bomb: {} MiB resident at most, {disk} MiB on disk, {:?}",
+        run.peak_mib, run.took
+    );
+    assert!(run.peak_mib < 300, "{} MiB", run.peak_mib);
+    assert!(disk < 200, "{disk} MiB on disk");
+    assert!(
+        run.took < std::time::Duration::from_secs(20),
+        "{:?}",
+        run.took
+    );
+    assert_eq!(value(&client, &ns).await, None, "nothing written");
+}

@@ -268,16 +268,17 @@ async fn readyz_asks_the_cluster_at_most_once_a_second() {
     let took = started.elapsed();
     // The audit log is written as requests end: give the last one a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let asked = cp
-        .audit_events(since)
-        .iter()
-        .filter(|e| e["requestURI"] == "/version")
-        .count();
-    eprintln!("measured: 1000 /readyz calls in {took:?} ({ready} ready) made {asked} API requests");
+    let events = cp.audit_events(since);
+    let count = |uri: &str| events.iter().filter(|e| e["requestURI"] == uri).count();
+    let asked = count("/version");
+    // Every berth that other tests start meanwhile asks /version once with its discovery
+    // (`/apis`): those are not this agent's readiness.
+    let others = count("/apis");
+    eprintln!("measured: 1000 /readyz calls in {took:?} ({ready} ready) made {asked} API requests ({others} discoveries meanwhile)");
     assert_eq!(ready, 1000);
-    // Once a second at most; other tests' agents ask /version once as they start.
+    // Once a second at most.
     assert!(
-        asked as u64 <= took.as_secs() + 3,
-        "{asked} requests to /version in {took:?}"
+        (asked as u64) <= took.as_secs() + 3 + others as u64,
+        "{asked} requests to /version in {took:?}, {others} discoveries"
     );
 }

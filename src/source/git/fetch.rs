@@ -11,7 +11,7 @@ use git2::{
 };
 
 use super::commits::commit_info;
-use super::trees::{prune_trees, write_tree};
+use super::trees::{prune_trees, write_tree, TreeError, TreeLimits};
 use super::{local_path, redact_url, remote_url, source_dir, Checkout, SourceError};
 use crate::config::{AppConfig, GitRef, DEFAULT_KNOWN_HOSTS};
 use crate::source::known_hosts;
@@ -55,11 +55,15 @@ fn want(git_ref: GitRef<'_>) -> Want {
 }
 
 /// Fetches the app's ref into its repository's cache and writes the commit's tree out
-/// (once per commit). Fetches of one repository are serialised across processes.
+/// (once per commit, within `limits`). Fetches of one repository are serialised across processes.
 ///
 /// # Errors
 /// Fetch, authentication, host-key, missing-ref and cache errors.
-pub fn fetch(app: &AppConfig, state_dir: &Path) -> Result<Checkout, SourceError> {
+pub fn fetch(
+    app: &AppConfig,
+    state_dir: &Path,
+    limits: TreeLimits,
+) -> Result<Checkout, SourceError> {
     if let Some(path) = local_path(&app.repo).filter(|p| !p.exists()) {
         return Err(SourceError::NoSuchPath { path });
     }
@@ -93,7 +97,13 @@ pub fn fetch(app: &AppConfig, state_dir: &Path) -> Result<Checkout, SourceError>
         .peel_to_commit()
         .map_err(|e| cache_err(e.message().to_string()))?;
     let trees = source.join("trees");
-    let dir = write_tree(&repo, &commit, &trees).map_err(|e| cache_err(e.to_string()))?;
+    let dir = write_tree(&repo, &commit, &trees, limits).map_err(|e| match e {
+        TreeError::Refused(why) => SourceError::Tree {
+            commit: commit.id().to_string()[..7].to_string(),
+            why,
+        },
+        TreeError::Io(e) => cache_err(e.to_string()),
+    })?;
     prune_trees(&trees);
     Ok(Checkout {
         dir,

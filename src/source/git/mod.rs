@@ -23,7 +23,7 @@ mod trees;
 
 pub use commits::{ancestry, paths_digest};
 pub use fetch::{deepen, fetch};
-pub use trees::tree_at;
+pub use trees::{tree_at, TreeLimits};
 
 /// Errors of the git source. Every message names the repository with its credentials
 /// redacted. Cloneable: every app sharing a fetch gets its error.
@@ -36,6 +36,14 @@ pub enum SourceError {
         url: String,
         /// What went wrong.
         message: String,
+    },
+    /// The commit's tree is past a bound of what is written out (nothing was written).
+    #[error("commit {commit}: {why}")]
+    Tree {
+        /// The commit, short.
+        commit: String,
+        /// Which bound, or which entry.
+        why: String,
     },
     /// A local repository path that does not exist.
     #[error("cannot fetch {}: the path does not exist (check the app's repo)", path.display())]

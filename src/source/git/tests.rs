@@ -68,12 +68,22 @@ fn an_annotated_tag_is_peeled_to_its_commit() {
         &["tag", "-a", "v1-annotated", "-m", "release", "v1"],
     );
     let state = tempfile::tempdir().unwrap();
-    let tag = fetch(&app(o.path(), "tag = \"v1-annotated\""), state.path()).unwrap();
+    let tag = fetch(
+        &app(o.path(), "tag = \"v1-annotated\""),
+        state.path(),
+        TreeLimits::default(),
+    )
+    .unwrap();
     assert_eq!(content(&tag), "v: 1\n");
     assert_eq!(tag.commit.sha, git(o.path(), &["rev-parse", "v1"]));
     let object = git(o.path(), &["rev-parse", "v1-annotated"]);
     assert_eq!(tag.tag.as_deref(), Some(object.as_str()));
-    let light = fetch(&app(o.path(), "tag = \"v1\""), state.path()).unwrap();
+    let light = fetch(
+        &app(o.path(), "tag = \"v1\""),
+        state.path(),
+        TreeLimits::default(),
+    )
+    .unwrap();
     assert_eq!(light.tag, None, "a lightweight tag names the commit itself");
 }
 
@@ -104,7 +114,12 @@ fn a_failed_checkout_leaves_no_folder_behind() {
     let commit = git(o.path(), &["commit-tree", &tree, "-m", "long name"]);
     git(o.path(), &["update-ref", "refs/heads/long", &commit]);
     let state = tempfile::tempdir().unwrap();
-    let e = fetch(&app(o.path(), "branch = \"long\""), state.path()).unwrap_err();
+    let e = fetch(
+        &app(o.path(), "branch = \"long\""),
+        state.path(),
+        TreeLimits::default(),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("name too long"), "{e}");
     let trees = source_dir(state.path(), &o.path().display().to_string()).join("trees");
     let left: Vec<_> = std::fs::read_dir(&trees)
@@ -117,22 +132,33 @@ fn a_failed_checkout_leaves_no_folder_behind() {
 fn branch_tag_and_commit_refs() {
     let o = origin();
     let state = tempfile::tempdir().unwrap();
-    let head = fetch(&app(o.path(), ""), state.path()).unwrap();
+    let head = fetch(&app(o.path(), ""), state.path(), TreeLimits::default()).unwrap();
     assert_eq!(
         (content(&head).as_str(), head.commit.subject.as_str()),
         ("v: 2\n", "two")
     );
-    let tag = fetch(&app(o.path(), "tag = \"v1\""), state.path()).unwrap();
+    let tag = fetch(
+        &app(o.path(), "tag = \"v1\""),
+        state.path(),
+        TreeLimits::default(),
+    )
+    .unwrap();
     assert_eq!(content(&tag), "v: 1\n");
     let first = git(o.path(), &["rev-parse", "v1"]);
     let pinned = fetch(
         &app(o.path(), &format!("commit = \"{first}\"")),
         state.path(),
+        TreeLimits::default(),
     )
     .unwrap();
     assert_eq!(pinned.commit.sha, first);
     assert_eq!(pinned.commit.author, "T <t@example.com>");
-    let e = fetch(&app(o.path(), "tag = \"v9\""), state.path()).unwrap_err();
+    let e = fetch(
+        &app(o.path(), "tag = \"v9\""),
+        state.path(),
+        TreeLimits::default(),
+    )
+    .unwrap_err();
     assert!(e.to_string().starts_with("tag v9 not found in"), "{e}");
 }
 
@@ -141,12 +167,12 @@ fn a_corrupted_cache_is_cloned_again() {
     let o = origin();
     let state = tempfile::tempdir().unwrap();
     let a = app(o.path(), "branch = \"main\"");
-    fetch(&a, state.path()).unwrap();
+    fetch(&a, state.path(), TreeLimits::default()).unwrap();
     let git = source_dir(state.path(), &a.repo).join("git");
     std::fs::remove_dir_all(git.join("objects")).unwrap();
     std::fs::create_dir(git.join("objects")).unwrap();
     std::fs::write(git.join("HEAD"), "garbage").unwrap();
-    let again = fetch(&a, state.path()).unwrap();
+    let again = fetch(&a, state.path(), TreeLimits::default()).unwrap();
     assert_eq!(content(&again), "v: 2\n");
 }
 
@@ -154,7 +180,9 @@ fn a_corrupted_cache_is_cloned_again() {
 fn an_unreachable_remote_is_an_error_naming_it() {
     let state = tempfile::tempdir().unwrap();
     let a = app(Path::new("/nonexistent/repo"), "branch = \"main\"");
-    let e = fetch(&a, state.path()).unwrap_err().to_string();
+    let e = fetch(&a, state.path(), TreeLimits::default())
+        .unwrap_err()
+        .to_string();
     assert!(e.starts_with("cannot fetch /nonexistent/repo"), "{e}");
 }
 

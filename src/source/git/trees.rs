@@ -2,19 +2,21 @@
 //! once, atomically, and read by every app; the unused ones removed.
 use std::path::{Path, PathBuf};
 
-use git2::build::CheckoutBuilder;
+use std::os::unix::ffi::OsStrExt;
+
 use git2::{Oid, Repository};
 
 use super::commits::commit_info;
 use super::{repository, source_dir, Checkout};
+use crate::config::AgentConfig;
 
 /// The tree of commit `sha` from the repository's cache, written out if it is not (a
 /// rollback renders the commit the app was last synced to).
-pub fn tree_at(state_dir: &Path, repo: &str, sha: &str) -> Option<Checkout> {
+pub fn tree_at(state_dir: &Path, repo: &str, sha: &str, limits: TreeLimits) -> Option<Checkout> {
     let source = source_dir(state_dir, repo);
     let git = repository(&source).ok()?;
     let commit = git.find_commit(Oid::from_str(sha).ok()?).ok()?;
-    let dir = write_tree(&git, &commit, &source.join("trees")).ok()?;
+    let dir = write_tree(&git, &commit, &source.join("trees"), limits).ok()?;
     Some(Checkout {
         dir,
         source,
@@ -28,47 +30,199 @@ const TREES_KEPT: usize = 4;
 /// A tree no sync has asked for in this long is removed (unless among the newest).
 const TREE_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// How much of a commit is written out. A commit is measured from its trees and the
+/// objects' headers before anything is written or a blob inflated: more entries than
+/// `files`, or more than `bytes` in the files written whole, and nothing is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeLimits {
+    /// The most files and folders (10 × `agent.max_objects`).
+    pub files: usize,
+    /// The most bytes of the files written whole (16 × `agent.max_app_size`).
+    pub bytes: u64,
+    /// A larger blob is never inflated: it is written as a file of its size that holds
+    /// nothing on disk (a hole), which a render refuses by its size, as it would the real
+    /// one (`agent.max_file_size`).
+    pub blob: u64,
+}
+
+impl TreeLimits {
+    /// The limits that follow from the agent's caps.
+    pub fn of(agent: &AgentConfig) -> Self {
+        TreeLimits {
+            files: agent.max_objects.saturating_mul(10),
+            bytes: agent.max_app_size.saturating_mul(16),
+            blob: agent.max_file_size,
+        }
+    }
+}
+
+/// The longest link target written (Linux's own `PATH_MAX`).
+const MAX_LINK: usize = 4096;
+
+impl Default for TreeLimits {
+    /// The limits of the agent's default caps.
+    fn default() -> Self {
+        TreeLimits::of(&AgentConfig::default())
+    }
+}
+
+/// Why a commit's tree was not written out.
+#[derive(Debug)]
+pub(super) enum TreeError {
+    /// Past a limit, or an entry git itself would not write (nothing was written).
+    Refused(String),
+    /// The cache or the disk failed.
+    Io(std::io::Error),
+}
+
+/// One entry to write, found by [`measure`].
+enum Item {
+    Folder(PathBuf),
+    /// A file, its blob, and whether it runs.
+    File(PathBuf, Oid, bool),
+    /// A blob past [`TreeLimits::blob`]: a hole of its size.
+    Hole(PathBuf, u64),
+    Link(PathBuf, Oid),
+}
+
 /// Writes the commit's tree to `trees/<sha>` unless it is there (then marks it used).
-/// Written to a temporary folder first, so no reader sees half a tree.
+/// Measured first ([`TreeLimits`]), then written to a temporary folder, so no reader sees
+/// half a tree.
 pub(super) fn write_tree(
     repo: &Repository,
     commit: &git2::Commit<'_>,
     trees: &Path,
-) -> Result<PathBuf, std::io::Error> {
+    limits: TreeLimits,
+) -> Result<PathBuf, TreeError> {
     let dir = trees.join(commit.id().to_string());
     if dir.is_dir() {
-        std::fs::File::open(&dir)?.set_modified(std::time::SystemTime::now())?;
-        return Ok(dir);
+        let touched =
+            std::fs::File::open(&dir).and_then(|d| d.set_modified(std::time::SystemTime::now()));
+        return touched.map(|()| dir).map_err(TreeError::Io);
     }
+    let tree = commit
+        .tree()
+        .map_err(|e| TreeError::Io(std::io::Error::other(e)))?;
+    let items = measure(repo, &tree, limits)?;
     let tmp = trees.join(format!(".{}.{}", commit.id(), std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     // The files in it take the process's umask (see `state::restrict_umask`).
-    crate::state::private_dir(&tmp)?;
-    let written = repo
-        .checkout_tree(
-            commit.as_object(),
-            Some(
-                CheckoutBuilder::new()
-                    .force()
-                    .update_index(false)
-                    .target_dir(&tmp),
-            ),
-        )
-        .map_err(std::io::Error::other)
+    let written = crate::state::private_dir(&tmp)
+        .and_then(|()| write_items(repo, &tmp, &items))
         .and_then(|()| std::fs::rename(&tmp, &dir));
     match written {
         Ok(()) => Ok(dir),
         Err(e) => {
-            // A failed checkout leaves nothing behind; a rename lost to another process
+            // A failed write leaves nothing behind; a rename lost to another process
             // that wrote the same tree meanwhile is no failure.
             let _ = std::fs::remove_dir_all(&tmp);
             if dir.is_dir() {
                 Ok(dir)
             } else {
-                Err(e)
+                Err(TreeError::Io(e))
             }
         }
     }
+}
+
+/// What the tree holds, measured from the trees and the objects' headers (no blob is
+/// inflated): refused past `limits`, or at a name git would not check out.
+fn measure(
+    repo: &Repository,
+    tree: &git2::Tree<'_>,
+    limits: TreeLimits,
+) -> Result<Vec<Item>, TreeError> {
+    let odb = repo
+        .odb()
+        .map_err(|e| TreeError::Io(std::io::Error::other(e)))?;
+    let (mut items, mut bytes) = (Vec::new(), 0u64);
+    let mut folders = vec![(PathBuf::new(), tree.id())];
+    while let Some((at, id)) = folders.pop() {
+        let folder = repo
+            .find_tree(id)
+            .map_err(|e| TreeError::Io(std::io::Error::other(e)))?;
+        for entry in folder.iter() {
+            let name = entry.name().unwrap_or_default();
+            if matches!(name, "" | "." | "..") || name.eq_ignore_ascii_case(".git") {
+                return Err(TreeError::Refused(format!(
+                    "it holds an entry named {name:?} in {:?}, which git does not check out",
+                    at.display().to_string()
+                )));
+            }
+            if items.len() >= limits.files {
+                return Err(TreeError::Refused(format!(
+                    "it holds more than {} files and folders (10 × agent.max_objects); nothing was written",
+                    limits.files
+                )));
+            }
+            let path = at.join(name);
+            let item = match entry.filemode() {
+                0o040000 => {
+                    folders.push((path.clone(), entry.id()));
+                    Item::Folder(path)
+                }
+                // A submodule: an empty folder, as git leaves it.
+                0o160000 => Item::Folder(path),
+                0o120000 => {
+                    let (size, _) = odb
+                        .read_header(entry.id())
+                        .map_err(|e| TreeError::Io(std::io::Error::other(e)))?;
+                    if size > MAX_LINK {
+                        return Err(TreeError::Refused(format!(
+                            "its link {} points at a target of {size} bytes; refused",
+                            path.display()
+                        )));
+                    }
+                    Item::Link(path, entry.id())
+                }
+                mode => {
+                    let (size, _) = odb
+                        .read_header(entry.id())
+                        .map_err(|e| TreeError::Io(std::io::Error::other(e)))?;
+                    let size = size as u64;
+                    if size > limits.blob {
+                        Item::Hole(path, size)
+                    } else {
+                        bytes += size;
+                        if bytes > limits.bytes {
+                            return Err(TreeError::Refused(format!(
+                                "its files hold more than {} bytes (16 × agent.max_app_size); nothing was written",
+                                limits.bytes
+                            )));
+                        }
+                        Item::File(path, entry.id(), mode & 0o111 != 0)
+                    }
+                }
+            };
+            items.push(item);
+        }
+    }
+    Ok(items)
+}
+
+/// Writes what [`measure`] found under `dir`.
+fn write_items(repo: &Repository, dir: &Path, items: &[Item]) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let blob = |id: Oid| repo.find_blob(id).map_err(std::io::Error::other);
+    for item in items {
+        match item {
+            Item::Folder(path) => crate::state::private_dir(&dir.join(path))?,
+            Item::File(path, id, runs) => {
+                let path = dir.join(path);
+                std::fs::write(&path, blob(*id)?.content())?;
+                if *runs {
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
+                }
+            }
+            Item::Hole(path, size) => std::fs::File::create(dir.join(path))?.set_len(*size)?,
+            Item::Link(path, id) => {
+                let target = blob(*id)?;
+                let target = std::ffi::OsStr::from_bytes(target.content());
+                std::os::unix::fs::symlink(target, dir.join(path))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The written-out trees, oldest use first.
