@@ -89,6 +89,10 @@ pub struct AgentConfig {
     /// `credential:NAME`. Unset: anyone who reaches `listen` (loopback only).
     #[serde(default, deserialize_with = "credentials::file")]
     pub status_page_credentials: Option<PathBuf>,
+    /// Credentials are required on a loopback `listen` too: on a host with other local
+    /// users (who can reach 127.0.0.1), the page would show them what `state_dir` (0700)
+    /// keeps from them. `status_page_credentials` must then be set.
+    pub status_page_credentials_on_loopback: bool,
 }
 
 /// The memory one kustomize or helm run may have by default: a render of thousands of
@@ -128,6 +132,7 @@ impl Default for AgentConfig {
             render_memory: DEFAULT_RENDER_MEMORY,
             status_page: false,
             status_page_credentials: None,
+            status_page_credentials_on_loopback: false,
         }
     }
 }

@@ -215,10 +215,16 @@ repo = "https://example.com/guestbook.git"
         );
         let e = invalid(&with("listen = \"off\""));
         assert!(e.contains("agent.listen, which is off"), "{e}");
+        let e = invalid(&with("status_page_credentials_on_loopback = true"));
+        assert!(
+            e.contains("agent.status_page_credentials_on_loopback: is on, and agent.status_page_credentials is not set"),
+            "{e}"
+        );
         for fine in [
             "listen = \"127.0.0.1:9464\"",
             "listen = \"[::1]:9464\"",
             "listen = \"0.0.0.0:9464\"\nstatus_page_credentials = \"credential:status-page\"",
+            "status_page_credentials_on_loopback = true\nstatus_page_credentials = \"credential:status-page\"",
         ] {
             parse(&with(fine)).unwrap().validate().unwrap();
         }

@@ -166,6 +166,14 @@ fn agent(agent: &AgentConfig, problems: &mut Problems) {
                     format!("agent.listen ({address}) is not a loopback address: set agent.status_page_credentials, or serve the page on 127.0.0.1 and reach it through an SSH tunnel"),
                 )
             }
+            Some(_) if agent.status_page_credentials_on_loopback
+                && agent.status_page_credentials.is_none() =>
+            {
+                problems.add(
+                    "agent.status_page_credentials_on_loopback",
+                    "is on, and agent.status_page_credentials is not set: set it (every local user could otherwise read the page)",
+                )
+            }
             Some(_) => {}
         }
     }

@@ -15,9 +15,32 @@ use jiff::Timestamp;
 
 use super::{Action, CommitInfo, Outcome, SyncRecord, Trigger};
 
-/// The longest record line read by [`HistoryLog::page`] and [`HistoryLog::find`]; a longer
-/// one (no sync writes one: 20 000 objects make about 4 MiB) is skipped unread.
-pub const MAX_RECORD: usize = 64 << 20;
+/// The longest record line read whole by [`HistoryLog::page`], [`HistoryLog::find`] and
+/// [`HistoryLog::newest`] (no sync writes one: 20 000 objects make about 4 MiB, and its
+/// errors are at most 100 of 8 KiB). Of a longer one — written by an older berth, or
+/// planted — only its head is read: the record is shown without its objects and errors
+/// ([`from_head`]), never hidden.
+pub const MAX_RECORD: usize = 16 << 20;
+
+/// How much of a record's line its head may take: everything before its objects.
+const MAX_HEAD: usize = 64 << 10;
+
+/// How far [`HistoryLog::newest`] looks back for the start of an over-long last line.
+const MAX_SCAN: u64 = 1 << 30;
+
+/// What the note of a record read from its head says.
+const CUT_NOTE: &str =
+    "this record is too large to read whole (over 16 MiB): its objects and errors are left out";
+
+/// A record (or summary) from the head of its line: the fields before `"objects"`, which
+/// are all but its lists.
+fn from_head<T: serde::de::DeserializeOwned>(line: &[u8]) -> Option<T> {
+    let head = &line[..line.len().min(MAX_HEAD)];
+    let at = memchr::memmem::find(head, b",\"objects\":")?;
+    let mut text = head[..at].to_vec();
+    text.push(b'}');
+    serde_json::from_slice(&text).ok()
+}
 
 /// A record as a list shows it: its line in `/apps/NAME`, without its objects.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -209,8 +232,16 @@ impl HistoryLog {
     ) -> Result<Page, HistoryError> {
         let mut kept = std::collections::VecDeque::with_capacity(limit + 1);
         let mut reached = before.is_none();
-        self.each_line(app, |line| {
-            let Ok(summary) = serde_json::from_slice::<Summary>(line) else {
+        self.each_line(app, |line, whole| {
+            let summary = if whole {
+                serde_json::from_slice::<Summary>(line).ok()
+            } else {
+                from_head::<Summary>(line).map(|s| Summary {
+                    note: Some(CUT_NOTE.into()),
+                    ..s
+                })
+            };
+            let Some(summary) = summary else {
                 return true; // a torn line
             };
             if before == Some(summary.id.as_str()) {
@@ -272,7 +303,38 @@ impl HistoryLog {
             }
             tail.truncate(first);
         }
-        Ok(None)
+        if tail.len() <= MAX_RECORD {
+            return Ok(None);
+        }
+        // The last line is over-long: its start, looked for backwards without keeping what
+        // is read (as far as MAX_SCAN), then its head.
+        let mut line_start = start;
+        let mut chunk = vec![0; CHUNK as usize];
+        while line_start > 0 {
+            if start - line_start >= MAX_SCAN {
+                return Ok(None);
+            }
+            let size = CHUNK.min(line_start);
+            let from = line_start - size;
+            let chunk = &mut chunk[..size as usize];
+            file.seek(SeekFrom::Start(from)).map_err(io)?;
+            file.read_exact(chunk).map_err(io)?;
+            if let Some(at) = memchr::memrchr(b'\n', chunk) {
+                line_start = from + at as u64 + 1;
+                break;
+            }
+            line_start = from;
+        }
+        let mut head = Vec::with_capacity(MAX_HEAD);
+        file.seek(SeekFrom::Start(line_start)).map_err(io)?;
+        (&mut file)
+            .take(MAX_HEAD as u64)
+            .read_to_end(&mut head)
+            .map_err(io)?;
+        Ok(from_head::<SyncRecord>(&head).map(|r| SyncRecord {
+            note: Some(CUT_NOTE.into()),
+            ..r
+        }))
     }
 
     /// The record `id` of an app, if the log holds it.
@@ -286,7 +348,15 @@ impl HistoryLog {
             id: std::borrow::Cow<'a, str>,
         }
         let mut found = None;
-        self.each_line(app, |line| {
+        self.each_line(app, |line, whole| {
+            if !whole {
+                let record = from_head::<SyncRecord>(line).filter(|r| r.id == id);
+                found = record.map(|r| SyncRecord {
+                    note: Some(CUT_NOTE.into()),
+                    ..r
+                });
+                return found.is_none();
+            }
             if serde_json::from_slice::<Id>(line).is_ok_and(|l| l.id == id) {
                 found = serde_json::from_slice(line).ok();
                 return false;
@@ -296,12 +366,13 @@ impl HistoryLog {
         Ok(found)
     }
 
-    /// Calls `visit` with each line of an app's log (a line over [`MAX_RECORD`] skipped)
-    /// until it returns false.
+    /// Calls `visit` with each line of an app's log and whether it is whole (of a line over
+    /// [`MAX_RECORD`], its first [`MAX_RECORD`] bytes; the rest is skipped unread) until it
+    /// returns false.
     fn each_line(
         &self,
         app: &str,
-        mut visit: impl FnMut(&[u8]) -> bool,
+        mut visit: impl FnMut(&[u8], bool) -> bool,
     ) -> Result<(), HistoryError> {
         let path = self.file(app);
         let io = |cause| HistoryError::Io {
@@ -325,9 +396,12 @@ impl HistoryLog {
             }
             if line.len() > MAX_RECORD {
                 skip_line(&mut reader).map_err(io)?;
+                if !visit(&line, false) {
+                    return Ok(());
+                }
                 continue;
             }
-            if !line.trim_ascii().is_empty() && !visit(&line) {
+            if !line.trim_ascii().is_empty() && !visit(&line, true) {
                 return Ok(());
             }
         }

@@ -154,6 +154,37 @@ mod tests {
     }
 
     #[test]
+    fn a_record_too_large_to_read_whole_is_shown_from_its_head_not_hidden() {
+        let d = tempfile::tempdir().unwrap();
+        let log = HistoryLog::new(d.path());
+        let now = Timestamp::now();
+        log.append(&record("shop", "a", Outcome::Succeeded, now))
+            .unwrap();
+        // As an older berth wrote it: 200,000 errors, 24 MB in one line.
+        let mut huge = record("shop", "b", Outcome::Failed, now);
+        huge.errors = (0..200_000)
+            .map(|i| RecordError {
+                message: format!("x.yaml: document {i}: kind X missing apiVersion, a message of some length to fill the line"),
+                source: None,
+            })
+            .collect();
+        log.append(&huge).unwrap();
+        let page = log.page("shop", None, 10).unwrap();
+        let ids: Vec<&str> = page.records.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["b", "a"]);
+        assert_eq!(page.records[0].outcome, Outcome::Failed);
+        assert!(page.records[0]
+            .note
+            .as_deref()
+            .unwrap()
+            .contains("too large to read whole"));
+        let found = log.find("shop", "b").unwrap().unwrap();
+        assert_eq!((found.outcome, found.errors.len()), (Outcome::Failed, 0));
+        let newest = log.newest("shop").unwrap().unwrap();
+        assert_eq!(newest.id, "b");
+    }
+
+    #[test]
     fn the_newest_record_is_read_from_the_end_past_a_torn_line() {
         let d = tempfile::tempdir().unwrap();
         let log = HistoryLog::new(d.path());

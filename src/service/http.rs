@@ -107,11 +107,18 @@ async fn connection(endpoint: Arc<Endpoint>, admitted: Admitted) {
         stream,
         lane,
         place,
+        standing,
     } = admitted;
     let closes = tokio::time::Instant::now() + lane.lifetime();
+    let in_flight = standing.clone();
     let service = hyper::service::service_fn(move |req| {
         let endpoint = endpoint.clone();
-        async move { Ok::<_, Infallible>(handle(&endpoint, lane, closes, req).await) }
+        let busy = in_flight.busy();
+        async move {
+            let answer = handle(&endpoint, lane, closes, req).await;
+            drop(busy);
+            Ok::<_, Infallible>(answer)
+        }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
@@ -120,13 +127,21 @@ async fn connection(endpoint: Arc<Endpoint>, admitted: Admitted) {
         .max_buf_size(MAX_HEAD)
         .serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
-    let ended = match tokio::time::timeout_at(closes, conn.as_mut()).await {
-        Ok(ended) => ended,
-        Err(_) => {
-            // Its time is up: an idle keep-alive closes now, a request in flight is
-            // answered first (for a moment at most).
-            conn.as_mut().graceful_shutdown();
-            tokio::time::timeout(GRACE, conn).await.unwrap_or(Ok(()))
+    let ended = loop {
+        tokio::select! {
+            ended = tokio::time::timeout_at(closes, conn.as_mut()) => break match ended {
+                Ok(ended) => ended,
+                Err(_) => {
+                    // Its time is up: an idle keep-alive closes now, a request in flight
+                    // is answered first (for a moment at most).
+                    conn.as_mut().graceful_shutdown();
+                    tokio::time::timeout(GRACE, conn).await.unwrap_or(Ok(()))
+                }
+            },
+            // Closed to make room for a new connection, unless a request is in flight.
+            () = standing.evicted() => if standing.idle() {
+                break Ok(());
+            },
         }
     };
     if let Err(e) = ended {

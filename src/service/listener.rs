@@ -9,7 +9,11 @@
 //!   request with 1 s for its head and its body, and 5 s in all. A probe that sends its
 //!   request at once (`/healthz`, `/readyz`, `/metrics`) is answered during a flood of
 //!   slow clients, which hold an overflow place for a second at most.
-//! - Beyond both, a new connection is closed at once.
+//! - **Beyond both**, the oldest connection with no request in flight (one that connected
+//!   and sent nothing, or an idle keep-alive) is closed to make room for the new one,
+//!   which waits [`EVICT_WAIT`] for its place; only when every connection is busy is the
+//!   new one closed at once. A flood of idle connections then only pushes itself out:
+//!   a probe that sends its request at once is answered however many arrive a second.
 //! - **File descriptors**: `berth run` raises its soft `RLIMIT_NOFILE` to the hard limit
 //!   ([`raise_open_files`]; at most 2^20). The endpoint holds at most its connections, the
 //!   overflow lane and the listener, and [`connection_cap`] lowers `max_connections` so
@@ -22,7 +26,9 @@
 //! Each connection in the endpoint costs about 20 KiB (its task and a request-head buffer
 //! of at most [`MAX_HEAD`]); webhook bodies (up to 1 MiB each) are read a few at a time.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, TcpStream};
@@ -32,6 +38,8 @@ use crate::shutdown::{stopped, Signal};
 
 /// Connections served beyond `max_connections`, with short timeouts (see the module doc).
 pub const OVERFLOW: usize = 32;
+/// How long a new connection waits for the place of the idle one closed for it.
+pub const EVICT_WAIT: Duration = Duration::from_millis(200);
 /// File descriptors kept for everything but the endpoint.
 pub const FD_RESERVE: u64 = 1024;
 /// The largest request head read (hyper's buffer); a longer head is refused.
@@ -136,6 +144,43 @@ pub struct Admitted {
     pub lane: Lane,
     /// The place it holds.
     pub place: OwnedSemaphorePermit,
+    /// Its requests in flight, and the signal that closes it to make room.
+    pub standing: Arc<Standing>,
+}
+
+/// A connection's standing, shared by its task and the listener.
+#[derive(Default)]
+pub struct Standing {
+    busy: AtomicUsize,
+    evict: tokio::sync::Notify,
+}
+
+impl Standing {
+    /// A request is in flight until the guard is dropped.
+    pub fn busy(self: &Arc<Self>) -> Busy {
+        self.busy.fetch_add(1, Ordering::SeqCst);
+        Busy(self.clone())
+    }
+
+    /// Whether no request is in flight.
+    pub fn idle(&self) -> bool {
+        self.busy.load(Ordering::SeqCst) == 0
+    }
+
+    /// Resolves when the listener asks this connection to make room (it then closes if
+    /// it is [`idle`](Self::idle)).
+    pub async fn evicted(&self) {
+        self.evict.notified().await;
+    }
+}
+
+/// A request in flight on a connection (see [`Standing::busy`]).
+pub struct Busy(Arc<Standing>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The endpoint's listening socket with its lanes.
@@ -143,6 +188,8 @@ pub struct Listener {
     tcp: TcpListener,
     steady: Arc<Semaphore>,
     overflow: Arc<Semaphore>,
+    /// Every connection admitted, oldest first (those gone are dropped as it is walked).
+    admitted: VecDeque<Weak<Standing>>,
     failing: Streak,
     full: Streak,
 }
@@ -154,6 +201,7 @@ impl Listener {
             tcp,
             steady: Arc::new(Semaphore::new(cap)),
             overflow: Arc::new(Semaphore::new(OVERFLOW)),
+            admitted: VecDeque::new(),
             failing: Streak::new("http accept failing: pausing between tries (logged once until accepting works again)"),
             full: Streak::new("http connection limit reached: new connections are closed at once (agent.max_connections)"),
         }
@@ -185,26 +233,70 @@ impl Listener {
             };
             self.failing.end();
             pause = FIRST_PAUSE;
-            let admitted = [
-                (&self.steady, Lane::Steady),
-                (&self.overflow, Lane::Overflow),
-            ]
-            .into_iter()
-            .find_map(|(lane, kind)| Some((lane.clone().try_acquire_owned().ok()?, kind)));
+            let admitted = match self.place() {
+                Some(admitted) => Some(admitted),
+                None => self.make_room().await,
+            };
             match admitted {
                 Some((place, lane)) => {
                     if lane == Lane::Steady {
                         self.full.end();
                     }
+                    let standing = Arc::new(Standing::default());
+                    self.remember(&standing);
                     return Some(Admitted {
                         stream,
                         lane,
                         place,
+                        standing,
                     });
                 }
-                None => self.full.hit(&"every place of both lanes is taken"),
+                None => self
+                    .full
+                    .hit(&"every place of both lanes is taken, each by a request in flight"),
             }
         }
+    }
+
+    /// A free place, in the steady lane first.
+    fn place(&self) -> Option<(OwnedSemaphorePermit, Lane)> {
+        [
+            (&self.steady, Lane::Steady),
+            (&self.overflow, Lane::Overflow),
+        ]
+        .into_iter()
+        .find_map(|(lane, kind)| Some((lane.clone().try_acquire_owned().ok()?, kind)))
+    }
+
+    /// Closes the oldest connection with no request in flight and takes its place, within
+    /// [`EVICT_WAIT`]; `None` when every connection is busy.
+    async fn make_room(&mut self) -> Option<(OwnedSemaphorePermit, Lane)> {
+        let at = self
+            .admitted
+            .iter()
+            .position(|w| w.upgrade().is_some_and(|s| s.idle()))?;
+        let victim = self.admitted.remove(at)?.upgrade()?;
+        victim.evict.notify_one();
+        drop(victim);
+        let (steady, overflow) = (self.steady.clone(), self.overflow.clone());
+        let freed = async {
+            tokio::select! {
+                Ok(place) = steady.acquire_owned() => Some((place, Lane::Steady)),
+                Ok(place) = overflow.acquire_owned() => Some((place, Lane::Overflow)),
+                else => None,
+            }
+        };
+        tokio::time::timeout(EVICT_WAIT, freed).await.ok().flatten()
+    }
+
+    /// Keeps `standing` among the admitted; those gone are forgotten once they are as
+    /// many as the places.
+    fn remember(&mut self, standing: &Arc<Standing>) {
+        let places = self.steady.available_permits() + self.overflow.available_permits();
+        if self.admitted.len() > 2 * (places + OVERFLOW) + 64 {
+            self.admitted.retain(|w| w.strong_count() > 0);
+        }
+        self.admitted.push_back(Arc::downgrade(standing));
     }
 }
 

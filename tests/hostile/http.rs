@@ -282,3 +282,91 @@ async fn readyz_asks_the_cluster_at_most_once_a_second() {
         "{asked} requests to /version in {took:?}, {others} discoveries"
     );
 }
+
+/// A flood of idle connections (they connect and send nothing), about 450 a second for
+/// 3 s: before, every place of both lanes was held by one and `/healthz` answered 2 probes
+/// in 30; now the oldest idle one is closed to make room, and every probe is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_answers_through_a_flood_of_idle_connections() {
+    let Some(agent) = Agent::new("hostile-idle").await else {
+        return;
+    };
+    let _daemon = agent.start(None);
+    let port = agent.port;
+    berth::service::listener::raise_open_files(); // this test holds 1,400 connections
+    let flood = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        let end = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < end {
+            for _ in 0..45 {
+                if let Ok(s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                    held.push(s);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        held.len()
+    });
+    // Once the places are taken (512 + 32), probe while the flood goes on.
+    std::thread::sleep(Duration::from_millis(1500));
+    let probes = 30;
+    let mut answered = 0;
+    let started = Instant::now();
+    for _ in 0..probes {
+        if http(port, "GET", "/healthz", &[], b"").0 == 200 {
+            answered += 1;
+        }
+    }
+    let took = started.elapsed();
+    let opened = flood.join().unwrap();
+    eprintln!("measured: {opened} idle connections in 3 s; /healthz answered {answered} of {probes} probes in {took:?}");
+    assert!(opened > 1000, "the flood opened only {opened} connections");
+    assert_eq!(answered, probes, "{answered} of {probes} probes answered");
+}
+
+/// The status page on loopback, for a host where other users log in: with
+/// `status_page_credentials_on_loopback`, berth refuses to serve it without credentials,
+/// and with them a request from 127.0.0.1 without them gets 401.
+#[tokio::test]
+async fn the_status_page_can_require_credentials_on_loopback() {
+    let Some(agent) = Agent::new("hostile-page-loopback").await else {
+        return;
+    };
+    let text = std::fs::read_to_string(&agent.setup.config).unwrap();
+    let with = |agent_keys: &str| text.replace("[agent]\n", &format!("[agent]\n{agent_keys}"));
+    std::fs::write(
+        &agent.setup.config,
+        with("status_page = true\nstatus_page_credentials_on_loopback = true\n"),
+    )
+    .unwrap();
+    let (code, out, err) = agent.setup.berth(&["validate"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("agent.status_page_credentials_on_loopback: is on, and agent.status_page_credentials is not set"),
+        "{out}{err}"
+    );
+    let secrets = tempfile::tempdir().unwrap();
+    let file = secrets.path().join("page");
+    std::fs::write(&file, "ops:correct-horse\n").unwrap();
+    std::fs::write(
+        &agent.setup.config,
+        with(&format!(
+            "status_page = true\nstatus_page_credentials_on_loopback = true\nstatus_page_credentials = \"{}\"\n",
+            file.display()
+        )),
+    )
+    .unwrap();
+    let _daemon = agent.start(None);
+    let (code, _) = http(agent.port, "GET", "/api/apps", &[], b"");
+    assert_eq!(code, 401, "a local user without credentials");
+    use base64::Engine;
+    let basic = base64::engine::general_purpose::STANDARD.encode("ops:correct-horse");
+    let (code, _) = http(
+        agent.port,
+        "GET",
+        "/api/apps",
+        &[("Authorization", format!("Basic {basic}"))],
+        b"",
+    );
+    assert_eq!(code, 200);
+}

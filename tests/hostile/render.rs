@@ -229,6 +229,7 @@ fn sixteen_thousand_bad_documents_give_a_bounded_output() {
         &run.out[run.out.len().saturating_sub(500)..]
     );
     assert!(run.out.len() < 1 << 20, "{} bytes of output", run.out.len());
+    assert!(run.peak_mib < 300, "{} MiB", run.peak_mib);
     assert!(run.took < Duration::from_secs(10), "{:?}", run.took);
 }
 
@@ -246,4 +247,62 @@ fn an_apostrophe_in_a_plain_scalar_does_not_hide_deep_nesting() {
         "deep.yaml:4: flow collections ([ or {) nested deeper than 128; refused unparsed",
     );
     assert!(run.took < Duration::from_secs(5), "{:?}", run.took);
+}
+
+/// A sops fixture (tests/fixtures/sops/config.enc.yaml, a ConfigMap of sops 1.18) with its metadata
+/// changed by `edit`, rendered with both of the fixture's keys.
+fn render_sops(edit: impl FnOnce(&mut serde_yaml::Mapping)) -> Bounded {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/sops");
+    let text = std::fs::read_to_string(format!("{fixtures}/config.enc.yaml")).unwrap();
+    let mut doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    edit(doc["sops"].as_mapping_mut().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "config.enc.yaml",
+        &serde_yaml::to_string(&doc).unwrap(),
+    );
+    let age = format!("--age-key-file={fixtures}/age.key");
+    let pgp = format!("--openpgp-key-file={fixtures}/pgp-secret.asc");
+    bounded(
+        dir.path(),
+        &["render", "config.enc.yaml", &age, &pgp],
+        MEMORY_MIB,
+        LIMIT,
+    )
+}
+
+#[test]
+fn sops_metadata_that_would_cost_or_mislead_is_refused() {
+    // An OpenPGP data key of 3.4 MB (the zlib bomb's size): refused by its length, unread.
+    let run = render_sops(|sops| {
+        let mut entry = serde_yaml::Mapping::new();
+        entry.insert("fp".into(), "B0A1C2D3E4F5".into());
+        entry.insert("enc".into(), "A".repeat(3_400_000).into());
+        sops["pgp"] = serde_yaml::Value::Sequence(vec![entry.into()]);
+    });
+    refused(
+        &run,
+        "bytes armored, more than a data key's 16384; refused unread",
+    );
+    assert!(run.took < Duration::from_secs(10), "{:?}", run.took);
+    assert!(run.peak_mib < 300, "{} MiB", run.peak_mib);
+    // 6,000 age stanzas (0.9 MB): refused by their length before age parses them.
+    let run = render_sops(|sops| {
+        let age = sops["age"].as_sequence_mut().unwrap();
+        let stanza = "-> X25519 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\nAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n";
+        age[0]["enc"] = format!(
+            "-----BEGIN AGE ENCRYPTED FILE-----\n{}\n-----END AGE ENCRYPTED FILE-----\n",
+            stanza.repeat(6000)
+        )
+        .into();
+    });
+    refused(&run, "more than a data key's 16384; refused unread");
+    assert!(run.took < Duration::from_secs(3), "{:?}", run.took);
+    // Its MAC removed: refused as sops refuses it, never applied with ENC[…] as values.
+    let run = render_sops(|sops| {
+        sops.remove("mac");
+    });
+    refused(&run, "it has no mac, so its values cannot be checked");
+    assert!(!run.out.contains("ENC["), "{}", run.out);
 }
