@@ -42,6 +42,14 @@ fn from_head<T: serde::de::DeserializeOwned>(line: &[u8]) -> Option<T> {
     serde_json::from_slice(&text).ok()
 }
 
+/// A record from the head of its over-long line, noted so.
+fn cut_record(line: &[u8]) -> Option<SyncRecord> {
+    from_head::<SyncRecord>(line).map(|r| SyncRecord {
+        note: Some(CUT_NOTE.into()),
+        ..r
+    })
+}
+
 /// A record as a list shows it: its line in `/apps/NAME`, without its objects.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Summary {
@@ -331,10 +339,7 @@ impl HistoryLog {
             .take(MAX_HEAD as u64)
             .read_to_end(&mut head)
             .map_err(io)?;
-        Ok(from_head::<SyncRecord>(&head).map(|r| SyncRecord {
-            note: Some(CUT_NOTE.into()),
-            ..r
-        }))
+        Ok(cut_record(&head))
     }
 
     /// The record `id` of an app, if the log holds it.
@@ -350,11 +355,7 @@ impl HistoryLog {
         let mut found = None;
         self.each_line(app, |line, whole| {
             if !whole {
-                let record = from_head::<SyncRecord>(line).filter(|r| r.id == id);
-                found = record.map(|r| SyncRecord {
-                    note: Some(CUT_NOTE.into()),
-                    ..r
-                });
+                found = cut_record(line).filter(|r| r.id == id);
                 return found.is_none();
             }
             if serde_json::from_slice::<Id>(line).is_ok_and(|l| l.id == id) {

@@ -188,8 +188,10 @@ pub struct Listener {
     tcp: TcpListener,
     steady: Arc<Semaphore>,
     overflow: Arc<Semaphore>,
-    /// Every connection admitted, oldest first (those gone are dropped as it is walked).
+    /// Every connection admitted, oldest first (those gone are forgotten now and then).
     admitted: VecDeque<Weak<Standing>>,
+    /// The places of both lanes.
+    places: usize,
     failing: Streak,
     full: Streak,
 }
@@ -202,6 +204,7 @@ impl Listener {
             steady: Arc::new(Semaphore::new(cap)),
             overflow: Arc::new(Semaphore::new(OVERFLOW)),
             admitted: VecDeque::new(),
+            places: cap + OVERFLOW,
             failing: Streak::new("http accept failing: pausing between tries (logged once until accepting works again)"),
             full: Streak::new("http connection limit reached: new connections are closed at once (agent.max_connections)"),
         }
@@ -289,11 +292,10 @@ impl Listener {
         tokio::time::timeout(EVICT_WAIT, freed).await.ok().flatten()
     }
 
-    /// Keeps `standing` among the admitted; those gone are forgotten once they are as
-    /// many as the places.
+    /// Keeps `standing` among the admitted; those gone are forgotten whenever the list
+    /// outgrows twice the places of both lanes (at most as many connections are alive).
     fn remember(&mut self, standing: &Arc<Standing>) {
-        let places = self.steady.available_permits() + self.overflow.available_permits();
-        if self.admitted.len() > 2 * (places + OVERFLOW) + 64 {
+        if self.admitted.len() > 2 * self.places {
             self.admitted.retain(|w| w.strong_count() > 0);
         }
         self.admitted.push_back(Arc::downgrade(standing));
