@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use super::{status_line, AppTask, Heartbeat, Shared, DEBOUNCE, TICK};
 use crate::config::{self, AppConfig, Config, RolloutEngine};
-use crate::history::Trigger;
+use crate::history::{SyncRecord, Trigger};
 use crate::rollout::engine::{supervise, Engine};
 use crate::service::http::Hook;
 use crate::service::shards::{self, Fence};
@@ -419,11 +419,39 @@ async fn app_loop(
             page.board.synced(&app.name, &record, next);
         }
         let wake = tokio::time::Instant::now() + delay;
-        match next_trigger(wake, &mut triggers, &mut stop, &heart).await {
+        let next = match drop_stale_commits(&app, &record, &mut triggers) {
+            Some(wanted) => Some(wanted),
+            None => next_trigger(wake, &mut triggers, &mut stop, &heart).await,
+        };
+        match next {
             Some(next) => options = SyncOptions::new(next),
             None => return,
         }
     }
+}
+
+/// Drops the commit triggers queued while the sync ran when the local repository's ref
+/// still names the commit the sync took: a commit's ref, reflog and `HEAD` writes come as
+/// several events, and those after the debounce would start a sync of the same commit (a
+/// second record — `held` after a failed rollout — over the informative one). A webhook
+/// or manual trigger among them is returned, to run at once; a ref that moved keeps them
+/// all.
+fn drop_stale_commits(
+    app: &AppConfig,
+    record: &SyncRecord,
+    triggers: &mut mpsc::Receiver<Trigger>,
+) -> Option<Trigger> {
+    let synced = record.commit.as_ref()?.sha.as_str();
+    if triggers.is_empty() || git::local_tip(app).as_deref() != Some(synced) {
+        return None;
+    }
+    let mut wanted = None;
+    while let Ok(t) = triggers.try_recv() {
+        if t != Trigger::Notify {
+            wanted = Some(t);
+        }
+    }
+    wanted
 }
 
 /// How often an app that waits on its dependencies asks again, besides being woken when

@@ -59,6 +59,21 @@ pub fn paths_digest(source: &Path, sha: &str, paths: &[String]) -> Option<String
     Some(crate::digest::hex(&crate::digest::sha256_parts(parts)))
 }
 
+/// The commit the app's ref names now in its local repository (a path or `file://`), read
+/// without fetching; `None` for a remote one, or when it cannot be read.
+pub fn local_tip(app: &crate::config::AppConfig) -> Option<String> {
+    use crate::config::GitRef;
+    let repo = git2::Repository::open(super::local_path(&app.repo)?).ok()?;
+    let name = match app.git_ref() {
+        GitRef::DefaultBranch => "HEAD".to_string(),
+        GitRef::Branch(b) => format!("refs/heads/{b}"),
+        GitRef::Tag(t) => format!("refs/tags/{t}"),
+        GitRef::Commit(sha) => return Some(sha.to_string()),
+    };
+    let commit = repo.revparse_single(&name).ok()?.peel_to_commit().ok()?;
+    Some(commit.id().to_string())
+}
+
 /// The most links [`link_targets`] follows, and the most folders it walks.
 const MAX_LINKS: usize = 1000;
 
