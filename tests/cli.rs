@@ -134,7 +134,8 @@ fn config_errors_name_file_line_and_key_once() {
     let (code, _, err) = berth(&["validate", "--config", &path]);
     assert_eq!(code, 1);
     assert!(
-        err.contains(&format!("{path}:4:1: app[0].prnue: unknown field `prnue`")),
+        err.contains(&format!("{path}:4:1: app[0].prnue: unknown field `prnue`"))
+            && err.contains("did you mean `prune`?"),
         "{err}"
     );
 
@@ -324,6 +325,13 @@ fn status_shows_the_local_history_when_the_cluster_is_down() {
         err.contains("the table above is the local history"),
         "{err}"
     );
+
+    // -o json names the host that syncs the app: this machine, when not sharded.
+    let (_, out, _) = berth(&["status", "-o", "json", "--config", &path]);
+    let status: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(status["host"], host.trim(), "{out}");
+    assert_eq!(status["last"]["outcome"], "no-change", "{out}");
 }
 
 /// `state/kubeconfig` naming a cluster that is down: port 1 on loopback, where nothing
@@ -620,4 +628,62 @@ fn render_outside_a_repository_reads_under_the_current_folder_or_root() {
     let (code, out, err) = berth(&["render", &overlay, "--root", &root]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("name: from-base"), "{out}");
+}
+
+/// `berth render FOLDER` in a repository says how to leave a sub-folder out as an app's
+/// `exclude` takes it: relative to the repository, not to the folder.
+#[test]
+fn render_writes_the_exclude_hint_as_an_apps_exclude_takes_it() {
+    let repo = common::Repo::new();
+    repo.write(
+        "app/cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
+    );
+    repo.write("app/ci/pipeline.yaml", "steps: [build, test]\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["render", "app"])
+        .current_dir(repo.dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("app/ci/pipeline.yaml") && err.contains(r#"exclude = ["app/ci/**"]"#),
+        "{err}"
+    );
+}
+
+/// A server that answers but is not an API server (a web server, a proxy's error page)
+/// is said as such: its URL and what it answered to `GET /version`.
+#[test]
+fn a_server_that_is_not_an_api_server_is_named_with_its_answer() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(
+                b"HTTP/1.1 404 Not Found\r\ncontent-type: text/html\r\ncontent-length: 9\r\nconnection: close\r\n\r\nnot found",
+            );
+        }
+    });
+    let (dir, path) = config_file(
+        "berth.toml",
+        "[agent]\nstate_dir = \"STATE\"\n[cluster]\nkubeconfig = \"STATE/kubeconfig\"\n[[app]]\nname = \"web\"\nrepo = \"x\"\n",
+    );
+    std::fs::write(
+        dir.path().join("kubeconfig"),
+        format!("apiVersion: v1\nkind: Config\nclusters:\n- name: web\n  cluster: {{server: \"http://127.0.0.1:{port}\"}}\nusers:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: web\n  context: {{cluster: web, user: u}}\ncurrent-context: web\n"),
+    )
+    .unwrap();
+    let (code, out, err) = berth(&["sync", "--config", &path]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains(&format!("http://127.0.0.1:{port}/"))
+            && err.contains("GET /version with 404 Not Found"),
+        "{err}"
+    );
+    assert!(!err.contains("Failed to parse"), "{err}");
 }

@@ -23,7 +23,7 @@ pub struct Args {
     #[arg(long, value_parser = humantime::parse_duration)]
     pub since: Option<std::time::Duration>,
     /// Only records with this outcome.
-    #[arg(long, value_parser = ["succeeded", "failed", "no-change", "interrupted", "rolled-back"])]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(Outcome::ALL.map(Outcome::as_str)))]
     pub outcome: Option<String>,
     /// Print JSON lines instead of a table.
     #[arg(long)]

@@ -152,7 +152,12 @@ fn input(args: &Args) -> anyhow::Result<Input> {
         };
         within(path, &root)?
     } else if meta.is_dir() {
-        (path.to_path_buf(), vec![".".to_string()])
+        // Read from the repository's root, so that origins and the `exclude` hint are
+        // written as an app's paths are: relative to the repository.
+        match root.map(Path::to_path_buf).or_else(|| repository_of(path)) {
+            Some(root) => within(path, &root)?,
+            None => (path.to_path_buf(), vec![".".to_string()]),
+        }
     } else {
         let name = path.file_name().context("a file path needs a file name")?;
         let parent = path

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use berth::cluster::client;
 use berth::cluster::discovery::SharedKinds;
 use berth::config;
-use berth::history::HistoryLog;
+use berth::history::{HistoryLog, Outcome, SyncRecord};
 use berth::service::shards;
 use berth::sync::status::{live_app, DeploymentStatus, LiveApp, ObjectStatus};
 use berth::sync::{syncing, Marker};
@@ -45,8 +45,9 @@ pub enum Output {
 struct AppStatus {
     /// The app.
     app: String,
-    /// With sharding: the host the assignment gives the app.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The host that syncs the app: this machine's name, or with sharding the host the
+    /// assignment gives it (`null` when the cluster, which holds the members, was not
+    /// reached).
     host: Option<String>,
     /// The last recorded sync, `null` when never synced.
     last: Option<LastSync>,
@@ -57,6 +58,9 @@ struct AppStatus {
     waiting: Option<String>,
     /// Why the app is held, `null` when it is not (or the cluster was not reached).
     held: Option<String>,
+    /// Why the app is not simply synced, in one line: why it is held, what it waits on,
+    /// or why its last sync failed (its first error); `null` when nothing is amiss.
+    reason: Option<String>,
     /// The app's Deployments (`null` when the cluster was not reached).
     deployments: Option<Vec<DeploymentStatus>>,
     /// Every other object with a notion of readiness (`null` likewise).
@@ -100,7 +104,8 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         });
     let mut statuses = Vec::new();
     for (i, app) in selected.iter().enumerate() {
-        let last = log.read(&app.name)?.pop().map(|r| LastSync {
+        let record = log.newest(&app.name)?;
+        let last = record.as_ref().map(|r| LastSync {
             record: r.id.clone(),
             commit: r.commit.as_ref().map(|c| c.sha.clone()),
             outcome: r.outcome.as_str().to_string(),
@@ -114,22 +119,30 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             started_at: m.started_at,
             pid: m.pid,
         });
-        let (host, live_app) = match &live {
-            Ok(l) => (
-                l.hosts
-                    .as_ref()
-                    .map(|h| h.get(&app.name).cloned().unwrap_or_else(|| "-".into())),
-                Some(&l.apps[i]),
-            ),
-            Err(_) => (None, None),
+        let live_app = live.as_ref().ok().map(|l| &l.apps[i]);
+        let host = match &live {
+            _ if !config.agent.sharding => Some(berth::service::lease::host_name()),
+            Ok(l) => l
+                .hosts
+                .as_ref()
+                .map(|h| h.get(&app.name).cloned().unwrap_or_else(|| "-".into())),
+            Err(_) => None,
         };
+        let waiting = berth::sync::waiting_note(&config.agent.state_dir, &app.name);
+        let held = live_app.and_then(|l| l.held.clone());
+        let reason = held
+            .as_ref()
+            .map(|h| format!("held: {h}"))
+            .or_else(|| waiting.clone())
+            .or_else(|| record.as_ref().and_then(why_not_synced));
         statuses.push(AppStatus {
             app: app.name.clone(),
             host,
             last,
             syncing: in_flight,
-            waiting: berth::sync::waiting_note(&config.agent.state_dir, &app.name),
-            held: live_app.and_then(|l| l.held.clone()),
+            waiting,
+            held,
+            reason,
             deployments: live_app.map(|l| l.deployments.clone()),
             objects: live_app.map(|l| l.objects.clone()),
         });
@@ -140,7 +153,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
                 println!("{}", serde_json::to_string(s)?);
             }
         }
-        Output::Table => print_tables(&statuses, live.is_ok()),
+        Output::Table => print_tables(&statuses, live.is_ok(), config.agent.sharding),
     }
     match live {
         Ok(_) => Ok(ExitCode::SUCCESS),
@@ -154,12 +167,11 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn print_tables(statuses: &[AppStatus], reached: bool) {
+fn print_tables(statuses: &[AppStatus], reached: bool, sharded: bool) {
     let now = jiff::Timestamp::now();
     let age = |t: jiff::Timestamp| short_age(now.duration_since(t).try_into().unwrap_or_default());
     let short = |sha: &str| sha[..sha.len().min(7)].to_string();
-    let sharded = statuses.iter().any(|s| s.host.is_some());
-    let mut apps = vec![["APP", "HOST", "COMMIT", "OUTCOME", "AGE", "HELD"].map(String::from)];
+    let mut apps = vec![["APP", "HOST", "COMMIT", "OUTCOME", "AGE", "REASON"].map(String::from)];
     let mut deployments = vec![[
         "APP",
         "DEPLOYMENT",
@@ -191,9 +203,9 @@ fn print_tables(statuses: &[AppStatus], reached: bool) {
                 .map_or("-".into(), short),
             outcome,
             last.map_or("-".into(), |l| age(l.started_at)),
-            match (&s.held, reached) {
-                (_, false) => "?".into(),
-                (Some(h), true) => h.clone(),
+            match (&s.reason, reached) {
+                (Some(r), _) => r.clone(),
+                (None, false) => "?".into(),
                 (None, true) => "-".into(),
             },
         ]);
@@ -235,6 +247,29 @@ fn print_tables(statuses: &[AppStatus], reached: bool) {
     if others.len() > 1 {
         println!();
         print!("{}", table(&others));
+    }
+}
+
+/// Why the last sync did not end well, in one line: its note when held, else its first
+/// error (its first line, at most 200 characters, and how many more there are).
+fn why_not_synced(r: &SyncRecord) -> Option<String> {
+    match r.outcome {
+        Outcome::Held => r.note.clone(),
+        Outcome::Failed | Outcome::Interrupted => {
+            let first = r.errors.first().map_or_else(
+                || r.outcome.as_str().to_string(),
+                |e| e.message.lines().next().unwrap_or_default().to_string(),
+            );
+            let mut line: String = first.chars().take(200).collect();
+            if line.len() < first.len() {
+                line.push('…');
+            }
+            if r.errors.len() > 1 {
+                line.push_str(&format!(" (and {} more)", r.errors.len() - 1));
+            }
+            Some(line)
+        }
+        _ => None,
     }
 }
 

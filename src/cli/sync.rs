@@ -63,7 +63,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         accept_rewind: args.accept_rewind,
         ..SyncOptions::new(Trigger::Cli)
     };
-    let ended = in_order(&syncer, &apps, options, &shutdown).await;
+    let ended = in_order(&syncer, &apps, options, args.with_deps, &shutdown).await;
     syncer.notifications.flush(super::NOTIFY_FLUSH).await;
     let mut ok = true;
     for (record, synced) in &ended {
@@ -88,6 +88,7 @@ async fn in_order(
     syncer: &Syncer,
     apps: &[&AppConfig],
     options: SyncOptions,
+    with_deps: bool,
     shutdown: &berth::shutdown::Signal,
 ) -> Vec<(SyncRecord, bool)> {
     use futures::stream::{FuturesUnordered, StreamExt};
@@ -105,7 +106,7 @@ async fn in_order(
         running.extend(
             ready
                 .into_iter()
-                .map(|app| one(syncer, app, options, shutdown)),
+                .map(|app| one(syncer, app, options, with_deps, shutdown)),
         );
         let Some((name, result)) = running.next().await else {
             break;
@@ -121,15 +122,20 @@ async fn one<'a>(
     syncer: &'a Syncer,
     app: &'a AppConfig,
     options: SyncOptions,
+    with_deps: bool,
     shutdown: &'a berth::shutdown::Signal,
 ) -> (String, (SyncRecord, bool)) {
     let name = app.name.clone();
     let print = move |line: &str| super::say(format_args!("{name}: {line}"));
     if let Some(waiting) = syncer.waiting_on(app, &options).await {
-        print(&format!(
-            "{waiting}; not synced (berth sync --with-deps {} syncs what it depends on first)",
-            app.name
-        ));
+        print(&if with_deps {
+            format!("{waiting}; not synced (what it depends on was synced first and is not ready: see above)")
+        } else {
+            format!(
+                "{waiting}; not synced (berth sync --with-deps {} syncs what it depends on first)",
+                app.name
+            )
+        });
         return (
             app.name.clone(),
             (syncer.held_by(app, options, &waiting), false),

@@ -35,14 +35,57 @@ pub async fn probe(
         ..cluster.clone()
     };
     let client = client_of(config, &once)?;
-    let cause = match tokio::time::timeout(within, client.apiserver_version()).await {
-        Ok(Ok(_)) => return Ok(()),
-        Ok(Err(e)) => root_cause(&e),
-        Err(_) => format!("no answer within {}s", within.as_secs()),
+    let error = match tokio::time::timeout(within, version(&client)).await {
+        Ok(Ok(())) => return Ok(()),
+        Ok(Err(Version::Unreached(e))) => format!(
+            "cannot reach the API server at {server}: {}. Is it running, and is [cluster] kubeconfig (or the context) the right one?",
+            root_cause(&e)
+        ),
+        Ok(Err(Version::Answered(answer))) => format!(
+            "{server} is not a Kubernetes API server that berth can use: it answered GET /version with {answer}. Is [cluster] kubeconfig (or the context) the right one?"
+        ),
+        Err(_) => format!(
+            "cannot reach the API server at {server}: no answer within {}s. Is it running, and is [cluster] kubeconfig (or the context) the right one?",
+            within.as_secs()
+        ),
     };
-    Err(ClusterError::Connect(format!(
-        "cannot reach the API server at {server}: {cause}. Is it running, and is [cluster] kubeconfig (or the context) the right one?"
-    )))
+    Err(ClusterError::Connect(error))
+}
+
+/// How `GET /version` went wrong.
+enum Version {
+    /// No answer: the connection or TLS failed.
+    Unreached(kube::Error),
+    /// An answer that is not an API server's version: its status, or what the body is.
+    Answered(String),
+}
+
+/// Asks `GET /version` and checks that the answer is a Kubernetes version (a server
+/// that answers but is something else — a web server, a proxy's error page — is said
+/// as such, not as an error about parsing).
+async fn version(client: &kube::Client) -> Result<(), Version> {
+    use http_body_util::BodyExt;
+    let request = http::Request::get("/version")
+        .body(kube::client::Body::empty())
+        .map_err(|e| Version::Answered(e.to_string()))?;
+    let answer = client.send(request).await.map_err(Version::Unreached)?;
+    let status = answer.status();
+    if !status.is_success() {
+        return Err(Version::Answered(status.to_string()));
+    }
+    // A version is a few hundred bytes; whatever else answers is not read further.
+    let body = http_body_util::Limited::new(answer.into_body(), 64 * 1024)
+        .collect()
+        .await
+        .map_err(|_| Version::Answered(format!("{status} and a body over 64 KiB")))?
+        .to_bytes();
+    match serde_json::from_slice::<k8s_openapi::apimachinery::pkg::version::Info>(&body) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(Version::Answered(format!(
+            "{status} and a body that is not a Kubernetes version ({} bytes)",
+            body.len()
+        ))),
+    }
 }
 
 /// The innermost cause of a request's failure (`Connection refused (os error 111)`),

@@ -139,8 +139,25 @@ fn hint(key: &str, message: &str) -> String {
         Some(t) if message.contains("expected a sequence") => {
             format!("{message}: write [[{t}]] (an array of tables: one per {t}), not [{t}]")
         }
-        _ => message.to_string(),
+        _ => match suggestion(message) {
+            Some(near) => format!("{message}; did you mean `{near}`?"),
+            None => message.to_string(),
+        },
     }
+}
+
+/// The expected key closest to an unknown one, when it is close enough to be a typo.
+fn suggestion(message: &str) -> Option<&str> {
+    let unknown = unknown_field(message)?;
+    let (_, expected) = message.split_once(", expected ")?;
+    let expected = expected.strip_prefix("one of ").unwrap_or(expected);
+    expected
+        .split(", ")
+        .map(|k| k.trim_matches('`'))
+        .map(|k| (strsim::jaro_winkler(unknown, k), k))
+        .filter(|(score, _)| *score > 0.85)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, k)| k)
 }
 
 /// The span of the value at a key path such as `app[1].rollout.timeout`.

@@ -89,14 +89,57 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         path: path.to_path_buf(),
         error,
     })?;
-    let config = parse(&text).map_err(|e| e.in_file(path))?;
+    let mut config = parse(&text).map_err(|e| e.in_file(path))?;
     config
         .validate()
         .map_err(|e| e.located(&text).in_file(path))?;
+    if let Some(folder) = path.parent() {
+        config.anchor(&std::path::absolute(folder).unwrap_or_else(|_| folder.to_path_buf()));
+    }
     Ok(config)
 }
 
 impl Config {
+    /// Makes every relative file setting (`state_dir`, key and secret files, the
+    /// kubeconfig) relative to `folder`, the configuration file's own, as a unit's files
+    /// are read the same wherever berth is started from.
+    fn anchor(&mut self, folder: &Path) {
+        let at = |p: &mut std::path::PathBuf| {
+            if p.is_relative() {
+                *p = folder.join(&*p);
+            }
+        };
+        at(&mut self.agent.state_dir);
+        self.agent.status_page_credentials.iter_mut().for_each(at);
+        self.cluster.kubeconfig.iter_mut().for_each(at);
+        for app in &mut self.apps {
+            app.webhook_secret_file.iter_mut().for_each(at);
+            app.verify.ssh_allowed_signers.iter_mut().for_each(at);
+            let auth = &mut app.auth;
+            for file in [
+                &mut auth.password_file,
+                &mut auth.ssh_key_file,
+                &mut auth.known_hosts,
+            ] {
+                file.iter_mut().for_each(at);
+            }
+            if let Some(keys) = &mut app.decrypt {
+                keys.age_key_files.iter_mut().for_each(at);
+                keys.openpgp_key_files.iter_mut().for_each(at);
+                keys.openpgp_passphrase_file.iter_mut().for_each(at);
+            }
+        }
+        for notify in &mut self.notify {
+            for file in [
+                &mut notify.url_file,
+                &mut notify.secret_file,
+                &mut notify.token_file,
+            ] {
+                file.iter_mut().for_each(at);
+            }
+        }
+    }
+
     /// The app of that name.
     pub fn app(&self, name: &str) -> Option<&AppConfig> {
         self.apps.iter().find(|a| a.name == name)
@@ -235,7 +278,11 @@ repo = "https://example.com/guestbook.git"
         let e = parse_err(&format!("{MINIMAL}[app.rollout]\nengin = \"agent\"\n"));
         assert!(e.contains("app[0].rollout.engin"), "{e}");
         assert!(e.contains("unknown field"), "{e}");
+        assert!(e.contains("did you mean `engine`?"), "{e}");
         assert!(e.starts_with("6:"), "{e}");
+        // Nothing near: no guess.
+        let e = parse_err(&format!("{MINIMAL}[app.rollout]\nzzzz = 1\n"));
+        assert!(!e.contains("did you mean"), "{e}");
     }
 
     #[test]

@@ -55,12 +55,23 @@ pub enum Outcome {
     Interrupted,
     /// `berth rollback` restored an earlier revision of a Deployment.
     RolledBack,
-    /// The commit's rollout failed before and berth waits for a new one (never written
-    /// to the history: it would repeat every interval).
+    /// The commit's rollout failed before (or an app it depends on is not ready) and
+    /// berth waits for a new one: recorded once per commit and reason, not at every
+    /// interval that finds it still held.
     Held,
 }
 
 impl Outcome {
+    /// Every outcome, in the order `berth history --outcome` lists them.
+    pub const ALL: [Outcome; 6] = [
+        Outcome::Succeeded,
+        Outcome::Failed,
+        Outcome::NoChange,
+        Outcome::Interrupted,
+        Outcome::RolledBack,
+        Outcome::Held,
+    ];
+
     /// The word shown in tables and logs.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -26,10 +26,15 @@ pub struct Elector {
     pub duration: Duration,
 }
 
+/// This machine's name.
+pub fn host_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    host.trim().to_string()
+}
+
 /// This host's identity: hostname and pid.
 pub fn identity() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    format!("{}/{}", host.trim(), std::process::id())
+    format!("{}/{}", host_name(), std::process::id())
 }
 
 impl Elector {

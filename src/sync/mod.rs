@@ -505,8 +505,8 @@ fn skipped(rec: &mut SyncRecord, skip: Skip, inputs: Option<Inputs>) -> Ended {
 
 /// The record and notify steps: the journal folded into the record, which is appended
 /// to the history and told to the receivers; then the app's lock is let go. A held sync
-/// is recorded too: its notification names its record, which `berth history show` must
-/// open.
+/// is recorded too, once for its commit and reason: its notification names its record,
+/// which `berth history show` must open.
 fn finish(
     ctx: &Ctx<'_>,
     mut rec: SyncRecord,
@@ -517,8 +517,16 @@ fn finish(
     journal.fold_into(&mut rec);
     rec.finished_at = jiff::Timestamp::now();
     rec.duration_ms = clock.elapsed().as_millis() as u64;
-    record::append(ctx.syncer, &mut rec);
-    notify::notify(ctx.syncer, &rec);
+    match record::held_before(ctx.syncer, &rec) {
+        // Held again for the same reason: the record that says so stays the newest (a
+        // record at every interval would push the failure that held it out of the
+        // history).
+        Some(id) => rec.id = id,
+        None => {
+            record::append(ctx.syncer, &mut rec);
+            notify::notify(ctx.syncer, &rec);
+        }
+    }
     if let Some(lock) = lock {
         lock.release();
     }

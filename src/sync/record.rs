@@ -26,6 +26,20 @@ pub(super) fn append(syncer: &Syncer, rec: &mut SyncRecord) {
     log(rec);
 }
 
+/// The id of the app's newest record when `rec` is held and that record says the same
+/// (the same commit, the same reason): `rec` repeats it and is not written again.
+pub(super) fn held_before(syncer: &Syncer, rec: &SyncRecord) -> Option<String> {
+    if rec.outcome != Outcome::Held {
+        return None;
+    }
+    let last = syncer.history.newest(&rec.app).ok().flatten()?;
+    let same = last.outcome == Outcome::Held && last.commit == rec.commit && last.note == rec.note;
+    same.then(|| {
+        tracing::debug!(app = %rec.app, record = %last.id, "still held");
+        last.id
+    })
+}
+
 /// The record's log line: failures at ERROR, so that `journalctl -p err` and level-based
 /// alerts see them; interrupted and held syncs at WARN.
 fn log(rec: &SyncRecord) {

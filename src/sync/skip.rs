@@ -42,7 +42,14 @@ pub(super) fn untouched(ctx: &Ctx<'_>, checkout: &Checkout) -> Option<(Skip, Inp
     if digest != last.digest {
         return None;
     }
-    let note = format!("no change: {}", unchanged_under(checkout, &last.paths));
+    let note = if last.commit == *sha {
+        format!(
+            "no change: commit {} is the one last synced",
+            checkout.commit.short()
+        )
+    } else {
+        format!("no change: {}", unchanged_under(checkout, &last.paths))
+    };
     ctx.say(&note);
     let skip = Skip {
         outcome: Outcome::NoChange,
