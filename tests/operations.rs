@@ -4,6 +4,7 @@
 
 mod common;
 
+use berth::history::Outcome;
 use common::{Repo, Setup};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
@@ -54,4 +55,426 @@ async fn a_relative_state_dir_is_read_from_the_configuration_files_folder() {
         .unwrap()
         .next()
         .is_none());
+}
+
+fn deployment(name: &str, image: &str, never_ready: bool) -> String {
+    let annotations = if never_ready {
+        "testenv.berth.dev/ready: \"false\""
+    } else {
+        ""
+    };
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: 1\n  progressDeadlineSeconds: 4\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n      annotations: {{{annotations}}}\n    spec:\n      containers:\n        - name: app\n          image: {image}\n"
+    )
+}
+
+/// A commit held after its rollout failed is recorded once, not at every sync that finds
+/// it still held (which pushed the failure out of `history_keep`); `berth history
+/// --outcome held` lists it, and `berth status` says why in one line.
+#[tokio::test]
+async fn a_held_app_is_recorded_once_and_says_why() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "held-once").await;
+    let repo = Repo::new();
+    repo.write("web.yaml", &deployment("web", "web:1", false));
+    repo.commit("web 1");
+    let setup = Setup::new(cp, "held-once", &repo, &ns, "");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    repo.write("web.yaml", &deployment("web", "web:broken", true));
+    let broken = repo.commit("web broken");
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}");
+
+    for _ in 0..3 {
+        let (code, out, err) = setup.berth(&["sync"]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains("held: "), "{out}");
+    }
+    let outcomes: Vec<Outcome> = setup.history().iter().map(|r| r.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [Outcome::Succeeded, Outcome::Failed, Outcome::Held],
+        "one held record for the commit"
+    );
+
+    let (code, out, err) = setup.berth(&["history", "--outcome", "held"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        out.lines().filter(|l| l.contains("held")).count(),
+        1,
+        "{out}"
+    );
+
+    let (code, out, err) = setup.berth(&["status", "-o", "json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let status: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let reason = status["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("held: ") && reason.contains(&broken[..7]),
+        "{out}"
+    );
+    let (_, table, _) = setup.berth(&["status"]);
+    assert!(
+        table.contains("REASON") && table.contains(reason),
+        "{table}"
+    );
+}
+
+/// How the test's proxy in front of the API server treats connections.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Link {
+    /// Forwarded to the API server.
+    Up,
+    /// Refused: nothing listens.
+    Refused,
+    /// Taken and never answered (a firewall dropping packets, a hung host).
+    Silent,
+}
+
+/// A TCP proxy on loopback in front of the API server: an outage made in the network, as
+/// berth meets it, with the real control plane behind. Every change of link drops the
+/// connections open.
+struct Proxy {
+    port: u16,
+    link: tokio::sync::watch::Sender<Link>,
+}
+
+impl Proxy {
+    async fn start(target: u16) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (link, rx) = tokio::sync::watch::channel(Link::Up);
+        tokio::spawn(serve(listener, port, target, rx));
+        Proxy { port, link }
+    }
+
+    fn set(&self, link: Link) {
+        self.link.send_replace(link);
+    }
+}
+
+async fn serve(
+    mut listener: tokio::net::TcpListener,
+    port: u16,
+    target: u16,
+    mut link: tokio::sync::watch::Receiver<Link>,
+) {
+    loop {
+        tokio::select! {
+            Ok((mut conn, _)) = listener.accept() => {
+                let mut changed = link.clone();
+                changed.mark_unchanged();
+                let now = *link.borrow();
+                tokio::spawn(async move {
+                    if now == Link::Up {
+                        let Ok(mut api) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+                            return;
+                        };
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut conn, &mut api) => {}
+                            _ = changed.changed() => {}
+                        }
+                    } else {
+                        let _ = changed.changed().await;
+                    }
+                });
+            }
+            Ok(()) = link.changed() => {
+                if *link.borrow_and_update() == Link::Refused {
+                    drop(listener);
+                    let _ = link.wait_for(|l| *l != Link::Refused).await;
+                    listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+                }
+            }
+        }
+    }
+}
+
+/// An API server outage under `berth run`: one line when it starts and one when it ends,
+/// no retry warnings; a sync fails within `request_timeout` naming the server and the
+/// cause; the commit that arrived meanwhile is synced as soon as the server answers
+/// (not at the next interval, an hour away); SIGTERM with a sync in flight ends berth
+/// within 5 s, the sync recorded interrupted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_is_said_once_fails_syncs_quickly_and_ends_with_a_sync() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "outage").await;
+    let kubeconfig = std::fs::read_to_string(&cp.kubeconfig).unwrap();
+    let target: u16 = kubeconfig
+        .split("server: https://127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .expect("the test kubeconfig's port");
+    let proxy = Proxy::start(target).await;
+    let state = tempfile::tempdir().unwrap();
+    let proxied = state.path().join("kubeconfig");
+    std::fs::write(
+        &proxied,
+        kubeconfig.replace(
+            &format!("127.0.0.1:{target}"),
+            &format!("127.0.0.1:{}", proxy.port),
+        ),
+    )
+    .unwrap();
+    let repo = Repo::new();
+    repo.write("a.yaml", &config_map("a", "1"));
+    repo.commit("one");
+    let config = state.path().join("berth.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\n[cluster]\nkubeconfig = \"{}\"\nrequest_timeout = \"8s\"\n[[app]]\nname = \"outage\"\nrepo = \"{}\"\nnamespace = \"{ns}\"\n",
+            state.path().display(),
+            proxied.display(),
+            repo.dir.path().display()
+        ),
+    )
+    .unwrap();
+    let log = state.path().join("berth.log");
+    let stderr = std::fs::File::create(&log).unwrap();
+    let mut daemon = common::Daemon::start_with(&config, &[], |cmd| {
+        cmd.stderr(stderr);
+    });
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    common::wait_for_value(&maps, "a", "1", std::time::Duration::from_secs(60)).await;
+    let history = berth::history::HistoryLog::new(state.path());
+    let records = || history.read("outage").unwrap_or_default();
+
+    // Refused: the sync of the new commit fails within request_timeout, naming the server.
+    proxy.set(Link::Refused);
+    repo.write("a.yaml", &config_map("a", "2"));
+    repo.commit("two");
+    common::eventually(
+        "the failed sync",
+        std::time::Duration::from_secs(30),
+        || records().len() == 2,
+    );
+    let failed = records().pop().unwrap();
+    assert_eq!(failed.outcome, Outcome::Failed, "{failed:?}");
+    let error = &failed.errors[0].message;
+    assert!(
+        error.contains(&format!(
+            "cannot reach the API server at https://127.0.0.1:{}/",
+            proxy.port
+        )) && error.to_lowercase().contains("connection refused"),
+        "{error}"
+    );
+    assert!(
+        failed.duration_ms <= 8_000 + 1_000,
+        "{}",
+        failed.duration_ms
+    );
+
+    // Back: the waiting commit is synced at once, not at the interval.
+    proxy.set(Link::Up);
+    common::eventually(
+        "the sync once back",
+        std::time::Duration::from_secs(20),
+        || {
+            records()
+                .last()
+                .is_some_and(|r| r.outcome == Outcome::Succeeded)
+        },
+    );
+    let synced = records().pop().unwrap();
+    assert_eq!(synced.trigger, berth::history::Trigger::Reconnected);
+    common::wait_for_value(&maps, "a", "2", std::time::Duration::from_secs(5)).await;
+
+    // Silent, with a sync in flight: SIGTERM ends berth within 5 s.
+    proxy.set(Link::Silent);
+    repo.write("a.yaml", &config_map("a", "3"));
+    repo.commit("three");
+    common::eventually(
+        "a sync in flight",
+        std::time::Duration::from_secs(20),
+        || berth::sync::in_flight(state.path(), "outage").is_some(),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let clock = std::time::Instant::now();
+    daemon.signal(libc::SIGTERM);
+    daemon.wait(std::time::Duration::from_secs(30));
+    let stopped_in = clock.elapsed();
+    assert!(
+        stopped_in < std::time::Duration::from_secs(5),
+        "{stopped_in:?}"
+    );
+    assert_eq!(records().pop().unwrap().outcome, Outcome::Interrupted);
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    let count = |needle: &str| text.lines().filter(|l| l.contains(needle)).count();
+    assert_eq!(count("is unreachable"), 1, "{text}");
+    assert_eq!(count("answers again (unreachable for"), 1, "{text}");
+    assert_eq!(count("retrying"), 0, "{text}");
+}
+
+/// A commit that creates the Namespace its `pre` hook (named by `generateName`) and an
+/// early wave use: the Namespace is created before either, and plan and sync agree.
+#[tokio::test]
+async fn the_namespaces_of_a_commit_come_before_its_hooks_and_waves() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "ns-first").await;
+    let data = format!("{ns}-data");
+    let repo = Repo::new();
+    repo.write(
+        "namespace.yaml",
+        &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {data}\n"),
+    );
+    repo.write(
+        "migrate.yaml",
+        &format!(
+            "apiVersion: batch/v1\nkind: Job\nmetadata:\n  generateName: migrate-\n  namespace: {data}\n  annotations: {{argocd.argoproj.io/hook: PreSync, argocd.argoproj.io/hook-delete-policy: HookSucceeded}}\nspec:\n  backoffLimit: 0\n  template:\n    metadata:\n      annotations: {{testenv.berth.dev/exit: \"0\"}}\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: run\n          image: tools:1\n"
+        ),
+    );
+    repo.write(
+        "early.yaml",
+        &format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: early\n  namespace: {data}\n  annotations: {{argocd.argoproj.io/sync-wave: \"-1\"}}\ndata:\n  value: \"1\"\n"),
+    );
+    repo.commit("a namespace, its hook and an early wave");
+    let setup = Setup::new(
+        cp,
+        "ns-first",
+        &repo,
+        &ns,
+        &format!("[app.scope]\nnamespaces = [\"{ns}\", \"{data}\"]\n"),
+    );
+    let (code, out, err) = setup.berth(&["plan"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let line = |what: &str| {
+        out.lines()
+            .position(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no {what:?} in {out}"))
+    };
+    assert!(
+        line(&format!("namespace/{data} created")) < line("(pre hook)"),
+        "{out}"
+    );
+    let maps: Api<ConfigMap> = Api::namespaced(client, &data);
+    assert!(maps.get_opt("early").await.unwrap().is_some());
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Succeeded, "{record:?}");
+    assert_eq!(record.hooks.len(), 1, "{record:?}");
+    assert!(
+        record.hooks[0].key.name.starts_with("migrate-"),
+        "{record:?}"
+    );
+}
+
+/// `create_namespace = true`: without it a missing namespace fails the dry run naming the
+/// setting; with it plan says the namespace is created and sync creates it, labelled as
+/// berth's; two apps share it, and it goes only with the last of them removed with
+/// `prune = true`.
+#[tokio::test]
+async fn create_namespace_creates_shares_and_deletes_with_the_last_app() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let base = common::namespace(&client, "create-ns").await;
+    let shared = format!("{base}-made");
+    let repo = Repo::new();
+    repo.write("one/a.yaml", &config_map("a", "1"));
+    repo.write("two/b.yaml", &config_map("b", "1"));
+    repo.commit("two apps");
+    let app = |name: &str, path: &str, create: bool| {
+        format!(
+            "[[app]]\nname = \"{name}\"\nrepo = \"{}\"\nnamespace = \"{shared}\"\npath = \"{path}\"\nprune = true\ncreate_namespace = {create}\n",
+            repo.dir.path().display()
+        )
+    };
+    let setup = Setup::new(
+        cp,
+        "ns-one",
+        &repo,
+        &shared,
+        "path = \"one\"\nprune = true\n",
+    );
+    let head = std::fs::read_to_string(&setup.config).unwrap();
+    let head = head.split("[[app]]").next().unwrap().to_string();
+    let write = |apps: &str| std::fs::write(&setup.config, format!("{head}{apps}")).unwrap();
+
+    // Without the setting: the error says what to do, nothing is written.
+    write(&app("ns-one", "one", false));
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains(&format!("namespaces \"{shared}\" not found"))
+            && out.contains("create_namespace = true"),
+        "{out}"
+    );
+
+    write(&format!(
+        "{}{}",
+        app("ns-one", "one", true),
+        app("ns-two", "two", true)
+    ));
+    let (code, out, err) = setup.berth(&["plan", "ns-one"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("namespace/{shared} create (create_namespace)")),
+        "{out}"
+    );
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let labels = |ns: &Namespace| ns.metadata.labels.clone().unwrap_or_default();
+    let made = namespaces.get(&shared).await.unwrap();
+    assert_eq!(labels(&made)["app.kubernetes.io/managed-by"], "berth");
+    assert_eq!(labels(&made)["namespace.berth.dev/ns-one"], "true");
+    assert_eq!(labels(&made)["namespace.berth.dev/ns-two"], "true");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &shared);
+    assert!(maps.get_opt("a").await.unwrap().is_some());
+    assert!(maps.get_opt("b").await.unwrap().is_some());
+
+    // The agent prunes the apps removed from the configuration: the namespace goes with
+    // the last of them.
+    let mut daemon = common::Daemon::start(&setup.config, &[]);
+    common::eventually("the agent runs", std::time::Duration::from_secs(30), || {
+        setup.state.path().join("apps.toml").exists()
+    });
+    write(&app("ns-two", "two", true));
+    daemon.signal(libc::SIGHUP);
+    let removed = |name: &str| {
+        berth::history::HistoryLog::new(setup.state.path())
+            .read(name)
+            .unwrap_or_default()
+            .iter()
+            .any(|r| r.trigger == berth::history::Trigger::Removed)
+    };
+    common::eventually("ns-one removed", std::time::Duration::from_secs(60), || {
+        removed("ns-one")
+    });
+    let kept = namespaces.get(&shared).await.unwrap();
+    assert!(
+        !labels(&kept).contains_key("namespace.berth.dev/ns-one"),
+        "{kept:?}"
+    );
+    assert!(kept.metadata.deletion_timestamp.is_none());
+    assert!(maps.get_opt("a").await.unwrap().is_none());
+
+    write("");
+    daemon.signal(libc::SIGHUP);
+    common::eventually("ns-two removed", std::time::Duration::from_secs(60), || {
+        removed("ns-two")
+    });
+    let gone = namespaces.get_opt(&shared).await.unwrap();
+    assert!(
+        gone.is_none_or(|ns| ns.metadata.deletion_timestamp.is_some()),
+        "the namespace goes with the last app"
+    );
+    daemon.signal(libc::SIGTERM);
+    daemon.wait(std::time::Duration::from_secs(30));
 }

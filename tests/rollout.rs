@@ -642,7 +642,18 @@ async fn a_rollout_cut_short_by_a_restart_is_followed_to_its_end_by_the_next_syn
         assert_eq!(code, 0, "{out}");
         assert!(out.contains("successfully rolled out"), "{out}");
         assert_eq!(image(&client, &ns).await, "web:2");
-        assert_eq!(setup.history().pop().unwrap().outcome, Outcome::Succeeded);
+        let resumed = setup.history().pop().unwrap();
+        assert_eq!(resumed.outcome, Outcome::Succeeded);
+        if signal == libc::SIGTERM {
+            // The record reads as the whole change: from the commit and revision before.
+            let commit = resumed.commit.as_ref().map(|c| c.sha.clone());
+            assert_ne!(resumed.previous_commit, commit, "{resumed:?}");
+            let rollout = &resumed.rollouts[0];
+            assert!(
+                rollout.revision_from.is_some() && rollout.revision_from < rollout.rollout.revision,
+                "{rollout:?}"
+            );
+        }
     }
 }
 

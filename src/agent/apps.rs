@@ -9,8 +9,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::{status_line, AppTask, Heartbeat, Shared, DEBOUNCE, TICK};
+use crate::cluster::resilient::Reach;
 use crate::config::{self, AppConfig, Config, RolloutEngine};
-use crate::history::{SyncRecord, Trigger};
+use crate::history::{Outcome, SyncRecord, Trigger};
 use crate::rollout::engine::{supervise, Engine};
 use crate::service::http::Hook;
 use crate::service::shards::{self, Fence};
@@ -369,7 +370,7 @@ async fn app_loop(
                 gate.wait(&app, &shared, &syncer, options, waiting);
                 // Woken by a dependency's sync here; asked again soon, for one elsewhere.
                 let wake = tokio::time::Instant::now() + interval.min(DEPENDENCY_POLL);
-                match next_trigger(wake, &mut triggers, &mut stop, &heart).await {
+                match next_trigger(wake, &mut triggers, &mut stop, &heart, None).await {
                     // The trigger that started the wait stays, and its fetch.
                     Some(Trigger::Dependency | Trigger::Interval) => {}
                     Some(_) => options.requested = std::time::Instant::now(),
@@ -419,9 +420,12 @@ async fn app_loop(
             page.board.synced(&app.name, &record, next);
         }
         let wake = tokio::time::Instant::now() + delay;
+        // A sync an outage failed runs again as soon as the server answers.
+        let outage =
+            (record.outcome == Outcome::Failed && syncer.reach.is_down()).then_some(&*syncer.reach);
         let next = match drop_stale_commits(&app, &record, &mut triggers) {
             Some(wanted) => Some(wanted),
-            None => next_trigger(wake, &mut triggers, &mut stop, &heart).await,
+            None => next_trigger(wake, &mut triggers, &mut stop, &heart, outage).await,
         };
         match next {
             Some(next) => options = SyncOptions::new(next),
@@ -502,17 +506,27 @@ impl Gate {
     }
 }
 
-/// Waits for the app's next trigger: `wake` (its interval), a commit, a webhook or a
-/// dependency's sync; `None` on shutdown. Idle, the heart beats.
+/// Waits for the app's next trigger: `wake` (its interval), a commit, a webhook, a
+/// dependency's sync, or the end of the `outage` that failed its last sync; `None` on
+/// shutdown. Idle, the heart beats.
 async fn next_trigger(
     wake: tokio::time::Instant,
     triggers: &mut mpsc::Receiver<Trigger>,
     stop: &mut Signal,
     heart: &Heartbeat,
+    outage: Option<&Reach>,
 ) -> Option<Trigger> {
+    let back = async {
+        match outage {
+            Some(reach) => reach.back().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(back);
     let next = loop {
         tokio::select! {
             () = tokio::time::sleep_until(wake) => break Trigger::Interval,
+            () = &mut back => break Trigger::Reconnected,
             Some(t) = triggers.recv() => {
                 tokio::time::sleep(DEBOUNCE).await;
                 while triggers.try_recv().is_ok() {}

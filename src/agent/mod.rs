@@ -275,7 +275,8 @@ pub async fn run(
     }
     agent.serve(&mut signals, leader, members).await;
     shared.notifier.send("STOPPING=1");
-    tracing::info!("shutting down: the syncs in progress finish first");
+    tracing::info!("shutting down: syncs in progress stop at their next step and requests in flight are cut short (each such sync recorded interrupted); a rollout being followed is left to its controller, and the next start follows it to its end");
+    shared.syncer().reach.stop();
     agent.stop_all().await;
     for task in background {
         let _ = task.await;
@@ -284,7 +285,38 @@ pub async fn run(
     Ok(())
 }
 
-/// The daemon's background tasks: the watchdog, and with leader election or sharding the
+/// How often berth asks an unreachable API server whether it answers again.
+const OUTAGE_POLL: Duration = Duration::from_secs(2);
+
+/// While the API server is unreachable, asks it for its version every [`OUTAGE_POLL`]:
+/// its first answer ends the outage (said once, by the client), and the apps whose last
+/// sync the outage failed sync again at once (their loops wait on [`Reach::back`]).
+///
+/// [`Reach::back`]: crate::cluster::resilient::Reach::back
+async fn outages(shared: Arc<Shared>, mut shutdown: Signal) {
+    loop {
+        // The syncer of now: a reload may bring another cluster.
+        let syncer = shared.syncer();
+        tokio::select! {
+            () = syncer.reach.lost() => {}
+            () = tokio::time::sleep(OUTAGE_POLL * 15) => continue,
+            () = stopped(&mut shutdown) => return,
+        }
+        while syncer.reach.is_down() {
+            tokio::select! {
+                _ = syncer.client.apiserver_version() => {}
+                () = stopped(&mut shutdown) => return,
+            }
+            tokio::select! {
+                () = syncer.reach.back() => {}
+                () = tokio::time::sleep(OUTAGE_POLL) => {}
+                () = stopped(&mut shutdown) => return,
+            }
+        }
+    }
+}
+
+/// The daemon's background tasks: the watchdog, the watch on outages, and with leader election or sharding the
 /// task that holds the Lease (telling `leader`) or the membership (telling `members`).
 fn start_background(
     config: &Config,
@@ -294,11 +326,14 @@ fn start_background(
     members: watch::Sender<Vec<String>>,
     shutdown: &Signal,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut background = vec![tokio::spawn(watchdog(
-        shared.clone(),
-        config.agent.sync_timeout,
-        shutdown.clone(),
-    ))];
+    let mut background = vec![
+        tokio::spawn(watchdog(
+            shared.clone(),
+            config.agent.sync_timeout,
+            shutdown.clone(),
+        )),
+        tokio::spawn(outages(shared.clone(), shutdown.clone())),
+    ];
     if config.agent.leader_election {
         let elector = Elector {
             api: kube::Api::namespaced(syncer.client.clone(), &config.agent.inventory_namespace),

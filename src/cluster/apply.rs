@@ -171,8 +171,7 @@ pub fn api_message(e: &kube::Error, secret: bool, field_manager: &str) -> String
             "{}: another field manager owns these fields; change them there, or set force_conflicts = true to let {field_manager:?} take them over",
             status.message
         ),
-        kube::Error::Api(status) => status.message.clone(),
-        other => other.to_string(),
+        other => super::said(other),
     };
     if secret {
         redact_values(&message)

@@ -4,7 +4,9 @@
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use super::resilient::{Resilience, ResilientLayer};
+use std::sync::Arc;
+
+use super::resilient::{root_cause, Reach, Resilience, ResilientLayer, Unreachable};
 use super::ClusterError;
 use crate::config::ClusterConfig;
 
@@ -13,8 +15,21 @@ use crate::config::ClusterConfig;
 /// # Errors
 /// The kubeconfig cannot be read, names no such context, or no configuration is found.
 pub async fn connect(cluster: &ClusterConfig) -> Result<kube::Client, ClusterError> {
+    Ok(connect_reaching(cluster).await?.0)
+}
+
+/// As [`connect`], with the client's [`Reach`]: whether its API server answers, and the
+/// stop that cuts its requests short.
+///
+/// # Errors
+/// As [`connect`].
+pub async fn connect_reaching(
+    cluster: &ClusterConfig,
+) -> Result<(kube::Client, Arc<Reach>), ClusterError> {
     let config = config_of(cluster).await?;
-    client_of(config, cluster)
+    let reach = Reach::new(config.cluster_url.to_string().as_str());
+    let client = client_of(config, cluster, reach.clone())?;
+    Ok((client, reach))
 }
 
 /// Asks the API server for its version once, within `within` and without retries: what a
@@ -34,12 +49,15 @@ pub async fn probe(
         retry_for: std::time::Duration::ZERO,
         ..cluster.clone()
     };
-    let client = client_of(config, &once)?;
+    let client = client_of(config, &once, Reach::quiet(&server))?;
     let error = match tokio::time::timeout(within, version(&client)).await {
         Ok(Ok(())) => return Ok(()),
         Ok(Err(Version::Unreached(e))) => format!(
-            "cannot reach the API server at {server}: {}. Is it running, and is [cluster] kubeconfig (or the context) the right one?",
-            root_cause(&e)
+            "{}. Is it running, and is [cluster] kubeconfig (or the context) the right one?",
+            match e {
+                kube::Error::Service(inner) if inner.is::<Unreachable>() => inner.to_string(),
+                e => format!("cannot reach the API server at {server}: {}", root_cause(&e)),
+            }
         ),
         Ok(Err(Version::Answered(answer))) => format!(
             "{server} is not a Kubernetes API server that berth can use: it answered GET /version with {answer}. Is [cluster] kubeconfig (or the context) the right one?"
@@ -88,16 +106,6 @@ async fn version(client: &kube::Client) -> Result<(), Version> {
     }
 }
 
-/// The innermost cause of a request's failure (`Connection refused (os error 111)`),
-/// not kube's chain of wrappers.
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cause: &dyn std::error::Error = e;
-    while let Some(inner) = cause.source() {
-        cause = inner;
-    }
-    cause.to_string()
-}
-
 /// The kube configuration `[cluster]` names.
 async fn config_of(cluster: &ClusterConfig) -> Result<kube::Config, ClusterError> {
     let options = KubeConfigOptions {
@@ -134,6 +142,7 @@ async fn config_of(cluster: &ClusterConfig) -> Result<kube::Config, ClusterError
 fn client_of(
     mut config: kube::Config,
     cluster: &ClusterConfig,
+    reach: Arc<Reach>,
 ) -> Result<kube::Client, ClusterError> {
     // So that audit logs and API server metrics can tell berth's requests apart.
     config.headers.push((
@@ -156,7 +165,10 @@ fn client_of(
             cluster.max_requests_in_flight,
         ))
         .with_layer(&tower::buffer::BufferLayer::new(1024))
-        .with_layer(&ResilientLayer(resilience))
+        .with_layer(&ResilientLayer {
+            policy: resilience,
+            reach,
+        })
         .build())
 }
 

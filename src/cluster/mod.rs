@@ -35,6 +35,21 @@ pub fn api_for(
     }
 }
 
+/// A request's failure in words: the API server's message; berth's own words for a server
+/// it cannot reach (naming it) or a request cut short by shutdown; else the innermost
+/// cause (not kube's `ServiceError: client error (Connect)`).
+pub fn said(e: &kube::Error) -> String {
+    use resilient::{Stopping, Unreachable};
+    match e {
+        kube::Error::Api(status) => status.message.clone(),
+        kube::Error::Service(inner) if inner.is::<Unreachable>() || inner.is::<Stopping>() => {
+            inner.to_string()
+        }
+        kube::Error::Service(inner) => resilient::root_cause(inner.as_ref()),
+        other => other.to_string(),
+    }
+}
+
 /// Errors talking to the cluster. Object errors name the object and its origin.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -45,7 +60,7 @@ pub enum ClusterError {
     #[error("{0}: the inventory changed since berth read it (another writer)")]
     InventoryChanged(String),
     /// A request that is not about one object failed.
-    #[error("{what}: {cause}")]
+    #[error("{what}: {}", said(cause))]
     Request {
         /// What was being done.
         what: String,

@@ -11,6 +11,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Bytes;
 use kube::client::Body;
+use tokio::sync::watch;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
 use crate::retry::{transient_status, Backoff, Policy};
@@ -28,6 +30,9 @@ const BACKOFF: Backoff = Backoff {
     max: MAX_BACKOFF,
 };
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How long a request may still wait for its answer once berth is stopping (systemd's
+/// stop waits 90 s by default; an outage must not hold it that long).
+pub const STOP_GRACE: Duration = Duration::from_secs(3);
 /// The most of a 500's body read to tell a final answer from a transient one.
 const MAX_ERROR_BODY: usize = 64 << 10;
 
@@ -44,9 +49,121 @@ pub struct Resilience {
     pub retry_for: Duration,
 }
 
-/// The layer that adds [`Resilience`] to a client's service.
-#[derive(Debug, Clone, Copy)]
-pub struct ResilientLayer(pub Resilience);
+/// Whether a client's API server answers, shared by all its requests: the first request
+/// that cannot connect (refused, reset, no answer within `request_timeout`) marks it
+/// unreachable and says so once; the first answer of any kind marks it back and says
+/// that once. While it is unreachable a request is tried once, not retried: an outage
+/// fails each sync within `request_timeout`, naming the server and the cause, and what
+/// is waiting learns of its end from [`Reach::back`]. [`Reach::stop`] cuts every
+/// request and retry short (the daemon's shutdown).
+#[derive(Debug)]
+pub struct Reach {
+    server: String,
+    /// Whether outages are logged (not for a command's one-shot probe, which says it).
+    logged: bool,
+    down_since: Mutex<Option<Instant>>,
+    down: watch::Sender<bool>,
+    stopping: watch::Sender<bool>,
+}
+
+impl Reach {
+    /// The reach of the API server at `server` (its URL, as messages name it).
+    pub fn new(server: &str) -> Arc<Reach> {
+        Self::with_log(server, true)
+    }
+
+    /// As [`Reach::new`], without logging outages: for a probe whose caller says them.
+    pub fn quiet(server: &str) -> Arc<Reach> {
+        Self::with_log(server, false)
+    }
+
+    fn with_log(server: &str, logged: bool) -> Arc<Reach> {
+        Arc::new(Reach {
+            logged,
+            server: server.to_string(),
+            down_since: Mutex::new(None),
+            down: watch::Sender::new(false),
+            stopping: watch::Sender::new(false),
+        })
+    }
+
+    /// The server's URL.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// True from a failed connection until the next answer.
+    pub fn is_down(&self) -> bool {
+        *self.down.borrow()
+    }
+
+    /// Resolves once the server is unreachable.
+    pub async fn lost(&self) {
+        let _ = self.down.subscribe().wait_for(|down| *down).await;
+    }
+
+    /// Resolves once the server answers again (at once when it is not down).
+    pub async fn back(&self) {
+        let _ = self.down.subscribe().wait_for(|down| !*down).await;
+    }
+
+    /// berth is stopping: no more waits between retries (a request ends with its last
+    /// error), and no wait for an answer past [`STOP_GRACE`], or at all while the server
+    /// is unreachable (the request ends with [`Stopping`]). A server that answers is
+    /// given the grace: an interrupted sync stores its inventory.
+    pub fn stop(&self) {
+        self.stopping.send_replace(true);
+    }
+
+    async fn stopped(&self) {
+        let _ = self.stopping.subscribe().wait_for(|stop| *stop).await;
+    }
+
+    /// Resolves [`STOP_GRACE`] after berth started stopping, or at once while the server
+    /// is unreachable.
+    async fn given_up(&self) {
+        self.stopped().await;
+        tokio::select! {
+            () = self.lost() => {}
+            () = tokio::time::sleep(STOP_GRACE) => {}
+        }
+    }
+
+    fn answered(&self) {
+        let since = self.down_since.lock().ok().and_then(|mut s| s.take());
+        if let Some(since) = since {
+            let secs = since.elapsed().as_secs();
+            if self.logged {
+                tracing::info!(server = %self.server, unreachable_s = secs, "the API server at {} answers again (unreachable for {secs}s)", self.server);
+            }
+            self.down.send_replace(false);
+        }
+    }
+
+    fn unreached(&self, cause: &str) {
+        let first = self.down_since.lock().is_ok_and(|mut s| {
+            let first = s.is_none();
+            s.get_or_insert_with(Instant::now);
+            first
+        });
+        if first {
+            if self.logged {
+                tracing::warn!(server = %self.server, error = %cause, "the API server at {} is unreachable: {cause}; syncs fail until it answers again", self.server);
+            }
+            self.down.send_replace(true);
+        }
+    }
+}
+
+/// The layer that adds [`Resilience`] to a client's service, telling `reach` whether the
+/// server answers.
+#[derive(Debug, Clone)]
+pub struct ResilientLayer {
+    /// The bounds.
+    pub policy: Resilience,
+    /// Whether the server answers.
+    pub reach: Arc<Reach>,
+}
 
 impl<S> Layer<S> for ResilientLayer {
     type Service = Resilient<S>;
@@ -54,7 +171,8 @@ impl<S> Layer<S> for ResilientLayer {
     fn layer(&self, inner: S) -> Resilient<S> {
         Resilient {
             inner,
-            policy: self.0,
+            policy: self.policy,
+            reach: self.reach.clone(),
         }
     }
 }
@@ -64,12 +182,36 @@ impl<S> Layer<S> for ResilientLayer {
 pub struct Resilient<S> {
     inner: S,
     policy: Resilience,
+    reach: Arc<Reach>,
 }
 
 /// The deadline of one attempt passed.
 #[derive(Debug, thiserror::Error)]
-#[error("no answer from the API server within {0:?}")]
+#[error("no answer within {0:?}")]
 pub struct TimedOut(Duration);
+
+/// A request that could not connect: the server and the innermost cause.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot reach the API server at {server}: {cause}")]
+pub struct Unreachable {
+    server: String,
+    cause: String,
+}
+
+/// A request cut short because berth is stopping.
+#[derive(Debug, thiserror::Error)]
+#[error("berth is stopping: the request to the API server was not finished")]
+pub struct Stopping;
+
+/// The innermost cause of a failure (`Connection refused (os error 111)`), not a chain of
+/// wrappers.
+pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause: &dyn std::error::Error = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    cause.to_string()
+}
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
@@ -92,7 +234,13 @@ where
         // The service made ready by poll_ready takes the first attempt.
         let fresh = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, fresh);
-        Box::pin(send(ready, self.inner.clone(), req, self.policy))
+        let (again, policy, reach) = (self.inner.clone(), self.policy, self.reach.clone());
+        Box::pin(async move {
+            tokio::select! {
+                sent = send(ready, again, req, policy, &reach) => sent,
+                () = reach.given_up() => Err(Box::new(Stopping) as BoxError),
+            }
+        })
     }
 }
 
@@ -101,6 +249,7 @@ async fn send<S, B>(
     mut again: S,
     req: Request<Body>,
     policy: Resilience,
+    reach: &Reach,
 ) -> Result<Answer<B>, BoxError>
 where
     S: Service<Request<Body>, Response = Response<B>, Error = BoxError>,
@@ -109,6 +258,9 @@ where
 {
     let watch = is_watch(&req);
     let started = Instant::now();
+    // In a known outage one attempt is enough: the outage's end is watched elsewhere.
+    let outage = reach.is_down();
+    let mut lost_before = false;
     let mut ready = Some(ready);
     let mut next = Some(req);
     for attempt in 0u32.. {
@@ -123,11 +275,22 @@ where
         let result = if watch {
             call.await
         } else {
-            match tokio::time::timeout(policy.request_timeout, call).await {
+            // After a failed connection, the attempts left share what remains of
+            // `request_timeout`.
+            let limit = match lost_before {
+                false => policy.request_timeout,
+                true => (policy.request_timeout.saturating_sub(started.elapsed()))
+                    .max(Duration::from_millis(100)),
+            };
+            match tokio::time::timeout(limit, call).await {
                 Ok(r) => r,
-                Err(_) => Err(Box::new(TimedOut(policy.request_timeout)) as BoxError),
+                Err(_) => Err(Box::new(TimedOut(limit)) as BoxError),
             }
         };
+        if result.is_ok() {
+            reach.answered();
+        }
+        let mut lost = false;
         let (why, server_wait, result) = match result {
             Ok(res) if res.status() == StatusCode::INTERNAL_SERVER_ERROR => {
                 let (parts, body) = res.into_parts();
@@ -146,20 +309,51 @@ where
                 Ok(res.map(Either::Left)),
             ),
             Ok(res) => return Ok(res.map(Either::Left)),
-            Err(e) if transient_error(e.as_ref()) => (e.to_string(), None, Err(e)),
+            Err(e) if transient_error(e.as_ref()) => {
+                let cause = root_cause(e.as_ref());
+                reach.unreached(&cause);
+                lost = true;
+                let e = Unreachable {
+                    server: reach.server.clone(),
+                    cause: cause.clone(),
+                };
+                (cause, None, Err(Box::new(e) as BoxError))
+            }
             Err(e) => return Err(e),
         };
-        let retry = Policy {
-            backoff: BACKOFF,
-            retries: u32::MAX,
-            within: policy.retry_for,
+        // Answers (429, 5xx) are retried for `retry_for`; a server that cannot be reached
+        // for `request_timeout` at most, and not at all in an outage already known.
+        let retry = match (lost, outage) {
+            (false, _) => Policy {
+                backoff: BACKOFF,
+                retries: u32::MAX,
+                within: policy.retry_for,
+            },
+            (true, false) => Policy {
+                backoff: BACKOFF,
+                retries: u32::MAX,
+                within: policy.retry_for.min(policy.request_timeout),
+            },
+            (true, true) => Policy {
+                backoff: BACKOFF,
+                retries: 0,
+                within: Duration::ZERO,
+            },
         };
+        lost_before |= lost;
         let wait = retry.next(attempt, started.elapsed(), server_wait);
         let (Some(kept), Some(wait)) = (next.as_ref(), wait) else {
             return result;
         };
-        tracing::warn!(method = %kept.method(), path = kept.uri().path(), error = %why, retry_in_ms = wait.as_millis() as u64, attempt = attempt + 1, "API request failed; retrying");
-        tokio::time::sleep(wait).await;
+        if lost {
+            tracing::debug!(method = %kept.method(), path = kept.uri().path(), error = %why, retry_in_ms = wait.as_millis() as u64, attempt = attempt + 1, "API request failed; retrying");
+        } else {
+            tracing::warn!(method = %kept.method(), path = kept.uri().path(), error = %why, retry_in_ms = wait.as_millis() as u64, attempt = attempt + 1, "API request failed; retrying");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = reach.stopped() => return result,
+        }
     }
     unreachable!("the attempts loop returns")
 }
@@ -333,7 +527,11 @@ mod tests {
         policy: Resilience,
     ) -> (Result<Answer<Full<Bytes>>, BoxError>, usize) {
         let (service, calls) = answering(statuses, message);
-        let mut service = ResilientLayer(policy).layer(service);
+        let mut service = ResilientLayer {
+            policy,
+            reach: Reach::new("https://test/"),
+        }
+        .layer(service);
         let req = Request::patch("/api/v1/namespaces/shop/configmaps/a")
             .body(Body::from(b"{}".to_vec()))
             .unwrap();
@@ -375,21 +573,80 @@ mod tests {
         assert_eq!(calls, 1);
     }
 
+    /// A server that does not answer fails the request within `request_timeout`,
+    /// however long `retry_for` is, naming the server and the cause.
     #[tokio::test]
-    async fn a_request_that_hangs_times_out_and_retries_stop_after_retry_for() {
+    async fn a_request_that_hangs_fails_within_request_timeout_naming_the_server() {
         let brief = Resilience {
             request_timeout: Duration::from_millis(100),
-            retry_for: Duration::from_millis(600),
+            retry_for: Duration::from_secs(60),
         };
         let clock = Instant::now();
         let (result, calls) = send_one(&[0], brief).await;
-        let e = result.unwrap_err();
-        assert!(e.is::<TimedOut>(), "{e}");
-        assert!(calls >= 2, "{calls} calls");
+        let e = result.unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "cannot reach the API server at https://test/: no answer within 100ms"
+        );
+        assert_eq!(calls, 1);
         assert!(
-            clock.elapsed() < Duration::from_secs(2),
+            clock.elapsed() < Duration::from_millis(500),
             "{:?}",
             clock.elapsed()
         );
+    }
+
+    /// The first failed connection marks the server down, the next answer marks it back;
+    /// in a known outage a request is tried once; `stop` ends a request in flight.
+    #[tokio::test]
+    async fn reach_follows_outages_and_stop_cuts_requests_short() {
+        let reach = Reach::new("https://test/");
+        let refused = tower::service_fn(|_req: Request<Body>| async {
+            Err::<Response<Full<Bytes>>, BoxError>(Box::new(std::io::Error::from(
+                std::io::ErrorKind::ConnectionRefused,
+            )))
+        });
+        let layer = ResilientLayer {
+            policy: PATIENT,
+            reach: reach.clone(),
+        };
+        let req = || Request::get("/version").body(Body::empty()).unwrap();
+        let mut down = layer.layer(refused);
+        let clock = Instant::now();
+        let e = down.ready().await.unwrap().call(req()).await.unwrap_err();
+        assert!(
+            e.to_string().contains("Connection refused")
+                || e.to_string().contains("connection refused"),
+            "{e}"
+        );
+        assert!(reach.is_down());
+        assert!(clock.elapsed() <= PATIENT.request_timeout + Duration::from_secs(1));
+        // Known down: one attempt, at once.
+        let clock = Instant::now();
+        down.ready().await.unwrap().call(req()).await.unwrap_err();
+        assert!(clock.elapsed() < Duration::from_millis(100));
+
+        let (answers, _) = answering(&[200], b"");
+        let mut up = layer.layer(answers);
+        up.ready().await.unwrap().call(req()).await.unwrap();
+        assert!(!reach.is_down());
+        reach.back().await;
+
+        // Stopping: an answer still comes; in an outage nothing waits.
+        reach.stop();
+        up.ready().await.unwrap().call(req()).await.unwrap();
+        let clock = Instant::now();
+        down.ready().await.unwrap().call(req()).await.unwrap_err();
+        let (hangs, _) = answering(&[0], b"");
+        let e = layer
+            .layer(hangs)
+            .ready()
+            .await
+            .unwrap()
+            .call(req())
+            .await
+            .unwrap_err();
+        assert!(e.is::<Stopping>(), "{e}");
+        assert!(clock.elapsed() < Duration::from_millis(500));
     }
 }

@@ -41,6 +41,11 @@ pub struct AppConfig {
     /// Namespace for namespaced objects that name none.
     #[serde(default = "default_namespace")]
     pub namespace: String,
+    /// Create `namespace` when it is missing (after the dry run, before anything is
+    /// written in it), labelled as berth's; apps that ask for the same one share it, and
+    /// the last of them removed with `prune = true` deletes it.
+    #[serde(default)]
+    pub create_namespace: bool,
     /// Delete objects that an earlier commit applied and this one no longer holds.
     #[serde(default)]
     pub prune: bool,

@@ -25,6 +25,8 @@ pub enum Trigger {
     Dependency,
     /// The app was removed from the configuration (its objects pruned).
     Removed,
+    /// The API server answered again after an outage that failed the app's last sync.
+    Reconnected,
 }
 
 impl Trigger {
@@ -37,6 +39,7 @@ impl Trigger {
             Trigger::Cli => "cli",
             Trigger::Dependency => "dependency",
             Trigger::Removed => "removed",
+            Trigger::Reconnected => "reconnected",
         }
     }
 }

@@ -170,9 +170,14 @@ pub fn next_inventory(
 /// The digest of an entry written ahead of its object: it never matches a manifest, so
 /// the object is applied by the next sync if this one dies before it.
 pub const PENDING: &str = "pending";
+/// The digest of a Deployment whose rollout a sync started and did not see to its end
+/// (shutdown cut it short, or the sync was killed): matches no manifest, so the next sync
+/// writes it again and knows it resumes that rollout.
+pub const UNFINISHED: &str = "unfinished";
 
 /// The inventory written before a sync's first write: `old`, plus a pending entry for
-/// each target it does not hold yet.
+/// each target it does not hold yet; a Deployment it holds is marked [`UNFINISHED`]
+/// (its rollout starts: if the sync is killed, the next one knows it resumes it).
 pub fn write_ahead<'a>(
     old: &Inventory,
     targets: impl IntoIterator<Item = &'a Target>,
@@ -181,6 +186,11 @@ pub fn write_ahead<'a>(
     let mut ahead = old.clone();
     for t in targets {
         let key = t.manifest.key();
+        if key.group == "apps" && key.kind == "Deployment" {
+            if let Some(e) = ahead.objects.iter_mut().find(|e| e.key == key) {
+                e.digest = UNFINISHED.to_string();
+            }
+        }
         if !held.contains(&key) {
             ahead.objects.push(Entry {
                 key,
@@ -193,15 +203,21 @@ pub fn write_ahead<'a>(
     ahead
 }
 
-/// `next` with the entries of `keys` as they were before the sync (`old`), or pending
-/// where `old` had none: objects written but not followed to the end, so that the next
-/// sync writes and follows them again.
+/// `next` with the entries of `keys` as they were before the sync (`old`, marked
+/// [`UNFINISHED`]), or pending where `old` had none: objects written but not followed to
+/// the end, so that the next sync writes and follows them again. Its commit stays
+/// `old`'s, the last one applied whole: the next sync's record names that one as the
+/// commit before.
 pub fn unfinished(next: &Inventory, old: &Inventory, keys: &[ObjectKey]) -> Inventory {
     let before = old.by_key();
     let mut out = next.clone();
+    out.commit.clone_from(&old.commit);
     for e in out.objects.iter_mut().filter(|e| keys.contains(&e.key)) {
         match before.get(&e.key) {
-            Some(was) => *e = (*was).clone(),
+            Some(was) => {
+                *e = (*was).clone();
+                e.digest = UNFINISHED.to_string();
+            }
             None => {
                 e.digest = PENDING.to_string();
                 e.observed = String::new();

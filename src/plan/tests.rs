@@ -269,8 +269,16 @@ fn unfinished_entries_go_back_to_what_they_were_before_the_sync() {
         failed: false,
     };
     let out = unfinished(&next, &old, &[a.key(), b.key()]);
-    assert_eq!(out.commit.as_deref(), Some("c2"));
-    assert_eq!(out.objects[0], old.objects[0], "as before the sync");
+    assert_eq!(
+        out.commit.as_deref(),
+        Some("c1"),
+        "the last commit applied whole"
+    );
+    assert_eq!(out.objects[0].digest, UNFINISHED);
+    assert_eq!(
+        out.objects[0].observed, old.objects[0].observed,
+        "as before"
+    );
     assert_eq!(
         (
             out.objects[1].digest.as_str(),
@@ -355,4 +363,36 @@ fn an_object_another_app_owns_is_taken_only_when_both_share_it() {
     // Marked here but not on the live object: refused too.
     let owners = HashMap::from([(marked.key(), owner(false))]);
     assert_eq!(taken(draft.new_targets(), &owners).len(), 1);
+}
+
+#[test]
+fn a_deployment_written_ahead_is_unfinished_until_the_sync_stores_its_end() {
+    let web = Manifest {
+        decrypted: Vec::new(),
+        object: serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop"}, "spec": {"replicas": 1}
+        }))
+        .unwrap(),
+        origin: Origin::file("web.yaml"),
+    };
+    let old = Inventory {
+        commit: Some("c1".into()),
+        objects: vec![entry(&web, "3")],
+        ..Inventory::default()
+    };
+    let target = Target {
+        resolved: Resolved {
+            resource: ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()),
+            namespaced: true,
+        },
+        manifest: web,
+    };
+    let ahead = write_ahead(&old, [&target]);
+    assert_eq!(ahead.objects[0].digest, UNFINISHED);
+    assert_eq!(
+        ahead.objects[0].observed, "3",
+        "its rollout is still told apart"
+    );
+    assert_eq!(ahead.commit, old.commit);
 }

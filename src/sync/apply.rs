@@ -43,10 +43,19 @@ pub(super) async fn apply(
     };
     let first = mine(&validated.first, writes);
     let mut late = mine(&validated.late, writes);
-    let count = writes.iter().filter(|w| in_wave(w)).count() + deferred.len();
+    let count = writes
+        .iter()
+        .filter(|w| in_wave(w) && w.applied.is_none())
+        .count()
+        + deferred.len();
     let applying = format!("applying {}", crate::plural(count, "object"));
+    // Objects in a Namespace or of a kind the commit creates are dry-run once those are.
+    let pending = late.len() + deferred.len();
     ctx.say(&match wave {
-        None => format!("dry run passed; {applying}"),
+        None if pending == 0 => format!("dry run passed; {applying}"),
+        None => format!(
+            "dry run passed; {applying} ({pending} dry-run first, once the Namespaces and CRDs they need are applied)"
+        ),
         Some(n) => format!("wave {n}: {applying}"),
     });
     apply_some(ctx, writes, &first, journal).await?;
@@ -67,6 +76,27 @@ pub(super) async fn apply(
         apply_some(ctx, writes, &indices, journal).await?;
     }
     Ok(())
+}
+
+/// Creates the Namespaces the commit creates before anything else is written: its `pre`
+/// hooks, and objects of a wave before the Namespace's own, may be in them (as kapp and
+/// Argo CD's namespace-first ordering do). They leave `validated.first`: their wave does
+/// not apply them again.
+pub(super) async fn namespaces_first(
+    ctx: &Ctx<'_>,
+    writes: &mut [Write],
+    validated: &mut Validated,
+    journal: &mut Journal<'_>,
+) -> Result<(), Stop> {
+    let (new, rest): (Vec<usize>, Vec<usize>) = validated
+        .first
+        .iter()
+        .partition(|&&i| writes[i].is_new_namespace());
+    if new.is_empty() {
+        return Ok(());
+    }
+    validated.first = rest;
+    apply_some(ctx, writes, &new, journal).await
 }
 
 /// Applies the writes at `indices` and records what became of each.

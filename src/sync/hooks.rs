@@ -156,14 +156,14 @@ pub(super) async fn validate(
                 {
                     None
                 }
-                Err(e) => Some(cause(&e)),
+                Err(e) => Some(crate::cluster::said(&e)),
             },
             Err(why) => Some(why),
         };
         if let Some(why) = refused {
             journal.fail(ClusterError::Object {
                 verb: "dry run refused",
-                key: Box::new(h.manifest.key()),
+                key: Box::new(named(&h.manifest)),
                 origin: h.manifest.origin.to_string(),
                 message: format!(
                     "{} hook: {why}",
@@ -220,7 +220,7 @@ async fn run_one(
     };
     let key = match create(ctx, h, &api, journal).await {
         Ok(key) => key,
-        Err(what) => return Err(failed(journal, h.manifest.key(), what)),
+        Err(what) => return Err(failed(journal, named(&h.manifest), what)),
     };
     ctx.say(&format!(
         "{} created ({} hook)",
@@ -288,11 +288,26 @@ async fn create(
     let created = api
         .create(&params, &object_of(&h.manifest)?)
         .await
-        .map_err(|e| format!("could not be created: {}", cause(&e)))?;
+        .map_err(|e| format!("could not be created: {}", crate::cluster::said(&e)))?;
     Ok(ObjectKey {
         name: created.metadata.name.unwrap_or_default(),
         ..h.manifest.key()
     })
+}
+
+/// A hook's key as messages show it: with `generateName` (and no name), `migrate-*`.
+fn named(m: &Manifest) -> ObjectKey {
+    let mut key = m.key();
+    if key.name.is_empty() {
+        let prefix = m
+            .object
+            .get("metadata")
+            .and_then(|meta| meta.get("generateName"));
+        if let Some(prefix) = prefix.and_then(Value::as_str) {
+            key.name = format!("{prefix}*");
+        }
+    }
+    key
 }
 
 /// The object a hook creates: its manifest, as the API takes it.
@@ -458,13 +473,5 @@ fn ended(group: &str, kind: &str, object: &Value) -> Result<(), Option<String>> 
         crate::health::Health::Current => Ok(()),
         crate::health::Health::Failed(why) => Err(Some(why)),
         crate::health::Health::InProgress(_) => Err(None),
-    }
-}
-
-/// An API error's words.
-fn cause(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(r) => r.message.clone(),
-        other => other.to_string(),
     }
 }

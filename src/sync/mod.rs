@@ -48,6 +48,7 @@ mod inputs;
 mod inventory;
 mod lock;
 mod manual;
+mod namespace;
 mod notify;
 mod offline;
 mod plan;
@@ -103,6 +104,9 @@ pub type Report<'a> = &'a (dyn Fn(&str) + Send + Sync);
 pub struct Syncer {
     /// The cluster.
     pub client: kube::Client,
+    /// Whether the cluster answers (said once when it stops and once when it is back),
+    /// and the stop that cuts the client's requests short.
+    pub reach: Arc<crate::cluster::resilient::Reach>,
     /// Agent settings.
     pub agent: AgentConfig,
     /// The history log.
@@ -150,7 +154,7 @@ impl Syncer {
         config: &crate::config::Config,
         engine_supervised: bool,
     ) -> Result<Self, ClusterError> {
-        let client = crate::cluster::client::connect(&config.cluster).await?;
+        let (client, reach) = crate::cluster::client::connect_reaching(&config.cluster).await?;
         // Before anything is written there: the state holds Secret manifests.
         if let Err(e) = crate::state::secure_state_dir(&config.agent.state_dir) {
             tracing::warn!(state_dir = %config.agent.state_dir.display(), error = %e, "cannot make the state folder private (0700)");
@@ -168,6 +172,7 @@ impl Syncer {
             inputs: Remembered::new(&config.agent, &config.cluster),
             notifications: Arc::new(Notifications::none()),
             client,
+            reach,
             agent: config.agent.clone(),
             history: HistoryLog::new(&config.agent.state_dir),
             engine_supervised,
@@ -286,6 +291,12 @@ impl Syncer {
                 rec.outcome = outcome;
                 inputs
             }
+            // A sync that failed once shutdown came (a request cut short, a step that
+            // saw it) was interrupted: the next start syncs it again.
+            Err(_) if crate::shutdown::is_stopped(shutdown) => {
+                rec.outcome = Outcome::Interrupted;
+                None
+            }
             Err(stop) => {
                 rec.outcome = outcome_of(stop);
                 None
@@ -381,13 +392,20 @@ async fn write(
     let (same, mut writes) = split_writes(plan.planned);
     rec.unchanged = same.len();
     lock.enter(Step::DryRun);
-    let validated = validate::validate(ctx, &mut writes, journal).await?;
-    hooks::validate(ctx, &hooks, &new_namespaces(&writes), journal).await?;
+    let wanted = namespace::wanted(ctx, &writes, journal).await?;
+    let created = (wanted == Some(namespace::Wanted::Create)).then_some(ctx.app.namespace.as_str());
+    let mut validated = validate::validate(ctx, &mut writes, created, journal).await?;
+    let mut new = new_namespaces(&writes);
+    new.extend(created);
+    hooks::validate(ctx, &hooks, &new, journal).await?;
+    let ahead = store.write_ahead(ctx, &inventory, &writes, journal).await?;
+    lock.enter(Step::Apply);
+    namespace::ensure(ctx, wanted, journal).await?;
+    apply::namespaces_first(ctx, &mut writes, &mut validated, journal).await?;
     lock.enter(Step::Hooks);
     if let Err(stop) = hooks::run(ctx, &hooks, HookPhase::Pre, None, journal).await {
         return Err(failed(ctx, &hooks, stop, journal).await);
     }
-    let ahead = store.write_ahead(ctx, &inventory, &writes, journal).await?;
     let sha = &checkout.commit.sha;
     let waves = Waves {
         validated,
@@ -438,7 +456,7 @@ async fn failed(
 fn new_namespaces(writes: &[Write]) -> Vec<&str> {
     writes
         .iter()
-        .filter(|w| w.target.manifest.kind() == "Namespace" && w.existing() == Some(None))
+        .filter(|w| w.is_new_namespace())
         .map(|w| w.target.manifest.name())
         .collect()
 }

@@ -164,9 +164,22 @@ impl Syncer {
         let plan = prepared.plan;
         let (same, mut writes) = split_writes(plan.planned);
         preview.unchanged = same.len();
-        let validated = validate::validate(ctx, &mut writes, journal).await.is_ok();
+        let wanted = super::namespace::wanted(ctx, &writes, journal)
+            .await
+            .ok()
+            .flatten();
+        let created = (wanted == Some(super::namespace::Wanted::Create))
+            .then_some(ctx.app.namespace.as_str());
+        let validated = validate::validate(ctx, &mut writes, created, journal)
+            .await
+            .is_ok();
         let hooks = &prepared.hooks;
-        let _ = hooks::validate(ctx, hooks, &super::new_namespaces(&writes), journal).await;
+        let mut new = super::new_namespaces(&writes);
+        new.extend(created);
+        let _ = hooks::validate(ctx, hooks, &new, journal).await;
+        if let Some(wanted) = wanted {
+            preview.objects.push(super::namespace::planned(ctx, wanted));
+        }
         for phase in [
             HookPhase::Pre,
             HookPhase::Sync,

@@ -84,5 +84,6 @@ async fn prune_all(ctx: &Ctx<'_>, journal: &mut Journal<'_>) -> Result<usize, St
     .map_err(|e| journal.stop(e))?;
     let local = crate::cluster::inventory::local_path(&agent.state_dir, &ctx.app.name);
     let _ = std::fs::remove_file(local);
+    super::namespace::release(ctx, journal).await;
     Ok(listed)
 }

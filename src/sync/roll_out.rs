@@ -133,10 +133,12 @@ async fn follow_all(
         .collect();
     let records = match follow_and_drive(ctx, &follows).await {
         Ok(followed) => {
-            let recorded = deployments
-                .iter()
-                .zip(followed)
-                .map(|(w, f)| record_rollout(ctx, w, f));
+            let recorded = deployments.iter().zip(followed).map(|(w, f)| {
+                let resumed = before
+                    .get(&w.target.manifest.key())
+                    .is_some_and(|e| e.digest == crate::plan::UNFINISHED);
+                record_rollout(ctx, w, f, resumed)
+            });
             join_all(recorded).await
         }
         Err(e) => {
@@ -212,20 +214,28 @@ fn failed(record: &RolloutRecord) -> bool {
 
 /// The record of one followed rollout; on failure with `on_failure = "rollback"`, rolls
 /// it back and follows that too. Returns the record and an error that is not the
-/// rollout's own.
+/// rollout's own. A `resumed` rollout is one a shutdown cut short, which this sync
+/// followed again.
 async fn record_rollout(
     ctx: &Ctx<'_>,
     w: &Write,
     followed: FollowedRollout,
+    resumed: bool,
 ) -> (RolloutRecord, Option<SyncError>) {
     let m = &w.target.manifest;
     let ns = m.namespace_or_default();
     let revisions = current_revisions(&ctx.syncer.client, ns, m.name()).await;
-    let from = w.existing_revision().and_then(|r| revisions.revision(r));
+    let live = w.existing_revision().and_then(|r| revisions.revision(r));
+    // A rollout this sync resumed (a restart cut the last one short: its template was
+    // live already) comes from the revision before it, as `kubectl rollout undo` sees it.
+    let from = match live {
+        Some(rs) if resumed && rs.hash == revisions.hash => revisions.previous(),
+        live => live,
+    };
     let mut record = RolloutRecord {
         deployment: m.key(),
         engine: engine_name(ctx).into(),
-        revision_from: w.existing_revision(),
+        revision_from: from.map(|rs| rs.revision),
         replica_set_from: from.map(|rs| rs.name.clone()),
         hash_from: from.map(|rs| rs.hash.clone()),
         images_from: from.map(|rs| rs.images.clone()).unwrap_or_default(),
@@ -250,9 +260,8 @@ async fn record_rollout(
     }
 }
 
-/// Restores the template of the revision that ran before this sync; for a rollout this
-/// sync resumed (one a restart cut short: the template was live already), the revision
-/// before it, as `kubectl rollout undo` would.
+/// Restores the template of the revision that ran before this sync (for a rollout this
+/// sync resumed, the revision before it: see [`record_rollout`]).
 async fn roll_back(
     ctx: &Ctx<'_>,
     w: &Write,
@@ -261,12 +270,10 @@ async fn roll_back(
 ) -> Result<Option<RollbackRecord>, SyncError> {
     let prefix = w.target.manifest.key().kubectl();
     let report = |line: &str| ctx.say(&format!("{prefix}: {line}"));
-    let resumed = failed.revision_from.is_some() && failed.revision_from == failed.rollout.revision;
     let Some(target) = failed
         .revision_from
         .and_then(|r| revisions.revision(r))
         .filter(|rs| rs.hash != revisions.hash)
-        .or_else(|| resumed.then(|| revisions.previous()).flatten())
     else {
         report("no earlier revision to roll back to: left as it is");
         return Ok(None);

@@ -23,12 +23,14 @@ pub(super) struct Validated {
 }
 
 /// Dry-runs every object that can be checked before the first write. Objects in a
-/// namespace, or of a kind, that this commit creates can only be checked once stage 0
-/// (Namespaces, CRDs) is applied: they come back as `late`. The writes keep the server's
-/// answers (or its refusals).
+/// namespace, or of a kind, that this commit creates (or `created`, the app's namespace
+/// that `create_namespace` creates) can only be checked once stage 0 (Namespaces, CRDs)
+/// is applied: they come back as `late`. The writes keep the server's answers (or its
+/// refusals).
 pub(super) async fn validate(
     ctx: &Ctx<'_>,
     writes: &mut [Write],
+    created: Option<&str>,
     journal: &mut Journal<'_>,
 ) -> Result<Validated, Stop> {
     let first: Vec<usize> = (0..writes.len())
@@ -37,10 +39,9 @@ pub(super) async fn validate(
     dry_run(ctx, writes, &first, journal).await?;
     let new_namespaces: HashSet<String> = first
         .iter()
-        .filter(|&&i| {
-            writes[i].target.manifest.kind() == "Namespace" && writes[i].existing() == Some(None)
-        })
+        .filter(|&&i| writes[i].is_new_namespace())
         .map(|&i| writes[i].target.manifest.name().to_string())
+        .chain(created.map(String::from))
         .collect();
     let (now, late): (Vec<usize>, Vec<usize>) = (0..writes.len())
         .filter(|i| !first.contains(i))
@@ -116,9 +117,29 @@ async fn send(
 /// Records the dry run's refusal of `w` (and says it); always true: a refusal fails the
 /// dry run.
 fn refuse(w: &mut Write, e: ClusterError, journal: &mut Journal<'_>) -> bool {
+    let e = match e {
+        ClusterError::Object {
+            verb,
+            key,
+            origin,
+            message,
+        } if is_missing_namespace(&message) => ClusterError::Object {
+            verb,
+            key,
+            origin,
+            message: format!("{message}: add the Namespace to the commit, or set create_namespace = true on the app (for its own namespace)"),
+        },
+        e => e,
+    };
     w.refused = Some(e.to_string());
     journal.fail(e);
     true
+}
+
+/// The API server's answer for an object in a namespace that does not exist:
+/// `namespaces "data" not found`.
+fn is_missing_namespace(message: &str) -> bool {
+    message.starts_with("namespaces \"") && message.ends_with("\" not found")
 }
 
 /// With `engine = "agent"`: refuses, before anything is written, Deployments whose

@@ -68,6 +68,12 @@ impl Write {
         crate::rollout::revisions::revision_of(&self.dry_run.as_ref()?.metadata)
     }
 
+    /// Whether the object is a Namespace the cluster does not hold yet.
+    pub fn is_new_namespace(&self) -> bool {
+        let m = &self.target.manifest;
+        m.group().is_empty() && m.kind() == "Namespace" && self.existing() == Some(None)
+    }
+
     /// Whether the object is a Deployment.
     pub fn is_deployment(&self) -> bool {
         let m = &self.target.manifest;

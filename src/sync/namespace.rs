@@ -1,0 +1,226 @@
+//! `[[app]] create_namespace = true`: the app's namespace created when it is missing, as
+//! Argo CD's `CreateNamespace=true` and `helm --create-namespace` do — after the dry run
+//! passed, before anything is written in it. It is labelled as berth's
+//! (`app.kubernetes.io/managed-by: berth`) and once per app that asks for it
+//! (`namespace.berth.dev/APP: "true"`), each app's label written under a field manager of
+//! its own, so that apps sharing the namespace never undo each other; the last of them
+//! removed with `prune = true` deletes it. A namespace berth did not create is neither
+//! labelled nor ever deleted; one the commit holds is the commit's.
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+
+use super::context::{Ctx, Journal, Stop};
+use super::write::Write;
+use crate::cluster::{Action, ClusterError};
+use crate::history::ObjectAction;
+use crate::manifest::ObjectKey;
+
+/// The label every namespace berth created carries.
+const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "berth");
+/// The prefix of the label each app that asked for the namespace sets (`…/APP`).
+const ASKED_BY: &str = "namespace.berth.dev/";
+
+/// What `create_namespace` asks of a sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wanted {
+    /// The namespace is missing: created (objects in it are dry-run once it is).
+    Create,
+    /// Another app had berth create it: this app's label is added.
+    Label,
+}
+
+/// What the sync must do for the app's namespace; `None` when the app does not ask, the
+/// commit holds the Namespace, or nothing is to be done.
+pub(super) async fn wanted(
+    ctx: &Ctx<'_>,
+    writes: &[Write],
+    journal: &mut Journal<'_>,
+) -> Result<Option<Wanted>, Stop> {
+    let name = ctx.app.namespace.as_str();
+    let in_commit = writes.iter().any(|w| {
+        let m = &w.target.manifest;
+        m.group().is_empty() && m.kind() == "Namespace" && m.name() == name
+    });
+    if !ctx.app.create_namespace || in_commit {
+        return Ok(None);
+    }
+    journal.requests += 1;
+    let api: Api<Namespace> = Api::all(ctx.writer.clone());
+    let live = api.get_opt(name).await.map_err(|cause| {
+        journal.stop(ClusterError::Request {
+            what: format!("reading namespace {name} (create_namespace)"),
+            cause,
+        })
+    })?;
+    let labels = live.as_ref().and_then(|ns| ns.metadata.labels.as_ref());
+    let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+    Ok(match live {
+        None => Some(Wanted::Create),
+        Some(_) if label(&asked_by(&ctx.app.name)).is_some() => None,
+        Some(_) if label(MANAGED_BY.0) == Some(MANAGED_BY.1) => Some(Wanted::Label),
+        Some(_) => None,
+    })
+}
+
+/// Creates the app's namespace, or adds the app's label to it, as [`wanted`] said.
+pub(super) async fn ensure(
+    ctx: &Ctx<'_>,
+    wanted: Option<Wanted>,
+    journal: &mut Journal<'_>,
+) -> Result<(), Stop> {
+    let Some(wanted) = wanted else {
+        return Ok(());
+    };
+    let name = ctx.app.namespace.as_str();
+    let object = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": name,
+            "labels": { MANAGED_BY.0: MANAGED_BY.1, asked_by(&ctx.app.name): "true" },
+        },
+    });
+    journal.requests += 1;
+    let api: Api<Namespace> = Api::all(ctx.writer.clone());
+    let params = PatchParams::apply(&manager(ctx)).force();
+    api.patch(name, &params, &Patch::Apply(object))
+        .await
+        .map_err(|cause| {
+            journal.stop(ClusterError::Request {
+                what: format!("creating namespace {name} (create_namespace)"),
+                cause,
+            })
+        })?;
+    let (action, note) = match wanted {
+        Wanted::Create => (Action::Created, "create_namespace"),
+        Wanted::Label => (
+            Action::Configured,
+            "create_namespace: shared with another app",
+        ),
+    };
+    let key = key(name);
+    ctx.say(&format!("{} {} ({note})", key.kubectl(), action.as_str()));
+    journal.objects.push(ObjectAction {
+        key,
+        action,
+        source: None,
+        note: Some(note.to_string()),
+    });
+    Ok(())
+}
+
+/// The plan's line for the app's namespace.
+pub(super) fn planned(ctx: &Ctx<'_>, wanted: Wanted) -> super::PlannedObject {
+    let (action, note) = match wanted {
+        Wanted::Create => ("create", "create_namespace"),
+        Wanted::Label => ("configure", "create_namespace: shared with another app"),
+    };
+    super::PlannedObject {
+        key: key(&ctx.app.namespace),
+        action,
+        note: Some(note.into()),
+        diff: None,
+        wave: None,
+    }
+}
+
+/// For an app removed with `prune = true`: its label comes off the namespace, and the
+/// namespace is deleted when no other app's label is left (unless one was added since it
+/// was read: the deletion's precondition).
+pub(super) async fn release(ctx: &Ctx<'_>, journal: &mut Journal<'_>) {
+    if !ctx.app.create_namespace {
+        return;
+    }
+    let name = ctx.app.namespace.as_str();
+    let api: Api<Namespace> = Api::all(ctx.writer.clone());
+    let failed = |journal: &mut Journal<'_>, what: &str, cause| {
+        journal.fail(ClusterError::Request {
+            what: format!("{what} namespace {name} (create_namespace)"),
+            cause,
+        })
+    };
+    journal.requests += 1;
+    let live = match api.get_opt(name).await {
+        Ok(Some(ns)) => ns,
+        Ok(None) => return,
+        Err(e) => return failed(journal, "reading", e),
+    };
+    let ours = asked_by(&ctx.app.name);
+    if live
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(&ours))
+        .is_none()
+    {
+        return;
+    }
+    // Applying nothing under the app's own manager takes back what it set: its label.
+    let bare =
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    journal.requests += 1;
+    let params = PatchParams::apply(&manager(ctx)).force();
+    let left = match api.patch(name, &params, &Patch::Apply(bare)).await {
+        Ok(ns) => ns,
+        Err(e) => return failed(journal, "unlabelling", e),
+    };
+    let others = left
+        .metadata
+        .labels
+        .iter()
+        .flatten()
+        .any(|(k, _)| k.starts_with(ASKED_BY));
+    let key = key(name);
+    if others {
+        ctx.say(&format!(
+            "{} kept (create_namespace: another app asked for it too)",
+            key.kubectl()
+        ));
+        return;
+    }
+    journal.requests += 1;
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            resource_version: left.metadata.resource_version.clone(),
+            uid: None,
+        }),
+        ..DeleteParams::background()
+    };
+    if let Err(e) = api.delete(name, &params).await {
+        return failed(journal, "deleting", e);
+    }
+    ctx.say(&format!(
+        "{} pruned (create_namespace: the last app that asked for it)",
+        key.kubectl()
+    ));
+    journal.objects.push(ObjectAction {
+        key,
+        action: Action::Pruned,
+        source: None,
+        note: Some("create_namespace: the last app that asked for it".into()),
+    });
+}
+
+/// The label of the app that asked for the namespace.
+fn asked_by(app: &str) -> String {
+    format!("{ASKED_BY}{app}")
+}
+
+/// The field manager of the app's label: its own, so apps sharing the namespace never
+/// take each other's label away.
+fn manager(ctx: &Ctx<'_>) -> String {
+    format!(
+        "{}-namespace-{}",
+        ctx.syncer.agent.field_manager, ctx.app.name
+    )
+}
+
+fn key(name: &str) -> ObjectKey {
+    ObjectKey {
+        group: String::new(),
+        kind: "Namespace".into(),
+        namespace: None,
+        name: name.to_string(),
+    }
+}
