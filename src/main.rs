@@ -61,6 +61,7 @@ fn main() -> ExitCode {
     // berth's state holds Secret manifests: whatever berth or a library creates is its
     // user's only (0700 folders, 0600 files), not only under the shipped unit's UMask=.
     berth::state::restrict_umask();
+    berth::source::git::read_repositories_of_other_users();
     let cli = Cli::parse();
     if !matches!(
         cli.command,

@@ -23,6 +23,60 @@ pub fn restrict_umask() {
     unsafe { libc::umask(0o077) };
 }
 
+/// `state_dir` belongs to another user than the one berth runs as: what this run would
+/// write there (git's cache, trees, inventory copies) would be this user's, and the
+/// owner — the service — could no longer write it.
+#[derive(Debug, thiserror::Error)]
+#[error("{dir} belongs to {owner}, not to {me} that runs this command: files it writes there would lock {owner} (the service) out. Run it as that user: sudo -u {owner} berth {command} (berth status and berth history only read it, as any user)")]
+pub struct NotOwner {
+    /// The state folder.
+    pub dir: String,
+    /// Its owner's name (or `uid N`).
+    pub owner: String,
+    /// This process's user.
+    pub me: String,
+    /// The command, as the hint writes it.
+    pub command: String,
+}
+
+/// Refuses to write into a `state_dir` that another user owns (a one-off `sudo berth
+/// sync` on the service's folder would leave root's files there). A folder that does not
+/// exist yet is this run's to make.
+///
+/// # Errors
+/// [`NotOwner`], naming the owner and the command to run as it.
+pub fn owned_by_me(dir: &Path, command: &str) -> Result<(), NotOwner> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return Ok(());
+    };
+    // SAFETY: geteuid(2) cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() == me {
+        return Ok(());
+    }
+    Err(NotOwner {
+        dir: dir.display().to_string(),
+        owner: user_name(meta.uid()),
+        me: user_name(me),
+        command: command.to_string(),
+    })
+}
+
+/// The name `/etc/passwd` gives `uid`, else `uid N`.
+fn user_name(uid: u32) -> String {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    passwd
+        .lines()
+        .filter_map(|l| {
+            let mut fields = l.split(':');
+            let name = fields.next()?;
+            (fields.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_string())
+        })
+        .next()
+        .unwrap_or_else(|| format!("uid {uid}"))
+}
+
 /// Creates `dir` (and its missing parents) 0700, and makes it 0700 if it exists: a state
 /// folder made by an older berth or by hand (0755 under the usual umask) is tightened, so
 /// nothing below it is reachable by other users.

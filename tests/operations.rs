@@ -478,3 +478,148 @@ async fn create_namespace_creates_shares_and_deletes_with_the_last_app() {
     daemon.signal(libc::SIGTERM);
     daemon.wait(std::time::Duration::from_secs(30));
 }
+
+/// A one-off run as another user (`sudo berth sync` on the service's folder) is refused
+/// before it writes anything there, naming the owner and how to run as it; reading
+/// (`status`, `history`) still works. Runs where the test may hand a folder to another
+/// user (as root, as CI does).
+#[test]
+fn a_run_as_another_user_is_refused_before_it_writes_the_state_folder() {
+    // SAFETY: geteuid(2) cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::os::unix::fs::chown(&state, Some(65534), Some(65534)).unwrap();
+    let config = dir.path().join("berth.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agent]\nstate_dir = \"{}\"\n[cluster]\nkubeconfig = \"/nonexistent/kubeconfig\"\n[[app]]\nname = \"web\"\nrepo = \"/nonexistent/repo\"\n",
+            state.display()
+        ),
+    )
+    .unwrap();
+    let berth = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let owner = std::fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.split(':').nth(2) == Some("65534"))
+        .and_then(|l| l.split(':').next().map(String::from))
+        .unwrap_or_else(|| "uid 65534".into());
+    for command in ["sync", "plan", "run", "rollback"] {
+        let mut args = vec![command];
+        if command == "rollback" {
+            args.extend(["web", "web"]);
+        }
+        let (code, err) = berth(&args);
+        assert_eq!(code, Some(1), "{command}: {err}");
+        assert!(
+            err.contains(&format!("belongs to {owner}"))
+                && err.contains(&format!("sudo -u {owner} berth {command}")),
+            "{command}: {err}"
+        );
+    }
+    assert!(
+        std::fs::read_dir(&state).unwrap().next().is_none(),
+        "nothing written"
+    );
+    let (code, err) = berth(&["history"]);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+/// `berth reload` waits for the agent's answer: a configuration the agent refuses exits
+/// 1 with the reason; a setting only a restart takes (the status page) is said, not
+/// silently dropped.
+#[tokio::test]
+async fn reload_says_what_the_agent_did_with_the_configuration() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "reload").await;
+    let repo = Repo::new();
+    repo.write("a.yaml", &config_map("a", "1"));
+    repo.commit("one");
+    let setup = Setup::new(cp, "reload", &repo, &ns, "");
+    let text = std::fs::read_to_string(&setup.config).unwrap();
+    let mut daemon = common::Daemon::start(&setup.config, &[]);
+    common::eventually("the agent runs", std::time::Duration::from_secs(30), || {
+        setup.state.path().join("berth.pid").exists()
+    });
+
+    std::fs::write(
+        &setup.config,
+        text.replace(
+            "[agent]\n",
+            "[agent]\nstatus_page = true\nlisten = \"127.0.0.1:0\"\n",
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = setup.berth(&["reload"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("status_page") && out.contains("only a restart takes them"),
+        "{out}"
+    );
+
+    std::fs::write(
+        &setup.config,
+        text.replace(
+            &cp.kubeconfig.display().to_string(),
+            "/nonexistent/kubeconfig",
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = setup.berth(&["reload"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("reload refused") && err.contains("/nonexistent/kubeconfig"),
+        "{err}"
+    );
+    daemon.signal(libc::SIGTERM);
+    daemon.wait(std::time::Duration::from_secs(30));
+}
+
+/// A local repository another user owns (a shared `/srv/git`, a deploy user's checkout)
+/// works for the service's user: berth only reads its refs and objects. Runs where the
+/// test may hand the repository to another user (as root, as CI does).
+#[tokio::test]
+async fn a_local_repository_owned_by_another_user_syncs() {
+    // SAFETY: geteuid(2) cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "not-mine").await;
+    let repo = Repo::new();
+    repo.write("a.yaml", &config_map("a", "1"));
+    repo.commit("one");
+    let status = std::process::Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(repo.dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let setup = Setup::new(cp, "not-mine", &repo, &ns, "");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let maps: Api<ConfigMap> = Api::namespaced(client, &ns);
+    assert!(maps.get_opt("a").await.unwrap().is_some());
+}

@@ -224,16 +224,32 @@ impl Agent {
     /// one is refused and the running one stays.
     pub(super) async fn reload(&mut self) {
         self.shared.notifier.send("RELOADING=1");
-        match config::load(&self.config_path) {
+        let answer = match config::load(&self.config_path) {
             Err(e) => {
-                tracing::error!(error = %e, "configuration reload refused; the running configuration stays")
+                tracing::error!(error = %e, "configuration reload refused; the running configuration stays");
+                Err(format!(
+                    "configuration reload refused; the running configuration stays: {e}"
+                ))
             }
-            Ok(new) => self.apply(new).await,
-        }
+            Ok(new) => {
+                let later = self.config.agent.restart_only(&new.agent);
+                self.apply(new).await.map(|said| match later.as_slice() {
+                    [] => said,
+                    keys => {
+                        let keys = keys.join(", ");
+                        tracing::warn!("{keys}: changed, but only a restart takes them (systemctl restart berth); the running values stay until then");
+                        format!("{said}; {keys} changed, but only a restart takes them (systemctl restart berth)")
+                    }
+                })
+            }
+        };
+        super::answer_reload(&self.config.agent.state_dir, &answer);
         self.shared.notifier.send("READY=1");
     }
 
-    pub(super) async fn apply(&mut self, new: Config) {
+    /// Runs `new` in place of the running configuration; what was done, or why it was
+    /// refused.
+    pub(super) async fn apply(&mut self, new: Config) -> Result<String, String> {
         // With sharding the assignment decides which apps run here, not leadership.
         let sharded = self.shared.shard.is_some();
         let leading = !sharded && (!self.apps.is_empty() || self.config.apps.is_empty());
@@ -258,7 +274,7 @@ impl Agent {
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "configuration reload refused: the new cluster or notify settings do not work; the running configuration stays");
-                    return;
+                    return Err(format!("configuration reload refused: the new cluster or notify settings do not work; the running configuration stays: {e}"));
                 }
             }
             self.stop_all().await;
@@ -271,11 +287,9 @@ impl Agent {
             } else if sharded {
                 self.rebalance(self.members.clone()).await;
             }
-            tracing::info!(
-                apps = self.config.apps.len(),
-                "configuration reloaded: agent, cluster or notify settings changed, every app restarted"
-            );
-            return;
+            let said = "configuration reloaded: agent, cluster or notify settings changed, every app restarted";
+            tracing::info!(apps = self.config.apps.len(), "{said}");
+            return Ok(said.to_string());
         }
         self.shared.syncer().set_apps(&new.apps);
         let wanted: BTreeMap<String, AppConfig> = new
@@ -316,6 +330,9 @@ impl Agent {
             self.rebalance(self.members.clone()).await;
         }
         tracing::info!(added, removed, changed, "configuration reloaded");
+        Ok(format!(
+            "configuration reloaded: {added} added, {removed} removed, {changed} changed"
+        ))
     }
 }
 

@@ -197,6 +197,44 @@ pub fn pid_file(config: &Config) -> PathBuf {
     config.agent.state_dir.join("berth.pid")
 }
 
+/// Where the agent answers the last `berth reload`: one JSON object (`pid`, `at`,
+/// `taken`, `message`).
+pub fn reload_answer(state_dir: &std::path::Path) -> PathBuf {
+    state_dir.join("reload.json")
+}
+
+/// The answer to a reload, for `berth reload` to print (and exit 1 on a refusal).
+#[derive(Debug, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct ReloadAnswer {
+    /// The agent's pid.
+    pub pid: u32,
+    /// When it answered.
+    pub at: Timestamp,
+    /// Whether the new configuration runs.
+    pub taken: bool,
+    /// What was done, or why not.
+    pub message: String,
+}
+
+fn answer_reload(state_dir: &std::path::Path, answer: &Result<String, String>) {
+    let (taken, message) = match answer {
+        Ok(m) => (true, m.clone()),
+        Err(m) => (false, m.clone()),
+    };
+    let answer = ReloadAnswer {
+        pid: std::process::id(),
+        at: Timestamp::now(),
+        taken,
+        message,
+    };
+    let written = serde_json::to_vec(&answer)
+        .map_err(std::io::Error::other)
+        .and_then(|text| crate::state::write_private(&reload_answer(state_dir), &text));
+    if let Err(e) = written {
+        tracing::warn!(error = %e, "cannot write the reload's answer for berth reload");
+    }
+}
+
 /// Runs the agent until shutdown.
 ///
 /// # Errors

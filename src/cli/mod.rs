@@ -19,6 +19,16 @@ pub fn say(line: impl std::fmt::Display) {
     let _ = writeln!(std::io::stdout().lock(), "{line}");
 }
 
+/// Refuses to run `command` on a `state_dir` another user owns (see
+/// [`berth::state::owned_by_me`]): before anything is written there.
+///
+/// # Errors
+/// The state folder is someone else's.
+pub fn own_state(config: &berth::config::Config, command: &str) -> anyhow::Result<()> {
+    berth::state::owned_by_me(&config.agent.state_dir, command)?;
+    Ok(())
+}
+
 /// At a terminal, a cluster that is down is one clear line within seconds (the API
 /// server's address and the cause), not a minute of retries: one-shot commands ask it once
 /// before their first request.

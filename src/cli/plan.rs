@@ -62,6 +62,7 @@ pub enum Format {
 /// Runs `berth plan`: exit code 1 when a sync would fail.
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
+    super::own_state(&config, "plan")?;
     let syncer = if args.offline {
         None
     } else {

@@ -27,6 +27,7 @@ pub struct Args {
 /// Runs `berth rollback`.
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
+    super::own_state(&config, "rollback")?;
     let app = select(&config.apps, std::slice::from_ref(&args.app))?[0];
     super::reach_cluster(&config).await?;
     let syncer = Syncer::connect(&config, false).await?.notify(&config)?;

@@ -14,6 +14,7 @@ use tokio::signal::unix::{signal, SignalKind};
 /// Runs the agent until SIGTERM or SIGINT.
 pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
+    super::own_state(&config, "run")?;
     let syncer = Arc::new(Syncer::connect(&config, true).await?.notify(&config)?);
     // A cluster that is down does not stop the agent: it serves /healthz (alive), /readyz
     // says the cluster is unreachable, and each app's next sync finds it back.
@@ -65,6 +66,8 @@ pub fn reload(config_path: &Path) -> anyhow::Result<ExitCode> {
         .trim()
         .parse()
         .with_context(|| format!("{} does not hold a pid", pid_file.display()))?;
+    let answers = agent::reload_answer(&config.agent.state_dir);
+    let before = read_answer(&answers);
     // SAFETY: kill(2) on the pid the running agent wrote for exactly this.
     if unsafe { libc::kill(pid, libc::SIGHUP) } != 0 {
         anyhow::bail!(
@@ -72,6 +75,36 @@ pub fn reload(config_path: &Path) -> anyhow::Result<ExitCode> {
             std::io::Error::last_os_error()
         );
     }
-    println!("asked berth (pid {pid}) to reload {}; its log says whether the new configuration was taken", config_path.display());
-    Ok(ExitCode::SUCCESS)
+    println!(
+        "asked berth (pid {pid}) to reload {}",
+        config_path.display()
+    );
+    let waited = std::time::Instant::now();
+    while waited.elapsed() < RELOAD_WAIT {
+        match read_answer(&answers) {
+            Some(answer) if Some(&answer) != before.as_ref() => {
+                if answer.taken {
+                    println!("{}", answer.message);
+                    return Ok(ExitCode::SUCCESS);
+                }
+                eprintln!("error: {}", answer.message);
+                return Ok(ExitCode::FAILURE);
+            }
+            _ => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
+    }
+    anyhow::bail!(
+        "berth (pid {pid}) did not answer within {}s: its log (journalctl -u berth) says whether the new configuration was taken",
+        RELOAD_WAIT.as_secs()
+    )
+}
+
+/// How long `berth reload` waits for the agent's answer (a reload that changes the
+/// cluster waits for the running syncs to end).
+const RELOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The agent's last answer to a reload, if it is readable.
+fn read_answer(path: &Path) -> Option<agent::ReloadAnswer> {
+    let text = std::fs::read(path).ok()?;
+    serde_json::from_slice(&text).ok()
 }

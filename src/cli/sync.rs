@@ -38,6 +38,7 @@ pub struct Args {
 /// 1 when any app failed or did not sync because an app it depends on is not ready.
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
+    super::own_state(&config, "sync")?;
     let mut apps = select(&config.apps, &args.apps)?;
     if args.with_deps {
         let named: Vec<&str> = apps.iter().map(|a| a.name.as_str()).collect();

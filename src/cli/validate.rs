@@ -25,6 +25,10 @@ pub struct Args {
 /// Runs `berth validate`.
 pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
+    if args.dir.is_none() {
+        // It fetches each app's commit into state_dir.
+        super::own_state(&config, "validate")?;
+    }
     println!(
         "config {}: ok ({})",
         config_path.display(),

@@ -102,6 +102,43 @@ pub struct AgentConfig {
 /// resident, and at 768 MiB up to 963 MiB, too near 1 GiB (docs/security.md).
 pub const DEFAULT_RENDER_MEMORY: u64 = 640 << 20;
 
+impl AgentConfig {
+    /// The settings that differ in `new` and that only a restart takes (the endpoint,
+    /// the status page, the Leases, the state folder, the log format): a reload keeps the
+    /// running ones and says so.
+    pub fn restart_only(&self, new: &AgentConfig) -> Vec<&'static str> {
+        let differs = [
+            ("state_dir", self.state_dir != new.state_dir),
+            ("log_format", self.log_format != new.log_format),
+            ("listen", self.listen != new.listen),
+            (
+                "max_connections",
+                self.max_connections != new.max_connections,
+            ),
+            ("status_page", self.status_page != new.status_page),
+            (
+                "status_page_credentials",
+                self.status_page_credentials != new.status_page_credentials
+                    || self.status_page_credentials_on_loopback
+                        != new.status_page_credentials_on_loopback,
+            ),
+            (
+                "leader_election",
+                self.leader_election != new.leader_election,
+            ),
+            ("sharding", self.sharding != new.sharding),
+            (
+                "lease_name",
+                self.lease_name != new.lease_name || self.lease_duration != new.lease_duration,
+            ),
+        ];
+        differs
+            .into_iter()
+            .filter_map(|(key, differs)| differs.then_some(key))
+            .collect()
+    }
+}
+
 impl Default for AgentConfig {
     fn default() -> Self {
         AgentConfig {

@@ -45,8 +45,8 @@ pub enum SourceError {
         /// Which bound, or which entry.
         why: String,
     },
-    /// A local repository path that does not exist.
-    #[error("cannot fetch {}: the path does not exist (check the app's repo)", path.display())]
+    /// A local repository path that does not exist (or that the service cannot see).
+    #[error("cannot fetch {}: the path does not exist (check the app's repo){}", path.display(), hidden_by_unit(path))]
     NoSuchPath {
         /// The absolute path.
         path: PathBuf,
@@ -100,6 +100,30 @@ pub fn remote_url(repo: &str) -> String {
     std::path::absolute(repo)
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| repo.to_string())
+}
+
+/// Under systemd, a path the shipped unit hides: its hint.
+fn hidden_by_unit(path: &std::path::Path) -> &'static str {
+    let hidden = ["/home", "/root", "/run/user", "/tmp", "/var/tmp"];
+    let under_systemd = std::env::var_os("INVOCATION_ID").is_some();
+    if under_systemd && hidden.iter().any(|h| path.starts_with(h)) {
+        "; the shipped unit hides /home, /root and /run/user (ProtectHome=yes) and gives the service a /tmp of its own (PrivateTmp=yes): keep the repository elsewhere, such as /srv/git, readable by the service's user"
+    } else {
+        ""
+    }
+}
+
+/// Lets berth read local repositories that another user owns (a shared `/srv/git`, a
+/// deploy user's checkout). git refuses such a repository ("dubious ownership") because
+/// git itself would run what its config names (hooks, `core.fsmonitor`, filters); berth
+/// runs nothing of a repository: libgit2 reads its refs and objects, and berth writes the
+/// trees itself. Its own caches in `state_dir` are checked by [`crate::state`] instead.
+/// Call it before any thread starts: the setting is process-wide.
+pub fn read_repositories_of_other_users() {
+    // SAFETY: called once at start, before any thread that could use libgit2.
+    if let Err(e) = unsafe { git2::opts::set_verify_owner_validation(false) } {
+        tracing::warn!(error = %e, "cannot let libgit2 read repositories of other users");
+    }
 }
 
 /// The local folder of a `file://` URL or a path, when the repository is local.
