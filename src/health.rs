@@ -51,6 +51,7 @@ pub fn health(group: &str, kind: &str, object: &Value) -> Health {
     match (group, kind) {
         ("apps", "StatefulSet") => stateful_set(object),
         ("apps", "DaemonSet") => daemon_set(status),
+        ("apps", "ReplicaSet") | ("", "ReplicationController") => replica_set(object),
         ("batch", "Job") => job(status),
         ("", "PersistentVolumeClaim") => match status["phase"].as_str() {
             Some("Bound") => Health::Current,
@@ -88,8 +89,18 @@ pub const NO_ENDPOINTS: &str = "no ready endpoints";
 fn reports_generation(group: &str, kind: &str) -> bool {
     matches!(
         (group, kind),
-        ("apps", "StatefulSet" | "DaemonSet" | "ReplicaSet")
+        ("apps", "StatefulSet" | "DaemonSet" | "ReplicaSet") | ("", "ReplicationController")
     )
+}
+
+/// A ReplicaSet or ReplicationController: ready once as many pods are ready as it wants.
+fn replica_set(object: &Value) -> Health {
+    let replicas = object["spec"]["replicas"].as_i64().unwrap_or(1);
+    let ready = int(&object["status"]["readyReplicas"]);
+    if ready < replicas {
+        return Health::InProgress(format!("{ready} of {replicas} replicas ready"));
+    }
+    Health::Current
 }
 
 fn int(v: &Value) -> i64 {
@@ -223,6 +234,28 @@ fn conditions(status: &Value) -> Health {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Argo CD's sync-waves example gates a wave on a ReplicaSet: ready means its pods
+    /// are, not that the controller saw it.
+    #[test]
+    fn a_replica_set_is_ready_once_its_pods_are() {
+        let rs = |ready: i64| {
+            json!({"metadata": {"generation": 1}, "spec": {"replicas": 2},
+                   "status": {"observedGeneration": 1, "replicas": 2, "readyReplicas": ready}})
+        };
+        for (group, kind) in [("apps", "ReplicaSet"), ("", "ReplicationController")] {
+            assert_eq!(
+                health(group, kind, &rs(0)),
+                Health::InProgress("0 of 2 replicas ready".into())
+            );
+            assert_eq!(health(group, kind, &rs(2)), Health::Current);
+            let unseen = json!({"metadata": {"generation": 2}, "spec": {"replicas": 0}});
+            assert!(matches!(
+                health(group, kind, &unseen),
+                Health::InProgress(_)
+            ));
+        }
+    }
 
     #[test]
     fn a_crd_is_ready_once_established() {

@@ -27,12 +27,14 @@ pub fn restrict_umask() {
 /// write there (git's cache, trees, inventory copies) would be this user's, and the
 /// owner — the service — could no longer write it.
 #[derive(Debug, thiserror::Error)]
-#[error("{dir} belongs to {owner}, not to {me} that runs this command: files it writes there would lock {owner} (the service) out. Run it as that user: sudo -u {owner} berth {command} (berth status and berth history only read it, as any user)")]
+#[error("{dir} belongs to {owner}, not to {me} that runs this command: files it writes there would lock {owner} (the service) out. Run it as that user: sudo -u {as_user} berth {command} (berth status and berth history only read it, as any user)")]
 pub struct NotOwner {
     /// The state folder.
     pub dir: String,
     /// Its owner's name (or `uid N`).
     pub owner: String,
+    /// The owner as `sudo -u` takes it (a name, or `'#N'`).
+    pub as_user: String,
     /// This process's user.
     pub me: String,
     /// The command, as the hint writes it.
@@ -55,26 +57,26 @@ pub fn owned_by_me(dir: &Path, command: &str) -> Result<(), NotOwner> {
     if meta.uid() == me {
         return Ok(());
     }
+    let owner = user_name(meta.uid());
     Err(NotOwner {
         dir: dir.display().to_string(),
-        owner: user_name(meta.uid()),
-        me: user_name(me),
+        owner: owner
+            .clone()
+            .unwrap_or_else(|| format!("uid {}", meta.uid())),
+        as_user: owner.unwrap_or_else(|| format!("'#{}'", meta.uid())),
+        me: user_name(me).unwrap_or_else(|| format!("uid {me}")),
         command: command.to_string(),
     })
 }
 
-/// The name `/etc/passwd` gives `uid`, else `uid N`.
-fn user_name(uid: u32) -> String {
+/// The name `/etc/passwd` gives `uid` (a service's dynamic user has none there).
+fn user_name(uid: u32) -> Option<String> {
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    passwd
-        .lines()
-        .filter_map(|l| {
-            let mut fields = l.split(':');
-            let name = fields.next()?;
-            (fields.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_string())
-        })
-        .next()
-        .unwrap_or_else(|| format!("uid {uid}"))
+    passwd.lines().find_map(|l| {
+        let mut fields = l.split(':');
+        let name = fields.next()?;
+        (fields.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_string())
+    })
 }
 
 /// Creates `dir` (and its missing parents) 0700, and makes it 0700 if it exists: a state

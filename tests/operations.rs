@@ -623,3 +623,33 @@ async fn a_local_repository_owned_by_another_user_syncs() {
     let maps: Api<ConfigMap> = Api::namespaced(client, &ns);
     assert!(maps.get_opt("a").await.unwrap().is_some());
 }
+
+/// Objects of a kind no CRD defines yet (Gateway API's, whose group ends in `.k8s.io`):
+/// one error for the kind, blaming the missing CRD, not the cluster's version.
+#[tokio::test]
+async fn a_missing_crd_is_one_error_that_names_it() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "no-crd").await;
+    let repo = Repo::new();
+    for name in ["web", "api"] {
+        repo.write(
+            &format!("{name}.yaml"),
+            &format!("apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata:\n  name: {name}\nspec:\n  gatewayClassName: x\n  listeners: []\n"),
+        );
+    }
+    repo.commit("gateways");
+    let setup = Setup::new(cp, "no-crd", &repo, &ns, "");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}{err}");
+    let said: Vec<&str> = out.lines().filter(|l| l.contains("unknown kind")).collect();
+    assert_eq!(said.len(), 1, "{out}");
+    assert!(
+        said[0].contains("is its CRD installed?")
+            && said[0].contains("(and 1 more object of this kind)")
+            && !out.contains("in any version"),
+        "{out}"
+    );
+}

@@ -138,12 +138,13 @@ impl ClusterKinds {
             .ok_or_else(|| ClusterError::UnknownKind(Box::new(self.explain(UnknownKind::of(m)))))
     }
 
-    /// `e`, saying why the cluster does not serve its kind: for a built-in group (no dot,
-    /// or `*.k8s.io`) the server's version and the versions of that kind it does serve;
-    /// for any other group, that its CRD may be missing.
+    /// `e`, saying why the cluster does not serve its kind: for a group Kubernetes serves
+    /// itself, the server's version and the versions of that kind it does serve; for any
+    /// other group (a CRD's, Gateway API's `gateway.networking.k8s.io` among them), that
+    /// its CRD may be missing.
     pub fn explain(&self, mut e: UnknownKind) -> UnknownKind {
         let group = e.api_version.rsplit_once('/').map_or("", |(g, _)| g);
-        if group.contains('.') && !group.ends_with(".k8s.io") {
+        if !crate::manifest::scope::is_native_group(group) {
             return e;
         }
         let served: Vec<String> = self

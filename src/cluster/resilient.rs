@@ -52,10 +52,11 @@ pub struct Resilience {
 /// Whether a client's API server answers, shared by all its requests: the first request
 /// that cannot connect (refused, reset, no answer within `request_timeout`) marks it
 /// unreachable and says so once; the first answer of any kind marks it back and says
-/// that once. While it is unreachable a request is tried once, not retried: an outage
-/// fails each sync within `request_timeout`, naming the server and the cause, and what
-/// is waiting learns of its end from [`Reach::back`]. [`Reach::stop`] cuts every
-/// request and retry short (the daemon's shutdown).
+/// that once. A request that cannot connect is retried until `request_timeout` after the
+/// outage began (a restart of the API server is ridden out), then fails naming the server
+/// and the cause — in a longer outage each request fails at once — and what is waiting
+/// learns of its end from [`Reach::back`]. [`Reach::stop`] cuts requests and retries
+/// short (the daemon's shutdown).
 #[derive(Debug)]
 pub struct Reach {
     server: String,
@@ -95,6 +96,11 @@ impl Reach {
     /// True from a failed connection until the next answer.
     pub fn is_down(&self) -> bool {
         *self.down.borrow()
+    }
+
+    /// When the outage began, while there is one.
+    fn down_since(&self) -> Option<Instant> {
+        self.down_since.lock().ok().and_then(|s| *s)
     }
 
     /// Resolves once the server is unreachable.
@@ -258,8 +264,6 @@ where
 {
     let watch = is_watch(&req);
     let started = Instant::now();
-    // In a known outage one attempt is enough: the outage's end is watched elsewhere.
-    let outage = reach.is_down();
     let mut lost_before = false;
     let mut ready = Some(ready);
     let mut next = Some(req);
@@ -322,23 +326,18 @@ where
             Err(e) => return Err(e),
         };
         // Answers (429, 5xx) are retried for `retry_for`; a server that cannot be reached
-        // for `request_timeout` at most, and not at all in an outage already known.
-        let retry = match (lost, outage) {
-            (false, _) => Policy {
-                backoff: BACKOFF,
-                retries: u32::MAX,
-                within: policy.retry_for,
-            },
-            (true, false) => Policy {
-                backoff: BACKOFF,
-                retries: u32::MAX,
-                within: policy.retry_for.min(policy.request_timeout),
-            },
-            (true, true) => Policy {
-                backoff: BACKOFF,
-                retries: 0,
-                within: Duration::ZERO,
-            },
+        // until `request_timeout` after the outage began (a restart is ridden out, a long
+        // outage fails each request at once once that has passed).
+        let within = match reach.down_since().filter(|_| lost) {
+            Some(since) => (since + policy.request_timeout)
+                .saturating_duration_since(started)
+                .min(policy.request_timeout),
+            None => policy.retry_for,
+        };
+        let retry = Policy {
+            backoff: BACKOFF,
+            retries: u32::MAX,
+            within: within.min(policy.retry_for),
         };
         lost_before |= lost;
         let wait = retry.next(attempt, started.elapsed(), server_wait);
@@ -606,8 +605,12 @@ mod tests {
                 std::io::ErrorKind::ConnectionRefused,
             )))
         });
+        let policy = Resilience {
+            request_timeout: Duration::from_millis(400),
+            retry_for: Duration::from_secs(60),
+        };
         let layer = ResilientLayer {
-            policy: PATIENT,
+            policy,
             reach: reach.clone(),
         };
         let req = || Request::get("/version").body(Body::empty()).unwrap();
@@ -615,13 +618,15 @@ mod tests {
         let clock = Instant::now();
         let e = down.ready().await.unwrap().call(req()).await.unwrap_err();
         assert!(
-            e.to_string().contains("Connection refused")
-                || e.to_string().contains("connection refused"),
+            e.to_string()
+                .starts_with("cannot reach the API server at https://test/: ")
+                && e.to_string().to_lowercase().contains("connection refused"),
             "{e}"
         );
         assert!(reach.is_down());
-        assert!(clock.elapsed() <= PATIENT.request_timeout + Duration::from_secs(1));
-        // Known down: one attempt, at once.
+        assert!(clock.elapsed() <= Duration::from_millis(600));
+        // An outage older than request_timeout: one attempt, at once.
+        tokio::time::sleep(policy.request_timeout).await;
         let clock = Instant::now();
         down.ready().await.unwrap().call(req()).await.unwrap_err();
         assert!(clock.elapsed() < Duration::from_millis(100));

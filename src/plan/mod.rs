@@ -35,9 +35,9 @@ pub struct Target {
 
 /// A manifest of a kind the cluster does not serve (and no CRD of the commit defines).
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{origin}: unknown kind {kind} in {api_version}: {why}")]
+#[error("{origin}: unknown kind {kind} in {api_version}: {why}{}", others_too(*others))]
 pub struct UnknownKind {
-    /// Where the object came from.
+    /// Where the (first) object came from.
     pub origin: Origin,
     /// Its apiVersion.
     pub api_version: String,
@@ -45,6 +45,15 @@ pub struct UnknownKind {
     pub kind: String,
     /// Why, and what to do.
     pub why: String,
+    /// How many more objects are of the same kind (said once, with the first).
+    pub others: usize,
+}
+
+fn others_too(others: usize) -> String {
+    match others {
+        0 => String::new(),
+        n => format!(" (and {} of this kind)", crate::plural(n, "more object")),
+    }
 }
 
 impl UnknownKind {
@@ -55,7 +64,22 @@ impl UnknownKind {
             api_version: m.api_version().to_string(),
             kind: m.kind().to_string(),
             why: "the cluster does not serve it (is its CRD installed?)".into(),
+            others: 0,
         }
+    }
+
+    /// One error per kind: the first object of each, counting the rest (a missing CRD is
+    /// one mistake, however many objects use it).
+    pub fn one_per_kind(errors: Vec<UnknownKind>) -> Vec<UnknownKind> {
+        let mut kinds: Vec<UnknownKind> = Vec::new();
+        for e in errors {
+            let same = |k: &&mut UnknownKind| k.api_version == e.api_version && k.kind == e.kind;
+            match kinds.iter_mut().find(same) {
+                Some(first) => first.others += 1 + e.others,
+                None => kinds.push(e),
+            }
+        }
+        kinds
     }
 }
 

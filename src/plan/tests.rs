@@ -396,3 +396,20 @@ fn a_deployment_written_ahead_is_unfinished_until_the_sync_stores_its_end() {
     );
     assert_eq!(ahead.commit, old.commit);
 }
+
+#[test]
+fn a_kind_the_cluster_lacks_is_said_once_with_how_many_objects_use_it() {
+    let errors = ["a", "b", "c"]
+        .iter()
+        .map(|name| UnknownKind::of(&cm(name, "1")))
+        .collect();
+    let said = UnknownKind::one_per_kind(errors);
+    assert_eq!(said.len(), 1);
+    assert!(
+        said[0]
+            .to_string()
+            .ends_with("(and 2 more objects of this kind)"),
+        "{}",
+        said[0]
+    );
+}

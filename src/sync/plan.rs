@@ -20,7 +20,7 @@ pub(super) async fn plan(
     let draft = match draft(manifests, |m| kinds.resolve(m), inventory) {
         Ok(draft) => draft,
         Err(errors) => {
-            errors
+            crate::plan::UnknownKind::one_per_kind(errors)
                 .into_iter()
                 .for_each(|e| journal.fail(kinds.explain(e)));
             return Err(Stop::Failed);
