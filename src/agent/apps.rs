@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::{status_line, AppTask, Heartbeat, Shared, DEBOUNCE, TICK};
+use super::{status_line, AppTask, Heartbeat, ReloadError, Shared, DEBOUNCE, TICK};
 use crate::cluster::resilient::Reach;
 use crate::config::{self, AppConfig, Config, RolloutEngine};
 use crate::history::{Outcome, SyncRecord, Trigger};
@@ -225,12 +225,7 @@ impl Agent {
     pub(super) async fn reload(&mut self) {
         self.shared.notifier.send("RELOADING=1");
         let answer = match config::load(&self.config_path) {
-            Err(e) => {
-                tracing::error!(error = %e, "configuration reload refused; the running configuration stays");
-                Err(format!(
-                    "configuration reload refused; the running configuration stays: {e}"
-                ))
-            }
+            Err(e) => Err(ReloadError::from(e)),
             Ok(new) => {
                 let later = self.config.agent.restart_only(&new.agent);
                 self.apply(new).await.map(|said| match later.as_slice() {
@@ -243,13 +238,16 @@ impl Agent {
                 })
             }
         };
+        if let Err(e) = &answer {
+            tracing::error!("{e}");
+        }
         super::answer_reload(&self.config.agent.state_dir, &answer);
         self.shared.notifier.send("READY=1");
     }
 
     /// Runs `new` in place of the running configuration; what was done, or why it was
     /// refused.
-    pub(super) async fn apply(&mut self, new: Config) -> Result<String, String> {
+    pub(super) async fn apply(&mut self, new: Config) -> Result<String, ReloadError> {
         // With sharding the assignment decides which apps run here, not leadership.
         let sharded = self.shared.shard.is_some();
         let leading = !sharded && (!self.apps.is_empty() || self.config.apps.is_empty());
@@ -272,10 +270,7 @@ impl Agent {
                         *s = syncer;
                     }
                 }
-                Err(e) => {
-                    tracing::error!(error = %e, "configuration reload refused: the new cluster or notify settings do not work; the running configuration stays");
-                    return Err(format!("configuration reload refused: the new cluster or notify settings do not work; the running configuration stays: {e}"));
-                }
+                Err(e) => return Err(ReloadError::Unusable(e)),
             }
             self.stop_all().await;
             self.config = new;

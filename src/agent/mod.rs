@@ -67,6 +67,17 @@ pub enum AgentError {
     StatusPage(#[from] crate::page::AuthError),
 }
 
+/// Why a reload was refused (the running configuration stays).
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The file does not load or validate.
+    #[error("configuration reload refused; the running configuration stays: {0}")]
+    Invalid(#[from] crate::config::ConfigError),
+    /// Its cluster or notify settings do not work.
+    #[error("configuration reload refused: the new cluster or notify settings do not work; the running configuration stays: {0:#}")]
+    Unusable(anyhow::Error),
+}
+
 /// An app loop's sign of life, for the watchdog.
 #[derive(Default)]
 pub struct Heartbeat {
@@ -216,10 +227,10 @@ pub struct ReloadAnswer {
     pub message: String,
 }
 
-fn answer_reload(state_dir: &std::path::Path, answer: &Result<String, String>) {
+fn answer_reload(state_dir: &std::path::Path, answer: &Result<String, ReloadError>) {
     let (taken, message) = match answer {
         Ok(m) => (true, m.clone()),
-        Err(m) => (false, m.clone()),
+        Err(e) => (false, e.to_string()),
     };
     let answer = ReloadAnswer {
         pid: std::process::id(),
