@@ -25,6 +25,11 @@ async fn a_relative_state_dir_is_read_from_the_configuration_files_folder() {
     let ns = common::namespace(&client, "relative").await;
     let repo = Repo::new();
     repo.write("a.yaml", &config_map("a", "1"));
+    // kubectl (YAML 1.1) reads `yes` as a boolean and refuses it: berth warns.
+    repo.write(
+        "b.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\ndata:\n  DEBUG: yes\n",
+    );
     repo.commit("first");
     let setup = Setup::new(cp, "relative", &repo, &ns, "");
     let text = std::fs::read_to_string(&setup.config).unwrap();
@@ -47,6 +52,11 @@ async fn a_relative_state_dir_is_read_from_the_configuration_files_folder() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("warning: b.yaml")
+            && text.contains("data.DEBUG: yes unquoted is the string \"yes\""),
+        "{text}"
+    );
     let maps: Api<ConfigMap> = Api::namespaced(client, &ns);
     assert!(maps.get_opt("a").await.unwrap().is_some());
     let history = berth::history::HistoryLog::new(&setup.state.path().join("state"));

@@ -38,6 +38,7 @@ pub mod source;
 pub mod tool;
 pub mod typed;
 pub mod visitor;
+pub mod yaml11;
 
 pub use bounds::Limits;
 pub use builder::{Builder, ErrorPolicy, Input};

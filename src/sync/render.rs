@@ -10,7 +10,7 @@ use super::inputs::Inputs;
 use super::SyncError;
 use crate::cluster::discovery::ClusterKinds;
 use crate::manifest::helm::Helm;
-use crate::manifest::{kustomize, Builder, Manifest};
+use crate::manifest::{kustomize, yaml11, Builder, Manifest};
 use crate::plan::Inventory;
 use crate::source::git::{self, Checkout};
 
@@ -61,6 +61,22 @@ pub(super) async fn discover(
         .map_err(|e| journal.stop(e))
 }
 
+/// Warns of the values kubectl would read otherwise than berth (`DEBUG: yes`, see
+/// [`yaml11`]); only the files of objects holding such a value are read again.
+fn warn_yaml11(ctx: &Ctx<'_>, checkout: &Checkout, manifests: &[Manifest]) {
+    for m in manifests
+        .iter()
+        .filter(|m| !yaml11::candidates(m).is_empty())
+    {
+        let Ok(text) = std::fs::read_to_string(checkout.dir.join(&m.origin.path)) else {
+            continue;
+        };
+        for warning in yaml11::warnings(m, &text) {
+            ctx.say(&format!("warning: {warning}"));
+        }
+    }
+}
+
 /// The commit's objects through the manifest pipeline; every error of a broken commit is
 /// recorded.
 pub(super) fn render_with(
@@ -83,6 +99,7 @@ pub(super) fn render_with(
             "rendered {}",
             crate::plural(manifests.len(), "object")
         ));
+        warn_yaml11(ctx, checkout, &manifests);
         return Ok(manifests);
     }
     let failed = errors.len();
