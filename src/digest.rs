@@ -6,12 +6,7 @@ use sha2::{Digest, Sha256};
 
 /// `bytes` as lower-case hex, two digits a byte.
 pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
+    hex::encode(bytes)
 }
 
 /// The SHA-256 of `parts` fed one after the other (the digest of their concatenation).

@@ -239,28 +239,24 @@ pub enum Lock {
     Unlock,
 }
 
-/// flock(2) on `file`: whether the lock was taken (`false` only when a `Try` mode found it
-/// held). The kernel drops the lock when the process dies, however it dies.
+/// flock(2) on `file` (std's file locks are flock(2) on Linux): whether the lock was taken
+/// (`false` only when a `Try` mode found it held). The kernel drops the lock when the
+/// process dies, however it dies.
 ///
 /// # Errors
-/// flock(2) failed for another reason than a held lock.
+/// The lock failed for another reason than a held lock.
 pub fn flock(file: &File, mode: Lock) -> std::io::Result<bool> {
-    use std::os::fd::AsRawFd;
-    let operation = match mode {
-        Lock::Exclusive => libc::LOCK_EX,
-        Lock::TryExclusive => libc::LOCK_EX | libc::LOCK_NB,
-        Lock::TryShared => libc::LOCK_SH | libc::LOCK_NB,
-        Lock::Unlock => libc::LOCK_UN,
+    use std::fs::TryLockError;
+    let tried = match mode {
+        Lock::Exclusive => return file.lock().map(|()| true),
+        Lock::Unlock => return file.unlock().map(|()| true),
+        Lock::TryExclusive => file.try_lock(),
+        Lock::TryShared => file.try_lock_shared(),
     };
-    // SAFETY: flock(2) on a descriptor `file` owns for the whole call.
-    if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    if e.kind() == std::io::ErrorKind::WouldBlock {
-        Ok(false)
-    } else {
-        Err(e)
+    match tried {
+        Ok(()) => Ok(true),
+        Err(TryLockError::WouldBlock) => Ok(false),
+        Err(TryLockError::Error(e)) => Err(e),
     }
 }
 

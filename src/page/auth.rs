@@ -123,7 +123,8 @@ impl Credentials {
 
 /// Equality of two digests in a time that does not depend on where they differ.
 fn equal(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use subtle::ConstantTimeEq;
+    a.ct_eq(b).into()
 }
 
 #[cfg(test)]

@@ -380,32 +380,12 @@ impl Pages for Arc<StatusPage> {
 
 /// The value of `key` in a query string, percent-decoded (`+` a space); at most 256 bytes.
 fn param(query: &str, key: &str) -> Option<String> {
-    let raw = query
-        .split('&')
-        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
-        .find(|(k, _)| *k == key)?
-        .1;
-    let bytes = raw.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() && out.len() < 256 {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
+    let (_, value) = form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == key)?;
+    let mut end = value.len().min(256);
+    while !value.is_char_boundary(end) {
+        end -= 1;
     }
-    Some(String::from_utf8_lossy(&out).into_owned())
+    Some(value[..end].to_string())
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> String {

@@ -142,17 +142,29 @@ fn is_scp_like(repo: &str) -> bool {
     }
 }
 
-/// The URL with any user-info (tokens, passwords) replaced by `***`.
+/// The URL with its user-info (a token, a password) replaced by `***`, and each query
+/// value (`?token=…`, `?access_token=…`) too; a URL with neither, an scp-like address or
+/// a path, is shown as written.
 pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
+    let Ok(mut parsed) = url::Url::parse(url) else {
         return url.to_string();
     };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{}***@{}", &url[..scheme_end + 3], &rest[at + 1..]),
-        None => url.to_string(),
+    let user_info = !parsed.username().is_empty() || parsed.password().is_some();
+    if !user_info && parsed.query().is_none() {
+        return url.to_string();
     }
+    if parsed.query().is_some() {
+        let keys: Vec<String> = parsed.query_pairs().map(|(k, _)| k.into_owned()).collect();
+        parsed
+            .query_pairs_mut()
+            .clear()
+            .extend_pairs(keys.iter().map(|k| (k, "***")));
+    }
+    if user_info {
+        let _ = parsed.set_password(None);
+        let _ = parsed.set_username("***");
+    }
+    parsed.to_string()
 }
 
 /// The cache shared by every app of a repository: `state_dir/sources/<name>-<hash>`, the

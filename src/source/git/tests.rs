@@ -4,10 +4,14 @@ use super::*;
 use crate::config::AppConfig;
 
 #[test]
-fn redaction_hides_user_info_only() {
+fn redaction_hides_user_info_and_query_values() {
     assert_eq!(
         redact_url("https://user:s3cret@git.example.com/a.git"),
         "https://***@git.example.com/a.git"
+    );
+    assert_eq!(
+        redact_url("https://git.example.com/a.git?token=s3cret&ref=main"),
+        "https://git.example.com/a.git?token=***&ref=***"
     );
     assert_eq!(
         redact_url("https://git.example.com/a@b.git"),
