@@ -1,5 +1,5 @@
-//! `berth run`: the daemon. SIGTERM/SIGINT stop it (the sync in progress finishes
-//! first), SIGHUP reloads the configuration.
+//! `berth run`: the daemon. SIGTERM/SIGINT stop it within seconds (a sync in flight
+//! stops at its next step and is recorded interrupted), SIGHUP reloads the configuration.
 
 use std::path::Path;
 use std::process::ExitCode;
