@@ -103,8 +103,15 @@ pub fn reload(config_path: &Path) -> anyhow::Result<ExitCode> {
 /// cluster waits for the running syncs to end).
 const RELOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// The agent's last answer to a reload, if it is readable.
+/// The agent's last answer to a reload, if it is readable (a state file: not followed
+/// through a link, read no further than 64 KiB).
 fn read_answer(path: &Path) -> Option<agent::ReloadAnswer> {
-    let text = std::fs::read(path).ok()?;
+    use std::io::Read;
+    let mut text = Vec::new();
+    berth::state::open_state(path)
+        .ok()?
+        .take(64 << 10)
+        .read_to_end(&mut text)
+        .ok()?;
     serde_json::from_slice(&text).ok()
 }

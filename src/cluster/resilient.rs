@@ -136,6 +136,10 @@ impl Reach {
     }
 
     fn answered(&self) {
+        // Every answer passes here: no lock while the server is up.
+        if !self.is_down() {
+            return;
+        }
         let since = self.down_since.lock().ok().and_then(|mut s| s.take());
         if let Some(since) = since {
             let secs = since.elapsed().as_secs();

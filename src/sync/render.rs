@@ -64,13 +64,19 @@ pub(super) async fn discover(
 /// Warns of the values kubectl would read otherwise than berth (`DEBUG: yes`, see
 /// [`yaml11`]); only the files of objects holding such a value are read again.
 fn warn_yaml11(ctx: &Ctx<'_>, checkout: &Checkout, manifests: &[Manifest]) {
+    use std::io::Read;
     for m in manifests
         .iter()
         .filter(|m| !yaml11::candidates(m).is_empty())
     {
-        let Ok(text) = std::fs::read_to_string(checkout.dir.join(&m.origin.path)) else {
+        // Read as the render read it: no further than max_file_size.
+        let mut text = String::new();
+        let path = checkout.dir.join(&m.origin.path);
+        let limit = ctx.syncer.agent.max_file_size;
+        let read = std::fs::File::open(path).and_then(|f| f.take(limit).read_to_string(&mut text));
+        if read.is_err() {
             continue;
-        };
+        }
         for warning in yaml11::warnings(m, &text) {
             ctx.say(&format!("warning: {warning}"));
         }
