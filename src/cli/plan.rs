@@ -73,9 +73,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let (mut previews, mut untouched) = (Vec::new(), Vec::new());
     for configured in select(&config.apps, &args.apps)? {
         let app = match &args.revision {
-            Some(revision) => configured
-                .at_revision(revision)
-                .map_err(anyhow::Error::msg)?,
+            Some(revision) => configured.at_revision(revision)?,
             None => configured.clone(),
         };
         if let Some(syncer) = syncer.as_ref().filter(|_| args.all_affected) {
@@ -127,11 +125,7 @@ fn offline(
             .and_then(|inventory| inventory.commit)
     };
     let base = match args.against.clone().or_else(applied) {
-        Some(revision) => Some(
-            configured
-                .at_revision(&revision)
-                .map_err(anyhow::Error::msg)?,
-        ),
+        Some(revision) => Some(configured.at_revision(&revision)?),
         None => None,
     };
     let agent = &config.agent;

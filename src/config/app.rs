@@ -252,6 +252,11 @@ pub enum GitRef<'a> {
     Commit(&'a str),
 }
 
+/// A revision that names nothing git would take.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("--revision {0:?} is not a commit, branch or tag name")]
+pub struct RevisionError(pub String);
+
 impl AppConfig {
     /// The app as it would be at another revision of its repository, for `berth plan
     /// --revision`: a full commit SHA, `tags/NAME` (or `refs/tags/NAME`), or a branch
@@ -261,7 +266,7 @@ impl AppConfig {
     /// # Errors
     /// A revision that names nothing git would take (empty, starting with `-`, holding
     /// `..`, a space or a control character).
-    pub fn at_revision(&self, revision: &str) -> Result<AppConfig, String> {
+    pub fn at_revision(&self, revision: &str) -> Result<AppConfig, RevisionError> {
         let bad = revision.is_empty()
             || revision.starts_with('-')
             || revision.contains("..")
@@ -269,9 +274,7 @@ impl AppConfig {
                 .chars()
                 .any(|c| c.is_whitespace() || c.is_control());
         if bad {
-            return Err(format!(
-                "--revision {revision:?} is not a commit, branch or tag name"
-            ));
+            return Err(RevisionError(revision.to_string()));
         }
         let mut app = self.clone();
         (app.branch, app.tag, app.commit) = (None, None, None);

@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 
 use super::error::ManifestError;
 use super::object::Manifest;
-use super::sops::{self, Keys};
+use super::read::{read_capped, ReadError};
+use super::sops::{self, KeyError, Keys};
 use crate::config::{AppConfig, DecryptProvider};
 
 /// The most a key or passphrase file may hold.
@@ -30,6 +31,37 @@ const IDENTITY: [&str; 4] = [
     "/metadata/name",
     "/metadata/namespace",
 ];
+
+/// Why a render that met an encrypted file has no keys to open it with (a key's text is
+/// never shown).
+#[derive(Debug, thiserror::Error)]
+pub enum KeyFileError {
+    /// The app has no `[app.decrypt]`.
+    #[error("encrypted with sops, and the app decrypts nothing: set [app.decrypt] provider = \"sops\" with the keys that open it")]
+    NotConfigured,
+    /// The OS refused.
+    #[error("cannot read key file {path}: {cause}")]
+    Unreadable {
+        /// The key file.
+        path: PathBuf,
+        /// The OS's error.
+        cause: std::io::Error,
+    },
+    /// Over [`MAX_KEY_FILE`].
+    #[error("key file {0} is over {MAX_KEY_FILE} bytes")]
+    TooLarge(PathBuf),
+    /// Not UTF-8.
+    #[error("key file {0} is not UTF-8 text")]
+    NotText(PathBuf),
+    /// It holds something other than keys.
+    #[error("{} key file {}: {why}", match why { KeyError::Age { .. } => "age", KeyError::OpenPgp => "OpenPGP" }, path.display())]
+    NotAKey {
+        /// The key file.
+        path: PathBuf,
+        /// What is wrong in it.
+        why: KeyError,
+    },
+}
 
 /// How an app's encrypted files are opened, and where their values may land.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -63,11 +95,17 @@ impl Decryption {
     /// # Errors
     /// A file that cannot be read, is too large, or holds no key (named, with the line of
     /// an age file that is not an identity; a key's text is never shown).
-    pub fn keys(&self) -> Result<Keys, String> {
+    pub fn keys(&self) -> Result<Keys, KeyFileError> {
+        fn not_a_key(path: &Path) -> impl FnOnce(KeyError) -> KeyFileError + '_ {
+            move |why| KeyFileError::NotAKey {
+                path: path.to_path_buf(),
+                why,
+            }
+        }
         let mut keys = Keys::default();
         for file in &self.age_key_files {
             keys.add_age(&read_key_file(file)?)
-                .map_err(|e| format!("age key file {}: {e}", file.display()))?;
+                .map_err(not_a_key(file))?;
         }
         let passphrase = match &self.openpgp_passphrase_file {
             Some(file) => Some(
@@ -81,34 +119,29 @@ impl Decryption {
         };
         for file in &self.openpgp_key_files {
             keys.add_openpgp(&read_key_file(file)?, passphrase.as_deref())
-                .map_err(|e| format!("OpenPGP key file {}: {e}", file.display()))?;
+                .map_err(not_a_key(file))?;
         }
         Ok(keys)
     }
 }
 
-fn read_key_file(file: &Path) -> Result<String, String> {
-    let shown = file.display();
-    let bytes =
-        super::read::read_capped(std::fs::File::open(file), MAX_KEY_FILE).map_err(|e| match e {
-            super::read::ReadError::Io(e) => format!("cannot read key file {shown}: {e}"),
-            super::read::ReadError::TooLarge(_) => {
-                format!("key file {shown} is over {MAX_KEY_FILE} bytes")
-            }
-        })?;
-    String::from_utf8(bytes).map_err(|_| format!("key file {shown} is not UTF-8 text"))
+fn read_key_file(file: &Path) -> Result<String, KeyFileError> {
+    let bytes = read_capped(std::fs::File::open(file), MAX_KEY_FILE).map_err(|e| match e {
+        ReadError::Io(cause) => KeyFileError::Unreadable {
+            path: file.to_path_buf(),
+            cause,
+        },
+        ReadError::TooLarge(_) => KeyFileError::TooLarge(file.to_path_buf()),
+    })?;
+    String::from_utf8(bytes).map_err(|_| KeyFileError::NotText(file.to_path_buf()))
 }
 
 /// The keys of a render that met encrypted files.
 ///
 /// # Errors
 /// The app decrypts nothing, or a key file is unusable: the message, for each file.
-pub fn keys(decryption: Option<&Decryption>) -> Result<Keys, String> {
-    decryption
-        .ok_or_else(|| {
-            "encrypted with sops, and the app decrypts nothing: set [app.decrypt] provider = \"sops\" with the keys that open it".to_string()
-        })?
-        .keys()
+pub fn keys(decryption: Option<&Decryption>) -> Result<Keys, KeyFileError> {
+    decryption.ok_or(KeyFileError::NotConfigured)?.keys()
 }
 
 /// The documents of the encrypted file `path`, decrypted with `keys`; each knows which
@@ -283,7 +316,7 @@ mod tests {
 
     #[test]
     fn without_decryption_an_encrypted_file_says_what_to_set() {
-        let e = keys(None).err().unwrap();
+        let e = keys(None).err().unwrap().to_string();
         assert!(
             e.starts_with("encrypted with sops, and the app decrypts nothing: set [app.decrypt]"),
             "{e}"
@@ -301,7 +334,7 @@ mod tests {
         };
         let e = decryption.keys().err().unwrap();
         assert_eq!(
-            e,
+            e.to_string(),
             format!(
                 "age key file {}: line 2 is not an age identity",
                 file.display()
@@ -315,6 +348,7 @@ mod tests {
             .keys()
             .err()
             .unwrap()
+            .to_string()
             .starts_with("cannot read key file"));
     }
 }

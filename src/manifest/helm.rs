@@ -17,11 +17,48 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::ManifestError;
-use super::read::{check_links, confined, read_confined, regular_file};
+use super::read::{check_links, confined, read_confined, regular_file, CopyError, Unreadable};
 use super::tool::{find, Tool};
 use crate::config::{AgentConfig, AppConfig, RenderMode};
 
 mod remote;
+
+/// Why a chart is refused before helm runs; each names what in the chart.
+#[derive(Debug, thiserror::Error)]
+pub enum ChartError {
+    /// A values file given as a URL, a list or stdin.
+    #[error("values file {0:?} is not a path in the repository (no URL, no comma)")]
+    NotAPath(String),
+    /// A values file that may not be read.
+    #[error("values file {file:?} {why}")]
+    ValuesFile {
+        /// As the app names it.
+        file: String,
+        /// Why.
+        why: Unreadable,
+    },
+    /// No helm to run.
+    #[error("{0} is not on PATH: install helm, or set [agent] helm to its path")]
+    NoHelm(String),
+    /// `Chart.yaml` may not be read.
+    #[error("{CHART_FILE} {0}")]
+    ChartFile(Unreadable),
+    /// `Chart.yaml`'s dependencies are not what helm reads.
+    #[error("{CHART_FILE}: invalid dependencies: {0}")]
+    Dependencies(serde_yaml::Error),
+    /// A link out of the checkout, or a tree too large to walk.
+    #[error(transparent)]
+    Links(#[from] CopyError),
+    /// Dependencies helm would download (`allowable`: a repository `[agent]
+    /// allow_remote_charts` names could be downloaded).
+    #[error("its dependencies {} are not in charts/, and berth downloads no chart: vendor them (run `helm dependency build` in the chart's folder and commit charts/){}", names.join(", "), if *allowable { ", or name their repository in [agent] allow_remote_charts" } else { "" })]
+    NotVendored {
+        /// Each as `name (repository)`.
+        names: Vec<String>,
+        /// Whether allowing their repository would do.
+        allowable: bool,
+    },
+}
 
 /// The file that makes a folder a chart.
 pub const CHART_FILE: &str = "Chart.yaml";
@@ -158,18 +195,19 @@ impl Helm {
             path: shown.to_string(),
             message,
         };
-        let missing = missing_dependencies(root, dir, self.max_file_size).map_err(refuse)?;
+        let refused = |e: ChartError| refuse(e.to_string());
+        let missing = missing_dependencies(root, dir, self.max_file_size).map_err(refused)?;
         let to_download = missing
             .iter()
             .filter(|d| !self.remote_charts.contains(&d.repository));
-        if let Some(refused) = refusal(to_download, true) {
-            return Err(refuse(refused));
+        if let Some(e) = refusal(to_download, true) {
+            return Err(refused(e));
         }
         // helm follows links: one out of the checkout would hand it a host file (berth's
         // kubeconfig through `.Files.Get`).
-        check_links(root, dir).map_err(refuse)?;
-        let values = self.values_files(root).map_err(refuse)?;
-        let helm = program(self.command.as_deref()).map_err(refuse)?;
+        check_links(root, dir).map_err(|e| refused(e.into()))?;
+        let values = self.values_files(root).map_err(refused)?;
+        let helm = program(self.command.as_deref()).map_err(refused)?;
         let sandbox = Sandbox::new(!missing.is_empty())
             .map_err(|e| refuse(format!("cannot make helm's folder: {e}")))?;
         let chart = if missing.is_empty() {
@@ -232,19 +270,19 @@ impl Helm {
     }
 
     /// The values files, resolved inside `root`.
-    fn values_files(&self, root: &Path) -> Result<Vec<PathBuf>, String> {
+    fn values_files(&self, root: &Path) -> Result<Vec<PathBuf>, ChartError> {
         self.values_files
             .iter()
             .map(|v| {
                 if v.contains("://") || v.contains(',') || v == "-" {
-                    return Err(format!(
-                        "values file {v:?} is not a path in the repository (no URL, no comma)"
-                    ));
+                    return Err(ChartError::NotAPath(v.clone()));
                 }
-                let resolved =
-                    confined(root, &root.join(v)).map_err(|e| format!("values file {v:?} {e}"))?;
-                regular_file(&resolved, self.max_file_size)
-                    .map_err(|e| format!("values file {v:?} {e}"))?;
+                let unreadable = |why| ChartError::ValuesFile {
+                    file: v.clone(),
+                    why,
+                };
+                let resolved = confined(root, &root.join(v)).map_err(unreadable)?;
+                regular_file(&resolved, self.max_file_size).map_err(unreadable)?;
                 Ok(resolved)
             })
             .collect()
@@ -252,11 +290,9 @@ impl Helm {
 }
 
 /// The helm program: the configured one (`[agent] helm`), else `helm` on PATH.
-pub fn program(configured: Option<&str>) -> Result<PathBuf, String> {
+pub fn program(configured: Option<&str>) -> Result<PathBuf, ChartError> {
     let program = configured.unwrap_or("helm");
-    find(program).ok_or_else(|| {
-        format!("{program} is not on PATH: install helm, or set [agent] helm to its path")
-    })
+    find(program).ok_or_else(|| ChartError::NoHelm(program.to_string()))
 }
 
 /// A dependency of a chart, as `Chart.yaml` or `Chart.lock` names it.
@@ -270,16 +306,19 @@ pub struct Dependency {
 }
 
 /// The dependencies of `Chart.yaml` in `dir` (read inside `root`).
-fn dependencies(root: &Path, dir: &Path, max_file_size: u64) -> Result<Vec<Dependency>, String> {
+fn dependencies(
+    root: &Path,
+    dir: &Path,
+    max_file_size: u64,
+) -> Result<Vec<Dependency>, ChartError> {
     #[derive(serde::Deserialize)]
     struct Chart {
         #[serde(default)]
         dependencies: Option<Vec<Dependency>>,
     }
-    let bytes = read_confined(root, &dir.join(CHART_FILE), max_file_size)
-        .map_err(|e| format!("{CHART_FILE} {e}"))?;
-    let chart: Chart = serde_yaml::from_slice(&bytes)
-        .map_err(|e| format!("{CHART_FILE}: invalid dependencies: {e}"))?;
+    let bytes =
+        read_confined(root, &dir.join(CHART_FILE), max_file_size).map_err(ChartError::ChartFile)?;
+    let chart: Chart = serde_yaml::from_slice(&bytes).map_err(ChartError::Dependencies)?;
     Ok(chart.dependencies.unwrap_or_default())
 }
 
@@ -289,7 +328,7 @@ pub fn missing_dependencies(
     root: &Path,
     dir: &Path,
     max_file_size: u64,
-) -> Result<Vec<Dependency>, String> {
+) -> Result<Vec<Dependency>, ChartError> {
     let vendored = vendored(&dir.join("charts"));
     let mut all = dependencies(root, dir, max_file_size)?;
     all.retain(|d| {
@@ -305,23 +344,12 @@ pub fn missing_dependencies(
 pub fn refusal<'a>(
     dependencies: impl IntoIterator<Item = &'a Dependency>,
     allowable: bool,
-) -> Option<String> {
+) -> Option<ChartError> {
     let names: Vec<String> = dependencies
         .into_iter()
         .map(|d| format!("{} ({})", d.name, d.repository))
         .collect();
-    if names.is_empty() {
-        return None;
-    }
-    let or = if allowable {
-        ", or name their repository in [agent] allow_remote_charts"
-    } else {
-        ""
-    };
-    Some(format!(
-        "its dependencies {} are not in charts/, and berth downloads no chart: vendor them (run `helm dependency build` in the chart's folder and commit charts/){or}",
-        names.join(", ")
-    ))
+    (!names.is_empty()).then_some(ChartError::NotVendored { names, allowable })
 }
 
 /// The names in a chart's `charts/` folder (unpacked charts and archives), as helm reads
@@ -464,6 +492,6 @@ mod tests {
             .template(&root, &chart, "web/Chart.yaml", 1 << 20)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("cannot run helm template"), "{e}");
+        assert!(e.contains("helm template could not be started"), "{e}");
     }
 }

@@ -23,7 +23,7 @@ use super::bounds::Limits;
 use super::decrypt::Decryption;
 use super::error::ManifestError;
 use super::helm::{
-    self, chart_in, missing_dependencies, refusal, Capabilities, Sandbox, CHART_FILE,
+    self, chart_in, missing_dependencies, refusal, Capabilities, ChartError, Sandbox, CHART_FILE,
 };
 use super::read::{check_links, confined, read_confined, regular_file};
 use super::tool::Tool;
@@ -174,7 +174,7 @@ impl Kustomize {
             self.max_file_size,
             max_bytes,
         )
-        .map_err(fail)?;
+        .map_err(|e| fail(e.to_string()))?;
         let output = self
             .run(
                 &copy.root,
@@ -224,7 +224,7 @@ impl Kustomize {
                 "helmChartInflationGenerator: the deprecated Helm generator is not supported; use helmCharts".into(),
             ));
         }
-        let charts = charts(&doc).map_err(refuse)?;
+        let charts = charts(&doc).map_err(|e| refuse(e.to_string()))?;
         let mut inflates = !charts.is_empty();
         for (field, entry) in charts {
             let resolved = confined(root, &dir.join(&entry))
@@ -234,8 +234,10 @@ impl Kustomize {
                     // kustomize runs helm on the chart as it is: nothing is downloaded,
                     // and no link leads out of the checkout.
                     check_links(root, &resolved)
+                        .map_err(ChartError::from)
                         .and_then(|()| missing_dependencies(root, &resolved, self.max_file_size))
                         .and_then(|missing| refusal(&missing, false).map_or(Ok(()), Err))
+                        .map_err(|e| e.to_string())
                 } else {
                     Err(format!("holds no {CHART_FILE}"))
                 }
@@ -320,7 +322,7 @@ impl Kustomize {
             Sandbox::new(inflates).map_err(|e| fail(format!("cannot make its folder: {e}")))?;
         let mut reach = sandbox.reach(root, self.allow_remote);
         if inflates {
-            let helm = helm::program(self.helm.as_deref()).map_err(fail)?;
+            let helm = helm::program(self.helm.as_deref()).map_err(|e| fail(e.to_string()))?;
             // kustomize runs helm in its own walls.
             reach.run(&helm);
             command.extend(["--enable-helm".into(), "--helm-command".into(), helm.into()]);
@@ -478,16 +480,30 @@ fn references(doc: &Value) -> Vec<(String, String)> {
     out
 }
 
+/// Why a kustomization's `helmCharts` are refused.
+#[derive(Debug, thiserror::Error)]
+enum HelmChartsError {
+    #[error("helmGlobals.configHome: berth gives helm a private folder of its own; leave it out")]
+    ConfigHome,
+    #[error("helmCharts: an entry without a name")]
+    NoName,
+    #[error("helmCharts: {name} from {repo}: berth downloads no chart; vendor it in {home}/{name} (`helm pull {name} --repo {repo} --untar --untardir {home}`) and leave repo out")]
+    Remote {
+        name: String,
+        repo: String,
+        home: String,
+    },
+    #[error("helmCharts: {name}: values file {file:?} is not a path in the repository")]
+    ValuesUrl { name: String, file: String },
+}
+
 /// What a kustomization's `helmCharts` read, with their field: each chart's folder
 /// (`chartHome/name`) and values files. A chart to download (`repo`), a values file that
 /// is a URL and helm's own config folder (`helmGlobals.configHome`) are refused.
-fn charts(doc: &Value) -> Result<Vec<(String, String)>, String> {
+fn charts(doc: &Value) -> Result<Vec<(String, String)>, HelmChartsError> {
     let globals = doc.get("helmGlobals");
     if globals.and_then(|g| g.get("configHome")).is_some() {
-        return Err(
-            "helmGlobals.configHome: berth gives helm a private folder of its own; leave it out"
-                .into(),
-        );
+        return Err(HelmChartsError::ConfigHome);
     }
     let home = globals
         .and_then(|g| g.get("chartHome"))
@@ -503,15 +519,17 @@ fn charts(doc: &Value) -> Result<Vec<(String, String)>, String> {
         let name = chart
             .get("name")
             .and_then(Value::as_str)
-            .ok_or("helmCharts: an entry without a name")?;
+            .ok_or(HelmChartsError::NoName)?;
         if let Some(repo) = chart
             .get("repo")
             .and_then(Value::as_str)
             .filter(|r| !r.is_empty())
         {
-            return Err(format!(
-                "helmCharts: {name} from {repo}: berth downloads no chart; vendor it in {home}/{name} (`helm pull {name} --repo {repo} --untar --untardir {home}`) and leave repo out"
-            ));
+            return Err(HelmChartsError::Remote {
+                name: name.into(),
+                repo: repo.into(),
+                home: home.into(),
+            });
         }
         out.push(("helmCharts".to_string(), format!("{home}/{name}")));
         let values = chart.get("valuesFile").into_iter().chain(
@@ -523,9 +541,10 @@ fn charts(doc: &Value) -> Result<Vec<(String, String)>, String> {
         );
         for file in values.filter_map(Value::as_str) {
             if file.contains("://") {
-                return Err(format!(
-                    "helmCharts: {name}: values file {file:?} is not a path in the repository"
-                ));
+                return Err(HelmChartsError::ValuesUrl {
+                    name: name.into(),
+                    file: file.into(),
+                });
             }
             out.push(("helmCharts.valuesFile".to_string(), file.to_string()));
         }

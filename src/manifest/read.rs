@@ -6,11 +6,62 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Why [`read_capped`] read nothing.
+#[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     /// The OS refused.
+    #[error("{0}")]
     Io(std::io::Error),
     /// Past the cap (the bytes found).
+    #[error("{0} bytes or more, over the cap")]
     TooLarge(u64),
+}
+
+/// Why a folder was not copied or walked ([`copy_confined`], [`check_links`]), naming the
+/// path in the repository.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// Folders nested deeper than copying allows (a link loop).
+    #[error("{0} is nested too deep")]
+    TooDeep(String),
+    /// More entries than a walk takes.
+    #[error("{0} holds more than {MAX_WALK} files and folders")]
+    TooMany(String),
+    /// A file or link that may not be read.
+    #[error("{path} {why}")]
+    Unreadable {
+        /// The path in the repository.
+        path: String,
+        /// Why.
+        why: Unreadable,
+    },
+    /// Past what the app may read in all.
+    #[error("what the render reads is larger than the app may be (agent.max_app_size), at {0}")]
+    OverBudget(String),
+    /// The OS refused.
+    #[error("{path}: {cause}")]
+    Io {
+        /// The path.
+        path: String,
+        /// The OS's error.
+        cause: std::io::Error,
+    },
+}
+
+impl CopyError {
+    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CopyError + '_ {
+        move |cause| CopyError::Io {
+            path: path.display().to_string(),
+            cause,
+        }
+    }
+}
+
+/// `path` as the repository names it (relative to `root`).
+fn shown(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .display()
+        .to_string()
 }
 
 /// Why a file that a render needs (a kustomization, a plugin configuration) was not read.
@@ -115,22 +166,24 @@ pub fn copy_confined(
     budget: &mut u64,
     max_file_size: u64,
     depth: usize,
-) -> Result<(), String> {
+) -> Result<(), CopyError> {
     if depth > MAX_COPY_DEPTH {
-        return Err(format!("{} is nested too deep to copy", src.display()));
+        return Err(CopyError::TooDeep(shown(root, src)));
     }
-    std::fs::create_dir_all(dst).map_err(|e| e.to_string())?;
-    for entry in std::fs::read_dir(src).map_err(|e| e.to_string())?.flatten() {
+    std::fs::create_dir_all(dst).map_err(CopyError::io(dst))?;
+    for entry in std::fs::read_dir(src)
+        .map_err(CopyError::io(src))?
+        .flatten()
+    {
         if entry.file_name() == ".git" {
             continue;
         }
         let path = entry.path();
-        let shown = path
-            .strip_prefix(root)
-            .unwrap_or(&path)
-            .display()
-            .to_string();
-        let resolved = confined(root, &path).map_err(|e| format!("{shown} {e}"))?;
+        let shown = shown(root, &path);
+        let resolved = confined(root, &path).map_err(|why| CopyError::Unreadable {
+            path: shown.clone(),
+            why,
+        })?;
         let target = dst.join(entry.file_name());
         if resolved.is_dir() {
             copy_confined(root, &resolved, &target, budget, max_file_size, depth + 1)?;
@@ -151,31 +204,30 @@ const MAX_WALK: usize = 100_000;
 /// # Errors
 /// The first link outside `root` (its path in the repository, and why), a tree deeper
 /// than copying allows or of more than 100,000 entries, or the OS's error.
-pub fn check_links(root: &Path, dir: &Path) -> Result<(), String> {
+pub fn check_links(root: &Path, dir: &Path) -> Result<(), CopyError> {
     let mut walked = 0;
     let mut seen = std::collections::HashSet::new();
     let mut folders = vec![(dir.to_path_buf(), 0)];
     while let Some((folder, depth)) = folders.pop() {
         if depth > MAX_COPY_DEPTH {
-            return Err(format!("{} is nested too deep", folder.display()));
+            return Err(CopyError::TooDeep(shown(root, &folder)));
         }
         if !seen.insert(folder.clone()) {
             continue;
         }
-        for entry in std::fs::read_dir(&folder).map_err(|e| e.to_string())? {
-            let entry = entry.map_err(|e| e.to_string())?;
+        for entry in std::fs::read_dir(&folder).map_err(CopyError::io(&folder))? {
+            let entry = entry.map_err(CopyError::io(&folder))?;
             walked += 1;
             if walked > MAX_WALK {
-                return Err(format!(
-                    "{} holds more than {MAX_WALK} files and folders",
-                    dir.strip_prefix(root).unwrap_or(dir).display()
-                ));
+                return Err(CopyError::TooMany(shown(root, dir)));
             }
-            let kind = entry.file_type().map_err(|e| e.to_string())?;
             let path = entry.path();
+            let kind = entry.file_type().map_err(CopyError::io(&path))?;
             if kind.is_symlink() {
-                let shown = path.strip_prefix(root).unwrap_or(&path).display();
-                let resolved = confined(root, &path).map_err(|e| format!("{shown} {e}"))?;
+                let resolved = confined(root, &path).map_err(|why| CopyError::Unreadable {
+                    path: shown(root, &path),
+                    why,
+                })?;
                 if resolved.is_dir() {
                     folders.push((resolved, depth + 1));
                 }
@@ -197,14 +249,18 @@ pub fn copy_file(
     shown: &str,
     budget: &mut u64,
     max_file_size: u64,
-) -> Result<(), String> {
-    regular_file(src, max_file_size).map_err(|e| format!("{shown} {e}"))?;
-    let size = std::fs::metadata(src).map_or(0, |m| m.len());
-    *budget = budget.checked_sub(size).ok_or_else(|| {
-        format!(
-            "what the render reads is larger than the app may be (agent.max_app_size), at {shown}"
-        )
+) -> Result<(), CopyError> {
+    regular_file(src, max_file_size).map_err(|why| CopyError::Unreadable {
+        path: shown.to_string(),
+        why,
     })?;
-    std::fs::copy(src, dst).map_err(|e| format!("{shown}: {e}"))?;
+    let size = std::fs::metadata(src).map_or(0, |m| m.len());
+    *budget = budget
+        .checked_sub(size)
+        .ok_or_else(|| CopyError::OverBudget(shown.to_string()))?;
+    std::fs::copy(src, dst).map_err(|cause| CopyError::Io {
+        path: shown.to_string(),
+        cause,
+    })?;
     Ok(())
 }

@@ -12,9 +12,9 @@
 //!   SHA-256("sops"), with `mac_only_encrypted`), upper-case hex, stored encrypted with
 //!   `lastmodified` as additional data — is checked before any value is used.
 //!
-//! The data key is opened with age identities (the `age` crate, with an identity of
-//! berth's own in `sops/x25519.rs`) or OpenPGP secret keys (the `pgp` crate), age first
-//! as sops does; a file with several key groups (Shamir) is refused.
+//! The data key is opened with age identities (the `age` crate's own X25519 identity) or
+//! OpenPGP secret keys (the `pgp` crate), age first as sops does; a file with several key
+//! groups (Shamir) is refused.
 
 use std::io::Read;
 use std::str::FromStr;
@@ -47,17 +47,64 @@ pub enum SopsError {
     )]
     NoKey { file: String, held: String },
     /// A value could not be decrypted.
-    #[error("{path}: {message}")]
-    Value { path: String, message: String },
+    #[error("{path}: {why}")]
+    Value { path: String, why: ValueError },
     /// The MAC does not match: the file changed after it was encrypted.
     #[error("its MAC does not match its values: the file was changed after sops encrypted it (a value edited, added or moved); nothing of it is used")]
     Mac,
 }
 
+/// Why one encrypted value could not be used (never the value: it is a secret).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ValueError {
+    /// Not `ENC[AES256_GCM,…]`.
+    #[error("an encrypted value is not in sops' format")]
+    NotSops,
+    /// One of its fields is missing.
+    #[error("an encrypted value has no {0}")]
+    NoField(&'static str),
+    /// One of its fields is not base64.
+    #[error("an encrypted value's {0} is not base64")]
+    NotBase64(&'static str),
+    /// Its IV or tag has the wrong length.
+    #[error("an encrypted value's IV or tag has the wrong length")]
+    Length,
+    /// The data key does not open it here.
+    #[error("does not decrypt with the file's data key at this place (a value edited or moved)")]
+    Moved,
+    /// Its clear text is not UTF-8.
+    #[error("a {0} value is not UTF-8")]
+    NotText(String),
+    /// Its clear text is not of its type.
+    #[error("its decrypted value is not a {0}")]
+    NotOfType(String),
+    /// A type sops does not write.
+    #[error("unknown value type {0:?}")]
+    UnknownType(String),
+}
+
+/// A key file that berth cannot decrypt with (never its text: it is a secret).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum KeyError {
+    /// A line of an age key file is not an age identity.
+    #[error("line {line} is not an age identity")]
+    Age { line: usize },
+    /// The text is not an OpenPGP secret key.
+    #[error("not an ASCII-armored OpenPGP secret key")]
+    OpenPgp,
+}
+
+/// An age identity and its recipient (`age1…`), made once to name it and to match sops'
+/// entries.
+struct AgeKey {
+    identity: age::x25519::Identity,
+    recipient: String,
+}
+
 /// The age identities and OpenPGP secret keys berth decrypts with.
 #[derive(Default)]
 pub struct Keys {
-    age: Vec<x25519::Identity>,
+    age: Vec<AgeKey>,
     /// Each with its passphrase (empty: none).
     openpgp: Vec<(SignedSecretKey, Password)>,
 }
@@ -68,15 +115,19 @@ impl Keys {
     ///
     /// # Errors
     /// A line that is not an age identity (its number, never its text).
-    pub fn add_age(&mut self, text: &str) -> Result<(), String> {
+    pub fn add_age(&mut self, text: &str) -> Result<(), KeyError> {
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let identity = x25519::Identity::from_str(line)
-                .map_err(|_| format!("line {} is not an age identity", i + 1))?;
-            self.age.push(identity);
+            let identity =
+                age::x25519::Identity::from_str(line).map_err(|_| KeyError::Age { line: i + 1 })?;
+            let recipient = identity.to_public().to_string();
+            self.age.push(AgeKey {
+                identity,
+                recipient,
+            });
         }
         Ok(())
     }
@@ -85,9 +136,8 @@ impl Keys {
     ///
     /// # Errors
     /// The text is not an OpenPGP secret key.
-    pub fn add_openpgp(&mut self, armored: &str, passphrase: Option<&str>) -> Result<(), String> {
-        let (key, _) = SignedSecretKey::from_string(armored)
-            .map_err(|_| "not an ASCII-armored OpenPGP secret key".to_string())?;
+    pub fn add_openpgp(&mut self, armored: &str, passphrase: Option<&str>) -> Result<(), KeyError> {
+        let (key, _) = SignedSecretKey::from_string(armored).map_err(|_| KeyError::OpenPgp)?;
         self.openpgp
             .push((key, passphrase.map_or_else(Password::empty, Password::from)));
         Ok(())
@@ -301,9 +351,13 @@ pub fn decrypt(docs: &mut [Value], keys: &Keys) -> Result<Vec<Vec<String>>, Sops
         walk.value(doc, &mut Vec::new(), "", rule.at_root())?;
         decrypted.push(std::mem::take(&mut walk.decrypted));
     }
-    let computed = hex_upper(&walk.mac.finalize());
+    let computed = hex::encode_upper(walk.mac.finalize());
     let stored = open(&cipher, mac, &metadata.lastmodified).map_err(|_| SopsError::Mac)?;
-    if stored.0 != computed.as_bytes() {
+    // In constant time: how much of a MAC matched says nothing.
+    if !bool::from(subtle::ConstantTimeEq::ct_eq(
+        stored.0.as_slice(),
+        computed.as_bytes(),
+    )) {
         return Err(SopsError::Mac);
     }
     Ok(decrypted)
@@ -419,8 +473,8 @@ fn open_age(entry: &AgeEntry, keys: &Keys) -> Option<Vec<u8>> {
     // Buffered: the header is read in one pass, where `new` parses it again for each
     // piece it reads (a third of the cost of opening a data key).
     let decryptor = age::Decryptor::new_buffered(reader).ok()?;
-    let identities =
-        held_first(&keys.age, |i| i.recipient == entry.recipient).map(|i| i as &dyn age::Identity);
+    let identities = held_first(&keys.age, |k| k.recipient == entry.recipient)
+        .map(|k| &k.identity as &dyn age::Identity);
     let mut opened = decryptor.decrypt(identities).ok()?;
     let mut key = Vec::new();
     opened
@@ -525,24 +579,18 @@ impl Walk<'_> {
             _ => {
                 return Err(SopsError::Value {
                     path: shown(),
-                    message: "an encrypted value is not in sops' format".into(),
+                    why: ValueError::NotSops,
                 })
             }
         };
         let aad = format!("{}:", path.join(":"));
-        let (plaintext, kind) =
-            open(self.cipher, &text, &aad).map_err(|message| SopsError::Value {
-                path: shown(),
-                message,
-            })?;
+        let (plaintext, kind) = open(self.cipher, &text, &aad)
+            .map_err(|why| SopsError::Value { path: shown(), why })?;
         if kind == "comment" {
             return Ok(true);
         }
         self.mac.update(&plaintext);
-        *node = typed(plaintext, &kind).map_err(|message| SopsError::Value {
-            path: shown(),
-            message,
-        })?;
+        *node = typed(plaintext, &kind).map_err(|why| SopsError::Value { path: shown(), why })?;
         self.decrypted.push(pointer.to_string());
         Ok(false)
     }
@@ -566,25 +614,25 @@ fn clear_bytes(node: &Value) -> Option<Vec<u8>> {
 
 /// Decrypts one `ENC[AES256_GCM,…]` value with additional data `aad`: its plaintext and
 /// its type.
-fn open(cipher: &Cipher, text: &str, aad: &str) -> Result<(Vec<u8>, String), String> {
+fn open(cipher: &Cipher, text: &str, aad: &str) -> Result<(Vec<u8>, String), ValueError> {
     let inner = text
         .strip_prefix("ENC[AES256_GCM,")
         .and_then(|t| t.strip_suffix(']'))
-        .ok_or("an encrypted value is not in sops' format")?;
-    let field = |name: &str| -> Result<&str, String> {
+        .ok_or(ValueError::NotSops)?;
+    let field = |name: &'static str| {
         inner
             .split(',')
             .find_map(|part| part.strip_prefix(name)?.strip_prefix(':'))
-            .ok_or_else(|| format!("an encrypted value has no {name}"))
+            .ok_or(ValueError::NoField(name))
     };
-    let b64 = |name: &str| -> Result<Vec<u8>, String> {
+    let b64 = |name: &'static str| {
         base64::engine::general_purpose::STANDARD
             .decode(field(name)?)
-            .map_err(|_| format!("an encrypted value's {name} is not base64"))
+            .map_err(|_| ValueError::NotBase64(name))
     };
     let (mut data, iv, tag) = (b64("data")?, b64("iv")?, b64("tag")?);
     if iv.len() != 32 || tag.len() != 16 {
-        return Err("an encrypted value's IV or tag has the wrong length".into());
+        return Err(ValueError::Length);
     }
     data.extend_from_slice(&tag);
     let nonce = aes_gcm::aead::generic_array::GenericArray::from_slice(&iv);
@@ -596,18 +644,15 @@ fn open(cipher: &Cipher, text: &str, aad: &str) -> Result<(Vec<u8>, String), Str
                 aad: aad.as_bytes(),
             },
         )
-        .map_err(|_| {
-            "does not decrypt with the file's data key at this place (a value edited or moved)"
-                .to_string()
-        })?;
+        .map_err(|_| ValueError::Moved)?;
     Ok((plaintext, field("type")?.to_string()))
 }
 
 /// A decrypted value of `kind` as JSON.
-fn typed(plaintext: Vec<u8>, kind: &str) -> Result<Value, String> {
-    let text = String::from_utf8(plaintext).map_err(|_| format!("a {kind} value is not UTF-8"))?;
+fn typed(plaintext: Vec<u8>, kind: &str) -> Result<Value, ValueError> {
+    let text = String::from_utf8(plaintext).map_err(|_| ValueError::NotText(kind.into()))?;
     // Never the value itself: it is a secret.
-    let bad = || format!("its decrypted value is not a {kind}");
+    let bad = || ValueError::NotOfType(kind.into());
     Ok(match kind {
         "str" | "bytes" | "time" => Value::String(text),
         "int" => Value::Number(text.parse::<i64>().map_err(|_| bad())?.into()),
@@ -618,16 +663,11 @@ fn typed(plaintext: Vec<u8>, kind: &str) -> Result<Value, String> {
             "false" | "0" | "f" => false,
             _ => return Err(bad()),
         }),
-        other => return Err(format!("unknown value type {other:?}")),
+        other => return Err(ValueError::UnknownType(other.into())),
     })
 }
 
-fn hex_upper(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02X}")).collect()
-}
-
 pub mod stores;
-mod x25519;
 
 #[cfg(test)]
 mod tests;

@@ -246,8 +246,20 @@ pub fn index(apps: &[AppState], filter: &Filter, now: Timestamp) -> String {
     layout("Apps", "index", None, "", &main)
 }
 
-/// What the cluster said of an app for its page: its objects, or why it could not say.
-pub type Live = Result<LiveApp, String>;
+/// What the cluster said of an app for its page: its objects, or why it could not say
+/// (shared: an answer is reused for a while).
+pub type Live = Result<LiveApp, std::sync::Arc<Unanswered>>;
+
+/// Why the cluster could not say what an app holds.
+#[derive(Debug, thiserror::Error)]
+pub enum Unanswered {
+    /// A read failed.
+    #[error(transparent)]
+    Read(#[from] crate::cluster::ClusterError),
+    /// No answer in time.
+    #[error("no answer within {}s", .0.as_secs())]
+    Timeout(std::time::Duration),
+}
 
 /// `/apps/NAME`: the app, its objects and Deployments, a page of its history.
 pub fn app(
@@ -296,7 +308,7 @@ fn objects_section(main: &mut String, live: &Live, last: Option<&SyncRecord>) {
             let _ = write!(
                 main,
                 r#"<p class="bad">The cluster did not answer: {}</p></section>"#,
-                esc(why)
+                esc(&why.to_string())
             );
             return;
         }

@@ -158,8 +158,8 @@ impl StatusPage {
         );
         let live = match tokio::time::timeout(LIVE_TIMEOUT, read).await {
             Ok(Ok(live)) => live,
-            Ok(Err(e)) => return Err(e.to_string()),
-            Err(_) => return Err(format!("no answer within {}s", LIVE_TIMEOUT.as_secs())),
+            Ok(Err(e)) => return Err(Arc::new(e.into())),
+            Err(_) => return Err(Arc::new(html::Unanswered::Timeout(LIVE_TIMEOUT))),
         };
         self.board.health(app, &live, Timestamp::now());
         Ok(live)
@@ -260,7 +260,7 @@ impl StatusPage {
                 json(&serde_json::json!({
                     "app": state,
                     "live": live.as_ref().ok(),
-                    "live_error": live.as_ref().err(),
+                    "live_error": live.as_ref().err().map(ToString::to_string),
                     "history": history,
                 }))
             }

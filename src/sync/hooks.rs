@@ -158,7 +158,7 @@ pub(super) async fn validate(
                 }
                 Err(e) => Some(crate::cluster::said(&e)),
             },
-            Err(why) => Some(why),
+            Err(why) => Some(why.to_string()),
         };
         if let Some(why) = refused {
             journal.fail(ClusterError::Object {
@@ -220,7 +220,7 @@ async fn run_one(
     };
     let key = match create(ctx, h, &api, journal).await {
         Ok(key) => key,
-        Err(what) => return Err(failed(journal, named(&h.manifest), what)),
+        Err(what) => return Err(failed(journal, named(&h.manifest), what.to_string())),
     };
     ctx.say(&format!(
         "{} created ({} hook)",
@@ -262,6 +262,17 @@ async fn run_one(
     }
 }
 
+/// Why a hook's run could not be started.
+#[derive(Debug, thiserror::Error)]
+enum HookError {
+    #[error("is not an object berth can send: {0}")]
+    NotAnObject(serde_json::Error),
+    #[error("could not delete its earlier runs: {0}")]
+    EarlierRuns(kube::Error),
+    #[error("could not be created: {}", crate::cluster::said(.0))]
+    Create(kube::Error),
+}
+
 /// Creates this run's object of the hook, its last run's deleted first (`before`); its
 /// key, with the name the server gave it, or why it could not be created.
 async fn create(
@@ -269,7 +280,7 @@ async fn create(
     h: &HookObject,
     api: &kube::Api<DynamicObject>,
     journal: &mut Journal<'_>,
-) -> Result<ObjectKey, String> {
+) -> Result<ObjectKey, HookError> {
     // Before this run: every earlier run (its name may be fixed), or — where the policy
     // keeps runs — all but the newest `KEEP_RUNS - 1`, so kept runs stay bounded.
     let keep = if h.hook.delete.before {
@@ -279,7 +290,7 @@ async fn create(
     };
     delete_earlier(ctx, h, api, journal, keep)
         .await
-        .map_err(|e| format!("could not delete its earlier runs: {e}"))?;
+        .map_err(HookError::EarlierRuns)?;
     journal.requests += 1;
     let params = PostParams {
         dry_run: false,
@@ -288,7 +299,7 @@ async fn create(
     let created = api
         .create(&params, &object_of(&h.manifest)?)
         .await
-        .map_err(|e| format!("could not be created: {}", crate::cluster::said(&e)))?;
+        .map_err(HookError::Create)?;
     Ok(ObjectKey {
         name: created.metadata.name.unwrap_or_default(),
         ..h.manifest.key()
@@ -311,9 +322,8 @@ fn named(m: &Manifest) -> ObjectKey {
 }
 
 /// The object a hook creates: its manifest, as the API takes it.
-fn object_of(m: &Manifest) -> Result<DynamicObject, String> {
-    serde_json::from_value(Value::Object(m.object.clone()))
-        .map_err(|e| format!("is not an object berth can send: {e}"))
+fn object_of(m: &Manifest) -> Result<DynamicObject, HookError> {
+    serde_json::from_value(Value::Object(m.object.clone())).map_err(HookError::NotAnObject)
 }
 
 /// Deletes with the dependents in the background (a Job's pods).

@@ -41,7 +41,7 @@ pub fn preview_offline(
             )
         }
         Err(e) => {
-            preview.errors.push(e);
+            preview.errors.push(e.to_string());
             return preview;
         }
     };
@@ -52,7 +52,7 @@ pub fn preview_offline(
             render(agent, kube_version, b, &checkout, &mut Vec::new())
         }
         Some((_, Err(e))) => {
-            preview.errors.push(e);
+            preview.errors.push(e.to_string());
             return preview;
         }
         None => {
@@ -66,11 +66,19 @@ pub fn preview_offline(
     preview
 }
 
+/// Why a revision has no commit to plan.
+#[derive(Debug, thiserror::Error)]
+enum CheckoutError {
+    #[error(transparent)]
+    Fetch(#[from] git::SourceError),
+    #[error(transparent)]
+    Verify(#[from] crate::source::verify::VerifyError),
+}
+
 /// The app's commit, fetched and verified as a sync's.
-fn checkout(agent: &AgentConfig, app: &AppConfig) -> Result<Checkout, String> {
-    let checkout =
-        git::fetch(app, &agent.state_dir, git::TreeLimits::of(agent)).map_err(|e| e.to_string())?;
-    verify::check(app, &checkout).map_err(|e| e.to_string())?;
+fn checkout(agent: &AgentConfig, app: &AppConfig) -> Result<Checkout, CheckoutError> {
+    let checkout = git::fetch(app, &agent.state_dir, git::TreeLimits::of(agent))?;
+    verify::check(app, &checkout)?;
     Ok(checkout)
 }
 

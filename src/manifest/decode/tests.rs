@@ -286,20 +286,39 @@ fn stream_in(budget: &Budget) -> Stream<'_> {
     }
 }
 
-/// The items of `text` decoded in one pass (errors as their messages), and what they
-/// cost.
-fn in_one_pass(text: &str) -> (Vec<Result<Manifest, String>>, u64) {
+/// A decoded item as the tests compare it: the object, or the error's message.
+#[derive(Debug, PartialEq)]
+enum Decoded {
+    Object(Manifest),
+    Refused(String),
+}
+
+impl Decoded {
+    fn of(item: Result<Manifest, ManifestError>) -> Self {
+        item.map_or_else(|e| Decoded::Refused(e.to_string()), Decoded::Object)
+    }
+
+    fn refused(self) -> Option<String> {
+        match self {
+            Decoded::Refused(message) => Some(message),
+            Decoded::Object(_) => None,
+        }
+    }
+}
+
+/// The items of `text` decoded in one pass, and what they cost.
+fn in_one_pass(text: &str) -> (Vec<Decoded>, u64) {
     let budget = budget_for(text, 128 << 20);
     let mut items = Vec::new();
     let _ = stream_in(&budget).in_one_pass(text, &document_lines(text), &mut |item| {
-        items.push(item.map_err(|e| e.to_string()));
+        items.push(Decoded::of(item));
         Ok(())
     });
     (items, budget.used())
 }
 
 /// The items of `text` as berth decodes it.
-fn items(text: &str) -> Vec<Result<Manifest, String>> {
+fn items(text: &str) -> Vec<Decoded> {
     let mut items = Vec::new();
     let stream = Stream {
         path: "app.yaml".into(),
@@ -307,7 +326,7 @@ fn items(text: &str) -> Vec<Result<Manifest, String>> {
         budget: &Budget::new(128 << 20),
     };
     let _ = stream.decode(&mut |item| {
-        items.push(item.map_err(|e| e.to_string()));
+        items.push(Decoded::of(item));
         Ok(())
     });
     items
@@ -317,7 +336,13 @@ fn items(text: &str) -> Vec<Result<Manifest, String>> {
 fn a_long_stream_decoded_in_pieces_gives_what_one_pass_gives() {
     let text = long_stream(200);
     let (expected, cost) = in_one_pass(&text);
-    let expected: Vec<Manifest> = expected.into_iter().map(Result::unwrap).collect();
+    let expected: Vec<Manifest> = expected
+        .into_iter()
+        .map(|d| match d {
+            Decoded::Object(m) => m,
+            Decoded::Refused(e) => panic!("{e}"),
+        })
+        .collect();
     let budget = budget_for(&text, 128 << 20);
     assert!(cuts(&text).unwrap().len() == PIECES);
     let pieces = stream_in(&budget)
@@ -344,10 +369,13 @@ fn a_long_stream_with_an_error_in_a_piece_says_what_one_pass_says() {
     for text in &broken {
         let got = items(text);
         assert_eq!(got, in_one_pass(text).0);
-        assert!(got.iter().any(Result::is_err));
+        assert!(got.iter().any(|d| matches!(d, Decoded::Refused(_))));
     }
     // The first error, as one pass meets it.
-    let e = items(&broken[1]).into_iter().find_map(Result::err).unwrap();
+    let e = items(&broken[1])
+        .into_iter()
+        .find_map(Decoded::refused)
+        .unwrap();
     assert!(e.contains("found unexpected document indicator"), "{e}");
     // Past a piece's share (aliases that decode to 6.8 MB, where the stream may decode
     // to 8.6 MB): decoded again in one pass, within what the whole stream may use.
@@ -356,7 +384,7 @@ fn a_long_stream_with_an_error_in_a_piece_says_what_one_pass_says() {
     assert!(stream_in(&budget).in_pieces(&text).is_none());
     assert_eq!(budget.used(), 0, "nothing charged for the pieces");
     let (expected, cost) = in_one_pass(&text);
-    assert!(cost > 6_000_000 && expected.iter().all(Result::is_ok));
+    assert!(cost > 6_000_000 && expected.iter().all(|d| matches!(d, Decoded::Object(_))));
     assert_eq!(items(&text), expected);
 }
 

@@ -100,7 +100,8 @@ impl Remote<'_> {
             refused.join(", ")
         )));
         }
-        let wanted = dependencies(root, dir, helm.max_file_size).map_err(&fail)?;
+        let wanted =
+            dependencies(root, dir, helm.max_file_size).map_err(|e| fail(e.to_string()))?;
         let cached = helm.chart_cache.join(digest);
         let fetched = match verified(&cached, &wanted, helm.max_file_size) {
             Some(fetched) => fetched,
@@ -108,7 +109,8 @@ impl Remote<'_> {
         };
         let copy = sandbox.path.join("chart");
         let mut budget = max_bytes;
-        copy_confined(root, dir, &copy, &mut budget, helm.max_file_size, 0).map_err(&fail)?;
+        copy_confined(root, dir, &copy, &mut budget, helm.max_file_size, 0)
+            .map_err(|e| fail(e.to_string()))?;
         std::fs::create_dir_all(copy.join("charts")).map_err(|e| fail(e.to_string()))?;
         for archive in fetched.archives.keys() {
             if missing.iter().any(|d| {
@@ -343,10 +345,16 @@ mod tests {
             0,
         )
         .unwrap_err();
-        assert!(e.starts_with("web/templates/passwd.yaml "), "{e}");
+        assert!(
+            e.to_string().starts_with("web/templates/passwd.yaml "),
+            "{e}"
+        );
         std::fs::remove_file(chart.join("templates/passwd.yaml")).unwrap();
         let e =
             copy_confined(&root, &chart, &out.path().join("c"), &mut 20, 1 << 20, 0).unwrap_err();
-        assert!(e.contains("larger than the app may be"), "{e}");
+        assert!(
+            matches!(e, crate::manifest::read::CopyError::OverBudget(_)),
+            "{e}"
+        );
     }
 }

@@ -12,9 +12,56 @@
 use std::path::{Path, PathBuf};
 
 use super::relative;
-use crate::manifest::decrypt::Decryption;
-use crate::manifest::read::{copy_confined, copy_file, read_confined};
+use crate::manifest::decrypt::{Decryption, KeyFileError};
+use crate::manifest::read::{copy_confined, copy_file, read_confined, CopyError, Unreadable};
 use crate::manifest::sops::stores::{decrypt_file, is_encrypted_file, Format};
+use crate::manifest::sops::SopsError;
+
+/// Why kustomize could not be given a copy in clear; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum PlainCopyError {
+    /// The keys cannot be read.
+    #[error(transparent)]
+    Keys(#[from] KeyFileError),
+    /// No tmpfs to write to.
+    #[error("no tmpfs to decrypt into ($RUNTIME_DIRECTORY, /dev/shm): berth writes decrypted files for kustomize to memory only; give the unit RuntimeDirectory=berth")]
+    NoTmpfs,
+    /// The OS refused the private folder.
+    #[error("cannot make a private folder in {folder}: {cause}")]
+    Folder {
+        /// Where.
+        folder: PathBuf,
+        /// The OS's error.
+        cause: std::io::Error,
+    },
+    /// A file or folder the copy refuses.
+    #[error(transparent)]
+    Copy(#[from] CopyError),
+    /// An encrypted file that may not be read.
+    #[error("{path} {why}")]
+    Unreadable {
+        /// The file in the repository.
+        path: String,
+        /// Why.
+        why: Unreadable,
+    },
+    /// An encrypted file that does not open.
+    #[error("{path}: {why}")]
+    Sops {
+        /// The file in the repository.
+        path: String,
+        /// Why.
+        why: SopsError,
+    },
+    /// The OS refused the clear copy.
+    #[error("cannot write {path} in clear to memory: {cause}")]
+    Write {
+        /// The file in the repository.
+        path: String,
+        /// The OS's error.
+        cause: std::io::Error,
+    },
+}
 
 /// The name every plain copy's folder starts with (then the pid and a counter).
 const PREFIX: &str = "berth-plain-";
@@ -56,7 +103,7 @@ impl PlainCopy {
         decryption: &Decryption,
         max_file_size: u64,
         mut budget: u64,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, PlainCopyError> {
         let keys = decryption.keys()?;
         let mut copy = PlainCopy {
             root: private_folder()?,
@@ -68,19 +115,34 @@ impl PlainCopy {
                 copy_confined(root, &src, &dst, &mut budget, max_file_size, 0)?;
             } else {
                 if let Some(parent) = dst.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+                    std::fs::create_dir_all(parent).map_err(|cause| CopyError::Io {
+                        path: rel.clone(),
+                        cause,
+                    })?;
                 }
                 copy_file(&src, &dst, rel, &mut budget, max_file_size)?;
             }
         }
         for file in encrypted {
             let rel = relative(root, file);
-            let bytes =
-                read_confined(root, file, max_file_size).map_err(|e| format!("{rel} {e}"))?;
-            let opened =
-                decrypt_file(&bytes, Format::of(&rel), &keys).map_err(|e| format!("{rel}: {e}"))?;
-            write_private(&copy.root.join(&rel), &opened.bytes)
-                .map_err(|e| format!("cannot write {rel} in clear to memory: {e}"))?;
+            let bytes = read_confined(root, file, max_file_size).map_err(|why| {
+                PlainCopyError::Unreadable {
+                    path: rel.clone(),
+                    why,
+                }
+            })?;
+            let opened = decrypt_file(&bytes, Format::of(&rel), &keys).map_err(|why| {
+                PlainCopyError::Sops {
+                    path: rel.clone(),
+                    why,
+                }
+            })?;
+            write_private(&copy.root.join(&rel), &opened.bytes).map_err(|cause| {
+                PlainCopyError::Write {
+                    path: rel.clone(),
+                    cause,
+                }
+            })?;
             copy.values.extend(opened.values);
         }
         Ok(copy)
@@ -111,13 +173,13 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// A new 0700 folder on a tmpfs, for one render; folders of berths that no longer run
 /// are removed first.
-fn private_folder() -> Result<PathBuf, String> {
-    let base = crate::state::memory_dir().ok_or(
-        "no tmpfs to decrypt into ($RUNTIME_DIRECTORY, /dev/shm): berth writes decrypted files for kustomize to memory only; give the unit RuntimeDirectory=berth",
-    )?;
+fn private_folder() -> Result<PathBuf, PlainCopyError> {
+    let base = crate::state::memory_dir().ok_or(PlainCopyError::NoTmpfs)?;
     remove_stale(&base);
-    crate::state::fresh_private_dir(&base, PREFIX)
-        .map_err(|e| format!("cannot make a private folder in {}: {e}", base.display()))
+    crate::state::fresh_private_dir(&base, PREFIX).map_err(|cause| PlainCopyError::Folder {
+        folder: base,
+        cause,
+    })
 }
 
 /// Removes the plain copies of berth processes that no longer run (killed mid-render).

@@ -91,7 +91,7 @@ pub fn decrypt_file(bytes: &[u8], format: Format, keys: &Keys) -> Result<Opened,
         Format::Json | Format::Binary => {
             vec![serde_json::from_str(text).map_err(|e| bad(e.to_string()))?]
         }
-        Format::Dotenv => vec![dotenv_tree(text).map_err(bad)?],
+        Format::Dotenv => vec![dotenv_tree(text).map_err(|e| bad(e.to_string()))?],
     };
     let pointers = decrypt(&mut docs, keys)?;
     let values = pointers
@@ -127,23 +127,49 @@ pub fn decrypt_file(bytes: &[u8], format: Format, keys: &Keys) -> Result<Opened,
 /// A dotenv file as sops reads it: one mapping of its `KEY=VALUE` lines in order (`\n`
 /// in a value is a newline; comments left out: they hold nothing kustomize reads), its
 /// `sops_…` lines unflattened into the `sops` block.
-fn dotenv_tree(text: &str) -> Result<Value, String> {
+/// Why a dotenv file is not one sops writes.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+enum DotenvError {
+    #[error("line {0} holds no '='")]
+    NoEquals(usize),
+    #[error("line {line}: {key} is set twice")]
+    Twice { line: usize, key: String },
+    #[error("line {line}: {why}")]
+    Metadata { line: usize, why: FlatError },
+}
+
+/// Why a flattened metadata key (`sops_age__list_0__map_enc`) cannot be placed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+enum FlatError {
+    #[error("sops_{0} is set twice")]
+    Twice(String),
+    #[error("a value and a map at once")]
+    ValueAndMap,
+    #[error("a list and a map at once")]
+    ListAndMap,
+    #[error("a list index is not a number")]
+    NotAnIndex,
+    #[error("a list's indices skip one")]
+    Skipped,
+}
+
+fn dotenv_tree(text: &str) -> Result<Value, DotenvError> {
     let (mut values, mut metadata) = (Map::new(), Value::Object(Map::new()));
     for (i, line) in text.split('\n').enumerate() {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let (key, value) = line
-            .split_once('=')
-            .ok_or_else(|| format!("line {} holds no '='", i + 1))?;
+        let (key, value) = line.split_once('=').ok_or(DotenvError::NoEquals(i + 1))?;
         let value = Value::String(value.replace("\\n", "\n"));
         match key.strip_prefix(DOTENV_PREFIX) {
-            Some(flat) => {
-                place(&mut metadata, flat, value).map_err(|e| format!("line {}: {e}", i + 1))?
-            }
+            Some(flat) => place(&mut metadata, flat, value)
+                .map_err(|why| DotenvError::Metadata { line: i + 1, why })?,
             None => {
                 if values.insert(key.to_string(), value).is_some() {
-                    return Err(format!("line {}: {key} is set twice", i + 1));
+                    return Err(DotenvError::Twice {
+                        line: i + 1,
+                        key: key.to_string(),
+                    });
                 }
             }
         }
@@ -157,7 +183,7 @@ fn dotenv_tree(text: &str) -> Result<Value, String> {
 }
 
 /// Places a flattened metadata value (`age__list_0__map_enc`) in `tree`.
-fn place(tree: &mut Value, flat: &str, value: Value) -> Result<(), String> {
+fn place(tree: &mut Value, flat: &str, value: Value) -> Result<(), FlatError> {
     const MAP: &str = "__map_";
     const LIST: &str = "__list_";
     let mut node = tree;
@@ -166,9 +192,9 @@ fn place(tree: &mut Value, flat: &str, value: Value) -> Result<(), String> {
     loop {
         let next_is_list = rest.starts_with(LIST);
         let Some(after) = rest.strip_prefix(MAP).or_else(|| rest.strip_prefix(LIST)) else {
-            let map = node.as_object_mut().ok_or("a value and a map at once")?;
+            let map = node.as_object_mut().ok_or(FlatError::ValueAndMap)?;
             if map.insert(key.to_string(), value).is_some() {
-                return Err(format!("sops_{flat} is set twice"));
+                return Err(FlatError::Twice(flat.to_string()));
             }
             return Ok(());
         };
@@ -181,21 +207,21 @@ fn place(tree: &mut Value, flat: &str, value: Value) -> Result<(), String> {
         let child = match node {
             Value::Object(map) => map.entry(key.to_string()).or_insert(child_default),
             Value::Array(items) => {
-                let index: usize = key.parse().map_err(|_| "a list index is not a number")?;
+                let index: usize = key.parse().map_err(|_| FlatError::NotAnIndex)?;
                 if index > items.len() || index > 64 {
-                    return Err("a list's indices skip one".into());
+                    return Err(FlatError::Skipped);
                 }
                 if index == items.len() {
                     items.push(child_default);
                 }
                 &mut items[index]
             }
-            _ => return Err("a value and a map at once".into()),
+            _ => return Err(FlatError::ValueAndMap),
         };
         node = child;
         key = take_until_separator(&mut rest);
         if node.is_array() && !next_is_list || node.is_object() && next_is_list {
-            return Err("a list and a map at once".into());
+            return Err(FlatError::ListAndMap);
         }
     }
 }

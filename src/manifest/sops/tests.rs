@@ -68,7 +68,8 @@ fn a_file_of_sops_1_18_opens_with_its_openpgp_key() {
         assert_eq!(docs[0], parse(plain), "{name}");
     }
     let e = keys.add_openpgp(&read("age.key"), None).unwrap_err();
-    assert_eq!(e, "not an ASCII-armored OpenPGP secret key");
+    assert_eq!(e, KeyError::OpenPgp);
+    assert_eq!(e.to_string(), "not an ASCII-armored OpenPGP secret key");
 }
 
 #[test]
@@ -148,7 +149,8 @@ fn keys_files_take_comments_and_refuse_other_lines_without_echoing_them() {
     let mut keys = Keys::default();
     assert!(keys.add_age("# created\n\n").is_ok());
     let e = keys.add_age("AGE-SECRET-KEY-1NOTAKEY\n").unwrap_err();
-    assert_eq!(e, "line 1 is not an age identity");
+    assert_eq!(e, KeyError::Age { line: 1 });
+    assert_eq!(e.to_string(), "line 1 is not an age identity");
 }
 
 #[test]

@@ -93,7 +93,7 @@ enum Done {
 /// What the threads share: the keys (read once, by the first encrypted file) and the
 /// files still to handle.
 struct Shared {
-    keys: Result<sops::Keys, String>,
+    keys: Result<sops::Keys, decrypt::KeyFileError>,
     allow: Vec<String>,
     jobs: Mutex<Receiver<Job>>,
     /// Jobs sent and not yet taken.
@@ -164,7 +164,7 @@ impl Shared {
             Ok(keys) => decrypt::open(keys, &self.allow, &path, documents),
             Err(message) => Err(vec![ManifestError::Encrypted {
                 path,
-                message: message.clone(),
+                message: message.to_string(),
             }]),
         };
         match opened {

@@ -32,22 +32,29 @@ pub fn find(program: &str) -> Option<std::path::PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// How a tool's run went wrong.
-#[derive(Debug)]
+/// How a tool's run went wrong; each message follows the tool's name.
+#[derive(Debug, thiserror::Error)]
 pub enum ToolError {
     /// It could not be started.
+    #[error("could not be started: {0}")]
     Spawn(std::io::Error),
     /// The kernel refused the walls it would run in.
+    #[error("could not be confined: {0}")]
     Walls(::landlock::RulesetError),
     /// It did not finish in time (and was killed).
+    #[error("did not finish within {}s (agent.render_timeout)", .0.as_secs())]
     Timeout(Duration),
     /// It exited unsuccessfully: its status and what it said on stderr.
+    #[error("failed ({}): {}", .0, .1.trim())]
     Failed(std::process::ExitStatus, String),
     /// Its output passed the bound (and it was killed).
+    #[error("wrote more than it may")]
     TooLarge,
     /// It ran out of the memory it may have (and died of it).
+    #[error("exceeded its memory limit ({}) and was stopped (agent.render_memory)", crate::config::show_size(*.0))]
     Memory(u64),
     /// It used up the CPU time it may have (and the kernel killed it).
+    #[error("used up its CPU time ({}s) and was stopped (agent.render_timeout)", .0.as_secs())]
     Cpu(Duration),
 }
 
@@ -84,29 +91,12 @@ impl Tool<'_> {
         fail: impl Fn(String) -> ManifestError,
     ) -> Result<Vec<u8>, ManifestError> {
         self.run().map_err(|e| match e {
-            ToolError::Spawn(e) => fail(format!("cannot run {name}: {e}")),
-            ToolError::Walls(e) => fail(format!("cannot confine {name}: {e}")),
-            ToolError::Timeout(t) => fail(format!(
-                "{name} did not finish within {}s (agent.render_timeout)",
-                t.as_secs()
-            )),
-            ToolError::Failed(status, errors) => {
-                let root = format!("{}/", self.dir.display());
-                let said = errors.trim().replace(&root, "");
-                fail(format!("{name} failed ({status}): {said}"))
-            }
             ToolError::TooLarge => ManifestError::AppTooLarge {
                 path: shown.to_string(),
                 limit: self.max_bytes,
             },
-            ToolError::Memory(limit) => fail(format!(
-                "{name} exceeded its memory limit ({}) and was stopped (agent.render_memory)",
-                crate::config::show_size(limit)
-            )),
-            ToolError::Cpu(limit) => fail(format!(
-                "{name} used up its CPU time ({}s) and was stopped (agent.render_timeout)",
-                limit.as_secs()
-            )),
+            // Paths in the checkout as the repository names them.
+            e => fail(format!("{name} {e}").replace(&format!("{}/", self.dir.display()), "")),
         })
     }
 
