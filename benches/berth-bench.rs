@@ -32,7 +32,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use berth::testenv::{assets, ControlPlane, UpOptions};
+use berth_testenv::{assets, ControlPlane, UpOptions};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 

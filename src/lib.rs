@@ -66,9 +66,10 @@
 //! - [`sync`]: one sync of one app, step by step; `berth plan` and `berth rollback`;
 //! - [`service`]: systemd notify and watchdog, the HTTP endpoint, the leader Lease;
 //! - [`page`]: the read-only status page and its JSON, served by the agent's endpoint;
-//! - [`agent`]: the daemon's tasks and triggers;
-//! - [`testenv`]: a real local control plane (etcd, kube-apiserver,
-//!   kube-controller-manager) and the kubelet stand-in, for tests, benchmarks and demos.
+//! - [`agent`]: the daemon's tasks and triggers.
+//!
+//! The local control plane of the tests, benchmarks and demo is the workspace's
+//! `berth-testenv` crate (`testenv/`), not part of this library.
 
 pub mod agent;
 pub mod body_hmac;
@@ -89,7 +90,6 @@ pub mod shutdown;
 pub mod source;
 pub mod state;
 pub mod sync;
-pub mod testenv;
 
 /// `1 object`, `2 objects`: counts in messages read as English.
 pub fn plural(n: usize, noun: &str) -> String {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use berth::history::{HistoryLog, Outcome};
 use berth::sync::Step;
-use berth::testenv::ControlPlane;
+use berth_testenv::ControlPlane;
 use common::proxy::Proxy;
 use common::Repo;
 use k8s_openapi::api::apps::v1::Deployment;

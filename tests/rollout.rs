@@ -571,7 +571,7 @@ async fn a_change_of_labels_only_starts_no_rollout_to_follow() {
 /// Stops `berth run` with `signal` while it follows the rollout of `image`; then a
 /// one-shot `berth sync` picks the unfinished rollout up. Returns its exit code and output.
 async fn stopped_mid_rollout(
-    cp: &berth::testenv::ControlPlane,
+    cp: &berth_testenv::ControlPlane,
     ns: &str,
     image: &str,
     pods: &str,

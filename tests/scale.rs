@@ -154,7 +154,7 @@ struct Host {
 }
 
 impl Host {
-    fn start(cp: &berth::testenv::ControlPlane, repo: &Repo, ns: &str, apps: &[String]) -> Host {
+    fn start(cp: &berth_testenv::ControlPlane, repo: &Repo, ns: &str, apps: &[String]) -> Host {
         let state = tempfile::tempdir().unwrap();
         let port = common::free_port();
         let pairs: Vec<(&str, String)> = apps

@@ -482,7 +482,7 @@ async fn the_guestbook_syncs_with_the_least_privilege_identity() {
         "{out}"
     );
     // The app's writes were the deployer's, not berth's: berth itself may not write there.
-    let limited = berth::testenv::control_plane::client_for(&kubeconfig)
+    let limited = berth_testenv::control_plane::client_for(&kubeconfig)
         .await
         .unwrap();
     let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(limited, "guestbook");
@@ -490,7 +490,7 @@ async fn the_guestbook_syncs_with_the_least_privilege_identity() {
         serde_json::from_value(serde_json::json!({"metadata": {"name": "planted"}})).unwrap();
     assert!(maps.create(&Default::default(), &planted).await.is_err());
     // And the identity really is limited: it may not read Secrets.
-    let limited = berth::testenv::control_plane::client_for(&kubeconfig)
+    let limited = berth_testenv::control_plane::client_for(&kubeconfig)
         .await
         .unwrap();
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(limited, "guestbook");

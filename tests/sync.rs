@@ -262,7 +262,7 @@ async fn force_push_and_deleted_branch() {
 /// Write requests (create, update, patch, delete) in the audit log that touch `namespace`
 /// or the app's inventory.
 fn writes_since(
-    cp: &berth::testenv::ControlPlane,
+    cp: &berth_testenv::ControlPlane,
     since: jiff::Timestamp,
     namespace: &str,
     inventory: &str,

@@ -237,7 +237,7 @@ async fn ready_after_delays_readiness() {
 #[test]
 fn up_prints_only_exports_while_building_the_control_plane() {
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let Some(real) = berth::testenv::assets::find() else {
+    let Some(real) = berth_testenv::assets::find() else {
         assert!(!ci, "control plane binaries not found");
         eprintln!("SKIPPED: control plane binaries not found");
         return;

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use berth::testenv::{assets, control_plane, kubelet, ControlPlane, UpOptions};
+use berth_testenv::{assets, control_plane, kubelet, ControlPlane, UpOptions};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use berth::testenv::{assets, ControlPlane, UpOptions};
+use berth_testenv::{assets, ControlPlane, UpOptions};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 

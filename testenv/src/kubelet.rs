@@ -28,8 +28,6 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use serde_json::{json, Value};
 
-use crate::manifest::object::namespace_or_default;
-
 /// Pod annotation: `"false"` keeps the pod unready.
 pub const ANNOTATION_READY: &str = "testenv.berth.dev/ready";
 /// Pod annotation: a duration after which the pod becomes ready.
@@ -138,7 +136,13 @@ async fn register_node(client: &kube::Client) -> Result<(), kube::Error> {
 
 /// True for a pod a Job made, or a bare pod that does not restart: it runs to completion.
 fn runs_to_completion(pod: &Pod) -> bool {
-    match crate::rollout::revisions::controller(&pod.metadata) {
+    let controller = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true));
+    match controller {
         Some(owner) => owner.kind == "Job",
         None => pod
             .spec
@@ -270,7 +274,11 @@ impl StandIn {
 }
 
 fn namespace(pod: &Pod) -> String {
-    namespace_or_default(pod.metadata.namespace.as_deref()).to_string()
+    pod.metadata
+        .namespace
+        .as_deref()
+        .unwrap_or("default")
+        .to_string()
 }
 
 fn created(pod: &Pod) -> Timestamp {

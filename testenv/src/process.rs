@@ -102,7 +102,7 @@ pub(super) fn random_hex() -> Result<String, TestenvError> {
     fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut bytes))
         .map_err(io("reading /dev/urandom"))?;
-    Ok(crate::digest::hex(&bytes))
+    Ok(hex::encode(bytes))
 }
 
 pub(super) fn command_line(pid: i32) -> Option<String> {
