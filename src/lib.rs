@@ -64,6 +64,7 @@
 //! - [`notifications`]: `[[notify]]` receivers: which events a record makes, their
 //!   payloads, delivery with retries;
 //! - [`sync`]: one sync of one app, step by step; `berth plan` and `berth rollback`;
+//! - [`live`]: what the cluster says of one app now (`berth status`, the status page);
 //! - [`service`]: systemd notify and watchdog, the HTTP endpoint, the leader Lease;
 //! - [`page`]: the read-only status page and its JSON, served by the agent's endpoint;
 //! - [`agent`]: the daemon's tasks and triggers.
@@ -79,6 +80,7 @@ pub mod diff;
 pub mod digest;
 pub mod health;
 pub mod history;
+pub mod live;
 pub mod manifest;
 pub mod notifications;
 pub mod page;

@@ -17,7 +17,7 @@ use crate::service::http::Hook;
 use crate::service::shards::{self, Fence};
 use crate::shutdown::{self, stopped, Signal};
 use crate::source::{git, watch as repo_watch};
-use crate::sync::{note_waiting, SyncOptions, Syncer, Waiting};
+use crate::sync::{note_waiting, Level, Progress, Step, SyncOptions, Syncer, Waiting};
 
 pub(super) struct Agent {
     pub(super) config_path: PathBuf,
@@ -359,13 +359,18 @@ async fn app_loop(
     mut stop: Signal,
     heart: Arc<Heartbeat>,
 ) {
-    let state_dir = shared.syncer().agent.state_dir.clone();
-    let log = |line: &str| {
-        log_progress(&app.name, line);
-        if let Some(page) = &shared.page {
-            let step = crate::sync::syncing(&state_dir, &app.name).map(|m| m.step.as_str());
-            page.board.progress(&app.name, step, line);
-        }
+    // The step the sync is in, for the status page's progress lines.
+    let step = std::sync::Mutex::new(None);
+    let log = |progress: Progress<'_>| {
+        log_progress(&app.name, progress);
+        let (Some(page), Progress::Line { text, .. }) = (&shared.page, progress) else {
+            if let Progress::Step(entered) = progress {
+                *step.lock().unwrap_or_else(|e| e.into_inner()) = Some(entered);
+            }
+            return;
+        };
+        let now = *step.lock().unwrap_or_else(|e| e.into_inner());
+        page.board.progress(&app.name, now.map(Step::as_str), text);
     };
     let mut options = SyncOptions::new(Trigger::Interval);
     let mut gate = Gate::default();
@@ -551,14 +556,15 @@ async fn next_trigger(
     (!*stop.borrow()).then_some(next)
 }
 
-/// A sync's progress line in the agent's log, at the level its words say (journald's
-/// priority follows): errors and failed steps at ERROR, warnings at WARN, the rest INFO.
-pub(super) fn log_progress(app: &str, line: &str) {
-    if line.starts_with("error:") || line.contains("failed: nothing was written") {
-        tracing::error!(app, "{line}");
-    } else if line.starts_with("warning:") || line.contains(": warning: ") {
-        tracing::warn!(app, "{line}");
-    } else {
-        tracing::info!(app, "{line}");
+/// A sync's progress line in the agent's log, at its level (journald's priority
+/// follows); the step it enters at DEBUG.
+pub(super) fn log_progress(app: &str, progress: Progress<'_>) {
+    match progress {
+        Progress::Step(step) => tracing::debug!(app, %step, "step"),
+        Progress::Line { level, text } => match level {
+            Level::Error => tracing::error!(app, "{text}"),
+            Level::Warn => tracing::warn!(app, "{text}"),
+            Level::Info => tracing::info!(app, "{text}"),
+        },
     }
 }

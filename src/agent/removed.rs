@@ -99,7 +99,7 @@ impl Agent {
                 continue;
             }
             tracing::warn!(app = %app.name, "removed from the configuration with prune = true: deleting its objects");
-            let log = |line: &str| log_progress(&app.name, line);
+            let log = |progress: crate::sync::Progress<'_>| log_progress(&app.name, progress);
             let record = syncer.remove(app, shutdown, &log).await;
             self.shared.metrics.observe(&record);
         }

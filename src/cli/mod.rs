@@ -19,6 +19,17 @@ pub fn say(line: impl std::fmt::Display) {
     let _ = writeln!(std::io::stdout().lock(), "{line}");
 }
 
+/// A sync's progress, its lines printed by `print` (the steps it enters are not shown).
+pub fn lines(
+    print: impl Fn(&str) + Send + Sync,
+) -> impl Fn(berth::sync::Progress<'_>) + Send + Sync {
+    move |progress| {
+        if let berth::sync::Progress::Line { text, .. } = progress {
+            print(text);
+        }
+    }
+}
+
 /// Refuses to run `command` on a `state_dir` another user owns (see
 /// [`berth::state::owned_by_me`]): before anything is written there.
 ///

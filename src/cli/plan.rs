@@ -89,7 +89,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
                 continue;
             }
         }
-        let progress = |line: &str| eprintln!("{}: {line}", app.name);
+        let progress = super::lines(|line| eprintln!("{}: {line}", app.name));
         let preview = match &syncer {
             Some(syncer) => syncer.preview(&app, args.show_secrets, &progress).await,
             None => offline(&config, configured, &app, &args)?,

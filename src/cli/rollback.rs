@@ -37,7 +37,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         wait: !args.no_wait,
     };
     let print = |line: &str| super::say(format_args!("{}: {line}", app.name));
-    let record = syncer.rollback(app, &request, &print).await?;
+    let record = syncer.rollback(app, &request, &super::lines(print)).await?;
     syncer.notifications.flush(super::NOTIFY_FLUSH).await;
     if let Some(note) = &record.note {
         super::say(format_args!("note: {note}"));

@@ -143,7 +143,9 @@ async fn one<'a>(
         );
     }
     let _slot = syncer.slots.acquire().await;
-    let record = syncer.sync(app, options, shutdown, &print).await;
+    let record = syncer
+        .sync(app, options, shutdown, &super::lines(print))
+        .await;
     (app.name.clone(), (record, true))
 }
 

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use crate::config::AppConfig;
 use crate::history::{CommitInfo, Outcome, SyncRecord, Trigger};
-use crate::sync::status::LiveApp;
+use crate::live::LiveApp;
 
 /// One app as the page shows it (`/api/apps` lists these).
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -11,8 +11,8 @@ use jiff::Timestamp;
 use super::board::{AppState, State};
 use super::escape::esc;
 use crate::history::{short_age, CommitInfo, Page, SyncRecord};
+use crate::live::LiveApp;
 use crate::manifest::ObjectKey;
-use crate::sync::status::LiveApp;
 
 /// `/apps/NAME` with NAME escaped for a URL path and for HTML (app names are DNS-like).
 fn app_href(app: &str) -> String {
@@ -753,7 +753,7 @@ mod tests {
     #[test]
     fn each_object_shows_its_last_action_and_its_health_now() {
         use crate::history::{Action, ObjectAction};
-        use crate::sync::status::{DeploymentStatus, ObjectStatus};
+        use crate::live::{DeploymentStatus, ObjectStatus};
         let (web, api, config, gone) = (
             key("apps", "Deployment", "web"),
             key("", "Service", "api"),

@@ -11,7 +11,7 @@
 //!
 //! What it shows comes from the [`Board`] the app loops keep in memory, the history log
 //! (read a page at a time, every line bounded) and, for one app's page, the cluster read
-//! then (`sync::status::live_app`). The health summary of `/` is read from the cluster
+//! then (`live::live_app`). The health summary of `/` is read from the cluster
 //! one app at a time, and only while someone looks ([`StatusPage::refresh`]). Nothing on
 //! it changes anything; no answer holds a Secret's value, the kubeconfig or a secret of
 //! the configuration; every answer carries a CSP without inline script, no framing and
@@ -35,9 +35,9 @@ use jiff::Timestamp;
 
 use crate::config::{AppConfig, Config};
 use crate::history::HistoryLog;
+use crate::live::live_app;
 use crate::service::http::{full, Body, Pages};
 use crate::shutdown::{stopped, Signal};
-use crate::sync::status::live_app;
 use crate::sync::Syncer;
 pub use auth::{AuthError, Credentials};
 pub use board::Board;

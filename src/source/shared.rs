@@ -34,6 +34,22 @@ impl Sources {
         }
     }
 
+    /// Fetches the history a shallow cache lacks (its first fetch took the newest commit
+    /// alone), for a step that needs an older commit; whether it did. A failure is
+    /// logged: the caller goes on with what it has.
+    pub async fn deepen(&self, app: &AppConfig) -> bool {
+        let (owned, state_dir) = (app.clone(), self.state_dir.clone());
+        let deepened = tokio::task::spawn_blocking(move || git::deepen(&owned, &state_dir)).await;
+        match deepened {
+            Ok(Ok(deepened)) => deepened,
+            Ok(Err(e)) => {
+                tracing::warn!(app = %app.name, error = %e, "cannot fetch the repository's history");
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
     /// The app's commit, from a fetch started at `since` or later: one already done or
     /// under way is shared, else this call fetches.
     ///

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use super::Syncer;
+use super::syncer::Syncer;
 use crate::config::AppConfig;
 use crate::source::git;
 
@@ -25,7 +25,7 @@ impl Syncer {
         if digest != last.digest {
             return None;
         }
-        let unchanged = super::skip::unchanged_under(&checkout, &last.paths);
+        let unchanged = super::steps::skip::unchanged_under(&checkout, &last.paths);
         Some(format!("not affected: {unchanged}"))
     }
 }

@@ -4,10 +4,14 @@
 //! orchestrator). Steps take the one by shared reference and the other, when they report
 //! object actions or errors that do not stop the sync, by `&mut`.
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Report, SyncError, SyncOptions, Syncer};
+use super::error::SyncError;
+use super::progress::{Level, Progress, Report};
+use super::syncer::{SyncOptions, Syncer};
 use crate::cluster::apply::ApplySettings;
+use crate::cluster::discovery::ClusterKinds;
 use crate::config::AppConfig;
 use crate::history::{
     HookRecord, ObjectAction, ObjectHealth, RecordError, RolloutRecord, SyncRecord, Trigger,
@@ -119,7 +123,17 @@ impl<'a> Ctx<'a> {
 
     /// Says one progress line.
     pub fn say(&self, line: &str) {
-        (self.report)(line);
+        self.tell(Level::Info, line);
+    }
+
+    /// Says a warning (`warning: …`): the sync goes on.
+    pub fn warn(&self, warning: &str) {
+        self.tell(Level::Warn, &format!("warning: {warning}"));
+    }
+
+    /// Says one line at `level`.
+    pub fn tell(&self, level: Level, text: &str) {
+        (self.report)(Progress::Line { level, text });
     }
 
     /// `Err(Stop::Interrupted)` once shutdown came.
@@ -146,6 +160,20 @@ impl<'a> Ctx<'a> {
     pub fn depended_on(&self) -> bool {
         let apps = self.syncer.apps();
         !crate::config::order::dependents(&apps, &self.app.name).is_empty()
+    }
+
+    /// The cluster's kinds, discovered at `newer_than` or later (`None`: any discovery
+    /// will do), and when; a discovery that fails stops the sync.
+    pub async fn discover(
+        &self,
+        newer_than: Option<Instant>,
+        journal: &mut Journal<'_>,
+    ) -> Result<(Arc<ClusterKinds>, Instant), Stop> {
+        self.syncer
+            .kinds
+            .get(newer_than)
+            .await
+            .map_err(|e| journal.stop(e))
     }
 
     /// An empty journal for this sync.
@@ -188,7 +216,10 @@ impl Journal<'_> {
             message.truncate(end);
             message.push_str(" … (cut)");
         }
-        (self.report)(&format!("error: {message}"));
+        (self.report)(Progress::Line {
+            level: Level::Error,
+            text: &format!("error: {message}"),
+        });
         self.errors.push(RecordError {
             message,
             source: e.origin(),

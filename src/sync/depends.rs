@@ -10,7 +10,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{SyncOptions, Syncer};
+use super::steps::{notify, record};
+use super::syncer::{SyncOptions, Syncer};
 use crate::config::AppConfig;
 use crate::history::{new_id, Outcome, SyncRecord};
 
@@ -116,8 +117,8 @@ impl Syncer {
             note: Some(waiting.to_string()),
             ..SyncRecord::new(new_id(started), &app.name, options.trigger, started, None)
         };
-        super::record::append(self, &mut rec);
-        super::notify::notify(self, &rec);
+        record::append(self, &mut rec);
+        notify::notify(self, &rec);
         rec
     }
 }

@@ -20,7 +20,10 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use super::context::{Ctx, Journal, Stop};
-use super::{Step, SyncError};
+use super::error::SyncError;
+use super::progress::{Level, Progress, Report};
+use super::step::Step;
+use super::steps::record;
 use crate::history::{new_id, CommitInfo, Outcome, SyncRecord, Trigger};
 use crate::shutdown::{self, Signal};
 use crate::state::{flock, Lock};
@@ -92,7 +95,7 @@ impl AppLock {
         state_dir: &Path,
         app: &str,
         shutdown: &Signal,
-        report: super::Report<'_>,
+        report: Report<'_>,
     ) -> std::io::Result<Option<(AppLock, Left)>> {
         let path = path(state_dir, app);
         if let Some(dir) = path.parent() {
@@ -111,9 +114,12 @@ impl AppLock {
                 let holder = in_flight(state_dir, app)
                     .map(|m| format!("berth (pid {}, {})", m.pid, m.step))
                     .unwrap_or_else(|| "another berth process".into());
-                report(&format!(
-                    "waiting: {holder} is syncing app {app}; this sync starts when it ends"
-                ));
+                report(Progress::Line {
+                    level: Level::Info,
+                    text: &format!(
+                        "waiting: {holder} is syncing app {app}; this sync starts when it ends"
+                    ),
+                });
                 said = true;
             }
             tokio::select! {
@@ -214,7 +220,8 @@ impl Locked {
     }
 
     /// Notes the step the sync is in, in its lock file (see the module's documentation).
-    pub fn enter(&mut self, step: Step) {
+    pub fn enter(&mut self, ctx: &Ctx<'_>, step: Step) {
+        (ctx.report)(Progress::Step(step));
         self.marker.step = step;
         let Some(lock) = &self.lock else { return };
         if let Err(e) = lock.mark(&self.marker) {
@@ -263,7 +270,7 @@ pub(super) async fn take(ctx: &Ctx<'_>, journal: &mut Journal<'_>) -> Result<Loc
             "note: {}",
             died.note.as_deref().unwrap_or_default()
         ));
-        super::record::append(ctx.syncer, &mut died);
+        record::append(ctx.syncer, &mut died);
     }
     let started_at = Timestamp::now();
     let marker = marker(new_id(started_at), ctx.options.trigger, started_at);
@@ -296,7 +303,7 @@ mod tests {
     #[tokio::test]
     async fn a_marker_left_behind_is_an_interrupted_sync() {
         let dir = tempfile::tempdir().unwrap();
-        let quiet = |_: &str| {};
+        let quiet = |_: Progress<'_>| {};
         let (lock, left) = AppLock::acquire(dir.path(), "shop", crate::shutdown::never(), &quiet)
             .await
             .unwrap()
@@ -338,13 +345,17 @@ mod tests {
     #[tokio::test]
     async fn a_second_writer_waits_and_says_so() {
         let dir = tempfile::tempdir().unwrap();
-        let quiet = |_: &str| {};
+        let quiet = |_: Progress<'_>| {};
         let (first, _) = AppLock::acquire(dir.path(), "shop", crate::shutdown::never(), &quiet)
             .await
             .unwrap()
             .unwrap();
         let said = std::sync::Mutex::new(Vec::<String>::new());
-        let say = |l: &str| said.lock().unwrap().push(l.to_string());
+        let say = |p: Progress<'_>| {
+            if let Progress::Line { text, .. } = p {
+                said.lock().unwrap().push(text.to_string());
+            }
+        };
         let (stop, signal) = crate::shutdown::channel();
         let second = AppLock::acquire(dir.path(), "shop", &signal, &say);
         let release = async {

@@ -6,11 +6,14 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 
 use super::context::{Ctx, Journal, Stop};
-use super::fetch::deepen;
-use super::inventory::{self, InventoryStore};
-use super::render::{discover, render_with};
-use super::roll_out::{engine_name, follow_one, restore, Restored};
-use super::{finish, outcome_of, Report, Step, SyncError, Syncer};
+use super::error::SyncError;
+use super::pipeline::{finish, outcome_of};
+use super::progress::Report;
+use super::step::Step;
+use super::steps::inventory::{self, InventoryStore};
+use super::steps::render::render_with;
+use super::steps::roll_out::{engine_name, follow_one, restore, Restored};
+use super::syncer::Syncer;
 use crate::cluster::ClusterError;
 use crate::config::AppConfig;
 use crate::history::{Outcome, RolloutOutcome, RolloutRecord, SyncRecord};
@@ -83,7 +86,7 @@ impl Syncer {
             }
             Err(Ended::Failed) => Outcome::Failed,
         };
-        lock.enter(Step::History);
+        lock.enter(&ctx, Step::History);
         Ok(finish(&ctx, rec, journal, clock, Some(lock)))
     }
 }
@@ -153,7 +156,7 @@ async fn synced_tree(ctx: &Ctx<'_>, inventory: &Inventory) -> Option<Checkout> {
     };
     match tree() {
         Some(checkout) => Some(checkout),
-        None if deepen(ctx).await => tree(),
+        None if ctx.syncer.sources.deepen(ctx.app).await => tree(),
         None => None,
     }
 }
@@ -188,7 +191,7 @@ async fn deployment_at(
     key: &ObjectKey,
     journal: &mut Journal<'_>,
 ) -> Result<Target, Ended> {
-    let (kinds, _) = discover(ctx, None, journal).await?;
+    let (kinds, _) = ctx.discover(None, journal).await?;
     let app = &ctx.app.name;
     let Some(checkout) = checkout else {
         return Err(Ended::Refused(format!(

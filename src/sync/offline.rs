@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::preview::{PlannedObject, Preview};
-use super::verify;
+use super::steps::verify;
 use crate::config::{AgentConfig, AppConfig};
 use crate::manifest::{Builder, BuiltinScopes, Manifest, ObjectKey};
 use crate::plan::phases::wave_of;

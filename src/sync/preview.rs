@@ -7,8 +7,11 @@ use serde::Serialize;
 
 use super::context::{Ctx, Journal};
 use super::lock::Locked;
-use super::write::{split_writes, Write};
-use super::{fetch_verified, hooks, prepare, prune, validate, Prepared, Report, Syncer};
+use super::pipeline::{fetch_verified, prepare, Prepared};
+use super::progress::Report;
+use super::steps::{hooks, namespace, prune, validate};
+use super::syncer::Syncer;
+use super::write::{new_namespaces, split_writes, Write};
 use crate::cluster::Action;
 use crate::config::AppConfig;
 use crate::history::Trigger;
@@ -164,21 +167,28 @@ impl Syncer {
         let plan = prepared.plan;
         let (same, mut writes) = split_writes(plan.planned);
         preview.unchanged = same.len();
-        let wanted = super::namespace::wanted(ctx, &writes, journal)
+        let wanted = namespace::wanted(ctx, &writes, journal)
             .await
             .ok()
             .flatten();
-        let created = (wanted == Some(super::namespace::Wanted::Create))
-            .then_some(ctx.app.namespace.as_str());
+        let created =
+            (wanted == Some(namespace::Wanted::Create)).then_some(ctx.app.namespace.as_str());
         let validated = validate::validate(ctx, &mut writes, created, journal)
             .await
             .is_ok();
         let hooks = &prepared.hooks;
-        let mut new = super::new_namespaces(&writes);
+        let mut new = new_namespaces(&writes);
         new.extend(created);
         let _ = hooks::validate(ctx, hooks, &new, journal).await;
         if let Some(wanted) = wanted {
-            preview.objects.push(super::namespace::planned(ctx, wanted));
+            let (action, note) = wanted.planned();
+            preview.objects.push(PlannedObject {
+                key: namespace::key(&ctx.app.namespace),
+                action,
+                note: Some(note.into()),
+                diff: None,
+                wave: None,
+            });
         }
         for phase in [
             HookPhase::Pre,

@@ -7,9 +7,12 @@
 use std::time::Instant;
 
 use super::context::{Ctx, Journal, Stop};
-use super::{
-    finish, inventory, lock, outcome_of, prune, render, Report, Step, SyncOptions, Syncer,
-};
+use super::lock;
+use super::pipeline::{finish, outcome_of};
+use super::progress::Report;
+use super::step::Step;
+use super::steps::{inventory, prune};
+use super::syncer::{SyncOptions, Syncer};
 use crate::config::AppConfig;
 use crate::history::{Outcome, SyncRecord, Trigger};
 use crate::plan::Inventory;
@@ -38,7 +41,7 @@ impl Syncer {
             Ok(mut lock) => {
                 rec.id = lock.id().to_string();
                 rec.started_at = lock.started_at();
-                lock.enter(Step::Prune);
+                lock.enter(&ctx, Step::Prune);
                 rec.outcome = match prune_all(&ctx, &mut journal).await {
                     Ok(pruned) => {
                         rec.note = Some(format!(
@@ -49,7 +52,7 @@ impl Syncer {
                     }
                     Err(stop) => outcome_of(stop),
                 };
-                lock.enter(Step::History);
+                lock.enter(&ctx, Step::History);
                 Some(lock)
             }
             Err(stop) => {
@@ -66,7 +69,7 @@ impl Syncer {
 /// listed.
 async fn prune_all(ctx: &Ctx<'_>, journal: &mut Journal<'_>) -> Result<usize, Stop> {
     let (old, mut store) = inventory::load(ctx, journal).await?;
-    let (kinds, _) = render::discover(ctx, None, journal).await?;
+    let (kinds, _) = ctx.discover(None, journal).await?;
     let listed = old.objects.len();
     let mut next = Inventory::default();
     let pruned = prune::prune(ctx, &kinds, old.objects.clone(), &old, &mut next, journal).await;
@@ -84,6 +87,6 @@ async fn prune_all(ctx: &Ctx<'_>, journal: &mut Journal<'_>) -> Result<usize, St
     .map_err(|e| journal.stop(e))?;
     let local = crate::cluster::inventory::local_path(&agent.state_dir, &ctx.app.name);
     let _ = std::fs::remove_file(local);
-    super::namespace::release(ctx, journal).await;
+    super::steps::namespace::release(ctx, journal).await;
     Ok(listed)
 }

@@ -8,11 +8,11 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use super::context::{Ctx, Journal, Stop};
-use super::hooks::{self, HookObject};
 use super::lock::Locked;
-use super::validate::Validated;
-use super::write::{written, Write};
-use super::{apply, health, roll_out, Step};
+use super::step::Step;
+use super::steps::hooks::{self, HookObject};
+use super::steps::{apply, health, roll_out};
+use super::write::{written, Validated, Write};
 use crate::history::WaveRecord;
 use crate::manifest::{Manifest, ObjectKey};
 use crate::plan::phases::{wave_of, HookPhase};
@@ -67,7 +67,7 @@ pub(super) async fn apply_waves(
         let (this, rest): (Vec<Manifest>, Vec<Manifest>) =
             deferred.into_iter().partition(|m| wave_of(m) == wave);
         deferred = rest;
-        lock.enter(Step::Apply);
+        lock.enter(ctx, Step::Apply);
         let shown = several.then_some(wave);
         let applied = apply::apply(ctx, writes, &validated, this, shown, journal).await;
         let members: Vec<&Write> = writes
@@ -140,11 +140,11 @@ async fn follow(
     wave: i32,
     journal: &mut Journal<'_>,
 ) -> Result<(), Stop> {
-    lock.enter(Step::RollOut);
+    lock.enter(ctx, Step::RollOut);
     roll_out::roll_out(ctx, members, old, next, sha, journal).await?;
-    lock.enter(Step::Health);
+    lock.enter(ctx, Step::Health);
     health::wait_healthy(ctx, members, old, next, journal).await?;
-    lock.enter(Step::Hooks);
+    lock.enter(ctx, Step::Hooks);
     hooks::run(ctx, hooks, HookPhase::Sync, Some(wave), journal).await
 }
 

@@ -109,3 +109,20 @@ pub(super) fn written<'a>(writes: impl IntoIterator<Item = &'a Write>) -> Vec<En
         })
         .collect()
 }
+
+/// The Namespaces the commit creates (objects in them cannot be dry-run before).
+pub(super) fn new_namespaces(writes: &[Write]) -> Vec<&str> {
+    writes
+        .iter()
+        .filter(|w| w.is_new_namespace())
+        .map(|w| w.target.manifest.name())
+        .collect()
+}
+
+/// What the validate step passed, by index into the writes.
+pub(super) struct Validated {
+    /// Stage 0: Namespaces and CRDs.
+    pub first: Vec<usize>,
+    /// Objects that can only be dry-run once stage 0 is applied.
+    pub late: Vec<usize>,
+}

@@ -2,18 +2,18 @@
 //! decision made by the same code `berth plan` asks ([`decide`]: the deletion dry-run), so
 //! plan and sync agree object for object.
 
-use super::context::{Ctx, Journal, Stop};
 use crate::cluster::discovery::ClusterKinds;
 use crate::cluster::inventory;
 use crate::cluster::prune::{self, Pruned};
 use crate::history::ObjectAction;
 use crate::manifest::confine::is_berths_own;
 use crate::plan::{Entry, Inventory};
+use crate::sync::context::{Ctx, Journal, Stop};
 
 /// Prunes `candidates`. Entries whose deletion failed stay in `next` with the old commit,
 /// so the next sync tries again; a shutdown before the prune leaves every candidate to the
 /// next sync.
-pub(super) async fn prune(
+pub(in crate::sync) async fn prune(
     ctx: &Ctx<'_>,
     kinds: &ClusterKinds,
     candidates: Vec<Entry>,
@@ -31,8 +31,8 @@ pub(super) async fn prune(
         .into_iter()
         .partition(|e| is_berths_own(&e.key, reserved));
     for e in &own {
-        ctx.say(&format!(
-            "warning: {} is berth's own state: not pruned, and no longer the app's",
+        ctx.warn(&format!(
+            "{} is berth's own state: not pruned, and no longer the app's",
             e.key
         ));
     }
@@ -85,7 +85,7 @@ async fn delete(
 /// What becomes of each candidate (with `dry_run`, nothing is deleted: `berth plan` asks
 /// the same questions); `None` when the live objects could not be listed (the error is
 /// recorded).
-pub(super) async fn decide(
+pub(in crate::sync) async fn decide(
     ctx: &Ctx<'_>,
     kinds: &ClusterKinds,
     candidates: &[Entry],

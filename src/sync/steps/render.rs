@@ -3,19 +3,19 @@
 //! read, and the refusal to prune everything when a commit renders nothing.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use super::context::{Ctx, Journal, Stop};
-use super::inputs::Inputs;
-use super::SyncError;
 use crate::cluster::discovery::ClusterKinds;
 use crate::manifest::helm::Helm;
 use crate::manifest::{kustomize, yaml11, Builder, Manifest};
 use crate::plan::Inventory;
 use crate::source::git::{self, Checkout};
+use crate::sync::context::{Ctx, Journal, Stop};
+use crate::sync::error::SyncError;
+use crate::sync::inputs::Inputs;
+use crate::sync::progress::Level;
 
 /// What the render step made of a commit.
-pub(super) struct Rendered {
+pub(in crate::sync) struct Rendered {
     /// The commit's objects.
     pub manifests: Vec<Manifest>,
     /// The kinds they were resolved against.
@@ -26,18 +26,18 @@ pub(super) struct Rendered {
 
 /// Renders the commit against the cluster's kinds; a kind the shared discovery does not
 /// know may be new since it ran, so it is discovered again once.
-pub(super) async fn render(
+pub(in crate::sync) async fn render(
     ctx: &Ctx<'_>,
     checkout: &Checkout,
     journal: &mut Journal<'_>,
 ) -> Result<Rendered, Stop> {
-    let (mut kinds, discovered) = discover(ctx, None, journal).await?;
+    let (mut kinds, discovered) = ctx.discover(None, journal).await?;
     let errors = journal.errors.len();
     let mut manifests = render_with(ctx, checkout, &kinds, journal)?;
     // A plan that went on past render errors has them in the journal already.
     let whole = journal.errors.len() == errors;
     if whole && discovered < ctx.begun && manifests.iter().any(|m| kinds.resolve(m).is_none()) {
-        kinds = discover(ctx, Some(ctx.begun), journal).await?.0;
+        kinds = ctx.discover(Some(ctx.begun), journal).await?.0;
         manifests = render_with(ctx, checkout, &kinds, journal)?;
     }
     Ok(Rendered {
@@ -45,20 +45,6 @@ pub(super) async fn render(
         kinds,
         inputs: inputs_of(ctx, checkout),
     })
-}
-
-/// The cluster's kinds from the agent's shared discovery, discovered at `newer_than` or
-/// later when given; and when they were discovered.
-pub(super) async fn discover(
-    ctx: &Ctx<'_>,
-    newer_than: Option<Instant>,
-    journal: &mut Journal<'_>,
-) -> Result<(Arc<ClusterKinds>, Instant), Stop> {
-    ctx.syncer
-        .kinds
-        .get(newer_than)
-        .await
-        .map_err(|e| journal.stop(e))
 }
 
 /// Warns of the values kubectl would read otherwise than berth (`DEBUG: yes`, see
@@ -78,14 +64,14 @@ fn warn_yaml11(ctx: &Ctx<'_>, checkout: &Checkout, manifests: &[Manifest]) {
             continue;
         }
         for warning in yaml11::warnings(m, &text) {
-            ctx.say(&format!("warning: {warning}"));
+            ctx.warn(&warning);
         }
     }
 }
 
 /// The commit's objects through the manifest pipeline; every error of a broken commit is
 /// recorded.
-pub(super) fn render_with(
+pub(in crate::sync) fn render_with(
     ctx: &Ctx<'_>,
     checkout: &Checkout,
     kinds: &ClusterKinds,
@@ -120,7 +106,7 @@ pub(super) fn render_with(
         ));
         return Ok(manifests);
     }
-    ctx.say("render failed: nothing was written");
+    ctx.tell(Level::Error, "render failed: nothing was written");
     Err(Stop::Failed)
 }
 
@@ -151,7 +137,7 @@ fn inputs_of(ctx: &Ctx<'_>, checkout: &Checkout) -> Option<Inputs> {
 
 /// A commit with no objects would prune every object of the app: refused unless the app
 /// allows it (`allow_empty`) or does not prune.
-pub(super) fn refuse_empty(
+pub(in crate::sync) fn refuse_empty(
     ctx: &Ctx<'_>,
     manifests: &[Manifest],
     inventory: &Inventory,

@@ -1,15 +1,15 @@
 //! The verify step (`[app.verify]`): nothing is rendered unless a trusted key signed the
 //! commit (or, with `mode = "tag"`, the tag).
 
-use super::context::{Ctx, Journal, Stop};
-use super::SyncError;
 use crate::config::VerifyMode;
 use crate::source::git::{self, Checkout};
 use crate::source::verify::{Signature, Trust, VerifyError};
+use crate::sync::context::{Ctx, Journal, Stop};
+use crate::sync::error::SyncError;
 
 /// The commit's signature, checked against the trusted keys (read again each sync, so a
 /// key added or removed counts at once); `None` when the app does not verify.
-pub(super) fn verify(
+pub(in crate::sync) fn verify(
     ctx: &Ctx<'_>,
     checkout: &Checkout,
     journal: &mut Journal<'_>,
@@ -32,7 +32,7 @@ fn signature(ctx: &Ctx<'_>, checkout: &Checkout) -> Result<Option<Signature>, Ve
 }
 
 /// The checkout's signature as `app` wants it checked; `None` when it does not verify.
-pub(super) fn check(
+pub(in crate::sync) fn check(
     app: &crate::config::AppConfig,
     checkout: &Checkout,
 ) -> Result<Option<Signature>, VerifyError> {

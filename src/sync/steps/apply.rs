@@ -4,28 +4,28 @@
 
 use std::time::{Duration, Instant};
 
-use super::context::{Ctx, Journal, Stop};
-use super::render::discover;
-use super::validate::{dry_run, Validated};
-use super::write::Write;
-use super::SyncError;
 use crate::cluster::apply::{apply_all, stage};
 use crate::cluster::Action;
 use crate::history::ObjectAction;
 use crate::manifest::Manifest;
 use crate::plan::phases::wave_of;
 use crate::plan::{Change, Target};
+use crate::sync::context::{Ctx, Journal, Stop};
+use crate::sync::dry_run::dry_run;
+use crate::sync::error::SyncError;
+use crate::sync::ready::wait_ready;
+use crate::sync::write::{Validated, Write};
 
 /// How long to wait for a CRD of the commit to be Established.
 const CRD_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the kinds of Established CRDs may take to show in discovery.
 const DISCOVERY_LAG: Duration = Duration::from_secs(10);
 
-/// Applies what [`validate`](super::validate::validate) passed of `wave` (every write when
+/// Applies what the validate step passed of `wave` (every write when
 /// the app has one wave: `None`), stage by stage; the late objects (and those of the kinds
 /// of CRDs the commit defines, `deferred`, all of this wave) are dry-run right after stage
 /// 0, before anything else is written.
-pub(super) async fn apply(
+pub(in crate::sync) async fn apply(
     ctx: &Ctx<'_>,
     writes: &mut Vec<Write>,
     validated: &Validated,
@@ -82,7 +82,7 @@ pub(super) async fn apply(
 /// hooks, and objects of a wave before the Namespace's own, may be in them (as kapp and
 /// Argo CD's namespace-first ordering do). They leave `validated.first`: their wave does
 /// not apply them again.
-pub(super) async fn namespaces_first(
+pub(in crate::sync) async fn namespaces_first(
     ctx: &Ctx<'_>,
     writes: &mut [Write],
     validated: &mut Validated,
@@ -187,7 +187,7 @@ async fn wait_for_crds(
         .map(|&i| &writes[i])
         .filter(|w| w.target.manifest.kind() == "CustomResourceDefinition")
         .collect();
-    let ended = super::health::wait_ready(ctx, &crds, CRD_TIMEOUT).await;
+    let ended = wait_ready(ctx, &crds, CRD_TIMEOUT).await;
     for (w, h) in crds.iter().zip(ended) {
         match h.outcome.as_str() {
             "ready" => {}
@@ -215,10 +215,10 @@ async fn resolve_deferred(
     // The CRDs were just applied: only a discovery from now on knows their kinds, and
     // the API server's discovery may lag their Established condition a little.
     let deadline = Instant::now() + DISCOVERY_LAG;
-    let (mut kinds, _) = discover(ctx, Some(Instant::now()), journal).await?;
+    let (mut kinds, _) = ctx.discover(Some(Instant::now()), journal).await?;
     while deferred.iter().any(|m| kinds.resolve(m).is_none()) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        kinds = discover(ctx, Some(Instant::now()), journal).await?.0;
+        kinds = ctx.discover(Some(Instant::now()), journal).await?.0;
     }
     let mut added = Vec::new();
     let mut unknown = false;

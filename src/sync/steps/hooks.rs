@@ -11,8 +11,6 @@ use std::time::{Duration, Instant};
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams, PropagationPolicy};
 use serde_json::Value;
 
-use super::context::{Ctx, Journal, Stop};
-use super::SyncError;
 use crate::cluster::api_for;
 use crate::cluster::discovery::ClusterKinds;
 use crate::cluster::ClusterError;
@@ -20,14 +18,16 @@ use crate::history::HookRecord;
 use crate::manifest::{Manifest, ObjectKey, LABEL_APP};
 use crate::plan::phases::{self, display_name, Hook, HookPhase, Place};
 use crate::plan::Resolved;
+use crate::sync::context::{Ctx, Journal, Stop};
+use crate::sync::error::SyncError;
 
 /// The label that finds a hook's objects of earlier runs.
-pub(super) const LABEL_HOOK_ID: &str = "berth.dev/hook-id";
+pub(in crate::sync) const LABEL_HOOK_ID: &str = "berth.dev/hook-id";
 /// How often a hook's object is read while it runs.
 const POLL: Duration = Duration::from_millis(250);
 
 /// One hook of the commit.
-pub(super) struct HookObject {
+pub(in crate::sync) struct HookObject {
     pub manifest: Manifest,
     pub hook: Hook,
     pub resolved: Resolved,
@@ -69,7 +69,7 @@ impl HookObject {
 /// Splits the rendered objects into the app's and its hooks; objects this sync does not
 /// run (Argo CD's `Skip`, a Helm hook of another event) are dropped, each said. `upgrade`:
 /// the app synced before.
-pub(super) fn split(
+pub(in crate::sync) fn split(
     ctx: &Ctx<'_>,
     manifests: Vec<Manifest>,
     kinds: &ClusterKinds,
@@ -128,7 +128,7 @@ fn hook_id(ctx: &Ctx<'_>, m: &Manifest) -> String {
 
 /// The dry run of every hook, with the rest of the commit: created for nothing. A fixed
 /// name taken by an earlier run's object passes when the hook deletes it first (`before`).
-pub(super) async fn validate(
+pub(in crate::sync) async fn validate(
     ctx: &Ctx<'_>,
     hooks: &[HookObject],
     new_namespaces: &[&str],
@@ -187,7 +187,7 @@ pub(super) async fn validate(
 
 /// Runs the hooks of `phase` (of `wave`, for `sync`) in order, each to its end; the first
 /// that fails stops the rest.
-pub(super) async fn run(
+pub(in crate::sync) async fn run(
     ctx: &Ctx<'_>,
     hooks: &[HookObject],
     phase: HookPhase,

@@ -3,14 +3,14 @@
 //! a failed rollout, or one whose objects all match the cluster, writes nothing
 //! ([`held_or_unchanged`]).
 
-use super::context::Ctx;
-use super::inputs::Inputs;
 use crate::history::{Outcome, Trigger};
 use crate::plan::{Inventory, Plan};
 use crate::source::git::{self, Checkout};
+use crate::sync::context::Ctx;
+use crate::sync::inputs::Inputs;
 
 /// A sync that writes nothing: how it ends, and what its record says.
-pub(super) struct Skip {
+pub(in crate::sync) struct Skip {
     /// `no-change` or `held`.
     pub outcome: Outcome,
     /// Why, for the record.
@@ -25,7 +25,7 @@ pub(super) struct Skip {
 /// commit already synced, still compare with the cluster, which finds drift. An app whose
 /// kustomizations reach remote bases reads more than its commit: never skipped. Returns
 /// the skip and what the render would have read at this commit.
-pub(super) fn untouched(ctx: &Ctx<'_>, checkout: &Checkout) -> Option<(Skip, Inputs)> {
+pub(in crate::sync) fn untouched(ctx: &Ctx<'_>, checkout: &Checkout) -> Option<(Skip, Inputs)> {
     if ctx.app.allow_remote_bases {
         return None;
     }
@@ -64,7 +64,7 @@ pub(super) fn untouched(ctx: &Ctx<'_>, checkout: &Checkout) -> Option<(Skip, Inp
 }
 
 /// `commit abc1234 changes nothing under deploy, base`.
-pub(super) fn unchanged_under(checkout: &Checkout, paths: &[String]) -> String {
+pub(in crate::sync) fn unchanged_under(checkout: &Checkout, paths: &[String]) -> String {
     let shown: Vec<&str> = paths
         .iter()
         .map(|p| if p.is_empty() { "." } else { p.as_str() })
@@ -78,7 +78,7 @@ pub(super) fn unchanged_under(checkout: &Checkout, paths: &[String]) -> String {
 
 /// A commit held after a failed rollout is not applied again unless forced; a commit
 /// already applied, with nothing changed or drifted, sends no write at all.
-pub(super) fn held_or_unchanged(
+pub(in crate::sync) fn held_or_unchanged(
     ctx: &Ctx<'_>,
     checkout: &Checkout,
     inventory: &Inventory,

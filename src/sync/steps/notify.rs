@@ -1,10 +1,10 @@
 //! The notify step: the record's events queued for the `[[notify]]` receivers, never
 //! waited for (see [`crate::notifications`]).
 
-use super::Syncer;
 use crate::history::SyncRecord;
+use crate::sync::syncer::Syncer;
 
 /// Tells the receivers what `rec` means to them (a failure, a recovery, …).
-pub(super) fn notify(syncer: &Syncer, rec: &SyncRecord) {
+pub(in crate::sync) fn notify(syncer: &Syncer, rec: &SyncRecord) {
     syncer.notifications.observe(rec);
 }

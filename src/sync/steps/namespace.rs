@@ -10,11 +10,11 @@
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 
-use super::context::{Ctx, Journal, Stop};
-use super::write::Write;
 use crate::cluster::{Action, ClusterError};
 use crate::history::ObjectAction;
 use crate::manifest::ObjectKey;
+use crate::sync::context::{Ctx, Journal, Stop};
+use crate::sync::write::Write;
 
 /// The label every namespace berth created carries.
 const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "berth");
@@ -23,7 +23,7 @@ const ASKED_BY: &str = "namespace.berth.dev/";
 
 /// What `create_namespace` asks of a sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Wanted {
+pub(in crate::sync) enum Wanted {
     /// The namespace is missing: created (objects in it are dry-run once it is).
     Create,
     /// Another app had berth create it: this app's label is added.
@@ -32,7 +32,7 @@ pub(super) enum Wanted {
 
 /// What the sync must do for the app's namespace; `None` when the app does not ask, the
 /// commit holds the Namespace, or nothing is to be done.
-pub(super) async fn wanted(
+pub(in crate::sync) async fn wanted(
     ctx: &Ctx<'_>,
     writes: &[Write],
     journal: &mut Journal<'_>,
@@ -64,7 +64,7 @@ pub(super) async fn wanted(
 }
 
 /// Creates the app's namespace, or adds the app's label to it, as [`wanted`] said.
-pub(super) async fn ensure(
+pub(in crate::sync) async fn ensure(
     ctx: &Ctx<'_>,
     wanted: Option<Wanted>,
     journal: &mut Journal<'_>,
@@ -110,25 +110,20 @@ pub(super) async fn ensure(
     Ok(())
 }
 
-/// The plan's line for the app's namespace.
-pub(super) fn planned(ctx: &Ctx<'_>, wanted: Wanted) -> super::PlannedObject {
-    let (action, note) = match wanted {
-        Wanted::Create => ("create", "create_namespace"),
-        Wanted::Label => ("configure", "create_namespace: shared with another app"),
-    };
-    super::PlannedObject {
-        key: key(&ctx.app.namespace),
-        action,
-        note: Some(note.into()),
-        diff: None,
-        wave: None,
+impl Wanted {
+    /// The plan's action and note for the app's namespace.
+    pub(in crate::sync) fn planned(self) -> (&'static str, &'static str) {
+        match self {
+            Wanted::Create => ("create", "create_namespace"),
+            Wanted::Label => ("configure", "create_namespace: shared with another app"),
+        }
     }
 }
 
 /// For an app removed with `prune = true`: its label comes off the namespace, and the
 /// namespace is deleted when no other app's label is left (unless one was added since it
 /// was read: the deletion's precondition).
-pub(super) async fn release(ctx: &Ctx<'_>, journal: &mut Journal<'_>) {
+pub(in crate::sync) async fn release(ctx: &Ctx<'_>, journal: &mut Journal<'_>) {
     if !ctx.app.create_namespace {
         return;
     }
@@ -216,7 +211,8 @@ fn manager(ctx: &Ctx<'_>) -> String {
     )
 }
 
-fn key(name: &str) -> ObjectKey {
+/// The key of the Namespace `name`.
+pub(in crate::sync) fn key(name: &str) -> ObjectKey {
     ObjectKey {
         group: String::new(),
         kind: "Namespace".into(),

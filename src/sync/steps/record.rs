@@ -1,13 +1,13 @@
 //! The record step: the sync's history record appended to the log (and kept within the
 //! app's retention), and one log line at the level its outcome deserves.
 
-use super::{SyncError, Syncer};
 use crate::history::{Outcome, RecordError, SyncRecord};
+use crate::sync::{error::SyncError, syncer::Syncer};
 
 /// Appends `rec` to the history and logs it. A record that cannot be written turns the
 /// outcome into `failed` (with the reason among its errors): a sync is never reported as
 /// succeeded when nobody can read what it did.
-pub(super) fn append(syncer: &Syncer, rec: &mut SyncRecord) {
+pub(in crate::sync) fn append(syncer: &Syncer, rec: &mut SyncRecord) {
     let agent = &syncer.agent;
     let appended = syncer.history.append(rec).and_then(|()| {
         syncer
@@ -28,7 +28,7 @@ pub(super) fn append(syncer: &Syncer, rec: &mut SyncRecord) {
 
 /// The id of the app's newest record when `rec` is held and that record says the same
 /// (the same commit, the same reason): `rec` repeats it and is not written again.
-pub(super) fn held_before(syncer: &Syncer, rec: &SyncRecord) -> Option<String> {
+pub(in crate::sync) fn held_before(syncer: &Syncer, rec: &SyncRecord) -> Option<String> {
     if rec.outcome != Outcome::Held {
         return None;
     }

@@ -3,14 +3,14 @@
 //! take ([`crate::plan::taken`]), and settled against the live objects of what git did
 //! not change (drift).
 
-use super::context::{Ctx, Journal, Stop};
 use crate::cluster::discovery::ClusterKinds;
 use crate::cluster::inventory;
 use crate::manifest::Manifest;
 use crate::plan::{draft, taken, Inventory, Plan, Resolved, Target};
+use crate::sync::context::{Ctx, Journal, Stop};
 
 /// What a sync of `manifests` over `inventory` writes, keeps and prunes.
-pub(super) async fn plan(
+pub(in crate::sync) async fn plan(
     ctx: &Ctx<'_>,
     manifests: Vec<Manifest>,
     kinds: &ClusterKinds,

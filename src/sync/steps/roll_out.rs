@@ -10,9 +10,6 @@ use futures::future::join_all;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DynamicObject};
 
-use super::context::{Ctx, Journal, Stop};
-use super::write::Write;
-use super::SyncError;
 use crate::cluster::apply::{apply_all, observed};
 use crate::config::{OnFailure, RolloutEngine};
 use crate::history::{
@@ -24,6 +21,9 @@ use crate::rollout::engine::{follow_driving, Engine, EngineError};
 use crate::rollout::revisions::{self, ReplicaSetInfo, Revisions};
 use crate::rollout::rollback;
 use crate::rollout::track::Follow;
+use crate::sync::context::{Ctx, Journal, Stop};
+use crate::sync::error::SyncError;
+use crate::sync::write::Write;
 
 /// What the rollouts of a sync came to.
 #[derive(Default)]
@@ -40,7 +40,7 @@ struct Rollouts {
 /// `next`, the inventory this sync stores: a rolled-back or halted commit (`sha`) holds
 /// the app, and its rolled-back entries never match git again (so a forced sync re-applies
 /// them); a rollout cut short leaves its entry as `old` had it.
-pub(super) async fn roll_out(
+pub(in crate::sync) async fn roll_out(
     ctx: &Ctx<'_>,
     writes: &[&Write],
     old: &Inventory,
@@ -294,7 +294,7 @@ async fn roll_back(
 }
 
 /// What restoring an earlier revision's template did.
-pub(super) struct Restored {
+pub(in crate::sync) struct Restored {
     /// The Deployment as applied.
     pub applied: DynamicObject,
     /// The commit whose sync first rolled that template out, when the history knows it.
@@ -305,7 +305,7 @@ pub(super) struct Restored {
 
 /// Applies the template of revision `to` to `target`'s Deployment, as `kubectl rollout
 /// undo` does: the one rollback, of the failure policy and of `berth rollback`.
-pub(super) async fn restore(
+pub(in crate::sync) async fn restore(
     ctx: &Ctx<'_>,
     target: &Target,
     from: Option<i64>,
@@ -332,7 +332,7 @@ pub(super) async fn restore(
 }
 
 /// Follows the rollout of one Deployment just written.
-pub(super) async fn follow_one(
+pub(in crate::sync) async fn follow_one(
     ctx: &Ctx<'_>,
     applied: &DynamicObject,
     manifest: &Manifest,
@@ -345,7 +345,7 @@ pub(super) async fn follow_one(
 }
 
 /// `cluster` or `agent`: who drives the app's rollouts.
-pub(super) fn engine_name(ctx: &Ctx<'_>) -> &'static str {
+pub(in crate::sync) fn engine_name(ctx: &Ctx<'_>) -> &'static str {
     match ctx.app.rollout.engine {
         RolloutEngine::Cluster => "cluster",
         RolloutEngine::Agent => "agent",

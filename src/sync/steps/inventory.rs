@@ -2,15 +2,15 @@
 //! local copy when it was deleted or damaged by hand), the write ahead before the first
 //! apply, and the next inventory stored after the sync.
 
-use super::context::{Ctx, Journal, Stop};
-use super::write::Write;
 use crate::cluster::inventory::{self, Version};
 use crate::cluster::ClusterError;
 use crate::plan::{self, Inventory};
+use crate::sync::context::{Ctx, Journal, Stop};
+use crate::sync::write::Write;
 
 /// [`InventoryStore::keep_ready`] for a commit the sync skipped without reading the
 /// inventory (it changes none of the app's files): read only when others depend on the app.
-pub(super) async fn keep_ready(
+pub(in crate::sync) async fn keep_ready(
     ctx: &Ctx<'_>,
     sha: &str,
     journal: &mut Journal<'_>,
@@ -24,14 +24,14 @@ pub(super) async fn keep_ready(
 
 /// Where the app's inventory is stored: the ConfigMap's version as last read or written,
 /// the precondition of the next store.
-pub(super) struct InventoryStore {
+pub(in crate::sync) struct InventoryStore {
     version: Option<Version>,
 }
 
 /// The app's inventory: the cluster's ConfigMap, or berth's local copy when the ConfigMap
 /// was deleted or made unreadable by hand (entries the ConfigMap lost at the same commit
 /// are taken from the copy, so they are still pruned when git drops them).
-pub(super) async fn load(
+pub(in crate::sync) async fn load(
     ctx: &Ctx<'_>,
     journal: &mut Journal<'_>,
 ) -> Result<(Inventory, InventoryStore), Stop> {
@@ -72,7 +72,7 @@ pub(super) async fn load(
     };
     if let Some(w) = warning {
         tracing::warn!(app = %app, "{w}");
-        ctx.say(&format!("warning: {w}"));
+        ctx.warn(&w);
     }
     Ok((inv, store))
 }

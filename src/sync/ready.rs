@@ -1,0 +1,131 @@
+//! Waiting for objects to be ready, as their status says (every kind with a notion of
+//! readiness but Deployments): what the health step waits for after each wave, and the
+//! apply step for the CRDs it has just written to be Established.
+
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DynamicObject};
+
+use super::context::Ctx;
+use super::write::Write;
+use crate::cluster::api_for;
+use crate::cluster::health::{live_health, said};
+use crate::health::{selects_pods, Health};
+use crate::history::ObjectHealth;
+
+/// How often the objects waited for are read again.
+pub(super) const POLL: Duration = Duration::from_millis(500);
+
+/// One object being waited for.
+pub(super) struct Waiting<'w> {
+    pub write: &'w Write,
+    pub api: Api<DynamicObject>,
+    /// What its status said last.
+    pub last: Option<Health>,
+    pub ended: Option<ObjectHealth>,
+    /// A Service with a selector: its endpoints are checked too.
+    pub selects_pods: bool,
+}
+
+/// The objects `writes` as they are waited for.
+pub(super) fn waiting_for<'w>(
+    ctx: &Ctx<'_>,
+    writes: impl Iterator<Item = &'w Write>,
+) -> Vec<Waiting<'w>> {
+    writes
+        .map(|w| Waiting {
+            write: w,
+            api: api_for(
+                &ctx.syncer.client,
+                &w.target.resolved,
+                w.target.manifest.namespace(),
+            ),
+            last: None,
+            ended: None,
+            selects_pods: false,
+        })
+        .collect()
+}
+
+/// Waits, as for every other kind's health, until each of `writes` is ready, failed, or
+/// `timeout` or shutdown cut it short; how each ended, in their order. The apply step waits
+/// so for the CRDs it has just written to be Established.
+pub(in crate::sync) async fn wait_ready(
+    ctx: &Ctx<'_>,
+    writes: &[&Write],
+    timeout: Duration,
+) -> Vec<ObjectHealth> {
+    let mut waiting = waiting_for(ctx, writes.iter().copied());
+    poll(ctx, &mut waiting, timeout).await;
+    waiting.into_iter().filter_map(|w| w.ended).collect()
+}
+
+/// Reads the objects waited for until each has ended: ready, failed, or cut short by the
+/// timeout or shutdown.
+pub(super) async fn poll(ctx: &Ctx<'_>, waiting: &mut [Waiting<'_>], timeout: Duration) {
+    let started = Instant::now();
+    loop {
+        for w in waiting.iter_mut().filter(|w| w.ended.is_none()) {
+            check(ctx, w, started).await;
+        }
+        if waiting.iter().all(|w| w.ended.is_some()) {
+            return;
+        }
+        let over = if ctx.interrupted().is_err() {
+            Some("interrupted")
+        } else if started.elapsed() >= timeout {
+            Some("timed-out")
+        } else {
+            None
+        };
+        if let Some(outcome) = over {
+            for w in waiting.iter_mut().filter(|w| w.ended.is_none()) {
+                w.ended = Some(ended(w, outcome, None));
+            }
+            return;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Reads one object and notes where it stands; says so when that changed.
+async fn check(ctx: &Ctx<'_>, w: &mut Waiting<'_>, started: Instant) {
+    let m = &w.write.target.manifest;
+    let now = match w.api.get_opt(m.name()).await {
+        Ok(Some(obj)) => {
+            let json = serde_json::to_value(&obj).unwrap_or_default();
+            w.selects_pods = selects_pods(m.group(), m.kind(), &json);
+            let client = &ctx.syncer.client;
+            let ns = m.namespace_or_default();
+            let endpoints = ctx.app.rollout.require_endpoints;
+            live_health(client, m.group(), m.kind(), ns, &json, endpoints).await
+        }
+        Ok(None) => Health::InProgress("not found (deleted meanwhile?)".into()),
+        Err(e) => Health::InProgress(format!("cannot read it: {e}")),
+    };
+    if w.last.as_ref() != Some(&now) {
+        ctx.say(&format!("{}: {}", m.key().kubectl(), said(&now)));
+        w.last = Some(now.clone());
+    }
+    w.ended = match now {
+        Health::Current => Some(ended(w, "ready", Some(started))),
+        Health::Failed(message) => Some(ObjectHealth {
+            message,
+            ..ended(w, "failed", None)
+        }),
+        Health::InProgress(_) => None,
+    };
+}
+
+/// The record of how waiting for `w` ended.
+fn ended(w: &Waiting<'_>, outcome: &str, ready_since: Option<Instant>) -> ObjectHealth {
+    ObjectHealth {
+        key: w.write.target.manifest.key(),
+        outcome: outcome.into(),
+        message: match &w.last {
+            Some(Health::InProgress(m)) => m.clone(),
+            _ => String::new(),
+        },
+        ready_ms: ready_since.map(|s| s.elapsed().as_millis() as u64),
+    }
+}

@@ -1,0 +1,161 @@
+//! What every sync of an agent shares ([`Syncer`]: the cluster's client and kinds, the
+//! agent's settings, the repositories' fetches, the history, the apps) and how one sync
+//! runs ([`SyncOptions`]). The orchestrator that runs a sync is `pipeline.rs`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::inputs::Remembered;
+use crate::cluster::discovery::SharedKinds;
+use crate::cluster::ClusterError;
+use crate::config::{AgentConfig, AppConfig};
+use crate::history::{HistoryLog, Trigger};
+use crate::notifications::{Notifications, NotifyError};
+use crate::source::shared::Sources;
+
+/// What every sync of an agent shares.
+pub struct Syncer {
+    /// The cluster.
+    pub client: kube::Client,
+    /// Whether the cluster answers (said once when it stops and once when it is back),
+    /// and the stop that cuts the client's requests short.
+    pub reach: Arc<crate::cluster::resilient::Reach>,
+    /// Agent settings.
+    pub agent: AgentConfig,
+    /// The history log.
+    pub history: HistoryLog,
+    /// Apps with `rollout.engine = "agent"` have their Deployments driven by a
+    /// supervisor elsewhere (the daemon): syncs then only follow them.
+    pub engine_supervised: bool,
+    /// The cluster's kinds, discovered once for every app.
+    pub kinds: SharedKinds,
+    /// `agent.max_concurrent_syncs` places; the daemon's app loops take one per sync, in
+    /// the order they asked (tokio's semaphore is fair), so one slow app holds one place
+    /// and never starves the others.
+    pub slots: Arc<tokio::sync::Semaphore>,
+    /// The repositories' fetches, shared by their apps.
+    pub sources: Sources,
+    /// This host (`hostname/pid`), recorded in every sync's record.
+    pub host: String,
+    /// Where each sync's outcome is told (`[[notify]]`); none until the command starts
+    /// them ([`Notifications::start`]).
+    pub notifications: Arc<Notifications>,
+    /// What each app's last good sync read, to skip commits that change none of it.
+    pub(super) inputs: Remembered,
+    /// The configuration's apps: whom an app depends on and who depends on it.
+    apps: std::sync::RwLock<Arc<[AppConfig]>>,
+}
+
+impl Syncer {
+    /// Starts the `[[notify]]` receivers of `config`: each sync's outcome is told to them.
+    ///
+    /// # Errors
+    /// A receiver's address or secrets cannot be read.
+    pub fn notify(mut self, config: &crate::config::Config) -> Result<Self, NotifyError> {
+        self.notifications = Arc::new(Notifications::start(
+            &config.notify,
+            &config.agent.state_dir,
+        )?);
+        Ok(self)
+    }
+
+    /// Connects to the cluster named in `config`.
+    ///
+    /// # Errors
+    /// No client could be made.
+    pub async fn connect(
+        config: &crate::config::Config,
+        engine_supervised: bool,
+    ) -> Result<Self, ClusterError> {
+        let (client, reach) = crate::cluster::client::connect_reaching(&config.cluster).await?;
+        // Before anything is written there: the state holds Secret manifests.
+        if let Err(e) = crate::state::secure_state_dir(&config.agent.state_dir) {
+            tracing::warn!(state_dir = %config.agent.state_dir.display(), error = %e, "cannot make the state folder private (0700)");
+        }
+        Ok(Syncer {
+            kinds: SharedKinds::new(client.clone()),
+            slots: Arc::new(tokio::sync::Semaphore::new(
+                config.agent.max_concurrent_syncs,
+            )),
+            sources: Sources::new(
+                config.agent.state_dir.clone(),
+                crate::source::git::TreeLimits::of(&config.agent),
+            ),
+            host: crate::service::lease::identity(),
+            inputs: Remembered::new(&config.agent, &config.cluster),
+            notifications: Arc::new(Notifications::none()),
+            client,
+            reach,
+            agent: config.agent.clone(),
+            history: HistoryLog::new(&config.agent.state_dir),
+            engine_supervised,
+            apps: std::sync::RwLock::new(config.apps.clone().into()),
+        })
+    }
+
+    /// A reloaded configuration's apps (their `depends_on`).
+    pub fn set_apps(&self, apps: &[AppConfig]) {
+        if let Ok(mut a) = self.apps.write() {
+            *a = apps.into();
+        }
+    }
+
+    /// The apps that depend on `app` directly.
+    pub fn dependents(&self, app: &str) -> Vec<String> {
+        let apps = self.apps();
+        crate::config::order::dependents(&apps, app)
+            .into_iter()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The configuration's apps.
+    pub(super) fn apps(&self) -> Arc<[AppConfig]> {
+        self.apps
+            .read()
+            .map(|a| a.clone())
+            .unwrap_or_else(|e| e.into_inner().clone())
+    }
+}
+
+/// How one sync runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncOptions {
+    /// What started it.
+    pub trigger: Trigger,
+    /// Apply a commit whose rollout failed before (the app is held).
+    pub force: bool,
+    /// Follow the rollouts of the Deployments it writes (off: apply and prune only, as
+    /// `kubectl apply` does).
+    pub wait: bool,
+    /// Apply a commit that does not descend from the last applied one (`berth sync
+    /// --accept-rewind`), once.
+    pub accept_rewind: bool,
+    /// When the sync was asked for: a fetch of the repository started since is shared.
+    pub requested: Instant,
+    /// How long it waited for the apps it depends on (recorded).
+    pub waited: Option<std::time::Duration>,
+}
+
+impl SyncOptions {
+    /// The oldest fetch the sync takes: one started since it was asked for, or for an
+    /// interval's sync a little before (apps whose intervals fall close share a fetch).
+    pub fn fetch_since(&self) -> Instant {
+        match self.trigger {
+            Trigger::Interval => self.requested - crate::source::shared::INTERVAL_SHARE,
+            _ => self.requested,
+        }
+    }
+
+    /// A normal sync started by `trigger`.
+    pub fn new(trigger: Trigger) -> Self {
+        SyncOptions {
+            trigger,
+            force: false,
+            wait: true,
+            accept_rewind: false,
+            requested: Instant::now(),
+            waited: None,
+        }
+    }
+}
