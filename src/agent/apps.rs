@@ -21,7 +21,8 @@ use crate::sync::{note_waiting, Level, Progress, Step, SyncOptions, Syncer, Wait
 
 pub(super) struct Agent {
     pub(super) config_path: PathBuf,
-    pub(super) config: Config,
+    /// The running configuration, published to the syncer and the status page.
+    pub(super) config: tokio::sync::watch::Sender<Arc<Config>>,
     pub(super) shared: Arc<Shared>,
     pub(super) apps: BTreeMap<String, AppTask>,
     /// One watcher per local repository, fanning its commits out to its apps.
@@ -40,6 +41,11 @@ pub(super) struct RepoWatch {
 }
 
 impl Agent {
+    /// The running configuration.
+    pub(super) fn config(&self) -> Arc<Config> {
+        self.config.borrow().clone()
+    }
+
     /// With sharding: runs the apps the assignment gives this host among `members`, and
     /// stops the others (their syncs in progress end first; the new owner waits for the
     /// app's Lease meanwhile).
@@ -48,12 +54,12 @@ impl Agent {
         let Some(shard) = &self.shared.shard else {
             return;
         };
-        let names: Vec<String> = self.config.apps.iter().map(|a| a.name.clone()).collect();
+        let names: Vec<String> = self.config().apps.iter().map(|a| a.name.clone()).collect();
         let owners = shards::assign(&names, &self.members);
         let mine = |name: &str| owners.get(name).is_some_and(|m| *m == shard.identity);
         let gone: Vec<String> = self.apps.keys().filter(|a| !mine(a)).cloned().collect();
         let new: Vec<AppConfig> = self
-            .config
+            .config()
             .apps
             .iter()
             .filter(|a| mine(&a.name) && !self.apps.contains_key(&a.name))
@@ -78,7 +84,7 @@ impl Agent {
     }
 
     pub(super) fn start_all(&mut self) {
-        for app in self.config.apps.clone() {
+        for app in self.config().apps.clone() {
             self.start(app);
         }
     }
@@ -112,7 +118,7 @@ impl Agent {
             let syncer = self.shared.syncer();
             let engine = Engine {
                 client: syncer.client.clone(),
-                field_manager: self.config.agent.field_manager.clone(),
+                field_manager: self.config().agent.field_manager.clone(),
             };
             tasks.push(tokio::spawn(supervise(
                 engine,
@@ -120,7 +126,7 @@ impl Agent {
                 stopping.clone(),
             )));
         }
-        let (interval, jitter) = (self.config.agent.interval, self.config.agent.jitter);
+        let (interval, jitter) = (self.config().agent.interval, self.config().agent.jitter);
         tasks.push(tokio::spawn(app_loop(
             app.clone(),
             self.shared.clone(),
@@ -227,7 +233,7 @@ impl Agent {
         let answer = match config::load(&self.config_path) {
             Err(e) => Err(ReloadError::from(e)),
             Ok(new) => {
-                let later = self.config.agent.restart_only(&new.agent);
+                let later = self.config().agent.restart_only(&new.agent);
                 self.apply(new).await.map(|said| match later.as_slice() {
                     [] => said,
                     keys => {
@@ -241,7 +247,7 @@ impl Agent {
         if let Err(e) = &answer {
             tracing::error!("{e}");
         }
-        super::answer_reload(&self.config.agent.state_dir, &answer);
+        super::answer_reload(&self.config().agent.state_dir, &answer);
         self.shared.notifier.send("READY=1");
     }
 
@@ -250,48 +256,63 @@ impl Agent {
     pub(super) async fn apply(&mut self, new: Config) -> Result<String, ReloadError> {
         // With sharding the assignment decides which apps run here, not leadership.
         let sharded = self.shared.shard.is_some();
-        let leading = !sharded && (!self.apps.is_empty() || self.config.apps.is_empty());
-        let reconnect = new.cluster != self.config.cluster || new.agent != self.config.agent;
-        if reconnect || new.notify != self.config.notify {
-            let connected = match Syncer::connect(&new, true).await {
-                Ok(syncer) => syncer.notify(&new).map_err(anyhow::Error::from),
-                Err(e) => Err(e.into()),
-            };
-            match connected {
-                Ok(syncer) => {
-                    self.shared
-                        .metrics
-                        .notifications(syncer.notifications.clone());
-                    let syncer = Arc::new(syncer);
-                    if let Some(page) = &self.shared.page {
-                        page.set_syncer(syncer.clone());
-                    }
-                    if let Ok(mut s) = self.shared.syncer.write() {
-                        *s = syncer;
-                    }
-                }
-                Err(e) => return Err(ReloadError::Unusable(e)),
-            }
-            self.stop_all().await;
-            self.config = new;
-            if let Some(page) = &self.shared.page {
-                page.set_apps(&self.config.apps);
-            }
-            if leading {
-                self.start_all();
-            } else if sharded {
-                self.rebalance(self.members.clone()).await;
-            }
-            let said = "configuration reloaded: agent, cluster or notify settings changed, every app restarted";
-            tracing::info!(apps = self.config.apps.len(), "{said}");
-            return Ok(said.to_string());
+        let running = self.config();
+        let leading = !sharded && (!self.apps.is_empty() || running.apps.is_empty());
+        let settings = (&new.cluster, &new.agent, &new.notify);
+        if settings == (&running.cluster, &running.agent, &running.notify) {
+            return Ok(self.reshape(new, leading, sharded).await);
         }
-        self.shared.syncer().set_apps(&new.apps);
+        self.reconnect(new).await?;
+        if leading {
+            self.start_all();
+        } else if sharded {
+            self.rebalance(self.members.clone()).await;
+        }
+        let said = "configuration reloaded: agent, cluster or notify settings changed, every app restarted";
+        tracing::info!(apps = self.config().apps.len(), "{said}");
+        Ok(said.to_string())
+    }
+
+    /// Publishes `new` to the syncer and the status page.
+    fn publish(&self, new: Config) {
+        self.config.send_replace(Arc::new(new));
+        if let Some(page) = &self.shared.page {
+            page.set_apps(&self.config().apps);
+        }
+    }
+
+    /// The agent, cluster or notify settings changed: a new client and receivers for
+    /// `new`, every app stopped (the caller starts them again).
+    async fn reconnect(&mut self, new: Config) -> Result<(), ReloadError> {
+        let connected = match Syncer::connect(&new, true).await {
+            Ok(syncer) => syncer.notify(&new).map_err(anyhow::Error::from),
+            Err(e) => Err(e.into()),
+        };
+        let syncer = connected.map_err(ReloadError::Unusable)?;
+        let syncer = Arc::new(syncer.follow(self.config.subscribe()));
+        self.shared
+            .metrics
+            .notifications(syncer.notifications.clone());
+        if let Some(page) = &self.shared.page {
+            page.set_syncer(syncer.clone());
+        }
+        if let Ok(mut s) = self.shared.syncer.write() {
+            *s = syncer;
+        }
+        self.stop_all().await;
+        self.publish(new);
+        Ok(())
+    }
+
+    /// Only apps changed: the removed ones stop, the changed ones restart, the new ones
+    /// start (here, or where the shards say); what was done.
+    async fn reshape(&mut self, new: Config, leading: bool, sharded: bool) -> String {
         let wanted: BTreeMap<String, AppConfig> = new
             .apps
             .iter()
             .map(|a| (a.name.clone(), a.clone()))
             .collect();
+        self.publish(new);
         let (mut added, mut removed, mut changed) = (0, 0, 0);
         let running: Vec<String> = self.apps.keys().cloned().collect();
         for name in running {
@@ -308,10 +329,6 @@ impl Agent {
                 Some(_) => {}
             }
         }
-        self.config = new;
-        if let Some(page) = &self.shared.page {
-            page.set_apps(&self.config.apps);
-        }
         if leading {
             let new_apps: Vec<AppConfig> = wanted
                 .into_values()
@@ -325,9 +342,7 @@ impl Agent {
             self.rebalance(self.members.clone()).await;
         }
         tracing::info!(added, removed, changed, "configuration reloaded");
-        Ok(format!(
-            "configuration reloaded: {added} added, {removed} removed, {changed} changed"
-        ))
+        format!("configuration reloaded: {added} added, {removed} removed, {changed} changed")
     }
 }
 

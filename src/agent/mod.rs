@@ -253,9 +253,11 @@ fn answer_reload(state_dir: &std::path::Path, answer: &Result<String, ReloadErro
 pub async fn run(
     config_path: PathBuf,
     config: Config,
-    syncer: Arc<Syncer>,
+    syncer: Syncer,
     mut signals: Signals,
 ) -> Result<(), AgentError> {
+    let (publish, published) = watch::channel(Arc::new(config.clone()));
+    let syncer = Arc::new(syncer.follow(published));
     // Before anything opens files: the syncs and the endpoint share the limit.
     let open_files = listener::raise_open_files();
     let metrics = Arc::new(Metrics::default());
@@ -311,14 +313,14 @@ pub async fn run(
     );
     let mut agent = Agent {
         config_path,
-        config,
+        config: publish,
         shared: shared.clone(),
         apps: BTreeMap::new(),
         watchers: HashMap::new(),
         members: Vec::new(),
     };
     shared.notifier.send("READY=1");
-    tracing::info!(apps = agent.config.apps.len(), "berth is running");
+    tracing::info!(apps = agent.config().apps.len(), "berth is running");
     if let Some(warning) = crate::manifest::tool::landlock::warning() {
         tracing::warn!("{warning}");
     }
@@ -330,7 +332,7 @@ pub async fn run(
     for task in background {
         let _ = task.await;
     }
-    let _ = std::fs::remove_file(pid_file(&agent.config));
+    let _ = std::fs::remove_file(pid_file(&agent.config()));
     Ok(())
 }
 

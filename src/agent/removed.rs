@@ -66,10 +66,10 @@ impl Agent {
     /// Prunes the apps removed from the configuration (see the module), then keeps a copy
     /// of this one. With sharding and the live hosts not known yet, it waits for them.
     pub(super) async fn prune_removed(&mut self, shutdown: &Signal) {
-        let state_dir = self.config.agent.state_dir.clone();
+        let state_dir = self.config().agent.state_dir.clone();
         let removed: Vec<AppConfig> = last_apps(&state_dir)
             .into_iter()
-            .filter(|a| self.config.app(&a.name).is_none())
+            .filter(|a| self.config().app(&a.name).is_none())
             .collect();
         let owners = match &self.shared.shard {
             Some(_) if !removed.is_empty() && self.members.is_empty() => return,
@@ -103,7 +103,7 @@ impl Agent {
             let record = syncer.remove(app, shutdown, &log).await;
             self.shared.metrics.observe(&record);
         }
-        remember(&state_dir, &self.config_path, &self.config);
+        remember(&state_dir, &self.config_path, &self.config());
     }
 }
 

@@ -3,7 +3,6 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context;
 use berth::agent::{self, Signals};
@@ -15,7 +14,7 @@ use tokio::signal::unix::{signal, SignalKind};
 pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     super::own_state(&config, "run")?;
-    let syncer = Arc::new(Syncer::connect(&config, true).await?.notify(&config)?);
+    let syncer = Syncer::connect(&config, true).await?.notify(&config)?;
     // A cluster that is down does not stop the agent: it serves /healthz (alive), /readyz
     // says the cluster is unreachable, and each app's next sync finds it back.
     match super::reach_cluster(&config).await {

@@ -57,6 +57,10 @@ pub struct Config {
     pub notify: Vec<NotifyConfig>,
 }
 
+/// The running configuration, published once: the agent sends a reloaded one, and each
+/// part that reads the apps (the syncer's dependency gate, the status page) sees it.
+pub type Published = tokio::sync::watch::Receiver<std::sync::Arc<Config>>;
+
 /// Parses configuration text. Does not validate it: see [`Config::validate`].
 ///
 /// # Errors

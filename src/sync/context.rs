@@ -158,8 +158,7 @@ impl<'a> Ctx<'a> {
     /// Other apps depend on this one: a commit that changes nothing of it still moves
     /// where it is ready (their gate, `depends.rs`).
     pub fn depended_on(&self) -> bool {
-        let apps = self.syncer.apps();
-        !crate::config::order::dependents(&apps, &self.app.name).is_empty()
+        !crate::config::order::dependents(&self.syncer.config().apps, &self.app.name).is_empty()
     }
 
     /// The cluster's kinds, discovered at `newer_than` or later (`None`: any discovery

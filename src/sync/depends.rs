@@ -40,12 +40,12 @@ impl Syncer {
     /// `None` when every one is.
     pub async fn waiting_on(&self, app: &AppConfig, options: &SyncOptions) -> Option<Waiting> {
         let since = options.fetch_since();
-        let apps = self.apps();
+        let config = self.config();
         // Asked together: one round trip, however many dependencies.
         let checks = app
             .depends_on
             .iter()
-            .filter_map(|name| apps.iter().find(|a| &a.name == name))
+            .filter_map(|name| config.app(name))
             .map(|dependency| self.ready(dependency, since));
         futures::future::join_all(checks)
             .await

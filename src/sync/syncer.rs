@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::inputs::Remembered;
 use crate::cluster::discovery::SharedKinds;
 use crate::cluster::ClusterError;
-use crate::config::{AgentConfig, AppConfig};
+use crate::config::{AgentConfig, Config, Published};
 use crate::history::{HistoryLog, Trigger};
 use crate::notifications::{Notifications, NotifyError};
 use crate::source::shared::Sources;
@@ -42,8 +42,8 @@ pub struct Syncer {
     pub notifications: Arc<Notifications>,
     /// What each app's last good sync read, to skip commits that change none of it.
     pub(super) inputs: Remembered,
-    /// The configuration's apps: whom an app depends on and who depends on it.
-    apps: std::sync::RwLock<Arc<[AppConfig]>>,
+    /// The configuration: whom an app depends on and who depends on it.
+    config: Published,
 }
 
 impl Syncer {
@@ -89,32 +89,29 @@ impl Syncer {
             agent: config.agent.clone(),
             history: HistoryLog::new(&config.agent.state_dir),
             engine_supervised,
-            apps: std::sync::RwLock::new(config.apps.clone().into()),
+            config: tokio::sync::watch::channel(Arc::new(config.clone())).1,
         })
     }
 
-    /// A reloaded configuration's apps (their `depends_on`).
-    pub fn set_apps(&self, apps: &[AppConfig]) {
-        if let Ok(mut a) = self.apps.write() {
-            *a = apps.into();
-        }
+    /// Follows the configuration the agent publishes (a reload's apps and their
+    /// `depends_on`) instead of the one it connected with.
+    #[must_use]
+    pub fn follow(mut self, config: Published) -> Self {
+        self.config = config;
+        self
     }
 
     /// The apps that depend on `app` directly.
     pub fn dependents(&self, app: &str) -> Vec<String> {
-        let apps = self.apps();
-        crate::config::order::dependents(&apps, app)
+        crate::config::order::dependents(&self.config().apps, app)
             .into_iter()
             .map(str::to_string)
             .collect()
     }
 
-    /// The configuration's apps.
-    pub(super) fn apps(&self) -> Arc<[AppConfig]> {
-        self.apps
-            .read()
-            .map(|a| a.clone())
-            .unwrap_or_else(|e| e.into_inner().clone())
+    /// The configuration as last published.
+    pub(super) fn config(&self) -> Arc<Config> {
+        self.config.borrow().clone()
     }
 }
 
