@@ -6,10 +6,13 @@
 //! election, and for apps with `rollout.engine = "agent"` the engine's supervisor.
 //! Shutdown is passed in and fanned out to every task.
 //!
-//! Here: starting the daemon, its HTTP endpoint and the watchdog; `apps.rs` holds the app
-//! tasks (start, stop, reload) and each app's loop.
+//! Here: starting the daemon and serving until shutdown; `apps.rs` holds the app tasks
+//! (start, stop, reload), `app_loop.rs` each app's loop, `removed.rs` the apps a restart
+//! finds removed, `background.rs` the endpoint, the watchdog and the other tasks.
 
+mod app_loop;
 mod apps;
+mod background;
 mod removed;
 
 use std::collections::{BTreeMap, HashMap};
@@ -25,15 +28,14 @@ use tokio::task::JoinHandle;
 use crate::config::{AppConfig, Config};
 use crate::history::{Outcome, SyncRecord, Trigger};
 use crate::page::StatusPage;
-use crate::service::http::{self, Endpoint};
-use crate::service::lease::{self, Elector};
+use crate::service::http::Endpoint;
 use crate::service::listener;
 use crate::service::metrics::Metrics;
-use crate::service::notify::{watchdog_period, Notifier};
-use crate::service::shards::Membership;
+use crate::service::notify::Notifier;
 use crate::shutdown::{stopped, Signal};
 use crate::sync::Syncer;
 use apps::Agent;
+use background::{start_background, start_http};
 
 /// How long after a ref change or webhook the sync starts, so the rest of a push lands.
 const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -336,78 +338,6 @@ pub async fn run(
     Ok(())
 }
 
-/// How often berth asks an unreachable API server whether it answers again.
-const OUTAGE_POLL: Duration = Duration::from_secs(2);
-
-/// While the API server is unreachable, asks it for its version every [`OUTAGE_POLL`]:
-/// its first answer ends the outage (said once, by the client), and the apps whose last
-/// sync the outage failed sync again at once (their loops wait on [`Reach::back`]).
-///
-/// [`Reach::back`]: crate::cluster::resilient::Reach::back
-async fn outages(shared: Arc<Shared>, mut shutdown: Signal) {
-    loop {
-        // The syncer of now: a reload may bring another cluster.
-        let syncer = shared.syncer();
-        tokio::select! {
-            () = syncer.reach.lost() => {}
-            () = tokio::time::sleep(OUTAGE_POLL * 15) => continue,
-            () = stopped(&mut shutdown) => return,
-        }
-        while syncer.reach.is_down() {
-            tokio::select! {
-                _ = syncer.client.apiserver_version() => {}
-                () = stopped(&mut shutdown) => return,
-            }
-            tokio::select! {
-                () = syncer.reach.back() => {}
-                () = tokio::time::sleep(OUTAGE_POLL) => {}
-                () = stopped(&mut shutdown) => return,
-            }
-        }
-    }
-}
-
-/// The daemon's background tasks: the watchdog, the watch on outages, and with leader election or sharding the
-/// task that holds the Lease (telling `leader`) or the membership (telling `members`).
-fn start_background(
-    config: &Config,
-    shared: &Arc<Shared>,
-    syncer: &Syncer,
-    leader: watch::Sender<bool>,
-    members: watch::Sender<Vec<String>>,
-    shutdown: &Signal,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut background = vec![
-        tokio::spawn(watchdog(
-            shared.clone(),
-            config.agent.sync_timeout,
-            shutdown.clone(),
-        )),
-        tokio::spawn(outages(shared.clone(), shutdown.clone())),
-    ];
-    if config.agent.leader_election {
-        let elector = Elector {
-            api: kube::Api::namespaced(syncer.client.clone(), &config.agent.inventory_namespace),
-            name: config.agent.lease_name.clone(),
-            identity: lease::identity(),
-            duration: config.agent.lease_duration,
-        };
-        tracing::info!(lease = %elector.name, identity = %elector.identity, "leader election on: waiting for the lease");
-        background.push(tokio::spawn(elector.run(leader, shutdown.clone())));
-    }
-    if let Some(shard) = &shared.shard {
-        let membership = Membership {
-            api: kube::Api::namespaced(syncer.client.clone(), &shard.namespace),
-            group: config.agent.lease_name.clone(),
-            identity: shard.identity.clone(),
-            duration: shard.duration,
-        };
-        tracing::info!(group = %membership.group, identity = %membership.identity, "sharding on: the apps are shared out across the live berth hosts");
-        background.push(tokio::spawn(membership.run(members, shutdown.clone())));
-    }
-    background
-}
-
 impl Agent {
     /// Runs the apps while this host may (it holds the lease, or needs none), until
     /// shutdown: a reload, a change of the live hosts or of the lease's holder each
@@ -446,71 +376,6 @@ impl Agent {
                     }
                 }
             }
-        }
-    }
-}
-
-async fn start_http(
-    config: &Config,
-    open_files: u64,
-    metrics: &Arc<Metrics>,
-    syncer: &Syncer,
-    page: Option<Arc<StatusPage>>,
-    shutdown: &Signal,
-) -> Result<Option<Arc<Endpoint>>, AgentError> {
-    let Some(address) = config.agent.listen else {
-        return Ok(None);
-    };
-    let tcp = tokio::net::TcpListener::bind(address)
-        .await
-        .map_err(|source| AgentError::Listen { address, source })?;
-    let endpoint = Arc::new(Endpoint::new(metrics.clone(), syncer.client.clone()));
-    if let Some(page) = page {
-        let _ = endpoint.pages.set(Arc::new(page));
-        tracing::info!(%address, "serving the status page on / (read-only)");
-    }
-    let cap = listener::connection_cap(config.agent.max_connections, open_files);
-    if cap < config.agent.max_connections {
-        tracing::warn!(
-            max_connections = cap,
-            open_files,
-            "agent.max_connections lowered: descriptors are kept for the syncs (raise LimitNOFILE= to serve more)"
-        );
-    }
-    tracing::info!(%address, max_connections = cap, "serving /healthz, /readyz, /metrics and /hooks/<app>");
-    let listener = listener::Listener::new(tcp, cap);
-    tokio::spawn(http::serve(listener, endpoint.clone(), shutdown.clone()));
-    Ok(Some(endpoint))
-}
-
-/// Pings the watchdog while every app loop is alive, and refreshes `STATUS=`.
-async fn watchdog(shared: Arc<Shared>, sync_timeout: Duration, mut shutdown: Signal) {
-    let period = watchdog_period();
-    let every = period.map_or(TICK * 10, |p| (p / 2).min(TICK * 10));
-    let mut warned = false;
-    loop {
-        tokio::select! {
-            () = stopped(&mut shutdown) => return,
-            () = tokio::time::sleep(every) => {}
-        }
-        shared.publish_status();
-        let Some(period) = period else { continue };
-        let stuck: Vec<String> = shared
-            .hearts
-            .lock()
-            .map(|h| {
-                h.iter()
-                    .filter(|(_, hb)| !hb.alive(sync_timeout, period))
-                    .map(|(a, _)| a.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
-        if stuck.is_empty() {
-            shared.notifier.send("WATCHDOG=1");
-            warned = false;
-        } else if !warned {
-            tracing::error!(apps = %stuck.join(","), "app loop stuck (a sync running longer than agent.sync_timeout): no more watchdog pings, systemd will restart berth");
-            warned = true;
         }
     }
 }

@@ -10,7 +10,8 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::apps::{log_progress, Agent};
+use super::app_loop::log_progress;
+use super::apps::Agent;
 use crate::config::{self, AppConfig, Config};
 use crate::service::shards;
 use crate::shutdown::Signal;

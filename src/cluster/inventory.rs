@@ -4,17 +4,13 @@
 //! Its data types are the plan's ([`crate::plan::Inventory`]); here it is read, written and
 //! held against the live objects.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::core::PartialObjectMeta;
 
-use super::apply::observed;
 use super::ClusterError;
-use crate::manifest::{ObjectKey, ANNOTATION_SHARED, LABEL_APP};
-use crate::plan::{Inventory, LiveObject, OtherOwner, Resolved};
+use crate::plan::Inventory;
 
 /// Annotation: `"false"` keeps an object when git no longer holds it.
 pub const ANNOTATION_PRUNE: &str = "berth.dev/prune";
@@ -359,210 +355,9 @@ pub fn store_local(state_dir: &Path, app: &str, inventory: &Inventory) -> std::i
     )
 }
 
-/// A resource and namespace with at most this many of the app's objects is read object
-/// by object; with more, one list. A list filters every object of its kind in the
-/// namespace, so with many apps sharing a namespace, lists cost the API server the square
-/// of the apps (500 apps of 4 objects in one namespace: each list reads 500 objects).
-const GET_AT_MOST: usize = 16;
+pub use live::{live_objects, owned_elsewhere};
 
-/// Every object among `wanted` (resource, namespace, name) that carries
-/// `berth.dev/app=<app>`, as berth sees it to settle the plan.
-///
-/// # Errors
-/// A request failed.
-pub async fn live_objects(
-    client: &kube::Client,
-    wanted: impl IntoIterator<Item = (Resolved, Option<String>, String)>,
-    app: &str,
-) -> Result<HashMap<ObjectKey, LiveObject>, ClusterError> {
-    let found = labelled(client, wanted, Owned::By(app)).await?;
-    Ok(found
-        .into_iter()
-        .map(|(key, item)| (key, live_object(&item)))
-        .collect())
-}
-
-/// Every object among `wanted` that another berth app owns (its `berth.dev/app` label
-/// names an app but `app`): that app, and whether the object is marked shared.
-///
-/// # Errors
-/// A request failed.
-pub async fn owned_elsewhere(
-    client: &kube::Client,
-    wanted: impl IntoIterator<Item = (Resolved, Option<String>, String)>,
-    app: &str,
-) -> Result<HashMap<ObjectKey, OtherOwner>, ClusterError> {
-    let found = labelled(client, wanted, Owned::ByAnotherThan(app)).await?;
-    Ok(found
-        .into_iter()
-        .map(|(key, item)| {
-            let meta = &item.metadata;
-            let owner = OtherOwner {
-                app: meta
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(LABEL_APP))
-                    .cloned()
-                    .unwrap_or_default(),
-                shared: meta
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(ANNOTATION_SHARED))
-                    .is_some_and(|v| v == "true"),
-            };
-            (key, owner)
-        })
-        .collect())
-}
-
-/// Whose objects [`labelled`] keeps.
-#[derive(Clone, Copy)]
-enum Owned<'a> {
-    /// This app's.
-    By(&'a str),
-    /// Another berth app's.
-    ByAnotherThan(&'a str),
-}
-
-impl Owned<'_> {
-    /// The label selector of a list request.
-    fn selector(self) -> String {
-        match self {
-            Owned::By(app) => format!("{LABEL_APP}={app}"),
-            Owned::ByAnotherThan(app) => format!("{LABEL_APP},{LABEL_APP}!={app}"),
-        }
-    }
-
-    /// Whether an object labelled `owner` (or not labelled) is kept.
-    fn keeps(self, owner: Option<&String>) -> bool {
-        match self {
-            Owned::By(app) => owner.is_some_and(|v| v == app),
-            Owned::ByAnotherThan(app) => owner.is_some_and(|v| v != app),
-        }
-    }
-}
-
-/// Every object among `wanted` whose owner `owned` keeps, with its metadata. Per resource
-/// and namespace: a few objects are read by name (metadata only), more with one list
-/// request filtered by the label — per namespace, so that an identity with namespaced
-/// Roles only (least privilege) can run berth.
-async fn labelled(
-    client: &kube::Client,
-    wanted: impl IntoIterator<Item = (Resolved, Option<String>, String)>,
-    owned: Owned<'_>,
-) -> Result<Vec<(ObjectKey, PartialObjectMeta<kube::api::DynamicObject>)>, ClusterError> {
-    type Group = (Resolved, BTreeSet<String>);
-    let mut groups: BTreeMap<(String, String, Option<String>), Group> = BTreeMap::new();
-    for (r, ns, name) in wanted {
-        let ns = ns.filter(|_| r.namespaced);
-        let key = (r.resource.group.clone(), r.resource.kind.clone(), ns);
-        groups
-            .entry(key)
-            .or_insert_with(|| (r, BTreeSet::new()))
-            .1
-            .insert(name);
-    }
-    let label = owned.selector();
-    let mut found = Vec::new();
-    for ((_, _, ns), (r, names)) in groups {
-        let api: Api<kube::api::DynamicObject> = match &ns {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &r.resource),
-            None => Api::all_with(client.clone(), &r.resource),
-        };
-        let failed = |source| ClusterError::Request {
-            what: format!(
-                "reading {} labelled {label}{}",
-                r.resource.plural,
-                ns.as_deref()
-                    .map(|n| format!(" in {n}"))
-                    .unwrap_or_default()
-            ),
-            cause: source,
-        };
-        let items = if names.len() <= GET_AT_MOST {
-            let mut items = Vec::new();
-            for name in &names {
-                let item = api.get_metadata_opt(name).await.map_err(failed)?;
-                items.extend(item.filter(|i| {
-                    owned.keeps(i.metadata.labels.as_ref().and_then(|l| l.get(LABEL_APP)))
-                }));
-            }
-            items
-        } else {
-            let selector = ListParams::default().labels(&label);
-            let listed = api.list_metadata(&selector).await.map_err(failed)?.items;
-            listed
-                .into_iter()
-                .filter(|i| i.metadata.name.as_ref().is_some_and(|n| names.contains(n)))
-                .collect()
-        };
-        found.extend(items.into_iter().map(|item| (key_of(&r, &item), item)));
-    }
-    Ok(found)
-}
-
-fn key_of(r: &Resolved, item: &PartialObjectMeta<kube::api::DynamicObject>) -> ObjectKey {
-    ObjectKey {
-        group: r.resource.group.clone(),
-        kind: r.resource.kind.clone(),
-        namespace: item.metadata.namespace.clone().filter(|_| r.namespaced),
-        name: item.metadata.name.clone().unwrap_or_default(),
-    }
-}
-
-fn live_object(item: &PartialObjectMeta<kube::api::DynamicObject>) -> LiveObject {
-    LiveObject {
-        observed: observed(&item.metadata),
-        keep: item
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ANNOTATION_PRUNE))
-            .is_some_and(|v| v == "false"),
-    }
-}
+mod live;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::plan::Entry;
-
-    #[test]
-    fn text_is_split_at_character_boundaries_and_joins_back() {
-        assert_eq!(split("", 4), vec![""]);
-        assert_eq!(split("abcd", 4), vec!["abcd"]);
-        assert_eq!(split("abcdefghij", 4), vec!["abcd", "efgh", "ij"]);
-        let text = "aé€😀z".repeat(50);
-        let pieces = split(&text, 7);
-        assert!(pieces.iter().all(|p| p.len() <= 7 && !p.is_empty()));
-        assert_eq!(pieces.concat(), text);
-    }
-
-    #[test]
-    fn the_local_copy_round_trips_and_is_replaced_whole() {
-        let dir = tempfile::tempdir().unwrap();
-        assert_eq!(load_local(dir.path(), "shop"), None);
-        let mut inv = Inventory {
-            commit: Some("c1".into()),
-            ..Inventory::default()
-        };
-        inv.objects.push(Entry {
-            key: ObjectKey {
-                group: String::new(),
-                kind: "ConfigMap".into(),
-                namespace: Some("shop".into()),
-                name: "a".into(),
-            },
-            api_version: "v1".into(),
-            digest: "d".into(),
-            observed: "1".into(),
-        });
-        store_local(dir.path(), "shop", &inv).unwrap();
-        assert_eq!(load_local(dir.path(), "shop"), Some(inv.clone()));
-        inv.objects.clear();
-        store_local(dir.path(), "shop", &inv).unwrap();
-        assert_eq!(load_local(dir.path(), "shop"), Some(inv));
-        std::fs::write(local_path(dir.path(), "shop"), "{torn").unwrap();
-        assert_eq!(load_local(dir.path(), "shop"), None, "unreadable: no copy");
-    }
-}
+mod tests;

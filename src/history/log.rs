@@ -9,7 +9,6 @@
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use jiff::Timestamp;
 
@@ -270,78 +269,6 @@ impl HistoryLog {
         Ok(Page { records, more })
     }
 
-    /// An app's newest readable record, read from the end of its log (at most
-    /// [`MAX_RECORD`] bytes of one line).
-    ///
-    /// # Errors
-    /// The file exists but cannot be read.
-    pub fn newest(&self, app: &str) -> Result<Option<SyncRecord>, HistoryError> {
-        const CHUNK: u64 = 64 << 10;
-        let path = self.file(app);
-        let io = |cause| HistoryError::Io {
-            path: path.clone(),
-            cause,
-        };
-        let mut file = match crate::state::open_state(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io(e)),
-        };
-        let mut start = file.metadata().map_err(io)?.len();
-        // The bytes from `start` to the end of the last line not yet found torn.
-        let mut tail: Vec<u8> = Vec::new();
-        while start > 0 && tail.len() <= MAX_RECORD {
-            let size = CHUNK.min(start);
-            start -= size;
-            let mut chunk = vec![0; size as usize];
-            file.seek(SeekFrom::Start(start)).map_err(io)?;
-            file.read_exact(&mut chunk).map_err(io)?;
-            chunk.extend_from_slice(&tail);
-            tail = chunk;
-            // Every piece but the first is a whole line; the first is one from the start.
-            let mut lines: Vec<&[u8]> = tail.split(|b| *b == b'\n').collect();
-            let first = lines[0].len();
-            if start > 0 {
-                lines.remove(0);
-            }
-            for line in lines.iter().rev().filter(|l| !l.trim_ascii().is_empty()) {
-                if let Ok(record) = serde_json::from_slice(line) {
-                    return Ok(Some(record));
-                }
-            }
-            tail.truncate(first);
-        }
-        if tail.len() <= MAX_RECORD {
-            return Ok(None);
-        }
-        // The last line is over-long: its start, looked for backwards without keeping what
-        // is read (as far as MAX_SCAN), then its head.
-        let mut line_start = start;
-        let mut chunk = vec![0; CHUNK as usize];
-        while line_start > 0 {
-            if start - line_start >= MAX_SCAN {
-                return Ok(None);
-            }
-            let size = CHUNK.min(line_start);
-            let from = line_start - size;
-            let chunk = &mut chunk[..size as usize];
-            file.seek(SeekFrom::Start(from)).map_err(io)?;
-            file.read_exact(chunk).map_err(io)?;
-            if let Some(at) = memchr::memrchr(b'\n', chunk) {
-                line_start = from + at as u64 + 1;
-                break;
-            }
-            line_start = from;
-        }
-        let mut head = Vec::with_capacity(MAX_HEAD);
-        file.seek(SeekFrom::Start(line_start)).map_err(io)?;
-        (&mut file)
-            .take(MAX_HEAD as u64)
-            .read_to_end(&mut head)
-            .map_err(io)?;
-        Ok(cut_record(&head))
-    }
-
     /// The record `id` of an app, if the log holds it.
     ///
     /// # Errors
@@ -407,76 +334,6 @@ impl HistoryLog {
             }
         }
     }
-
-    /// Keeps the newest `keep` records of an app that are younger than `max_age`.
-    ///
-    /// # Errors
-    /// The file cannot be rewritten.
-    pub fn retain(&self, app: &str, keep: usize, max_age: Duration) -> Result<(), HistoryError> {
-        let path = self.file(app);
-        let io = |source| HistoryError::Io {
-            path: path.clone(),
-            cause: source,
-        };
-        let cutoff = Timestamp::now()
-            .checked_sub(
-                jiff::SignedDuration::try_from(max_age).unwrap_or(jiff::SignedDuration::MAX),
-            )
-            .unwrap_or(Timestamp::MIN);
-        // One streaming pass (a record of 1000 objects is ~200 KB: the log is never read
-        // whole here): how many records, and how many are older than max_age.
-        let lines = || -> std::io::Result<_> {
-            Ok(BufReader::new(crate::state::open_state(&path)?)
-                .split(b'\n')
-                .map(|l| l.map(|l| (started_at(&l), l))))
-        };
-        let all = match lines() {
-            Ok(all) => all,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(io(e)),
-        };
-        let (mut total, mut stale) = (0, 0);
-        for line in all {
-            if let (Some(at), _) = line.map_err(io)? {
-                total += 1;
-                stale += usize::from(at < cutoff);
-            }
-        }
-        let dropped = total - (total - stale).min(keep);
-        if dropped == 0 {
-            return Ok(());
-        }
-        // The kept records are streamed into a temporary file that replaces the log
-        // (fsynced, renamed, the folder fsynced): a crash keeps the old log or the new.
-        let kept = lines().map_err(io)?;
-        crate::state::write_private_with(&path, |out| {
-            let mut seen = 0;
-            for line in kept {
-                let (at, line) = line?;
-                if at.is_none() {
-                    continue; // a torn line
-                }
-                seen += 1;
-                if seen > dropped {
-                    out.write_all(&line)?;
-                    out.write_all(b"\n")?;
-                }
-            }
-            Ok(())
-        })
-        .map_err(io)
-    }
-}
-
-/// A record's start, read without decoding the rest of it; `None` for a torn line.
-fn started_at(line: &[u8]) -> Option<Timestamp> {
-    #[derive(serde::Deserialize)]
-    struct Start {
-        started_at: Timestamp,
-    }
-    serde_json::from_slice::<Start>(line)
-        .ok()
-        .map(|s| s.started_at)
 }
 
 /// Reads past the rest of a line, holding none of it.
@@ -522,3 +379,6 @@ fn parse_lines(text: &[u8]) -> Vec<SyncRecord> {
         })
         .collect()
 }
+
+mod newest;
+mod retain;

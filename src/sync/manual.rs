@@ -7,12 +7,12 @@ use kube::api::Api;
 
 use super::context::{Ctx, Journal, Stop};
 use super::error::SyncError;
+use super::follow::{engine_name, follow_one, restore, Restored};
 use super::pipeline::{finish, outcome_of};
 use super::progress::Report;
 use super::step::Step;
 use super::steps::inventory::{self, InventoryStore};
 use super::steps::render::render_with;
-use super::steps::roll_out::{engine_name, follow_one, restore, Restored};
 use super::syncer::Syncer;
 use crate::cluster::ClusterError;
 use crate::config::AppConfig;

@@ -53,6 +53,7 @@ mod steps;
 mod context;
 mod dry_run;
 mod error;
+mod follow;
 mod inputs;
 mod progress;
 mod ready;

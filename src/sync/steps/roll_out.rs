@@ -2,27 +2,28 @@
 //! (berth's engine drives them with `engine = "agent"`), and the app's failure policy:
 //! roll back to the previous revision's template, halt, or continue. A rollout shutdown
 //! cut short leaves its Deployment's entry as it was, so the next sync follows it again.
+//! What it shares with `berth rollback` (following one rollout, restoring a template) is
+//! `sync/follow.rs`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::future::join_all;
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
 
-use crate::cluster::apply::{apply_all, observed};
-use crate::config::{OnFailure, RolloutEngine};
-use crate::history::{
-    commit_of_template, FollowedRollout, RollbackRecord, RolloutOutcome, RolloutRecord,
-};
-use crate::manifest::{Manifest, ObjectKey};
-use crate::plan::{Entry, Held, Inventory, Target};
-use crate::rollout::engine::{follow_driving, Engine, EngineError};
-use crate::rollout::revisions::{self, ReplicaSetInfo, Revisions};
-use crate::rollout::rollback;
+use crate::cluster::apply::observed;
+use crate::config::OnFailure;
+use crate::history::{FollowedRollout, RollbackRecord, RolloutOutcome, RolloutRecord};
+use crate::manifest::ObjectKey;
+use crate::plan::{Entry, Held, Inventory};
+use crate::rollout::revisions::{self, Revisions};
 use crate::rollout::track::Follow;
 use crate::sync::context::{Ctx, Journal, Stop};
 use crate::sync::error::SyncError;
+use crate::sync::follow::{
+    engine_name, follow_and_drive, follow_of, follow_one, restore, Restored,
+};
 use crate::sync::write::Write;
 
 /// What the rollouts of a sync came to.
@@ -71,23 +72,6 @@ pub(in crate::sync) async fn roll_out(
         return Err(Stop::Interrupted);
     }
     Ok(())
-}
-
-/// The rollout of Deployment `m`, as berth wrote it (`applied`: the API server's answer).
-fn follow_of(m: &Manifest, applied: Option<&DynamicObject>) -> Follow {
-    let selector = m
-        .object
-        .get("spec")
-        .and_then(|s| s.get("selector"))
-        .and_then(|s| serde_json::from_value(s.clone()).ok())
-        .map(|s| revisions::match_labels(&s))
-        .unwrap_or_default();
-    Follow {
-        selector,
-        namespace: m.namespace_or_default().to_string(),
-        name: m.name().to_string(),
-        generation: applied.and_then(|o| o.metadata.generation).unwrap_or(0),
-    }
 }
 
 /// A Deployment whose spec this sync changed: its generation moved since the last sync
@@ -291,93 +275,6 @@ async fn roll_back(
         message,
         rollout,
     }))
-}
-
-/// What restoring an earlier revision's template did.
-pub(in crate::sync) struct Restored {
-    /// The Deployment as applied.
-    pub applied: DynamicObject,
-    /// The commit whose sync first rolled that template out, when the history knows it.
-    pub commit: Option<String>,
-    /// "rolled back Deployment shop/web from revision 3 to 2 (commit abc1234)".
-    pub message: String,
-}
-
-/// Applies the template of revision `to` to `target`'s Deployment, as `kubectl rollout
-/// undo` does: the one rollback, of the failure policy and of `berth rollback`.
-pub(in crate::sync) async fn restore(
-    ctx: &Ctx<'_>,
-    target: &Target,
-    from: Option<i64>,
-    to: &ReplicaSetInfo,
-) -> Result<Restored, SyncError> {
-    let key = target.manifest.key();
-    let restore = Target {
-        manifest: rollback::manifest(&target.manifest, to),
-        resolved: target.resolved.clone(),
-    };
-    let applied = apply_all(&ctx.writer, &ctx.settings(), &[&restore], false)
-        .await
-        .pop()
-        .ok_or_else(|| SyncError::RollbackNotApplied(key.clone()))?
-        .map_err(SyncError::RollbackFailed)?;
-    let records = ctx.syncer.history.read(&ctx.app.name).unwrap_or_default();
-    let commit = commit_of_template(&records, &key, &to.hash);
-    let message = rollback::message(&key.qualified_name(), from, to.revision, commit.as_deref());
-    Ok(Restored {
-        applied,
-        commit,
-        message,
-    })
-}
-
-/// Follows the rollout of one Deployment just written.
-pub(in crate::sync) async fn follow_one(
-    ctx: &Ctx<'_>,
-    applied: &DynamicObject,
-    manifest: &Manifest,
-) -> Result<FollowedRollout, SyncError> {
-    let follow = follow_of(manifest, Some(applied));
-    let mut followed = follow_and_drive(ctx, &[follow])
-        .await
-        .map_err(|e| SyncError::Follow(Arc::new(e)))?;
-    Ok(followed.remove(0))
-}
-
-/// `cluster` or `agent`: who drives the app's rollouts.
-pub(in crate::sync) fn engine_name(ctx: &Ctx<'_>) -> &'static str {
-    match ctx.app.rollout.engine {
-        RolloutEngine::Cluster => "cluster",
-        RolloutEngine::Agent => "agent",
-    }
-}
-
-/// Follows rollouts; with `engine = "agent"` (and no supervisor elsewhere) berth's engine
-/// drives them meanwhile.
-async fn follow_and_drive(
-    ctx: &Ctx<'_>,
-    follows: &[Follow],
-) -> Result<Vec<FollowedRollout>, EngineError> {
-    let report = |f: &Follow, line: &str| {
-        ctx.say(&format!(
-            "deployment.apps/{} -n {}: {line}",
-            f.name, f.namespace
-        ))
-    };
-    let driving = ctx.app.rollout.engine == RolloutEngine::Agent && !ctx.syncer.engine_supervised;
-    let engine = driving.then(|| Engine {
-        client: ctx.syncer.client.clone(),
-        field_manager: ctx.syncer.agent.field_manager.clone(),
-    });
-    follow_driving(
-        &ctx.syncer.client,
-        follows,
-        ctx.app.rollout.timeout,
-        ctx.shutdown,
-        engine.as_ref(),
-        &report,
-    )
-    .await
 }
 
 /// The record of a rollout that could not be followed.
