@@ -5,9 +5,9 @@
 
 use std::fmt::Write;
 
+use askama::Template;
 use jiff::Timestamp;
 
-use super::escape::esc;
 use crate::history::{RolloutRecord, TimelineStep};
 
 const WIDTH: f64 = 640.0;
@@ -68,8 +68,43 @@ fn points(r: &RolloutRecord) -> (Vec<Point>, Option<f64>, f64) {
     (all, rollback_at, end)
 }
 
-/// The chart of one rollout, as an `<svg>` element with a title and a description.
-pub fn rollout(r: &RolloutRecord, title: &str) -> String {
+/// One rollout's chart (`chart.svg`): the frame, the axes, a line per series and the
+/// rollback's mark.
+#[derive(Template)]
+#[template(path = "chart.svg")]
+pub struct Chart {
+    width: f64,
+    height: f64,
+    /// The plot's edges.
+    left: f64,
+    right: f64,
+    top: f64,
+    bottom: f64,
+    /// For the title and the description.
+    id: String,
+    title: String,
+    /// The chart in words.
+    desc: String,
+    /// Pods up the side: each value, and its height.
+    ticks: Vec<(i32, f64)>,
+    /// Time along the bottom: where, and the label.
+    times: Vec<(f64, String)>,
+    /// Each series: its class, and its step line's points.
+    lines: Vec<(&'static str, String)>,
+    rollback: Option<RollbackMark>,
+}
+
+/// Where a rollback began: the line's place, and its label's.
+struct RollbackMark {
+    x: f64,
+    label_x: f64,
+    /// `end` or `start`: the label on the side of the line with more room.
+    anchor: &'static str,
+    revision: i64,
+}
+
+/// The chart of one rollout: an SVG element with a title and a description.
+pub fn rollout(r: &RolloutRecord, title: &str) -> Chart {
     let (points, rollback_at, end) = points(r);
     let top = points
         .iter()
@@ -87,34 +122,6 @@ pub fn rollout(r: &RolloutRecord, title: &str) -> String {
         .max(1);
     let x = |ms: f64| LEFT + ms / end * (WIDTH - LEFT - RIGHT);
     let y = |n: i32| HEIGHT - BOTTOM - f64::from(n) / f64::from(top) * (HEIGHT - TOP - BOTTOM);
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r#"<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-labelledby="{id}-t {id}-d"><title id="{id}-t">{title}</title><desc id="{id}-d">{desc}</desc>"#,
-        id = esc(&chart_id(r)),
-        title = esc(title),
-        desc = esc(&describe(r, &points, rollback_at)),
-    );
-    // Axes: pods up the side, seconds along the bottom.
-    for n in ticks(top) {
-        let _ = write!(
-            svg,
-            r#"<line class="grid" x1="{LEFT}" x2="{}" y1="{y}" y2="{y}"/><text class="tick" x="{}" y="{}" text-anchor="end">{n}</text>"#,
-            WIDTH - RIGHT,
-            LEFT - 6.0,
-            y(n) + 4.0,
-            y = y(n),
-        );
-    }
-    for ms in [0.0, end / 2.0, end] {
-        let _ = write!(
-            svg,
-            r#"<text class="tick" x="{}" y="{}" text-anchor="middle">{}</text>"#,
-            x(ms).clamp(LEFT + 10.0, WIDTH - RIGHT - 14.0),
-            HEIGHT - 8.0,
-            seconds(ms)
-        );
-    }
     let series: [(&str, Series); 5] = [
         ("desired", |p| p.desired),
         ("old-wanted", |p| Some(p.old_wanted)),
@@ -122,30 +129,46 @@ pub fn rollout(r: &RolloutRecord, title: &str) -> String {
         ("new-wanted", |p| Some(p.new_wanted)),
         ("new-ready", |p| Some(p.new_ready)),
     ];
-    for (class, value) in series {
-        let path = steps(&points, end, value, &x, &y);
-        if !path.is_empty() {
-            let _ = write!(svg, r#"<polyline class="{class}" points="{path}"/>"#);
+    Chart {
+        width: WIDTH,
+        height: HEIGHT,
+        left: LEFT,
+        right: WIDTH - RIGHT,
+        top: TOP,
+        bottom: HEIGHT - BOTTOM,
+        id: chart_id(r),
+        title: title.to_string(),
+        desc: describe(r, &points, rollback_at),
+        ticks: ticks(top).into_iter().map(|n| (n, y(n))).collect(),
+        times: [0.0, end / 2.0, end]
+            .map(|ms| (x(ms).clamp(LEFT + 10.0, WIDTH - RIGHT - 14.0), seconds(ms)))
+            .into(),
+        lines: series
+            .into_iter()
+            .map(|(class, value)| (class, steps(&points, end, value, &x, &y)))
+            .filter(|(_, path)| !path.is_empty())
+            .collect(),
+        rollback: (rollback_at.zip(r.rollback.as_ref()))
+            .map(|(at, back)| RollbackMark::new(x(at), back.to_revision)),
+    }
+}
+
+impl RollbackMark {
+    /// The mark of a rollback to `revision` that began at `x`.
+    fn new(x: f64, revision: i64) -> Self {
+        // The label on the side of the line with more room.
+        let (label_x, anchor) = if x > WIDTH / 2.0 {
+            (x - 6.0, "end")
+        } else {
+            (x + 6.0, "start")
+        };
+        RollbackMark {
+            x,
+            label_x,
+            anchor,
+            revision,
         }
     }
-    if let (Some(at), Some(back)) = (rollback_at, &r.rollback) {
-        // The label on the side of the line with more room.
-        let (label_x, anchor) = if x(at) > WIDTH / 2.0 {
-            (x(at) - 6.0, "end")
-        } else {
-            (x(at) + 6.0, "start")
-        };
-        let _ = write!(
-            svg,
-            r#"<line class="rollback" x1="{x}" x2="{x}" y1="{TOP}" y2="{}"/><text class="rollback-label" x="{label_x}" y="{}" text-anchor="{anchor}">rollback to revision {}</text>"#,
-            HEIGHT - BOTTOM,
-            TOP + 22.0,
-            back.to_revision,
-            x = x(at),
-        );
-    }
-    svg.push_str("</svg>");
-    svg
 }
 
 /// A stable id for the chart's title and description.
@@ -311,10 +334,12 @@ mod tests {
 
     #[test]
     fn a_rollback_is_marked_where_it_began_and_the_lines_swap_back() {
-        let svg = rollout(&failed_then_rolled_back(), "shop/web <script>");
+        let svg = rollout(&failed_then_rolled_back(), "shop/web <script>")
+            .render()
+            .unwrap();
         assert!(svg.contains("rollback to revision 1"), "{svg}");
         assert!(
-            svg.contains("&lt;script&gt;") && !svg.contains("<script>"),
+            svg.contains("&#60;script&#62;") && !svg.contains("<script>"),
             "{svg}"
         );
         // The rollback starts at 10 s of 14 s: 36 + 10/14 × 592.

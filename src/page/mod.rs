@@ -3,10 +3,11 @@
 //!
 //! - `/`: every app (`html::index`); `/apps/NAME`: its objects, Deployments and history
 //!   (`html::app`); `/apps/NAME/syncs/ID`: one record, each rollout drawn as a chart
-//!   (`html::sync`, `chart.rs`);
+//!   (`html::sync`, `chart.rs`); all rendered from the templates of `templates/`;
 //! - `/api/apps`, `/api/apps/NAME`, `/api/apps/NAME/syncs[?before=ID]`,
 //!   `/api/apps/NAME/syncs/ID`: the same as JSON; `/api/events[?app=NAME]`: server-sent
-//!   events, every app's state at once and then each change (`docs/status-page.md`);
+//!   events, every app's state at once and then each change (`events.rs`,
+//!   `docs/status-page.md`);
 //! - `/assets/page.css` and `/assets/page.js`, compiled into the binary.
 //!
 //! What it shows comes from the [`Board`] the app loops keep in memory, the history log
@@ -17,10 +18,11 @@
 //! the configuration; every answer carries a CSP without inline script, no framing and
 //! nosniff; with `status_page_credentials`, every request needs one of them.
 
+mod answer;
 pub mod auth;
 pub mod board;
 mod chart;
-mod escape;
+mod events;
 pub mod html;
 
 use std::collections::HashMap;
@@ -29,16 +31,16 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use hyper::body::Bytes;
-use hyper::{header, Response, StatusCode};
+use hyper::{header, Response};
 use jiff::Timestamp;
 
 use crate::config::{AppConfig, Config};
 use crate::history::HistoryLog;
 use crate::live::live_app;
-use crate::service::http::{full, Body, Pages};
+use crate::service::http::{Body, Pages};
 use crate::shutdown::{stopped, Signal};
 use crate::sync::Syncer;
+use answer::{addressed, asset, json, misnamed, no_app, no_record, page, param, unauthorized};
 pub use auth::{AuthError, Credentials};
 pub use board::Board;
 
@@ -50,8 +52,6 @@ const LIVE_TIMEOUT: Duration = Duration::from_secs(5);
 const LIVE_REUSE: Duration = Duration::from_secs(2);
 /// A health summary older than this is read again while someone looks.
 const HEALTH_AGE: Duration = Duration::from_secs(30);
-/// Changes this close together go out as one event.
-const COALESCE: Duration = Duration::from_millis(100);
 /// Someone looks: a request came this recently, or an event stream is open.
 const LOOKING: Duration = Duration::from_secs(60);
 
@@ -215,8 +215,16 @@ impl StatusPage {
         }
         self.looked();
         let parts: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+        match parts.as_slice() {
+            ["api", api @ ..] => self.api(api, query, closes).await,
+            parts => self.html(parts, query).await,
+        }
+    }
+
+    /// A page (`/`, `/apps/…`) or an asset, by its path's `parts`.
+    async fn html(&self, parts: &[&str], query: &str) -> Option<Response<Body>> {
         let now = Timestamp::now();
-        Some(match parts.as_slice() {
+        Some(match parts {
             [] | [""] => {
                 let filter = html::Filter {
                     name: param(query, "name").unwrap_or_default(),
@@ -227,31 +235,45 @@ impl StatusPage {
             ["assets", "page.css"] => asset(CSS, "text/css; charset=utf-8"),
             ["assets", "page.js"] => asset(JS, "text/javascript; charset=utf-8"),
             ["assets", "favicon.svg"] | ["favicon.ico"] => asset(ICON, "image/svg+xml"),
-            ["apps", app] => {
-                let Some(state) = self.board.app(app) else {
-                    return Some(no_app(app, false));
-                };
-                let before = param(query, "before");
-                let live = self.live(app).await;
-                let history = self.page_of(app, before.clone()).await;
-                let last = self
-                    .read_log(app, |log, app| log.newest(app).ok().flatten())
-                    .await;
-                page(html::app(
-                    &state,
-                    &live,
-                    last.as_ref(),
-                    &history,
-                    before.as_deref(),
-                    now,
-                ))
-            }
+            ["apps", app] => self.app_page(app, param(query, "before"), now).await,
             ["apps", app, "syncs", id] => match self.record(app, id).await {
                 Some(record) => page(html::sync(&record, now)),
                 None => no_record(app, id, false),
             },
-            ["api", "apps"] => json(&self.board.apps()),
-            ["api", "apps", app] => {
+            _ => return None,
+        })
+    }
+
+    /// `/apps/NAME`, its history older than the record `before` when given.
+    async fn app_page(&self, app: &str, before: Option<String>, now: Timestamp) -> Response<Body> {
+        let Some(state) = self.board.app(app) else {
+            return no_app(app, false);
+        };
+        let live = self.live(app).await;
+        let history = self.page_of(app, before.clone()).await;
+        let last = self
+            .read_log(app, |log, app| log.newest(app).ok().flatten())
+            .await;
+        page(html::app(
+            &state,
+            &live,
+            last.as_ref(),
+            &history,
+            before.as_deref(),
+            now,
+        ))
+    }
+
+    /// An answer of `/api/`, by the path's `parts` after it.
+    async fn api(
+        self: &Arc<Self>,
+        parts: &[&str],
+        query: &str,
+        closes: tokio::time::Instant,
+    ) -> Option<Response<Body>> {
+        Some(match parts {
+            ["apps"] => json(&self.board.apps()),
+            ["apps", app] => {
                 let Some(state) = self.board.app(app) else {
                     return Some(no_app(app, true));
                 };
@@ -264,17 +286,17 @@ impl StatusPage {
                     "history": history,
                 }))
             }
-            ["api", "apps", app, "syncs"] => {
+            ["apps", app, "syncs"] => {
                 if self.board.app(app).is_none() {
                     return Some(no_app(app, true));
                 }
                 json(&self.page_of(app, param(query, "before")).await)
             }
-            ["api", "apps", app, "syncs", id] => match self.record(app, id).await {
+            ["apps", app, "syncs", id] => match self.record(app, id).await {
                 Some(record) => json(&record),
                 None => no_record(app, id, true),
             },
-            ["api", "events"] => self.events(param(query, "app"), closes),
+            ["events"] => self.events(param(query, "app"), closes),
             _ => return None,
         })
     }
@@ -306,66 +328,6 @@ impl StatusPage {
         self.read_log(app, move |log, app| log.find(app, &id).ok().flatten())
             .await
     }
-
-    /// `/api/events`: `event: apps` with every app (or the one asked for), then an
-    /// `event: app` with the apps each change touched, until a moment before the
-    /// connection `closes` (the browser reconnects after `retry`).
-    fn events(
-        self: &Arc<Self>,
-        only: Option<String>,
-        closes: tokio::time::Instant,
-    ) -> Response<Body> {
-        struct Stream {
-            page: Arc<StatusPage>,
-            changed: tokio::sync::watch::Receiver<u64>,
-            seen: Option<u64>,
-            only: Option<String>,
-            until: tokio::time::Instant,
-        }
-        let until = closes - Duration::from_secs(1);
-        let start = Stream {
-            page: self.clone(),
-            changed: self.board.changed(),
-            seen: None,
-            only,
-            until,
-        };
-        let frames = futures::stream::unfold(start, |mut s| async move {
-            let keep =
-                |apps: Vec<board::AppState>, only: &Option<String>| -> Vec<board::AppState> {
-                    apps.into_iter()
-                        .filter(|a| only.as_ref().is_none_or(|o| &a.name == o))
-                        .collect()
-                };
-            let Some(seen) = s.seen else {
-                s.seen = Some(*s.changed.borrow_and_update());
-                let apps = keep(s.page.board.apps(), &s.only);
-                let text = format!("retry: 500\nevent: apps\ndata: {}\n\n", to_json(&apps));
-                return Some((Ok(hyper::body::Frame::data(Bytes::from(text))), s));
-            };
-            loop {
-                s.page.looked();
-                match tokio::time::timeout_at(s.until, s.changed.changed()).await {
-                    Ok(Ok(())) => {}
-                    _ => return None, // time is up, or the agent stops
-                }
-                // A sync says several lines at once: one event for them.
-                tokio::time::sleep(COALESCE).await;
-                let version = *s.changed.borrow_and_update();
-                let apps = keep(s.page.board.since(seen), &s.only);
-                s.seen = Some(version);
-                if !apps.is_empty() {
-                    let text = format!("event: app\ndata: {}\n\n", to_json(&apps));
-                    return Some((Ok(hyper::body::Frame::data(Bytes::from(text))), s));
-                }
-            }
-        });
-        let mut r = Response::new(http_body_util::BodyExt::boxed(
-            http_body_util::StreamBody::new(frames),
-        ));
-        secure(&mut r, "text/event-stream; charset=utf-8");
-        r
-    }
 }
 
 impl Pages for Arc<StatusPage> {
@@ -375,168 +337,5 @@ impl Pages for Arc<StatusPage> {
         closes: tokio::time::Instant,
     ) -> BoxFuture<'a, Option<Response<Body>>> {
         Box::pin(self.route(request, closes))
-    }
-}
-
-/// The value of `key` in a query string, percent-decoded (`+` a space); at most 256 bytes.
-fn param(query: &str, key: &str) -> Option<String> {
-    let (_, value) = form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == key)?;
-    let mut end = value.len().min(256);
-    while !value.is_char_boundary(end) {
-        end -= 1;
-    }
-    Some(value[..end].to_string())
-}
-
-fn to_json<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_else(|_| "null".into())
-}
-
-/// The headers of every answer: what the page may load (nothing inline, nothing from
-/// elsewhere), no framing, no sniffing, no caching, no referrer.
-fn secure(r: &mut Response<Body>, content_type: &'static str) {
-    let h = r.headers_mut();
-    let mut set = |name: &'static str, value: &'static str| {
-        h.insert(name, header::HeaderValue::from_static(value));
-    };
-    set("content-type", content_type);
-    set(
-        "content-security-policy",
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
-    );
-    set("x-frame-options", "DENY");
-    set("x-content-type-options", "nosniff");
-    set("referrer-policy", "no-referrer");
-    set("cache-control", "no-store");
-}
-
-fn answer(
-    status: StatusCode,
-    body: impl Into<Bytes>,
-    content_type: &'static str,
-) -> Response<Body> {
-    let mut r = Response::new(full(body));
-    *r.status_mut() = status;
-    secure(&mut r, content_type);
-    r
-}
-
-fn page(html: String) -> Response<Body> {
-    answer(StatusCode::OK, html, "text/html; charset=utf-8")
-}
-
-fn json<T: serde::Serialize>(value: &T) -> Response<Body> {
-    answer(StatusCode::OK, to_json(value), "application/json")
-}
-
-fn asset(text: &'static str, content_type: &'static str) -> Response<Body> {
-    answer(StatusCode::OK, text, content_type)
-}
-
-fn unauthorized() -> Response<Body> {
-    let mut r = answer(
-        StatusCode::UNAUTHORIZED,
-        "the status page needs a user and password, or a bearer token (agent.status_page_credentials)\n",
-        "text/plain; charset=utf-8",
-    );
-    r.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        header::HeaderValue::from_static("Basic realm=\"berth\", charset=\"UTF-8\""),
-    );
-    r
-}
-
-/// Whether a request's `Host` is an IP address or `localhost` (with a port or not).
-fn addressed(host: Option<&str>) -> bool {
-    let Some(host) = host else {
-        return false;
-    };
-    let name = match host.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
-    };
-    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
-}
-
-fn misnamed() -> Response<Body> {
-    answer(
-        StatusCode::FORBIDDEN,
-        "without agent.status_page_credentials the status page answers only under an address (http://127.0.0.1:PORT/) or localhost: set credentials to serve it under a name\n",
-        "text/plain; charset=utf-8",
-    )
-}
-
-fn not_found(title: &str, text: &str, api: bool) -> Response<Body> {
-    if api {
-        let body = to_json(&serde_json::json!({ "error": text }));
-        answer(StatusCode::NOT_FOUND, body, "application/json")
-    } else {
-        answer(
-            StatusCode::NOT_FOUND,
-            html::message(title, text),
-            "text/html; charset=utf-8",
-        )
-    }
-}
-
-fn no_app(app: &str, api: bool) -> Response<Body> {
-    not_found(
-        "No such app",
-        &format!("No app named {app:?} in the configuration."),
-        api,
-    )
-}
-
-fn no_record(app: &str, id: &str, api: bool) -> Response<Body> {
-    not_found(
-        "No such sync",
-        &format!("The history of {app:?} holds no record {id:?} (kept: agent.history_keep, agent.history_max_age)."),
-        api,
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn without_credentials_only_an_address_or_localhost_is_answered() {
-        for host in [
-            "127.0.0.1:9464",
-            "localhost:9464",
-            "LOCALHOST",
-            "[::1]:9464",
-            "10.0.0.7",
-        ] {
-            assert!(addressed(Some(host)), "{host}");
-        }
-        for host in [
-            "evil.example:9464",
-            "127.0.0.1.nip.io",
-            "localhost.evil.example",
-            "",
-        ] {
-            assert!(!addressed(Some(host)), "{host}");
-        }
-        assert!(!addressed(None));
-    }
-
-    #[test]
-    fn query_values_are_decoded_and_bounded() {
-        assert_eq!(
-            param("name=shop+web&outcome=failed", "outcome").as_deref(),
-            Some("failed")
-        );
-        assert_eq!(param("name=shop+web", "name").as_deref(), Some("shop web"));
-        assert_eq!(param("name=a%2Fb%3C", "name").as_deref(), Some("a/b<"));
-        assert_eq!(param("name=100%", "name").as_deref(), Some("100%"));
-        assert_eq!(param("name=%zz", "name").as_deref(), Some("%zz"));
-        assert_eq!(param("x=1", "name"), None);
-        assert_eq!(
-            param(&format!("name={}", "a".repeat(5000)), "name")
-                .unwrap()
-                .len(),
-            256
-        );
     }
 }
