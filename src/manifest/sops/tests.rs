@@ -2,6 +2,9 @@
 //! scripts/sops-fixtures): PyPI's sops 1.18 with an age recipient added by Debian's age,
 //! and an encrypted_regex / mac_only_encrypted file built from the Go source's format.
 
+use super::keys::open_openpgp;
+use super::metadata::age_stanzas;
+use super::rule::compiled;
 use super::*;
 use age::secrecy::ExposeSecret;
 
@@ -236,7 +239,7 @@ fn an_age_entry_of_thousands_of_stanzas_is_refused_before_age_parses_it() {
 
 #[test]
 fn an_openpgp_data_key_that_inflates_is_read_to_a_data_keys_size() {
-    use pgp::composed::{ArmorOptions, MessageBuilder, SignedSecretKey};
+    use pgp::composed::{ArmorOptions, Deserializable, MessageBuilder, SignedSecretKey};
     use pgp::crypto::sym::SymmetricKeyAlgorithm;
     use pgp::types::CompressionAlgorithm;
     let (secret, _) = SignedSecretKey::from_string(&read("pgp-secret.asc")).unwrap();
