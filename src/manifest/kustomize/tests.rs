@@ -2,6 +2,7 @@
 //! reference and reach, the tool run with a timeout and its stderr shown.
 use std::process::Command;
 
+use super::references::is_remote;
 use super::*;
 
 fn write(root: &Path, rel: &str, text: &str) {
