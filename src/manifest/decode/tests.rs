@@ -1,5 +1,7 @@
 //! Tests of the stream visitor: YAML and JSON streams, errors with file and line, the
 //! bounds on what decoding may cost.
+use super::cache::{blob_id, cached};
+use super::pieces::{cuts, PIECES, PIECES_FROM};
 use super::*;
 use crate::manifest::visitor::{collect, ContinueOnError};
 
