@@ -274,9 +274,6 @@ impl Agent {
     /// Publishes `new` to the syncer and the status page.
     fn publish(&self, new: Config) {
         self.config.send_replace(Arc::new(new));
-        if let Some(page) = &self.shared.page {
-            page.set_apps(&self.config().apps);
-        }
     }
 
     /// The agent, cluster or notify settings changed: a new client and receivers for

@@ -259,7 +259,7 @@ pub async fn run(
     mut signals: Signals,
 ) -> Result<(), AgentError> {
     let (publish, published) = watch::channel(Arc::new(config.clone()));
-    let syncer = Arc::new(syncer.follow(published));
+    let syncer = Arc::new(syncer.follow(published.clone()));
     // Before anything opens files: the syncs and the endpoint share the limit.
     let open_files = listener::raise_open_files();
     let metrics = Arc::new(Metrics::default());
@@ -281,6 +281,7 @@ pub async fn run(
     .await?;
     if let Some(page) = &page {
         tokio::spawn(page.clone().refresh(signals.shutdown.clone()));
+        tokio::spawn(page.clone().follow(published, signals.shutdown.clone()));
     }
     let shared = Arc::new(Shared {
         endpoint,

@@ -34,7 +34,7 @@ use futures::future::BoxFuture;
 use hyper::{header, Response};
 use jiff::Timestamp;
 
-use crate::config::{AppConfig, Config};
+use crate::config::{AppConfig, Config, Published};
 use crate::history::HistoryLog;
 use crate::live::live_app;
 use crate::service::http::{Body, Pages};
@@ -97,8 +97,25 @@ impl StatusPage {
         Ok(page)
     }
 
+    /// Follows the configuration the agent publishes: the board takes each reload's
+    /// apps, until shutdown.
+    pub async fn follow(self: Arc<Self>, mut config: Published, mut shutdown: Signal) {
+        loop {
+            tokio::select! {
+                () = stopped(&mut shutdown) => return,
+                changed = config.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let apps = config.borrow_and_update().clone();
+                    self.set_apps(&apps.apps);
+                }
+            }
+        }
+    }
+
     /// The configuration's apps (at start and on each reload).
-    pub fn set_apps(&self, apps: &[AppConfig]) {
+    fn set_apps(&self, apps: &[AppConfig]) {
         self.board
             .set_apps(apps, |app| self.history.newest(app).ok().flatten());
         if let Ok(mut answers) = self.answers.lock() {

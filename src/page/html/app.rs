@@ -8,9 +8,9 @@ use jiff::Timestamp;
 
 use super::{duration, place, rendered, Cells, Frame, Time};
 use crate::history::{Page, Summary, SyncRecord};
+use crate::live::{DeploymentStatus, LiveApp};
 use crate::manifest::ObjectKey;
 use crate::page::board::AppState;
-use crate::live::{DeploymentStatus, LiveApp};
 
 /// What the cluster said of an app for its page: its objects, or why it could not say
 /// (shared: an answer is reused for a while).
@@ -60,7 +60,7 @@ struct AppPage<'a> {
     app: &'a AppState,
     cells: Cells<'a>,
     /// The objects, or why the cluster did not say.
-    objects: Result<Objects<'a>, String>,
+    objects: Result<Objects<'a>, &'a Unanswered>,
     history: Vec<HistoryRow<'a>>,
     /// A page older than the newest: link to the newest.
     newest: bool,
@@ -87,7 +87,7 @@ pub fn app(
         cells: Cells::new(app, now),
         objects: match live {
             Ok(live) => Ok(objects(live, last)),
-            Err(why) => Err(why.to_string()),
+            Err(why) => Err(why.as_ref()),
         },
         history: history
             .records
