@@ -129,15 +129,7 @@ pub fn memory_dir() -> Option<PathBuf> {
 
 /// Whether `path` is on a tmpfs (memory).
 pub fn is_tmpfs(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: a statfs is plain data, valid zeroed.
-    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid C string and `fs` a statfs that the call fills in.
-    let ok = unsafe { libc::statfs(c.as_ptr(), &mut fs) } == 0;
-    ok && fs.f_type == libc::TMPFS_MAGIC
+    rustix::fs::statfs(path).is_ok_and(|fs| fs.f_type == libc::TMPFS_MAGIC)
 }
 
 /// A new folder in `base`, 0700, named `<prefix><pid>-<n>`, made by this call and no

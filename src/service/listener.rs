@@ -56,31 +56,22 @@ const LOG_AGAIN_AFTER: Duration = Duration::from_secs(60);
 /// Raises the soft limit of open files to the hard limit (at most 2^20) and returns the
 /// soft limit now in force.
 pub fn raise_open_files() -> u64 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit(2) fills the struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return 1024; // the usual default: sizes the connection cap conservatively
-    }
-    let wanted = limit.rlim_max.min(MAX_OPEN_FILES);
-    if limit.rlim_cur < wanted {
-        let raised = libc::rlimit {
-            rlim_cur: wanted,
-            rlim_max: limit.rlim_max,
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    // No limit (`None`) is infinity.
+    let current = limit.current.unwrap_or(u64::MAX);
+    let wanted = limit.maximum.unwrap_or(u64::MAX).min(MAX_OPEN_FILES);
+    if current < wanted {
+        let raised = Rlimit {
+            current: Some(wanted),
+            maximum: limit.maximum,
         };
-        // SAFETY: setrlimit(2) with a soft limit under the hard one.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-            tracing::debug!(
-                from = limit.rlim_cur,
-                to = wanted,
-                "raised the open files limit"
-            );
+        if setrlimit(Resource::Nofile, raised).is_ok() {
+            tracing::debug!(from = current, to = wanted, "raised the open files limit");
             return wanted;
         }
     }
-    limit.rlim_cur
+    current
 }
 
 /// The steady lane's size: `configured`, lowered so that the endpoint (its connections,

@@ -1,11 +1,13 @@
 //! SSH host-key verification against a known_hosts file (OpenSSH format: plain and hashed
-//! host patterns, `[host]:port`, wildcards, negation, `@revoked`). libgit2 before 1.6 did
-//! not check host keys at all (CVE-2023-22742); berth always does, and refuses unknown
+//! host patterns, `[host]:port`, wildcards, negation, `@revoked`), read by `ssh_key`'s
+//! parser; the matching of a host against an entry's patterns is here. libgit2 before 1.6
+//! did not check host keys at all (CVE-2023-22742); berth always does, and refuses unknown
 //! and changed keys.
 
-use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha1::Sha1;
+use ssh_key::known_hosts::{HostPatterns, KnownHosts, Marker};
+use ssh_key::PublicKey;
 
 /// Why a host key was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -57,27 +59,20 @@ pub fn verify(
     } else {
         format!("[{host}]:{port}")
     };
+    // The server's key, compared with each entry's as key data (not as text).
+    let offered = PublicKey::from_bytes(key).ok();
     let mut host_known = false;
-    for line in known_hosts.lines().map(str::trim) {
-        if line.is_empty() || line.starts_with('#') {
+    // Lines that are not entries (comments, keys of a type it does not read) are skipped.
+    for entry in KnownHosts::new(known_hosts).filter_map(Result::ok) {
+        if entry.marker() == Some(&Marker::CertAuthority)
+            || !hosts_match(entry.host_patterns(), &name)
+        {
             continue;
         }
-        let mut fields = line.split_whitespace();
-        let (marker, hosts) = match fields.next() {
-            Some(m) if m.starts_with('@') => (Some(m), fields.next()),
-            first => (None, first),
-        };
-        let (Some(hosts), Some(kt), Some(blob)) = (hosts, fields.next(), fields.next()) else {
-            continue;
-        };
-        if marker == Some("@cert-authority") || !hosts_match(hosts, &name) {
-            continue;
-        }
-        let same_key = kt == key_type
-            && base64::engine::general_purpose::STANDARD
-                .decode(blob)
-                .is_ok_and(|b| b == key);
-        if marker == Some("@revoked") {
+        let same_key = offered
+            .as_ref()
+            .is_some_and(|o| o.key_data() == entry.public_key().key_data());
+        if entry.marker() == Some(&Marker::Revoked) {
             if same_key {
                 return Err(mismatch(&name, key_type, file));
             }
@@ -111,13 +106,15 @@ fn mismatch(host: &str, key_type: &str, file: &str) -> HostKeyError {
     }
 }
 
-/// A comma-separated pattern list: any positive match and no negated match.
-fn hosts_match(patterns: &str, name: &str) -> bool {
-    if let Some(hashed) = patterns.strip_prefix("|1|") {
-        return hashed_match(hashed, name);
-    }
+/// An entry's hosts: a hashed name that is `name`'s, or a pattern list with any positive
+/// match and no negated match.
+fn hosts_match(patterns: &HostPatterns, name: &str) -> bool {
+    let patterns = match patterns {
+        HostPatterns::HashedName { salt, hash } => return hashed_match(salt, hash, name),
+        HostPatterns::Patterns(patterns) => patterns,
+    };
     let mut matched = false;
-    for p in patterns.split(',') {
+    for p in patterns {
         match p.strip_prefix('!') {
             Some(neg) if wildcard(neg, name) => return false,
             Some(_) => {}
@@ -127,20 +124,14 @@ fn hosts_match(patterns: &str, name: &str) -> bool {
     matched
 }
 
-/// `|1|salt|hash`: base64 HMAC-SHA1 of the name keyed with the salt.
-fn hashed_match(hashed: &str, name: &str) -> bool {
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let Some((salt, hash)) = hashed.split_once('|') else {
-        return false;
-    };
-    let (Ok(salt), Ok(hash)) = (b64.decode(salt), b64.decode(hash)) else {
-        return false;
-    };
-    let Ok(mut mac) = Hmac::<Sha1>::new_from_slice(&salt) else {
+/// `|1|salt|hash`: the HMAC-SHA1 of the name keyed with the salt (compared in constant
+/// time).
+fn hashed_match(salt: &[u8], hash: &[u8], name: &str) -> bool {
+    let Ok(mut mac) = Hmac::<Sha1>::new_from_slice(salt) else {
         return false;
     };
     mac.update(name.as_bytes());
-    mac.verify_slice(&hash).is_ok()
+    mac.verify_slice(hash).is_ok()
 }
 
 /// `*` and `?` wildcards, case-insensitive as hostnames are.
@@ -159,6 +150,8 @@ fn wildcard(pattern: &str, name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use base64::Engine;
+
     use super::*;
 
     const KEY: &[u8] =
