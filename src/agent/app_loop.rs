@@ -11,10 +11,11 @@ use super::{status_line, Heartbeat, Shared, DEBOUNCE, TICK};
 use crate::cluster::resilient::Reach;
 use crate::config::AppConfig;
 use crate::history::{Outcome, SyncRecord, Trigger};
+use crate::page::StatusPage;
 use crate::service::shards::Fence;
 use crate::shutdown::{stopped, Signal};
 use crate::source::git;
-use crate::sync::{note_waiting, Level, Progress, Step, SyncOptions, Syncer, Waiting};
+use crate::sync::{note_waiting, Level, Progress, Report, Step, SyncOptions, Syncer, Waiting};
 
 /// One app's loop: it syncs on its interval, on a commit and on a webhook, one sync at
 /// a time, until it is stopped.
@@ -27,19 +28,12 @@ pub(super) async fn app_loop(
     mut stop: Signal,
     heart: Arc<Heartbeat>,
 ) {
-    // The step the sync is in, for the status page's progress lines.
-    let step = std::sync::Mutex::new(None);
-    let log = |progress: Progress<'_>| {
-        log_progress(&app.name, progress);
-        let (Some(page), Progress::Line { text, .. }) = (&shared.page, progress) else {
-            if let Progress::Step(entered) = progress {
-                *step.lock().unwrap_or_else(|e| e.into_inner()) = Some(entered);
-            }
-            return;
-        };
-        let now = *step.lock().unwrap_or_else(|e| e.into_inner());
-        page.board.progress(&app.name, now.map(Step::as_str), text);
+    let log = ProgressLog {
+        app: &app.name,
+        page: shared.page.as_deref(),
+        step: std::sync::Mutex::new(None),
     };
+    let report = |progress: Progress<'_>| log.say(progress);
     let mut options = SyncOptions::new(Trigger::Interval);
     let mut gate = Gate::default();
     if !app.depends_on.is_empty() {
@@ -65,45 +59,13 @@ pub(super) async fn app_loop(
             }
             options.waited = gate.release(&app, &syncer);
         }
-        // With sharding, only the holder of the app's Lease writes (a hand-over waits).
-        let fence = match &shared.shard {
-            Some(s) => {
-                let api = kube::Api::namespaced(syncer.client.clone(), &s.namespace);
-                match Fence::take(api, &app.name, &s.identity, s.duration, &mut stop).await {
-                    Some(fence) => Some(fence),
-                    None => return,
-                }
-            }
-            None => None,
-        };
-        if let Some(page) = &shared.page {
-            page.board.syncing(&app.name);
-        }
-        // Queued behind agent.max_concurrent_syncs other syncs (a busy heart may wait).
-        let slot = tokio::select! {
-            slot = syncer.slots.clone().acquire_owned() => slot.ok(),
-            () = stopped(&mut stop) => None,
-        };
-        let record = match slot {
-            Some(_slot) => Some(syncer.sync(&app, options, &stop, &log).await),
-            None => None,
-        };
-        if let Some(fence) = fence {
-            fence.release().await;
-        }
-        let Some(record) = record else {
+        let Some(record) = sync_once(&app, &shared, &syncer, options, &mut stop, &report).await
+        else {
             return;
         };
         heart.busy(false);
-        shared.metrics.observe(&record);
-        shared.set_status(&app.name, status_line(&record));
-        shared.wake_dependents(&app.name);
         let delay = interval + crate::retry::random_below(jitter);
-        if let Some(page) = &shared.page {
-            let next =
-                jiff::Timestamp::now() + jiff::SignedDuration::try_from(delay).unwrap_or_default();
-            page.board.synced(&app.name, &record, next);
-        }
+        synced(&shared, &app.name, &record, delay);
         let wake = tokio::time::Instant::now() + delay;
         // A sync an outage failed runs again as soon as the server answers.
         let outage =
@@ -116,6 +78,80 @@ pub(super) async fn app_loop(
             Some(next) => options = SyncOptions::new(next),
             None => return,
         }
+    }
+}
+
+/// A sync's progress in the agent: each line logged at its level, and shown on the status
+/// page with the step the sync is in.
+struct ProgressLog<'a> {
+    app: &'a str,
+    page: Option<&'a StatusPage>,
+    /// The step the sync is in.
+    step: std::sync::Mutex<Option<Step>>,
+}
+
+impl ProgressLog<'_> {
+    fn say(&self, progress: Progress<'_>) {
+        log_progress(self.app, progress);
+        let step = || self.step.lock().unwrap_or_else(|e| e.into_inner());
+        match progress {
+            Progress::Step(entered) => *step() = Some(entered),
+            Progress::Line { text, .. } => {
+                if let Some(page) = self.page {
+                    let now = *step();
+                    page.board.progress(self.app, now.map(Step::as_str), text);
+                }
+            }
+        }
+    }
+}
+
+/// One sync of the app: with sharding under its Lease (a hand-over waits), in one of the
+/// `agent.max_concurrent_syncs` places; `None` when shutdown came first.
+async fn sync_once(
+    app: &AppConfig,
+    shared: &Shared,
+    syncer: &Syncer,
+    options: SyncOptions,
+    stop: &mut Signal,
+    report: Report<'_>,
+) -> Option<SyncRecord> {
+    // With sharding, only the holder of the app's Lease writes (a hand-over waits).
+    let fence = match &shared.shard {
+        Some(s) => {
+            let api = kube::Api::namespaced(syncer.client.clone(), &s.namespace);
+            Some(Fence::take(api, &app.name, &s.identity, s.duration, stop).await?)
+        }
+        None => None,
+    };
+    if let Some(page) = &shared.page {
+        page.board.syncing(&app.name);
+    }
+    // Queued behind agent.max_concurrent_syncs other syncs (a busy heart may wait).
+    let slot = tokio::select! {
+        slot = syncer.slots.clone().acquire_owned() => slot.ok(),
+        () = stopped(stop) => None,
+    };
+    let record = match slot {
+        Some(_slot) => Some(syncer.sync(app, options, stop, report).await),
+        None => None,
+    };
+    if let Some(fence) = fence {
+        fence.release().await;
+    }
+    record
+}
+
+/// What a sync's end tells the rest of the agent: the metrics, the status line, the apps
+/// that depend on it, and the status page (the next sync due `delay` from now).
+fn synced(shared: &Shared, app: &str, record: &SyncRecord, delay: Duration) {
+    shared.metrics.observe(record);
+    shared.set_status(app, status_line(record));
+    shared.wake_dependents(app);
+    if let Some(page) = &shared.page {
+        let next =
+            jiff::Timestamp::now() + jiff::SignedDuration::try_from(delay).unwrap_or_default();
+        page.board.synced(app, record, next);
     }
 }
 

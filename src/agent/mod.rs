@@ -146,6 +146,31 @@ struct Shard {
 }
 
 impl Shared {
+    /// What the tasks share, at start.
+    fn new(
+        config: &Config,
+        syncer: &Arc<Syncer>,
+        endpoint: Option<Arc<Endpoint>>,
+        page: Option<Arc<StatusPage>>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Shared {
+            endpoint,
+            page,
+            syncer: RwLock::new(syncer.clone()),
+            notifier: Notifier::from_env(),
+            metrics,
+            hearts: Mutex::new(BTreeMap::new()),
+            status: Mutex::new(BTreeMap::new()),
+            triggers: Mutex::new(BTreeMap::new()),
+            shard: config.agent.sharding.then(|| Shard {
+                identity: syncer.host.clone(),
+                namespace: config.agent.inventory_namespace.clone(),
+                duration: config.agent.lease_duration,
+            }),
+        }
+    }
+
     fn syncer(&self) -> Arc<Syncer> {
         self.syncer
             .read()
@@ -283,21 +308,7 @@ pub async fn run(
         tokio::spawn(page.clone().refresh(signals.shutdown.clone()));
         tokio::spawn(page.clone().follow(published, signals.shutdown.clone()));
     }
-    let shared = Arc::new(Shared {
-        endpoint,
-        page,
-        syncer: RwLock::new(syncer.clone()),
-        notifier: Notifier::from_env(),
-        metrics,
-        hearts: Mutex::new(BTreeMap::new()),
-        status: Mutex::new(BTreeMap::new()),
-        triggers: Mutex::new(BTreeMap::new()),
-        shard: config.agent.sharding.then(|| Shard {
-            identity: syncer.host.clone(),
-            namespace: config.agent.inventory_namespace.clone(),
-            duration: config.agent.lease_duration,
-        }),
-    });
+    let shared = Arc::new(Shared::new(&config, &syncer, endpoint, page, metrics));
     let _ = crate::state::private_dir(&config.agent.state_dir);
     let _ = crate::state::write_private(
         &pid_file(&config),

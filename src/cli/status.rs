@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use berth::cluster::client;
 use berth::cluster::discovery::SharedKinds;
-use berth::config;
+use berth::config::{self, AppConfig};
 use berth::history::{HistoryLog, Outcome, SyncRecord};
 use berth::live::{live_app, DeploymentStatus, LiveApp, ObjectStatus};
 use berth::service::shards;
@@ -104,21 +104,6 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         });
     let mut statuses = Vec::new();
     for (i, app) in selected.iter().enumerate() {
-        let record = log.newest(&app.name)?;
-        let last = record.as_ref().map(|r| LastSync {
-            record: r.id.clone(),
-            commit: r.commit.as_ref().map(|c| c.sha.clone()),
-            outcome: r.outcome.as_str().to_string(),
-            started_at: r.started_at,
-            finished_at: r.finished_at,
-        });
-        let in_flight = syncing(&config.agent.state_dir, &app.name).map(|m: Marker| Syncing {
-            record: m.id,
-            commit: m.commit.map(|c| c.sha),
-            step: m.step,
-            started_at: m.started_at,
-            pid: m.pid,
-        });
         let live_app = live.as_ref().ok().map(|l| &l.apps[i]);
         let host = match &live {
             _ if !config.agent.sharding => Some(berth::service::lease::host_name()),
@@ -128,24 +113,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
                 .map(|h| h.get(&app.name).cloned().unwrap_or_else(|| "-".into())),
             Err(_) => None,
         };
-        let waiting = berth::sync::waiting_note(&config.agent.state_dir, &app.name);
-        let held = live_app.and_then(|l| l.held.clone());
-        let reason = held
-            .as_ref()
-            .map(|h| format!("held: {h}"))
-            .or_else(|| waiting.clone())
-            .or_else(|| record.as_ref().and_then(why_not_synced));
-        statuses.push(AppStatus {
-            app: app.name.clone(),
-            host,
-            last,
-            syncing: in_flight,
-            waiting,
-            held,
-            reason,
-            deployments: live_app.map(|l| l.deployments.clone()),
-            objects: live_app.map(|l| l.objects.clone()),
-        });
+        statuses.push(app_status(&config, app, &log, live_app, host)?);
     }
     match args.output {
         Output::Json => {
@@ -167,10 +135,52 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// One app's status: its last sync (the local history), the sync in flight (its lock
+/// file), what it waits for, and what the cluster says of it (`live`, when it answered).
+fn app_status(
+    config: &config::Config,
+    app: &AppConfig,
+    log: &HistoryLog,
+    live: Option<&LiveApp>,
+    host: Option<String>,
+) -> anyhow::Result<AppStatus> {
+    let record = log.newest(&app.name)?;
+    let last = record.as_ref().map(|r| LastSync {
+        record: r.id.clone(),
+        commit: r.commit.as_ref().map(|c| c.sha.clone()),
+        outcome: r.outcome.as_str().to_string(),
+        started_at: r.started_at,
+        finished_at: r.finished_at,
+    });
+    let in_flight = syncing(&config.agent.state_dir, &app.name).map(|m: Marker| Syncing {
+        record: m.id,
+        commit: m.commit.map(|c| c.sha),
+        step: m.step,
+        started_at: m.started_at,
+        pid: m.pid,
+    });
+    let waiting = berth::sync::waiting_note(&config.agent.state_dir, &app.name);
+    let held = live.and_then(|l| l.held.clone());
+    let reason = held
+        .as_ref()
+        .map(|h| format!("held: {h}"))
+        .or_else(|| waiting.clone())
+        .or_else(|| record.as_ref().and_then(why_not_synced));
+    Ok(AppStatus {
+        app: app.name.clone(),
+        host,
+        last,
+        syncing: in_flight,
+        waiting,
+        held,
+        reason,
+        deployments: live.map(|l| l.deployments.clone()),
+        objects: live.map(|l| l.objects.clone()),
+    })
+}
+
 fn print_tables(statuses: &[AppStatus], reached: bool, sharded: bool) {
     let now = jiff::Timestamp::now();
-    let age = |t: jiff::Timestamp| short_age(now.duration_since(t).try_into().unwrap_or_default());
-    let short = |sha: &str| sha[..sha.len().min(7)].to_string();
     let mut apps = vec![["APP", "HOST", "COMMIT", "OUTCOME", "AGE", "REASON"].map(String::from)];
     let mut deployments = vec![[
         "APP",
@@ -183,50 +193,13 @@ fn print_tables(statuses: &[AppStatus], reached: bool, sharded: bool) {
     .map(String::from)];
     let mut others = vec![["APP", "OBJECT", "HEALTH"].map(String::from)];
     for s in statuses {
-        let last = s.last.as_ref();
-        let outcome = match (&s.syncing, last) {
-            // What runs now, not the last record: that commit may be the one being replaced.
-            (Some(now_syncing), _) => format!(
-                "syncing {}: {} ({})",
-                now_syncing.commit.as_deref().map_or("?".into(), short),
-                now_syncing.step,
-                age(now_syncing.started_at)
-            ),
-            (None, _) if s.waiting.is_some() => s.waiting.clone().unwrap_or_default(),
-            (None, Some(l)) => l.outcome.clone(),
-            (None, None) => "never synced".into(),
-        };
-        apps.push([
-            s.app.clone(),
-            s.host.clone().unwrap_or_else(|| "-".into()),
-            last.and_then(|l| l.commit.as_deref())
-                .map_or("-".into(), short),
-            outcome,
-            last.map_or("-".into(), |l| age(l.started_at)),
-            match (&s.reason, reached) {
-                (Some(r), _) => r.clone(),
-                (None, false) => "?".into(),
-                (None, true) => "-".into(),
-            },
-        ]);
-        for d in s.deployments.iter().flatten() {
-            deployments.push([
-                s.app.clone(),
-                d.name.clone(),
-                d.revision.map_or("-".into(), |r| r.to_string()),
-                if d.phase == "missing" {
-                    "-".into()
-                } else {
-                    format!("{}/{}", d.ready, d.replicas)
-                },
-                if d.phase == "missing" {
-                    "-".into()
-                } else {
-                    d.updated.to_string()
-                },
-                d.phase.clone(),
-            ]);
-        }
+        apps.push(app_row(s, reached, now));
+        deployments.extend(
+            s.deployments
+                .iter()
+                .flatten()
+                .map(|d| deployment_row(&s.app, d)),
+        );
         for o in s.objects.iter().flatten() {
             others.push([s.app.clone(), o.object.clone(), o.health.clone()]);
         }
@@ -248,6 +221,60 @@ fn print_tables(statuses: &[AppStatus], reached: bool, sharded: bool) {
         println!();
         print!("{}", table(&others));
     }
+}
+
+/// An app's row: its host, its last commit, what it does now (or how its last sync
+/// ended), how long ago, and why it is not synced.
+fn app_row(s: &AppStatus, reached: bool, now: jiff::Timestamp) -> [String; 6] {
+    let age = |t: jiff::Timestamp| short_age(now.duration_since(t).try_into().unwrap_or_default());
+    let short = |sha: &str| sha[..sha.len().min(7)].to_string();
+    let last = s.last.as_ref();
+    let outcome = match (&s.syncing, last) {
+        // What runs now, not the last record: that commit may be the one being replaced.
+        (Some(now_syncing), _) => format!(
+            "syncing {}: {} ({})",
+            now_syncing.commit.as_deref().map_or("?".into(), short),
+            now_syncing.step,
+            age(now_syncing.started_at)
+        ),
+        (None, _) if s.waiting.is_some() => s.waiting.clone().unwrap_or_default(),
+        (None, Some(l)) => l.outcome.clone(),
+        (None, None) => "never synced".into(),
+    };
+    [
+        s.app.clone(),
+        s.host.clone().unwrap_or_else(|| "-".into()),
+        last.and_then(|l| l.commit.as_deref())
+            .map_or("-".into(), short),
+        outcome,
+        last.map_or("-".into(), |l| age(l.started_at)),
+        match (&s.reason, reached) {
+            (Some(r), _) => r.clone(),
+            (None, false) => "?".into(),
+            (None, true) => "-".into(),
+        },
+    ]
+}
+
+/// A Deployment's row: its revision, READY, UP-TO-DATE and phase.
+fn deployment_row(app: &str, d: &DeploymentStatus) -> [String; 6] {
+    let missing = d.phase == "missing";
+    [
+        app.to_string(),
+        d.name.clone(),
+        d.revision.map_or("-".into(), |r| r.to_string()),
+        if missing {
+            "-".into()
+        } else {
+            format!("{}/{}", d.ready, d.replicas)
+        },
+        if missing {
+            "-".into()
+        } else {
+            d.updated.to_string()
+        },
+        d.phase.clone(),
+    ]
 }
 
 /// Why the last sync did not end well, in one line: its note when held, else its first

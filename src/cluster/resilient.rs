@@ -254,6 +254,8 @@ where
     }
 }
 
+/// Sends `req` (first on `ready`, then on `again`), retrying what may pass on a second
+/// try, within the policy's bounds.
 async fn send<S, B>(
     ready: S,
     mut again: S,
@@ -280,78 +282,33 @@ where
             Some(mut s) => s.call(req),
             None => again.ready().await?.call(req),
         };
-        let result = if watch {
-            call.await
-        } else {
-            // After a failed connection, the attempts left share what remains of
-            // `request_timeout`.
-            let limit = match lost_before {
-                false => policy.request_timeout,
-                true => (policy.request_timeout.saturating_sub(started.elapsed()))
-                    .max(Duration::from_millis(100)),
-            };
-            match tokio::time::timeout(limit, call).await {
-                Ok(r) => r,
-                Err(_) => Err(Box::new(TimedOut(limit)) as BoxError),
-            }
+        // After a failed connection, the attempts left share what remains of
+        // `request_timeout`; a watch is not bounded.
+        let limit = match lost_before {
+            false => policy.request_timeout,
+            true => (policy.request_timeout.saturating_sub(started.elapsed()))
+                .max(Duration::from_millis(100)),
         };
+        let result = bounded(call, (!watch).then_some(limit)).await;
         if result.is_ok() {
             reach.answered();
         }
-        let mut lost = false;
-        let (why, server_wait, result) = match result {
-            Ok(res) if res.status() == StatusCode::INTERNAL_SERVER_ERROR => {
-                let (parts, body) = res.into_parts();
-                let body = read_error(body, policy.request_timeout).await;
-                let why = format!("{}: {}", parts.status, String::from_utf8_lossy(&body));
-                let invalid = invalid_request(&body);
-                let res = Ok(Response::from_parts(parts, Either::Right(Full::new(body))));
-                if invalid {
-                    return res;
-                }
-                (why, None, res)
-            }
-            Ok(res) if transient_status(res.status().as_u16()) => (
-                res.status().to_string(),
-                retry_after(res.headers()),
-                Ok(res.map(Either::Left)),
-            ),
-            Ok(res) => return Ok(res.map(Either::Left)),
-            Err(e) if transient_error(e.as_ref()) => {
-                let cause = root_cause(e.as_ref());
-                reach.unreached(&cause);
-                lost = true;
-                let e = Unreachable {
-                    server: reach.server.clone(),
-                    cause: cause.clone(),
-                };
-                (cause, None, Err(Box::new(e) as BoxError))
-            }
-            Err(e) => return Err(e),
-        };
-        // Answers (429, 5xx) are retried for `retry_for`; a server that cannot be reached
-        // until `request_timeout` after the outage began (a restart is ridden out, a long
-        // outage fails each request at once once that has passed).
-        let within = match reach.down_since().filter(|_| lost) {
-            Some(since) => (since + policy.request_timeout)
-                .saturating_duration_since(started)
-                .min(policy.request_timeout),
-            None => policy.retry_for,
-        };
-        let retry = Policy {
-            backoff: BACKOFF,
-            retries: u32::MAX,
-            within: within.min(policy.retry_for),
+        let (why, server_wait, lost, result) = match judge(result, policy, reach).await {
+            Tried::Done(result) => return result,
+            Tried::Retry(why, server_wait, lost, result) => (why, server_wait, lost, result),
         };
         lost_before |= lost;
+        let retry = retry_policy(policy, reach, lost, started);
         let wait = retry.next(attempt, started.elapsed(), server_wait);
         let (Some(kept), Some(wait)) = (next.as_ref(), wait) else {
             return result;
         };
+        let (method, path, retry_in_ms) =
+            (kept.method(), kept.uri().path(), wait.as_millis() as u64);
         if lost {
-            tracing::debug!(method = %kept.method(), path = kept.uri().path(), error = %why, retry_in_ms = wait.as_millis() as u64, attempt = attempt + 1, "API request failed; retrying");
+            tracing::debug!(%method, path, error = %why, retry_in_ms, attempt = attempt + 1, "API request failed; retrying");
         } else {
-            tracing::warn!(method = %kept.method(), path = kept.uri().path(), error = %why, retry_in_ms = wait.as_millis() as u64, attempt = attempt + 1, "API request failed; retrying");
+            tracing::warn!(%method, path, error = %why, retry_in_ms, attempt = attempt + 1, "API request failed; retrying");
         }
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
@@ -359,6 +316,86 @@ where
         }
     }
     unreachable!("the attempts loop returns")
+}
+
+/// `call`'s answer, within `limit` when there is one.
+async fn bounded<T>(
+    call: impl Future<Output = Result<T, BoxError>>,
+    limit: Option<Duration>,
+) -> Result<T, BoxError> {
+    let Some(limit) = limit else {
+        return call.await;
+    };
+    match tokio::time::timeout(limit, call).await {
+        Ok(r) => r,
+        Err(_) => Err(Box::new(TimedOut(limit)) as BoxError),
+    }
+}
+
+/// How one attempt ended: returned as it is, or retried — why (for the log), how long the
+/// server asked to wait, whether the server could not be reached, and what to return when
+/// no retry is left.
+enum Tried<B> {
+    Done(Result<Answer<B>, BoxError>),
+    Retry(String, Option<Duration>, bool, Result<Answer<B>, BoxError>),
+}
+
+/// What an attempt's result calls for: a 500 (but for an invalid request), a 429 or 503,
+/// or a connection that failed is retried; anything else is returned.
+async fn judge<B>(
+    result: Result<Response<B>, BoxError>,
+    policy: Resilience,
+    reach: &Reach,
+) -> Tried<B>
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    match result {
+        Ok(res) if res.status() == StatusCode::INTERNAL_SERVER_ERROR => {
+            let (parts, body) = res.into_parts();
+            let body = read_error(body, policy.request_timeout).await;
+            let why = format!("{}: {}", parts.status, String::from_utf8_lossy(&body));
+            let invalid = invalid_request(&body);
+            let res = Ok(Response::from_parts(parts, Either::Right(Full::new(body))));
+            if invalid {
+                return Tried::Done(res);
+            }
+            Tried::Retry(why, None, false, res)
+        }
+        Ok(res) if transient_status(res.status().as_u16()) => {
+            let (why, wait) = (res.status().to_string(), retry_after(res.headers()));
+            Tried::Retry(why, wait, false, Ok(res.map(Either::Left)))
+        }
+        Ok(res) => Tried::Done(Ok(res.map(Either::Left))),
+        Err(e) if transient_error(e.as_ref()) => {
+            let cause = root_cause(e.as_ref());
+            reach.unreached(&cause);
+            let e = Unreachable {
+                server: reach.server.clone(),
+                cause: cause.clone(),
+            };
+            Tried::Retry(cause, None, true, Err(Box::new(e) as BoxError))
+        }
+        Err(e) => Tried::Done(Err(e)),
+    }
+}
+
+/// How long a request may be retried: answers (429, 5xx) for `retry_for`; a server that
+/// cannot be reached (`lost`) until `request_timeout` after the outage began (a restart is
+/// ridden out, a long outage fails each request at once once that has passed).
+fn retry_policy(policy: Resilience, reach: &Reach, lost: bool, started: Instant) -> Policy {
+    let within = match reach.down_since().filter(|_| lost) {
+        Some(since) => (since + policy.request_timeout)
+            .saturating_duration_since(started)
+            .min(policy.request_timeout),
+        None => policy.retry_for,
+    };
+    Policy {
+        backoff: BACKOFF,
+        retries: u32::MAX,
+        within: within.min(policy.retry_for),
+    }
 }
 
 fn is_watch<T>(req: &Request<T>) -> bool {

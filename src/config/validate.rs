@@ -152,32 +152,44 @@ fn agent(agent: &AgentConfig, problems: &mut Problems) {
             "must be at least 64MiB (a Go program needs that much to start)",
         );
     }
-    if agent.status_page {
-        match agent.listen {
-            None => problems.add(
-                "agent.status_page",
-                "the status page is served on agent.listen, which is off",
-            ),
-            Some(address)
-                if !address.ip().is_loopback() && agent.status_page_credentials.is_none() =>
-            {
-                problems.add(
-                    "agent.status_page",
-                    format!("agent.listen ({address}) is not a loopback address: set agent.status_page_credentials, or serve the page on 127.0.0.1 and reach it through an SSH tunnel"),
-                )
-            }
-            Some(_) if agent.status_page_credentials_on_loopback
-                && agent.status_page_credentials.is_none() =>
-            {
-                problems.add(
-                    "agent.status_page_credentials_on_loopback",
-                    "is on, and agent.status_page_credentials is not set: set it (every local user could otherwise read the page)",
-                )
-            }
-            Some(_) => {}
-        }
+    status_page(agent, problems);
+    remote_charts(&agent.allow_remote_charts, problems);
+}
+
+/// `[agent] status_page`: served on a listening address, with credentials unless that
+/// address is loopback.
+fn status_page(agent: &AgentConfig, problems: &mut Problems) {
+    if !agent.status_page {
+        return;
     }
-    for url in &agent.allow_remote_charts {
+    match agent.listen {
+        None => problems.add(
+            "agent.status_page",
+            "the status page is served on agent.listen, which is off",
+        ),
+        Some(address)
+            if !address.ip().is_loopback() && agent.status_page_credentials.is_none() =>
+        {
+            problems.add(
+                "agent.status_page",
+                format!("agent.listen ({address}) is not a loopback address: set agent.status_page_credentials, or serve the page on 127.0.0.1 and reach it through an SSH tunnel"),
+            )
+        }
+        Some(_) if agent.status_page_credentials_on_loopback
+            && agent.status_page_credentials.is_none() =>
+        {
+            problems.add(
+                "agent.status_page_credentials_on_loopback",
+                "is on, and agent.status_page_credentials is not set: set it (every local user could otherwise read the page)",
+            )
+        }
+        Some(_) => {}
+    }
+}
+
+/// `[agent] allow_remote_charts`: each a chart repository's URL.
+fn remote_charts(urls: &[String], problems: &mut Problems) {
+    for url in urls {
         let host = url
             .strip_prefix("https://")
             .or_else(|| url.strip_prefix("http://"))

@@ -223,6 +223,40 @@ impl Helm {
             };
             remote.with_dependencies(&missing, max_bytes)?
         };
+        let inline = match &self.values {
+            Some(inline) => {
+                let file = sandbox.path.join("values.json");
+                std::fs::write(&file, inline)
+                    .map_err(|e| refuse(format!("cannot write the inline values: {e}")))?;
+                Some(file)
+            }
+            None => None,
+        };
+        let args = self.template_args(helm, chart, values.into_iter().chain(inline));
+        let mut env = sandbox.env(Some(&self.namespace));
+        env.extend([
+            ("HTTPS_PROXY", CLOSED_PROXY.into()),
+            ("HTTP_PROXY", CLOSED_PROXY.into()),
+        ]);
+        let tool = Tool {
+            command: args,
+            dir: root,
+            env,
+            timeout: self.timeout,
+            max_bytes,
+            memory: self.memory,
+            reach: sandbox.reach(root, false),
+        };
+        tool.render("helm template", shown, refuse)
+    }
+
+    /// `helm template`'s command line for `chart`, with `values` files.
+    fn template_args(
+        &self,
+        helm: PathBuf,
+        chart: PathBuf,
+        values: impl Iterator<Item = PathBuf>,
+    ) -> Vec<OsString> {
         let mut args: Vec<OsString> = vec![
             helm.into_os_string(),
             "template".into(),
@@ -241,32 +275,12 @@ impl Helm {
         for file in values {
             args.extend(["--values".into(), file.into_os_string()]);
         }
-        if let Some(inline) = &self.values {
-            let file = sandbox.path.join("values.json");
-            std::fs::write(&file, inline)
-                .map_err(|e| refuse(format!("cannot write the inline values: {e}")))?;
-            args.extend(["--values".into(), file.into_os_string()]);
-        }
         for (key, value) in &self.set {
             // helm splits --set-string on unescaped commas.
             let value = value.replace(',', "\\,");
             args.extend(["--set-string".into(), format!("{key}={value}").into()]);
         }
-        let mut env = sandbox.env(Some(&self.namespace));
-        env.extend([
-            ("HTTPS_PROXY", CLOSED_PROXY.into()),
-            ("HTTP_PROXY", CLOSED_PROXY.into()),
-        ]);
-        let tool = Tool {
-            command: args,
-            dir: root,
-            env,
-            timeout: self.timeout,
-            max_bytes,
-            memory: self.memory,
-            reach: sandbox.reach(root, false),
-        };
-        tool.render("helm template", shown, refuse)
+        args
     }
 
     /// The values files, resolved inside `root`.
@@ -447,51 +461,4 @@ pub fn source_of(sources: &[(usize, String)], line: usize) -> Option<&str> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_document_comes_from_the_template_named_before_it() {
-        let output = b"---\n# Source: web/templates/a.yaml\nkind: A\n---\n# Source: web/charts/db/templates/b.yaml\nkind: B\nnote: \"# Source: not/a/line\"\n";
-        let found = sources(output);
-        assert_eq!(found.len(), 2);
-        assert_eq!(found[1].0, 5);
-        assert_eq!(source_of(&found, 3), Some("web/templates/a.yaml"));
-        assert_eq!(source_of(&found, 6), Some("web/charts/db/templates/b.yaml"));
-        assert_eq!(source_of(&found, 1), None);
-    }
-
-    #[test]
-    fn a_chart_whose_link_leads_out_of_the_checkout_is_refused_before_helm_runs() {
-        let outside = tempfile::tempdir().unwrap();
-        std::fs::write(outside.path().join("kubeconfig"), "token: secret\n").unwrap();
-        let repo = tempfile::tempdir().unwrap();
-        let root = repo.path().canonicalize().unwrap();
-        let chart = root.join("web");
-        std::fs::create_dir_all(chart.join("files")).unwrap();
-        std::fs::create_dir_all(root.join("shared")).unwrap();
-        std::fs::write(chart.join(CHART_FILE), "name: web\nversion: 0.1.0\n").unwrap();
-        // A link inside the checkout is followed; the folder it points at is walked too.
-        std::os::unix::fs::symlink(root.join("shared"), chart.join("files/shared")).unwrap();
-        std::os::unix::fs::symlink(outside.path().join("kubeconfig"), root.join("shared/kc"))
-            .unwrap();
-        let helm = Helm {
-            command: Some("/nonexistent/helm".into()),
-            ..Helm::new("web", "shop", &AgentConfig::default())
-        };
-        let e = helm
-            .template(&root, &chart, "web/Chart.yaml", 1 << 20)
-            .unwrap_err()
-            .to_string();
-        assert_eq!(
-            e,
-            "web/Chart.yaml: shared/kc resolves outside the repository; refused unread"
-        );
-        std::fs::remove_file(root.join("shared/kc")).unwrap();
-        let e = helm
-            .template(&root, &chart, "web/Chart.yaml", 1 << 20)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("helm template could not be started"), "{e}");
-    }
-}
+mod tests;

@@ -223,6 +223,7 @@ impl Tracker {
         }
     }
 
+    /// Takes what the watches see until every rollout has an outcome (or they end).
     async fn run(
         &mut self,
         events: impl futures::Stream<Item = Seen>,
@@ -232,44 +233,14 @@ impl Tracker {
         let mut orphans: Vec<ReplicaSet> = Vec::new();
         while let Some(seen) = events.next().await {
             let touched: Vec<usize> = match seen {
-                Seen::Deployment(d) => {
-                    let key = (
-                        d.metadata.namespace.clone().unwrap_or_default(),
-                        d.metadata.name.clone().unwrap_or_default(),
-                    );
-                    let Some(&i) = self.by_name.get(&key) else {
-                        continue;
-                    };
-                    if let Some(uid) = &d.metadata.uid {
-                        self.by_uid.insert(uid.clone(), i);
-                    }
-                    self.states[i].deployment = Some(*d);
-                    // ReplicaSets seen before their Deployment.
-                    let (mine, rest): (Vec<_>, Vec<_>) = orphans
-                        .drain(..)
-                        .partition(|rs| owner_uid(rs).and_then(|u| self.by_uid.get(u)) == Some(&i));
-                    orphans = rest;
-                    for rs in mine {
-                        self.states[i]
-                            .replica_sets
-                            .insert(rs.metadata.name.clone().unwrap_or_default(), rs);
-                    }
-                    vec![i]
-                }
-                Seen::ReplicaSet(rs) => {
-                    match owner_uid(&rs).and_then(|u| self.by_uid.get(u)).copied() {
-                        Some(i) => {
-                            self.states[i]
-                                .replica_sets
-                                .insert(rs.metadata.name.clone().unwrap_or_default(), *rs);
-                            vec![i]
-                        }
-                        None => {
-                            orphans.push(*rs);
-                            continue;
-                        }
-                    }
-                }
+                Seen::Deployment(d) => match self.deployment(*d, &mut orphans) {
+                    Some(i) => vec![i],
+                    None => continue,
+                },
+                Seen::ReplicaSet(rs) => match self.replica_set(*rs, &mut orphans) {
+                    Some(i) => vec![i],
+                    None => continue,
+                },
                 Seen::ReplicaSetGone(ns, name) => {
                     let mut touched = Vec::new();
                     for (i, s) in self.states.iter_mut().enumerate() {
@@ -306,6 +277,43 @@ impl Tracker {
                 return;
             }
         }
+    }
+
+    /// A Deployment followed, as seen: its ReplicaSets seen before it (among `orphans`)
+    /// are its own now; which rollout it is, when it is one.
+    fn deployment(&mut self, d: Deployment, orphans: &mut Vec<ReplicaSet>) -> Option<usize> {
+        let key = (
+            d.metadata.namespace.clone().unwrap_or_default(),
+            d.metadata.name.clone().unwrap_or_default(),
+        );
+        let &i = self.by_name.get(&key)?;
+        if let Some(uid) = &d.metadata.uid {
+            self.by_uid.insert(uid.clone(), i);
+        }
+        self.states[i].deployment = Some(d);
+        let (mine, rest): (Vec<_>, Vec<_>) = orphans
+            .drain(..)
+            .partition(|rs| owner_uid(rs).and_then(|u| self.by_uid.get(u)) == Some(&i));
+        *orphans = rest;
+        for rs in mine {
+            self.states[i]
+                .replica_sets
+                .insert(rs.metadata.name.clone().unwrap_or_default(), rs);
+        }
+        Some(i)
+    }
+
+    /// A ReplicaSet seen: which rollout's it is; one whose Deployment was not seen yet
+    /// waits among `orphans`.
+    fn replica_set(&mut self, rs: ReplicaSet, orphans: &mut Vec<ReplicaSet>) -> Option<usize> {
+        let Some(i) = owner_uid(&rs).and_then(|u| self.by_uid.get(u)).copied() else {
+            orphans.push(rs);
+            return None;
+        };
+        self.states[i]
+            .replica_sets
+            .insert(rs.metadata.name.clone().unwrap_or_default(), rs);
+        Some(i)
     }
 
     fn finish(

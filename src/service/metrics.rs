@@ -100,76 +100,10 @@ impl Metrics {
             return String::new();
         };
         let mut out = String::new();
-        let pairs = |out: &mut String,
-                     name: &str,
-                     help: &str,
-                     map: &BTreeMap<(String, &'static str), u64>,
-                     label: &str| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for ((app, v), n) in map {
-                let _ = writeln!(out, "{name}{{app=\"{app}\",{label}=\"{v}\"}} {n}");
-            }
-        };
-        pairs(
-            &mut out,
-            "berth_syncs_total",
-            "Sync attempts by app and outcome.",
-            &s.syncs,
-            "outcome",
-        );
-        pairs(
-            &mut out,
-            "berth_rollouts_total",
-            "Deployment rollouts followed, by app and outcome.",
-            &s.rollouts,
-            "outcome",
-        );
-        histogram(
-            &mut out,
-            "berth_sync_duration_seconds",
-            "Duration of a sync.",
-            &SYNC_BUCKETS,
-            &s.sync_seconds,
-        );
-        histogram(
-            &mut out,
-            "berth_rollout_duration_seconds",
-            "Duration of a rollout.",
-            &SYNC_BUCKETS,
-            &s.rollout_seconds,
-        );
-        histogram(
-            &mut out,
-            "berth_git_fetch_duration_seconds",
-            "Duration of a git fetch and checkout.",
-            &FETCH_BUCKETS,
-            &s.fetch_seconds,
-        );
-        gauge(
-            &mut out,
-            "berth_last_successful_sync_timestamp_seconds",
-            "When the app last synced successfully (Unix time).",
-            &s.last_success,
-        );
-        let managed: BTreeMap<String, f64> = s
-            .managed
-            .iter()
-            .map(|(k, v)| (k.clone(), *v as f64))
-            .collect();
-        gauge(
-            &mut out,
-            "berth_managed_objects",
-            "Objects the app manages.",
-            &managed,
-        );
-        let _ = writeln!(out, "# HELP berth_apply_requests_total Write requests sent to the API server (dry runs, applies, prunes, inventory).\n# TYPE berth_apply_requests_total counter");
-        for (app, n) in &s.requests {
-            let _ = writeln!(out, "berth_apply_requests_total{{app=\"{app}\"}} {n}");
-        }
-        if let Some((apps, members)) = s.shard {
-            let _ = writeln!(out, "# HELP berth_shard_apps Apps assigned to this host ([agent] sharding).\n# TYPE berth_shard_apps gauge\nberth_shard_apps {apps}");
-            let _ = writeln!(out, "# HELP berth_shard_members Live berth hosts sharing the apps.\n# TYPE berth_shard_members gauge\nberth_shard_members {members}");
-        }
+        counters(&mut out, &s);
+        durations(&mut out, &s);
+        gauges(&mut out, &s);
+        requests_and_shards(&mut out, &s);
         if let Some(n) = &s.notifications {
             out += &n.metrics();
         }
@@ -221,6 +155,92 @@ fn histogram(
             h.sum, h.count
         );
     }
+}
+
+/// The counters of syncs and rollouts, by outcome.
+fn counters(out: &mut String, s: &State) {
+    let pairs = |out: &mut String,
+                 name: &str,
+                 help: &str,
+                 map: &BTreeMap<(String, &'static str), u64>,
+                 label: &str| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for ((app, v), n) in map {
+            let _ = writeln!(out, "{name}{{app=\"{app}\",{label}=\"{v}\"}} {n}");
+        }
+    };
+    pairs(
+        out,
+        "berth_syncs_total",
+        "Sync attempts by app and outcome.",
+        &s.syncs,
+        "outcome",
+    );
+    pairs(
+        out,
+        "berth_rollouts_total",
+        "Deployment rollouts followed, by app and outcome.",
+        &s.rollouts,
+        "outcome",
+    );
+}
+
+/// The write requests sent, and with sharding this host's share of the apps.
+fn requests_and_shards(out: &mut String, s: &State) {
+    let _ = writeln!(out, "# HELP berth_apply_requests_total Write requests sent to the API server (dry runs, applies, prunes, inventory).\n# TYPE berth_apply_requests_total counter");
+    for (app, n) in &s.requests {
+        let _ = writeln!(out, "berth_apply_requests_total{{app=\"{app}\"}} {n}");
+    }
+    if let Some((apps, members)) = s.shard {
+        let _ = writeln!(out, "# HELP berth_shard_apps Apps assigned to this host ([agent] sharding).\n# TYPE berth_shard_apps gauge\nberth_shard_apps {apps}");
+        let _ = writeln!(out, "# HELP berth_shard_members Live berth hosts sharing the apps.\n# TYPE berth_shard_members gauge\nberth_shard_members {members}");
+    }
+}
+
+/// The histograms: how long syncs, rollouts and fetches take.
+fn durations(out: &mut String, s: &State) {
+    histogram(
+        out,
+        "berth_sync_duration_seconds",
+        "Duration of a sync.",
+        &SYNC_BUCKETS,
+        &s.sync_seconds,
+    );
+    histogram(
+        out,
+        "berth_rollout_duration_seconds",
+        "Duration of a rollout.",
+        &SYNC_BUCKETS,
+        &s.rollout_seconds,
+    );
+    histogram(
+        out,
+        "berth_git_fetch_duration_seconds",
+        "Duration of a git fetch and checkout.",
+        &FETCH_BUCKETS,
+        &s.fetch_seconds,
+    );
+}
+
+/// The gauges of the last good sync and of the objects managed.
+fn gauges(out: &mut String, s: &State) {
+    gauge(
+        out,
+        "berth_last_successful_sync_timestamp_seconds",
+        "When the app last synced successfully (Unix time).",
+        &s.last_success,
+    );
+    let managed: BTreeMap<String, f64> = s
+        .managed
+        .iter()
+        .map(|(k, v)| (k.clone(), *v as f64))
+        .collect();
+    gauge(
+        out,
+        "berth_managed_objects",
+        "Objects the app manages.",
+        &managed,
+    );
 }
 
 #[cfg(test)]

@@ -219,7 +219,8 @@ impl Locked {
         self.marker.started_at
     }
 
-    /// Notes the step the sync is in, in its lock file (see the module's documentation).
+    /// Enters `step`: said to the sync's progress, and noted in its lock file (see the
+    /// module's documentation).
     pub fn enter(&mut self, ctx: &Ctx<'_>, step: Step) {
         (ctx.report)(Progress::Step(step));
         self.marker.step = step;

@@ -9,9 +9,11 @@ use super::context::{Ctx, Journal};
 use super::lock::Locked;
 use super::pipeline::{fetch_verified, prepare, Prepared};
 use super::progress::Report;
-use super::steps::{hooks, namespace, prune, validate};
+use super::steps::hooks::{self, HookObject};
+use super::steps::{namespace, prune, validate};
 use super::syncer::Syncer;
 use super::write::{new_namespaces, split_writes, Write};
+use crate::cluster::prune::Pruned;
 use crate::cluster::Action;
 use crate::config::AppConfig;
 use crate::history::Trigger;
@@ -190,20 +192,7 @@ impl Syncer {
                 wave: None,
             });
         }
-        for phase in [
-            HookPhase::Pre,
-            HookPhase::Sync,
-            HookPhase::Post,
-            HookPhase::Fail,
-        ] {
-            let of_phase = hooks.iter().filter(|h| h.runs_in(phase, None));
-            preview.hooks.extend(of_phase.map(|h| PlannedHook {
-                phase,
-                key: h.key(),
-                wave: h.hook.wave,
-                deleted: h.deleted(),
-            }));
-        }
+        preview.hooks.extend(planned_hooks(hooks));
         for w in &writes {
             preview
                 .objects
@@ -212,36 +201,21 @@ impl Syncer {
                 preview.deployments.push(plan);
             }
         }
-        for m in &plan.deferred {
-            let note = Some("its kind is defined by a CRD of this commit".into());
-            preview.objects.push(PlannedObject {
+        preview
+            .objects
+            .extend(plan.deferred.iter().map(|m| PlannedObject {
                 key: m.key(),
                 action: "create",
-                note,
+                note: Some("its kind is defined by a CRD of this commit".into()),
                 diff: None,
                 wave: Some(wave_of(m)),
-            });
-        }
-        if !ctx.app.prune || plan.prune.is_empty() {
-            return;
-        }
-        let decided = prune::decide(ctx, &prepared.kinds, &plan.prune, true, journal).await;
-        for p in decided.unwrap_or_default() {
-            let action = match p.action {
-                Action::Kept => "kept",
-                Action::Failed => "refused",
-                _ => "prune",
-            };
-            let unsure = (action == "prune" && !rendered_whole)
-                .then(|| "unless it is one of the objects that did not render".to_string());
-            let note = p.error.map(|e| e.to_string()).or(p.note).or(unsure);
-            preview.objects.push(PlannedObject {
-                key: p.key,
-                action,
-                note,
-                diff: None,
-                wave: None,
-            });
+            }));
+        if ctx.app.prune && !plan.prune.is_empty() {
+            let decided = prune::decide(ctx, &prepared.kinds, &plan.prune, true, journal).await;
+            let prunes = decided.unwrap_or_default().into_iter();
+            preview
+                .objects
+                .extend(prunes.map(|p| planned_prune(p, rendered_whole)));
         }
     }
 
@@ -308,5 +282,46 @@ impl Syncer {
             None => Revisions::default(),
         };
         predict(m.key(), &planned, &live)
+    }
+}
+
+/// The hooks a sync would run, phase by phase.
+fn planned_hooks(hooks: &[HookObject]) -> Vec<PlannedHook> {
+    let phases = [
+        HookPhase::Pre,
+        HookPhase::Sync,
+        HookPhase::Post,
+        HookPhase::Fail,
+    ];
+    phases
+        .into_iter()
+        .flat_map(|phase| {
+            let of_phase = hooks.iter().filter(move |h| h.runs_in(phase, None));
+            of_phase.map(move |h| PlannedHook {
+                phase,
+                key: h.key(),
+                wave: h.hook.wave,
+                deleted: h.deleted(),
+            })
+        })
+        .collect()
+}
+
+/// A prune candidate as the sync's own prune decided it (`rendered_whole`: no object is
+/// missing from the plan for a file that did not render).
+fn planned_prune(p: Pruned, rendered_whole: bool) -> PlannedObject {
+    let action = match p.action {
+        Action::Kept => "kept",
+        Action::Failed => "refused",
+        _ => "prune",
+    };
+    let unsure = (action == "prune" && !rendered_whole)
+        .then(|| "unless it is one of the objects that did not render".to_string());
+    PlannedObject {
+        key: p.key,
+        action,
+        note: p.error.map(|e| e.to_string()).or(p.note).or(unsure),
+        diff: None,
+        wave: None,
     }
 }

@@ -4,7 +4,8 @@
 //! and its hooks. Deterministic: the same plan gives the same bytes (objects in a fixed
 //! order, no time), so a bot can update its comment only when the plan changes.
 
-use berth::sync::{PlannedObject, Preview};
+use berth::rollout::predict::DeploymentPlan;
+use berth::sync::{PlannedHook, PlannedObject, Preview};
 
 /// The whole document for `previews`, and the apps the revision does not touch with
 /// why (`--all-affected`).
@@ -71,8 +72,18 @@ fn app(p: &Preview) -> String {
         }
         out += "\n";
     }
-    let mut objects: Vec<&PlannedObject> = p.objects.iter().collect();
+    out += &objects(&p.objects);
+    out += &rollouts(&p.deployments);
+    out += &hooks(&p.hooks);
+    out += &format!("{} unchanged.\n", p.unchanged);
+    out
+}
+
+/// The objects, by what becomes of them.
+fn objects(planned: &[PlannedObject]) -> String {
+    let mut objects: Vec<&PlannedObject> = planned.iter().collect();
     objects.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut out = String::new();
     for (action, title) in [
         ("create", "Create"),
         ("configure", "Change"),
@@ -90,47 +101,56 @@ fn app(p: &Preview) -> String {
         }
         out += "\n";
     }
-    if !p.deployments.is_empty() {
-        out += "**Rollouts**\n\n";
-        for d in &p.deployments {
-            let from = d
-                .revision_from
-                .map(|r| format!("revision {r} → "))
-                .unwrap_or_default();
-            let steps: Vec<String> = d
-                .steps
-                .iter()
-                .map(|s| format!("{}/{}", s.new, s.old))
-                .collect();
-            out += &format!(
-                "- `{}`: {from}revision {}, {} replicas, {} (maxSurge {}, maxUnavailable {}): {} steps, new/old replicas {}\n",
-                d.deployment.kubectl(),
-                d.revision_to,
-                d.replicas,
-                d.strategy,
-                d.max_surge,
-                d.max_unavailable,
-                d.steps.len(),
-                steps.join(", ")
-            );
-        }
-        out += "\n";
-    }
-    if !p.hooks.is_empty() {
-        out += "**Hooks**\n\n";
-        for h in &p.hooks {
-            out += &format!(
-                "- {} (order {}): `{}`, deleted {}\n",
-                h.phase.as_str(),
-                h.wave,
-                h.key.kubectl(),
-                h.deleted
-            );
-        }
-        out += "\n";
-    }
-    out += &format!("{} unchanged.\n", p.unchanged);
     out
+}
+
+/// The rollouts the plan predicts, step by step.
+fn rollouts(deployments: &[DeploymentPlan]) -> String {
+    if deployments.is_empty() {
+        return String::new();
+    }
+    let mut out = "**Rollouts**\n\n".to_string();
+    for d in deployments {
+        let from = d
+            .revision_from
+            .map(|r| format!("revision {r} → "))
+            .unwrap_or_default();
+        let steps: Vec<String> = d
+            .steps
+            .iter()
+            .map(|s| format!("{}/{}", s.new, s.old))
+            .collect();
+        out += &format!(
+            "- `{}`: {from}revision {}, {} replicas, {} (maxSurge {}, maxUnavailable {}): {} steps, new/old replicas {}\n",
+            d.deployment.kubectl(),
+            d.revision_to,
+            d.replicas,
+            d.strategy,
+            d.max_surge,
+            d.max_unavailable,
+            d.steps.len(),
+            steps.join(", ")
+        );
+    }
+    out + "\n"
+}
+
+/// The hooks a sync would run.
+fn hooks(hooks: &[PlannedHook]) -> String {
+    if hooks.is_empty() {
+        return String::new();
+    }
+    let mut out = "**Hooks**\n\n".to_string();
+    for h in hooks {
+        out += &format!(
+            "- {} (order {}): `{}`, deleted {}\n",
+            h.phase.as_str(),
+            h.wave,
+            h.key.kubectl(),
+            h.deleted
+        );
+    }
+    out + "\n"
 }
 
 /// One object: its name and note (a refusal's is among the errors), and its diff folded

@@ -143,22 +143,7 @@ impl Remote<'_> {
                 .map_err(|e| fail(format!("{file} {e}")))?;
             std::fs::write(work.join(file), bytes).map_err(|e| fail(e.to_string()))?;
         }
-        // helm builds from named repositories only: the allowed ones, in the sandbox's config.
-        let repositories: Vec<serde_json::Value> = helm
-            .remote_charts
-            .iter()
-            .enumerate()
-            .map(|(i, url)| serde_json::json!({"name": format!("allowed-{i}"), "url": url}))
-            .collect();
-        let config = sandbox.path.join("config");
-        std::fs::create_dir_all(&config)
-            .and_then(|()| {
-                std::fs::write(
-                    config.join("repositories.yaml"),
-                    serde_json::json!({"apiVersion": "", "repositories": repositories}).to_string(),
-                )
-            })
-            .map_err(|e| fail(format!("cannot write helm's repositories: {e}")))?;
+        self.write_repositories()?;
         let tool = Tool {
             command: vec![
                 program.as_os_str().to_owned(),
@@ -174,27 +159,60 @@ impl Remote<'_> {
             reach: sandbox.reach(&sandbox.path, true),
         };
         tool.render("helm dependency build", CHART_FILE, fail)?;
+        let fetched = Fetched {
+            dependencies: wanted,
+            archives: self.archives(&work.join("charts"))?,
+        };
+        self.keep(&fetched, &work.join("charts"), cached)?;
+        Ok(fetched)
+    }
+
+    /// The sandbox's helm configuration: helm builds from named repositories only, the
+    /// allowed ones.
+    fn write_repositories(&self) -> Result<(), ManifestError> {
+        let repositories: Vec<serde_json::Value> = self
+            .helm
+            .remote_charts
+            .iter()
+            .enumerate()
+            .map(|(i, url)| serde_json::json!({"name": format!("allowed-{i}"), "url": url}))
+            .collect();
+        let config = self.sandbox.path.join("config");
+        std::fs::create_dir_all(&config)
+            .and_then(|()| {
+                std::fs::write(
+                    config.join("repositories.yaml"),
+                    serde_json::json!({"apiVersion": "", "repositories": repositories}).to_string(),
+                )
+            })
+            .map_err(|e| (self.fail)(format!("cannot write helm's repositories: {e}")))
+    }
+
+    /// The archives `helm dependency build` fetched into `charts`, each with its digest:
+    /// plain names, each at most `max_file_size`.
+    fn archives(&self, charts: &Path) -> Result<BTreeMap<String, String>, ManifestError> {
+        let (fail, max) = (self.fail, self.helm.max_file_size);
         let mut archives = BTreeMap::new();
-        let entries = std::fs::read_dir(work.join("charts")).map_err(|e| fail(e.to_string()))?;
+        let entries = std::fs::read_dir(charts).map_err(|e| fail(e.to_string()))?;
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let path = entry.path();
             let size = std::fs::symlink_metadata(&path).map_or(u64::MAX, |m| m.len());
-            if !plain_name(&name) || size > helm.max_file_size {
+            if !plain_name(&name) || size > max {
                 return Err(fail(format!(
-                "helm dependency build fetched {name:?} ({size} bytes), not an archive of at most {} bytes",
-                helm.max_file_size
-            )));
+                    "helm dependency build fetched {name:?} ({size} bytes), not an archive of at most {max} bytes"
+                )));
             }
             let sum = sha256_of(&path).ok_or_else(|| fail(format!("cannot read {name}")))?;
             archives.insert(name, sum);
         }
-        let fetched = Fetched {
-            dependencies: wanted,
-            archives,
-        };
-        // Into a folder of its own beside the cache's, then renamed into place: a render
-        // never sees half a folder, and two fetching at once both end with a whole one.
+        Ok(archives)
+    }
+
+    /// Keeps what was fetched in the cache folder `cached`: into a folder of its own beside
+    /// the cache's, then renamed into place, so a render never sees half a folder, and two
+    /// fetching at once both end with a whole one.
+    fn keep(&self, fetched: &Fetched, charts: &Path, cached: &Path) -> Result<(), ManifestError> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let parent = cached.parent().unwrap_or(Path::new("."));
         let temporary = parent.join(format!(
@@ -205,21 +223,21 @@ impl Remote<'_> {
         let store = || -> std::io::Result<()> {
             crate::state::private_dir(&temporary)?;
             for name in fetched.archives.keys() {
-                std::fs::copy(work.join("charts").join(name), temporary.join(name))?;
+                std::fs::copy(charts.join(name), temporary.join(name))?;
             }
-            std::fs::write(temporary.join(RECORD), serde_json::to_vec(&fetched)?)?;
+            std::fs::write(temporary.join(RECORD), serde_json::to_vec(fetched)?)?;
             std::fs::rename(&temporary, cached)
         };
         if let Err(e) = store() {
             let _ = std::fs::remove_dir_all(&temporary);
-            if verified(cached, &fetched.dependencies, helm.max_file_size).is_none() {
-                return Err(fail(format!(
+            if verified(cached, &fetched.dependencies, self.helm.max_file_size).is_none() {
+                return Err((self.fail)(format!(
                     "cannot keep the fetched charts in {}: {e}",
                     cached.display()
                 )));
             }
         }
-        Ok(fetched)
+        Ok(())
     }
 }
 

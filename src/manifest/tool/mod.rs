@@ -19,6 +19,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use rustix::process::{setrlimit, Resource, Rlimit};
+
 use super::error::ManifestError;
 
 /// `program` as found on this process's PATH (a name), or as given (a path).
@@ -105,51 +107,13 @@ impl Tool<'_> {
     /// # Errors
     /// See [`ToolError`].
     pub fn run(&self) -> Result<Vec<u8>, ToolError> {
-        let Some((program, args)) = self.command.split_first() else {
-            return Err(ToolError::Spawn(std::io::Error::other("no command")));
-        };
-        let mut reach = self.reach.clone();
-        if let Some(found) = find(&program.to_string_lossy()) {
-            reach.run(&found);
-        }
-        let walls = landlock::Walls::new(&reach).map_err(ToolError::Walls)?;
-        let memory = self.memory;
         let cpu = self.timeout.as_secs().max(1);
-        let mut command = Command::new(program);
-        command
-            .args(args)
-            .current_dir(self.dir)
-            .env_clear()
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        // SAFETY: between fork and exec the closure only makes system calls (setrlimit,
-        // prctl, landlock_restrict_self) on values made before the fork; it allocates
-        // nothing.
-        unsafe {
-            command.pre_exec(move || {
-                limit(libc::RLIMIT_DATA, memory)?;
-                limit(libc::RLIMIT_CPU, cpu)?;
-                walls.enter()
-            });
-        }
-        let mut child = command.spawn().map_err(ToolError::Spawn)?;
+        let mut child = self.spawn(cpu)?;
         let group = libc::pid_t::try_from(child.id()).unwrap_or(0);
-        let max_bytes = self.max_bytes;
-        let stdout = child.stdout.take().map(|out| {
-            std::thread::spawn(move || {
-                let mut bytes = Vec::new();
-                let _ = out.take(max_bytes + 1).read_to_end(&mut bytes);
-                if bytes.len() as u64 > max_bytes {
-                    // Told at once, not when the tool blocks on a full pipe until the
-                    // timeout.
-                    kill_group(group);
-                }
-                bytes
-            })
-        });
+        let stdout = child
+            .stdout
+            .take()
+            .map(|out| read_stdout(out, self.max_bytes, group));
         let stderr = child.stderr.take().map(|err| {
             std::thread::spawn(move || {
                 let mut text = String::new();
@@ -183,29 +147,84 @@ impl Tool<'_> {
         if status.success() {
             return Ok(output);
         }
-        // Go says "out of memory" when an allocation past RLIMIT_DATA fails.
+        Err(self.failed(status, errors, cpu))
+    }
+
+    /// Starts it in a process group of its own, with a clean environment, its memory and
+    /// `cpu` seconds bounded and its walls made before the fork.
+    fn spawn(&self, cpu: u64) -> Result<std::process::Child, ToolError> {
+        let Some((program, args)) = self.command.split_first() else {
+            return Err(ToolError::Spawn(std::io::Error::other("no command")));
+        };
+        let mut reach = self.reach.clone();
+        if let Some(found) = find(&program.to_string_lossy()) {
+            reach.run(&found);
+        }
+        let walls = landlock::Walls::new(&reach).map_err(ToolError::Walls)?;
+        let memory = self.memory;
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .current_dir(self.dir)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        // SAFETY: between fork and exec the closure only makes system calls (setrlimit,
+        // prctl, landlock_restrict_self) on values made before the fork; it allocates
+        // nothing.
+        unsafe {
+            command.pre_exec(move || {
+                limit(Resource::Data, memory)?;
+                limit(Resource::Cpu, cpu)?;
+                walls.enter()
+            });
+        }
+        command.spawn().map_err(ToolError::Spawn)
+    }
+
+    /// Why a run that exited unsuccessfully failed: out of memory (Go says "out of memory"
+    /// when an allocation past `RLIMIT_DATA` fails), out of CPU time (killed), or as it
+    /// said.
+    fn failed(&self, status: std::process::ExitStatus, errors: String, cpu: u64) -> ToolError {
         let said = errors.to_lowercase();
         if said.contains("out of memory") || said.contains("cannot allocate memory") {
-            return Err(ToolError::Memory(self.memory));
+            return ToolError::Memory(self.memory);
         }
         if status.signal() == Some(libc::SIGKILL) {
-            return Err(ToolError::Cpu(Duration::from_secs(cpu)));
+            return ToolError::Cpu(Duration::from_secs(cpu));
         }
-        Err(ToolError::Failed(status, errors))
+        ToolError::Failed(status, errors)
     }
 }
 
+/// Reads a tool's stdout on a thread of its own, at most `max_bytes` and one more: past
+/// that the group is killed at once, not when the tool blocks on a full pipe until the
+/// timeout.
+fn read_stdout(
+    out: std::process::ChildStdout,
+    max_bytes: u64,
+    group: libc::pid_t,
+) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = out.take(max_bytes + 1).read_to_end(&mut bytes);
+        if bytes.len() as u64 > max_bytes {
+            kill_group(group);
+        }
+        bytes
+    })
+}
+
 /// Sets a resource limit, soft and hard, on the calling process (between fork and exec).
-fn limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result<()> {
-    let limit = libc::rlimit {
-        rlim_cur: value,
-        rlim_max: value,
+fn limit(resource: Resource, value: u64) -> std::io::Result<()> {
+    let limit = Rlimit {
+        current: Some(value),
+        maximum: Some(value),
     };
-    // SAFETY: setrlimit(2) with a limit that lives for the call.
-    if unsafe { libc::setrlimit(resource, &limit) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(setrlimit(resource, limit)?)
 }
 
 /// SIGKILL to every process of the group `group` (a tool and what it started); nothing

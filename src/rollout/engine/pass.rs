@@ -2,7 +2,7 @@
 //! §2–§7), and the status and conditions it writes.
 
 use jiff::Timestamp;
-use k8s_openapi::api::apps::v1::{DeploymentStatus, ReplicaSet};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus, ReplicaSet};
 use kube::api::Patch;
 use serde_json::json;
 
@@ -34,92 +34,67 @@ impl Engine {
         }
         let v = view(&w.d);
         let paused = w.d.spec.as_ref().and_then(|s| s.paused).unwrap_or(false);
-        let scaling = w.new.iter().chain(&w.olds).any(|rs| {
-            replicas(rs) > 0
-                && annotation(rs, DESIRED)
-                    .and_then(|a| a.parse::<i32>().ok())
-                    .is_some_and(|n| n != v.replicas)
-        });
         let was_complete = complete(&w.d);
-        if paused || scaling {
-            if self.sync_revision(&mut w).await? {
-                return Ok(Some(now));
-            }
-            self.scale_proportionally(&mut w, &v).await?;
-            if paused {
-                self.cleanup(&w).await?;
-            }
-            let new_status = self.status_only(&w, now);
-            return self.write_status(&w, new_status).await;
+        if paused || scaling(&w, &v) {
+            return self.resize(&mut w, &v, paused, now).await;
         }
-        let mut progressing_reason = None;
         // sync_revision is a no-op without a new ReplicaSet.
         if self.sync_revision(&mut w).await? {
             return Ok(Some(now));
         }
-        let pass = match v.strategy {
-            Strategy::RollingUpdate { .. } => {
-                let olds: Vec<ReplicaSetView> = w.olds.iter().map(rs_view).collect();
-                let new_name = self.new_name(&w);
-                steps::rolling_pass(&v, w.new.as_ref().map(rs_view).as_ref(), &olds, &new_name)
-            }
-            Strategy::Recreate => {
-                let olds: Vec<ReplicaSetView> = w.olds.iter().map(rs_view).collect();
-                let running = w
-                    .olds
-                    .iter()
-                    .map(|rs| rs.status.as_ref().map_or(0, |s| s.replicas))
-                    .sum::<i32>()
-                    > 0;
-                steps::recreate_pass(&v, w.new.as_ref().map(rs_view).as_ref(), &olds, running)
-            }
-        };
-        match self.execute(&mut w, &v, &pass).await? {
-            Some(reason) => progressing_reason = Some(reason),
-            None if w.new.is_some() && status::progress_deadline(&w.d).is_some() => {
-                let has =
-                    w.d.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Progressing"));
-                if !has {
-                    progressing_reason = Some(FOUND_NEW_RS);
-                }
-            }
-            None => {}
-        }
+        let pass = self.plan(&w, &v);
+        let executed = self.execute(&mut w, &v, &pass).await?;
+        let progressing = executed.or_else(|| found_new(&w));
         if pass.is_empty() && was_complete {
             self.cleanup(&w).await?;
         }
-        let mut d = w.d.clone();
-        if let (Some(reason), Some(new), Some(_)) =
-            (progressing_reason, &w.new, status::progress_deadline(&w.d))
-        {
-            let verb = if reason == NEW_RS_CREATED {
-                "Created new"
-            } else {
-                "Found new"
-            };
-            let new_status = d.status.get_or_insert_with(DeploymentStatus::default);
-            let mut cs = new_status.conditions.take().unwrap_or_default();
-            set_condition(
-                &mut cs,
-                condition(
-                    "Progressing",
-                    "True",
-                    reason,
-                    format!("{verb} replica set {:?}", rs_name(new)),
-                    now,
-                ),
-            );
-            new_status.conditions = Some(cs);
-        }
+        let d = with_progressing(&w, progressing, now);
         let all: Vec<&ReplicaSet> = w.olds.iter().chain(&w.new).collect();
         let mut new_status = status::rollout_status(&d, &all, w.new.as_ref(), now);
         let mut cs = new_status.conditions.take().unwrap_or_default();
         status::pause_conditions(&d, &mut cs, now);
         new_status.conditions = Some(cs);
         self.write_status(&w, new_status).await
+    }
+
+    /// A paused Deployment, or one whose size changed mid-rollout: its ReplicaSets scaled
+    /// proportionally (a paused one's old ones cleaned up), its status written.
+    async fn resize(
+        &self,
+        w: &mut World,
+        v: &DeploymentView,
+        paused: bool,
+        now: Timestamp,
+    ) -> Result<Option<Timestamp>, EngineError> {
+        if self.sync_revision(w).await? {
+            return Ok(Some(now));
+        }
+        self.scale_proportionally(w, v).await?;
+        if paused {
+            self.cleanup(w).await?;
+        }
+        let new_status = self.status_only(w, now);
+        self.write_status(w, new_status).await
+    }
+
+    /// The pass of the Deployment's strategy.
+    fn plan(&self, w: &World, v: &DeploymentView) -> Pass {
+        let olds: Vec<ReplicaSetView> = w.olds.iter().map(rs_view).collect();
+        let new = w.new.as_ref().map(rs_view);
+        match v.strategy {
+            Strategy::RollingUpdate { .. } => {
+                steps::rolling_pass(v, new.as_ref(), &olds, &self.new_name(w))
+            }
+            Strategy::Recreate => {
+                let running = w
+                    .olds
+                    .iter()
+                    .map(|rs| rs.status.as_ref().map_or(0, |s| s.replicas))
+                    .sum::<i32>()
+                    > 0;
+                steps::recreate_pass(v, new.as_ref(), &olds, running)
+            }
+        }
     }
 
     pub(super) fn new_name(&self, w: &World) -> String {
@@ -200,4 +175,50 @@ impl Engine {
             .map_err(request(format!("writing the status of {ns}/{dname}")))?;
         Ok(next)
     }
+}
+
+/// Whether a ReplicaSet with pods was sized for another `spec.replicas` (the Deployment
+/// was scaled mid-rollout).
+fn scaling(w: &World, v: &DeploymentView) -> bool {
+    w.new.iter().chain(&w.olds).any(|rs| {
+        replicas(rs) > 0
+            && annotation(rs, DESIRED)
+                .and_then(|a| a.parse::<i32>().ok())
+                .is_some_and(|n| n != v.replicas)
+    })
+}
+
+/// `FoundNewReplicaSet` when a pass that created nothing has a new ReplicaSet, a progress
+/// deadline and no Progressing condition yet.
+fn found_new(w: &World) -> Option<&'static str> {
+    let has =
+        w.d.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Progressing"));
+    (w.new.is_some() && status::progress_deadline(&w.d).is_some() && !has).then_some(FOUND_NEW_RS)
+}
+
+/// The Deployment with its Progressing condition set for `reason` (a new ReplicaSet
+/// created or found), when it has a progress deadline.
+fn with_progressing(w: &World, reason: Option<&'static str>, now: Timestamp) -> Deployment {
+    let mut d = w.d.clone();
+    let (Some(reason), Some(new), Some(_)) = (reason, &w.new, status::progress_deadline(&w.d))
+    else {
+        return d;
+    };
+    let verb = if reason == NEW_RS_CREATED {
+        "Created new"
+    } else {
+        "Found new"
+    };
+    let new_status = d.status.get_or_insert_with(DeploymentStatus::default);
+    let mut cs = new_status.conditions.take().unwrap_or_default();
+    let message = format!("{verb} replica set {:?}", rs_name(new));
+    set_condition(
+        &mut cs,
+        condition("Progressing", "True", reason, message, now),
+    );
+    new_status.conditions = Some(cs);
+    d
 }

@@ -16,6 +16,47 @@ use crate::rollout::hash::{template_hash, POD_TEMPLATE_HASH};
 use crate::rollout::revisions::{controlled_by, replica_set_template, REVISION};
 use crate::rollout::steps::{self, DeploymentView, Pass, ReplicaSetView};
 
+/// The new ReplicaSet `rs_name` of `size` for the Deployment's template: its hash in the
+/// labels and selector, the next revision, the desired and max sizes, berth's engine named.
+fn new_replica_set(
+    w: &World,
+    v: &DeploymentView,
+    rs_name: &str,
+    size: i32,
+) -> Result<ReplicaSet, EngineError> {
+    let d = &w.d;
+    let hash = rs_name.rsplit('-').next().unwrap_or_default().to_string();
+    let max_old = w.olds.iter().map(revision).max().unwrap_or(0);
+    let mut template = w.template.clone();
+    template["metadata"]["labels"][POD_TEMPLATE_HASH] = json!(hash);
+    let mut selector =
+        serde_json::to_value(d.spec.as_ref().map(|s| s.selector.clone())).unwrap_or_default();
+    selector["matchLabels"][POD_TEMPLATE_HASH] = json!(hash);
+    let mut annotations: BTreeMap<String, String> = d
+        .metadata
+        .annotations
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| !SKIPPED.contains(&k.as_str()))
+        .collect();
+    annotations.insert(REVISION.into(), (max_old + 1).to_string());
+    annotations.insert(DESIRED.into(), v.replicas.to_string());
+    annotations.insert(MAX.into(), (v.replicas + steps::max_surge(v)).to_string());
+    annotations.insert(ENGINE_ANNOTATION.into(), "agent".into());
+    let ns = d.metadata.namespace.clone().unwrap_or_default();
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": rs_name, "namespace": ns, "labels": template["metadata"]["labels"], "annotations": annotations,
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": d.metadata.name,
+                "uid": d.metadata.uid, "controller": true, "blockOwnerDeletion": true}],
+        },
+        "spec": {"replicas": size, "minReadySeconds": d.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0),
+            "selector": selector, "template": template},
+    }))
+    .map_err(|e| request("building the new ReplicaSet")(kube::Error::SerdeError(e)))
+}
+
 impl Engine {
     /// Creates the new ReplicaSet (`getNewReplicaSet`, create branch). False after a hash
     /// collision, which bumps `status.collisionCount`.
@@ -25,89 +66,60 @@ impl Engine {
         v: &DeploymentView,
         size: i32,
     ) -> Result<bool, EngineError> {
-        let d = &w.d;
-        let ns = d.metadata.namespace.clone().unwrap_or_default();
+        let ns = w.d.metadata.namespace.clone().unwrap_or_default();
         let rs_name = self.new_name(w);
-        let hash = rs_name.rsplit('-').next().unwrap_or_default().to_string();
-        let max_old = w.olds.iter().map(revision).max().unwrap_or(0);
-        let mut template = w.template.clone();
-        template["metadata"]["labels"][POD_TEMPLATE_HASH] = json!(hash);
-        let mut selector =
-            serde_json::to_value(d.spec.as_ref().map(|s| s.selector.clone())).unwrap_or_default();
-        selector["matchLabels"][POD_TEMPLATE_HASH] = json!(hash);
-        let mut annotations: BTreeMap<String, String> = d
-            .metadata
-            .annotations
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|(k, _)| !SKIPPED.contains(&k.as_str()))
-            .collect();
-        annotations.insert(REVISION.into(), (max_old + 1).to_string());
-        annotations.insert(DESIRED.into(), v.replicas.to_string());
-        annotations.insert(MAX.into(), (v.replicas + steps::max_surge(v)).to_string());
-        annotations.insert(ENGINE_ANNOTATION.into(), "agent".into());
-        let rs: ReplicaSet = serde_json::from_value(json!({
-            "metadata": {
-                "name": rs_name, "namespace": ns, "labels": template["metadata"]["labels"], "annotations": annotations,
-                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": d.metadata.name,
-                    "uid": d.metadata.uid, "controller": true, "blockOwnerDeletion": true}],
-            },
-            "spec": {"replicas": size, "minReadySeconds": d.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0),
-                "selector": selector, "template": template},
-        }))
-        .map_err(|e| request("building the new ReplicaSet")(kube::Error::SerdeError(e)))?;
-        match self
-            .replica_sets(&ns)
-            .create(
-                &PostParams {
-                    field_manager: Some(self.field_manager.clone()),
-                    ..Default::default()
-                },
-                &rs,
-            )
-            .await
-        {
+        let rs = new_replica_set(w, v, &rs_name, size)?;
+        let params = PostParams {
+            field_manager: Some(self.field_manager.clone()),
+            ..Default::default()
+        };
+        match self.replica_sets(&ns).create(&params, &rs).await {
             Ok(created) => {
                 w.new = Some(created);
                 Ok(true)
             }
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                let existing = self
-                    .replica_sets(&ns)
-                    .get(&rs_name)
-                    .await
-                    .map_err(request(format!("reading ReplicaSet {rs_name}")))?;
-                let ours = d
-                    .metadata
-                    .uid
-                    .as_deref()
-                    .is_some_and(|uid| controlled_by(&existing.metadata, uid));
-                if ours
-                    && template_hash(&replica_set_template(&existing), None)
-                        == template_hash(&w.template, None)
-                {
-                    w.new = Some(existing); // a stale read: it is ours already
-                    return Ok(true);
-                }
-                let count = d
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.collision_count)
-                    .unwrap_or(0)
-                    + 1;
-                self.deployments(&ns)
-                    .patch_status(
-                        d.metadata.name.as_deref().unwrap_or(""),
-                        &self.params(),
-                        &Patch::Merge(json!({"status": {"collisionCount": count}})),
-                    )
-                    .await
-                    .map_err(request("recording a hash collision"))?;
-                Ok(false)
-            }
+            Err(kube::Error::Api(s)) if s.code == 409 => self.collided(w, &ns, &rs_name).await,
             Err(e) => Err(request(format!("creating ReplicaSet {rs_name}"))(e)),
         }
+    }
+
+    /// The new ReplicaSet's name was taken: by the one wanted (a stale read: it is ours
+    /// already, true), or by another template (a hash collision: `status.collisionCount`
+    /// bumped, false).
+    async fn collided(&self, w: &mut World, ns: &str, rs_name: &str) -> Result<bool, EngineError> {
+        let d = &w.d;
+        let existing = self
+            .replica_sets(ns)
+            .get(rs_name)
+            .await
+            .map_err(request(format!("reading ReplicaSet {rs_name}")))?;
+        let ours = d
+            .metadata
+            .uid
+            .as_deref()
+            .is_some_and(|uid| controlled_by(&existing.metadata, uid));
+        if ours
+            && template_hash(&replica_set_template(&existing), None)
+                == template_hash(&w.template, None)
+        {
+            w.new = Some(existing);
+            return Ok(true);
+        }
+        let count = d
+            .status
+            .as_ref()
+            .and_then(|s| s.collision_count)
+            .unwrap_or(0)
+            + 1;
+        self.deployments(ns)
+            .patch_status(
+                d.metadata.name.as_deref().unwrap_or(""),
+                &self.params(),
+                &Patch::Merge(json!({"status": {"collisionCount": count}})),
+            )
+            .await
+            .map_err(request("recording a hash collision"))?;
+        Ok(false)
     }
 
     /// `scaleReplicaSet`: size and the desired/max annotations.
