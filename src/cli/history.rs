@@ -178,7 +178,33 @@ fn ordering(r: &SyncRecord) -> String {
     out
 }
 
+/// One record in full, as `berth history show` prints it.
 fn show(r: &SyncRecord) -> String {
+    let mut out = header(r);
+    if r.outcome != Outcome::Failed || !r.objects.is_empty() {
+        out += &format!("Objects:   {}\n", counts(r));
+    }
+    for o in &r.objects {
+        out += &object_line(o);
+    }
+    for ro in &r.rollouts {
+        out += &rollout_text(ro);
+    }
+    out += &ordering(r);
+    if let Some(note) = &r.note {
+        out += &format!("Note:      {note}\n");
+    }
+    if !r.errors.is_empty() {
+        out += "Errors:\n";
+        for e in &r.errors {
+            out += &format!("  - {}\n", e.message);
+        }
+    }
+    out
+}
+
+/// The lines about the sync itself: what ran when, on which commit, signed by whom.
+fn header(r: &SyncRecord) -> String {
     let mut out = format!(
         "ID:        {}\nApp:       {}\nTrigger:   {}\nStarted:   {} (took {:.1}s)\nOutcome:   {}\n",
         r.id,
@@ -215,40 +241,26 @@ fn show(r: &SyncRecord) -> String {
     if let Some(note) = &r.history_rewritten {
         out += &format!("Warning:   {note}\n");
     }
-    if r.outcome != Outcome::Failed || !r.objects.is_empty() {
-        out += &format!("Objects:   {}\n", counts(r));
-    }
-    for o in &r.objects {
-        let note = o
-            .note
-            .as_ref()
-            .map(|n| format!("  ({n})"))
-            .unwrap_or_default();
-        let source = o
-            .source
-            .as_ref()
-            .map(|s| format!("  from {s}"))
-            .unwrap_or_default();
-        out += &format!(
-            "  {:<11}{}{source}{note}\n",
-            o.action.as_str(),
-            o.key.kubectl()
-        );
-    }
-    for ro in &r.rollouts {
-        out += &rollout_text(ro);
-    }
-    out += &ordering(r);
-    if let Some(note) = &r.note {
-        out += &format!("Note:      {note}\n");
-    }
-    if !r.errors.is_empty() {
-        out += "Errors:\n";
-        for e in &r.errors {
-            out += &format!("  - {}\n", e.message);
-        }
-    }
     out
+}
+
+/// One object written or pruned: its action, the file it came from, and why.
+fn object_line(o: &berth::history::ObjectAction) -> String {
+    let note = o
+        .note
+        .as_ref()
+        .map(|n| format!("  ({n})"))
+        .unwrap_or_default();
+    let source = o
+        .source
+        .as_ref()
+        .map(|s| format!("  from {s}"))
+        .unwrap_or_default();
+    format!(
+        "  {:<11}{}{source}{note}\n",
+        o.action.as_str(),
+        o.key.kubectl()
+    )
 }
 
 fn rollout_text(ro: &berth::history::RolloutRecord) -> String {

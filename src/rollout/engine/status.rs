@@ -179,27 +179,9 @@ pub fn rollout_status(
     let current = find(&conditions, "Progressing").cloned();
     let already_complete = s.replicas == s.updated_replicas
         && current.as_ref().and_then(|c| c.reason.as_deref()) == Some(NEW_RS_AVAILABLE);
-    let new_name = new.and_then(|rs| rs.metadata.name.clone());
-    let subject = match &new_name {
-        Some(n) => format!("ReplicaSet {n:?}"),
-        None => format!(
-            "Deployment {:?}",
-            d.metadata.name.clone().unwrap_or_default()
-        ),
-    };
+    let subject = progress_subject(d, new);
     if !already_complete {
-        let want = crate::rollout::predict::view(d).replicas;
-        let complete = s.updated_replicas == Some(want)
-            && s.replicas == Some(want)
-            && s.available_replicas == Some(want)
-            && s.observed_generation >= d.metadata.generation;
-        let grew = |new: Option<i32>, old: Option<i32>| new.unwrap_or(0) > old.unwrap_or(0);
-        let progressing = grew(s.updated_replicas, old.updated_replicas)
-            || old.replicas.unwrap_or(0) - old.updated_replicas.unwrap_or(0)
-                > s.replicas.unwrap_or(0) - s.updated_replicas.unwrap_or(0)
-            || grew(s.ready_replicas, old.ready_replicas)
-            || grew(s.available_replicas, old.available_replicas);
-        if complete {
+        if complete(d, &s) {
             set_condition(
                 &mut conditions,
                 condition(
@@ -210,20 +192,8 @@ pub fn rollout_status(
                     now,
                 ),
             );
-        } else if progressing {
-            // Removed and added again so that lastUpdateTime moves even with the same reason.
-            let mut c = condition(
-                "Progressing",
-                "True",
-                RS_UPDATED,
-                format!("{subject} is progressing."),
-                now,
-            );
-            if let Some(prev) = current.as_ref().filter(|p| p.status == "True") {
-                c.last_transition_time = prev.last_transition_time.clone();
-            }
-            conditions.retain(|c| c.type_ != "Progressing");
-            conditions.push(c);
+        } else if progressing(&s, &old) {
+            mark_progressing(&mut conditions, current.as_ref(), &subject, now);
         } else if timed_out(current.as_ref(), deadline, now) {
             set_condition(
                 &mut conditions,
@@ -239,6 +209,61 @@ pub fn rollout_status(
     }
     s.conditions = Some(conditions);
     s
+}
+
+/// What the Progressing messages name: the new ReplicaSet, else the Deployment.
+fn progress_subject(d: &Deployment, new: Option<&ReplicaSet>) -> String {
+    match new.and_then(|rs| rs.metadata.name.clone()) {
+        Some(n) => format!("ReplicaSet {n:?}"),
+        None => format!(
+            "Deployment {:?}",
+            d.metadata.name.clone().unwrap_or_default()
+        ),
+    }
+}
+
+/// `DeploymentComplete`: every wanted replica updated and available, for the generation
+/// observed.
+fn complete(d: &Deployment, s: &DeploymentStatus) -> bool {
+    let want = crate::rollout::predict::view(d).replicas;
+    s.updated_replicas == Some(want)
+        && s.replicas == Some(want)
+        && s.available_replicas == Some(want)
+        && s.observed_generation >= d.metadata.generation
+}
+
+/// `DeploymentProgressing`: pods moved since the status `old` (more updated, fewer old,
+/// more ready or available).
+fn progressing(s: &DeploymentStatus, old: &DeploymentStatus) -> bool {
+    let grew = |new: Option<i32>, old: Option<i32>| new.unwrap_or(0) > old.unwrap_or(0);
+    grew(s.updated_replicas, old.updated_replicas)
+        || old.replicas.unwrap_or(0) - old.updated_replicas.unwrap_or(0)
+            > s.replicas.unwrap_or(0) - s.updated_replicas.unwrap_or(0)
+        || grew(s.ready_replicas, old.ready_replicas)
+        || grew(s.available_replicas, old.available_replicas)
+}
+
+/// Sets Progressing=True `ReplicaSetUpdated`, its lastTransitionTime kept from a `current`
+/// one that was True.
+fn mark_progressing(
+    conditions: &mut Vec<DeploymentCondition>,
+    current: Option<&DeploymentCondition>,
+    subject: &str,
+    now: Timestamp,
+) {
+    // Removed and added again so that lastUpdateTime moves even with the same reason.
+    let mut c = condition(
+        "Progressing",
+        "True",
+        RS_UPDATED,
+        format!("{subject} is progressing."),
+        now,
+    );
+    if let Some(prev) = current.filter(|p| p.status == "True") {
+        c.last_transition_time = prev.last_transition_time.clone();
+    }
+    conditions.retain(|c| c.type_ != "Progressing");
+    conditions.push(c);
 }
 
 /// `DeploymentTimedOut`.

@@ -13,11 +13,6 @@ pub fn proportional_scale(
     new_saturated: bool,
     status_replicas: i32,
 ) -> Vec<Scale> {
-    let scale = |rs: &ReplicaSetView, to: i32| Scale {
-        name: rs.name.clone(),
-        from: rs.replicas,
-        to,
-    };
     // FindActiveOrLatest
     let mut newest_first: Vec<&ReplicaSetView> = olds.iter().collect();
     newest_first.sort_by(|a, b| by_creation(b, a));
@@ -49,6 +44,21 @@ pub fn proportional_scale(
     if d.strategy == Strategy::Recreate {
         return Vec::new();
     }
+    share_out(d, &active, status_replicas)
+}
+
+/// `rs` resized to `to`.
+fn scale(rs: &ReplicaSetView, to: i32) -> Scale {
+    Scale {
+        name: rs.name.clone(),
+        from: rs.replicas,
+        to,
+    }
+}
+
+/// The replicas added or removed shared out among the `active` ReplicaSets by their size,
+/// the largest taking what rounding left over.
+fn share_out(d: &DeploymentView, active: &[&ReplicaSetView], status_replicas: i32) -> Vec<Scale> {
     let total: i32 = active.iter().map(|rs| rs.replicas).sum();
     let allowed = if d.replicas > 0 {
         d.replicas + max_surge(d)
@@ -56,7 +66,7 @@ pub fn proportional_scale(
         0
     };
     let to_add = allowed - total;
-    let mut order = active.clone();
+    let mut order = active.to_vec();
     order.sort_by(|a, b| {
         b.replicas.cmp(&a.replicas).then_with(|| {
             if to_add > 0 {

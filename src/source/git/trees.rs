@@ -143,12 +143,7 @@ fn measure(
             .map_err(|e| TreeError::Io(std::io::Error::other(e)))?;
         for entry in folder.iter() {
             let name = entry.name().unwrap_or_default();
-            if matches!(name, "" | "." | "..") || name.eq_ignore_ascii_case(".git") {
-                return Err(TreeError::Refused(format!(
-                    "it holds an entry named {name:?} in {:?}, which git does not check out",
-                    at.display().to_string()
-                )));
-            }
+            check_name(name, &at)?;
             if items.len() >= limits.files {
                 return Err(TreeError::Refused(format!(
                     "it holds more than {} files and folders (10 × agent.max_objects); nothing was written",
@@ -163,41 +158,65 @@ fn measure(
                 }
                 // A submodule: an empty folder, as git leaves it.
                 0o160000 => Item::Folder(path),
-                0o120000 => {
-                    let (size, _) = odb
-                        .read_header(entry.id())
-                        .map_err(|e| TreeError::Io(std::io::Error::other(e)))?;
-                    if size > MAX_LINK {
-                        return Err(TreeError::Refused(format!(
-                            "its link {} points at a target of {size} bytes; refused",
-                            path.display()
-                        )));
-                    }
-                    Item::Link(path, entry.id())
-                }
-                mode => {
-                    let (size, _) = odb
-                        .read_header(entry.id())
-                        .map_err(|e| TreeError::Io(std::io::Error::other(e)))?;
-                    let size = size as u64;
-                    if size > limits.blob {
-                        Item::Hole(path, size)
-                    } else {
-                        bytes += size;
-                        if bytes > limits.bytes {
-                            return Err(TreeError::Refused(format!(
-                                "its files hold more than {} bytes (16 × agent.max_app_size); nothing was written",
-                                limits.bytes
-                            )));
-                        }
-                        Item::File(path, entry.id(), mode & 0o111 != 0)
-                    }
-                }
+                0o120000 => link_item(&odb, path, entry.id())?,
+                mode => file_item(&odb, path, entry.id(), mode, limits, &mut bytes)?,
             };
             items.push(item);
         }
     }
     Ok(items)
+}
+
+/// Refuses an entry named `name` in the folder `at` that git would not check out.
+fn check_name(name: &str, at: &Path) -> Result<(), TreeError> {
+    if matches!(name, "" | "." | "..") || name.eq_ignore_ascii_case(".git") {
+        return Err(TreeError::Refused(format!(
+            "it holds an entry named {name:?} in {:?}, which git does not check out",
+            at.display().to_string()
+        )));
+    }
+    Ok(())
+}
+
+/// The link `path` to blob `id`, refused when its target is longer than [`MAX_LINK`].
+fn link_item(odb: &git2::Odb<'_>, path: PathBuf, id: Oid) -> Result<Item, TreeError> {
+    let (size, _) = odb
+        .read_header(id)
+        .map_err(|e| TreeError::Io(std::io::Error::other(e)))?;
+    if size > MAX_LINK {
+        return Err(TreeError::Refused(format!(
+            "its link {} points at a target of {size} bytes; refused",
+            path.display()
+        )));
+    }
+    Ok(Item::Link(path, id))
+}
+
+/// The file `path` of blob `id` (a hole past `limits.blob`), its size added to `bytes`:
+/// refused once they pass `limits.bytes`.
+fn file_item(
+    odb: &git2::Odb<'_>,
+    path: PathBuf,
+    id: Oid,
+    mode: i32,
+    limits: TreeLimits,
+    bytes: &mut u64,
+) -> Result<Item, TreeError> {
+    let (size, _) = odb
+        .read_header(id)
+        .map_err(|e| TreeError::Io(std::io::Error::other(e)))?;
+    let size = size as u64;
+    if size > limits.blob {
+        return Ok(Item::Hole(path, size));
+    }
+    *bytes += size;
+    if *bytes > limits.bytes {
+        return Err(TreeError::Refused(format!(
+            "its files hold more than {} bytes (16 × agent.max_app_size); nothing was written",
+            limits.bytes
+        )));
+    }
+    Ok(Item::File(path, id, mode & 0o111 != 0))
 }
 
 /// Writes what [`measure`] found under `dir`.

@@ -18,70 +18,17 @@ impl Trust {
         data: &[u8],
         now: Timestamp,
     ) -> Result<Signature, VerifyError> {
-        let bad =
-            |fingerprint: Option<String>, why: String| VerifyError::bad(commit, fingerprint, why);
-        let (signature, _) = DetachedSignature::from_string(armored)
-            .map_err(|e| bad(None, format!("unreadable OpenPGP signature ({e})")))?;
+        let (signature, _) = DetachedSignature::from_string(armored).map_err(|e| {
+            VerifyError::bad(commit, None, format!("unreadable OpenPGP signature ({e})"))
+        })?;
         let sig = &signature.signature;
-        let issuer: String = sig
-            .issuer_fingerprint()
-            .first()
-            .map(|f| format!("{f:X}"))
-            .or_else(|| {
-                sig.issuer_key_id()
-                    .first()
-                    .map(|k| k.to_string().to_uppercase())
-            })
-            .unwrap_or_else(|| "(none named)".into());
-        let names = |fingerprint: &pgp::types::Fingerprint, key_id: &pgp::types::KeyId| {
-            sig.issuer_fingerprint().contains(&fingerprint) || sig.issuer_key_id().contains(&key_id)
-        };
+        let issuer = issuer_named(sig);
         for key in &self.openpgp {
             // The primary key (`None`) or the signing subkey the signature names.
-            let component = if names(&key.fingerprint(), &key.legacy_key_id()) {
-                None
-            } else {
-                match key
-                    .public_subkeys
-                    .iter()
-                    .find(|s| names(&s.key.fingerprint(), &s.key.legacy_key_id()))
-                {
-                    Some(sub) => Some(sub),
-                    None => continue,
-                }
+            let Some(component) = named_component(sig, key) else {
+                continue;
             };
-            let fingerprint = format!("{:X}", key.fingerprint());
-            let checked = match component {
-                None => sig.verify(key, data),
-                Some(sub) => sig.verify(sub, data),
-            };
-            checked.map_err(|e| {
-                bad(
-                    Some(fingerprint.clone()),
-                    format!(
-                        "it does not match the commit ({e}): was the commit changed after signing?"
-                    ),
-                )
-            })?;
-            let signer = key
-                .details
-                .users
-                .first()
-                .and_then(|u| u.id.as_str().map(str::to_owned))
-                .unwrap_or_else(|| fingerprint.clone());
-            if let Some(state) = invalid_at(key, component, now) {
-                return Err(VerifyError::KeyInvalid {
-                    commit: commit.to_string(),
-                    fingerprint,
-                    signer,
-                    state,
-                });
-            }
-            return Ok(Signature {
-                format: "openpgp".into(),
-                signer,
-                fingerprint,
-            });
+            return verify_with(commit, sig, key, component, data, now);
         }
         Err(VerifyError::Untrusted {
             commit: commit.to_string(),
@@ -89,6 +36,80 @@ impl Trust {
             ssh: false,
         })
     }
+}
+
+/// The key `sig` says it was made with: its issuer fingerprint, else its key ID.
+fn issuer_named(sig: &pgp::packet::Signature) -> String {
+    sig.issuer_fingerprint()
+        .first()
+        .map(|f| format!("{f:X}"))
+        .or_else(|| {
+            sig.issuer_key_id()
+                .first()
+                .map(|k| k.to_string().to_uppercase())
+        })
+        .unwrap_or_else(|| "(none named)".into())
+}
+
+/// The part of `key` that `sig` names as its issuer: `Some(None)` for the primary key,
+/// `Some(Some(subkey))` for one of its subkeys, `None` when it names neither.
+fn named_component<'k>(
+    sig: &pgp::packet::Signature,
+    key: &'k SignedPublicKey,
+) -> Option<Option<&'k SignedPublicSubKey>> {
+    let names = |fingerprint: &pgp::types::Fingerprint, key_id: &pgp::types::KeyId| {
+        sig.issuer_fingerprint().contains(&fingerprint) || sig.issuer_key_id().contains(&key_id)
+    };
+    if names(&key.fingerprint(), &key.legacy_key_id()) {
+        return Some(None);
+    }
+    key.public_subkeys
+        .iter()
+        .find(|s| names(&s.key.fingerprint(), &s.key.legacy_key_id()))
+        .map(Some)
+}
+
+/// Checks `sig` over `data` with the trusted `key` (or its signing `subkey`), and that
+/// the key may sign at `now`: who signed, or why the commit is refused.
+fn verify_with(
+    commit: &str,
+    sig: &pgp::packet::Signature,
+    key: &SignedPublicKey,
+    subkey: Option<&SignedPublicSubKey>,
+    data: &[u8],
+    now: Timestamp,
+) -> Result<Signature, VerifyError> {
+    let fingerprint = format!("{:X}", key.fingerprint());
+    let checked = match subkey {
+        None => sig.verify(key, data),
+        Some(sub) => sig.verify(sub, data),
+    };
+    checked.map_err(|e| {
+        VerifyError::bad(
+            commit,
+            Some(fingerprint.clone()),
+            format!("it does not match the commit ({e}): was the commit changed after signing?"),
+        )
+    })?;
+    let signer = key
+        .details
+        .users
+        .first()
+        .and_then(|u| u.id.as_str().map(str::to_owned))
+        .unwrap_or_else(|| fingerprint.clone());
+    if let Some(state) = invalid_at(key, subkey, now) {
+        return Err(VerifyError::KeyInvalid {
+            commit: commit.to_string(),
+            fingerprint,
+            signer,
+            state,
+        });
+    }
+    Ok(Signature {
+        format: "openpgp".into(),
+        signer,
+        fingerprint,
+    })
 }
 
 /// Why `key` (and its signing `subkey`, when the signature was made with one) may not

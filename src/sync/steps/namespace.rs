@@ -129,36 +129,8 @@ pub(in crate::sync) async fn release(ctx: &Ctx<'_>, journal: &mut Journal<'_>) {
     }
     let name = ctx.app.namespace.as_str();
     let api: Api<Namespace> = Api::all(ctx.writer.clone());
-    let failed = |journal: &mut Journal<'_>, what: &str, cause| {
-        journal.fail(ClusterError::Request {
-            what: format!("{what} namespace {name} (create_namespace)"),
-            cause,
-        })
-    };
-    journal.requests += 1;
-    let live = match api.get_opt(name).await {
-        Ok(Some(ns)) => ns,
-        Ok(None) => return,
-        Err(e) => return failed(journal, "reading", e),
-    };
-    let ours = asked_by(&ctx.app.name);
-    if live
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(&ours))
-        .is_none()
-    {
+    let Some(left) = unlabel(ctx, &api, journal).await else {
         return;
-    }
-    // Applying nothing under the app's own manager takes back what it set: its label.
-    let bare =
-        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
-    journal.requests += 1;
-    let params = PatchParams::apply(&manager(ctx)).force();
-    let left = match api.patch(name, &params, &Patch::Apply(bare)).await {
-        Ok(ns) => ns,
-        Err(e) => return failed(journal, "unlabelling", e),
     };
     let others = left
         .metadata
@@ -183,7 +155,7 @@ pub(in crate::sync) async fn release(ctx: &Ctx<'_>, journal: &mut Journal<'_>) {
         ..DeleteParams::background()
     };
     if let Err(e) = api.delete(name, &params).await {
-        return failed(journal, "deleting", e);
+        return failed(journal, "deleting", name, e);
     }
     ctx.say(&format!(
         "{} pruned (create_namespace: the last app that asked for it)",
@@ -194,6 +166,47 @@ pub(in crate::sync) async fn release(ctx: &Ctx<'_>, journal: &mut Journal<'_>) {
         action: Action::Pruned,
         source: None,
         note: Some("create_namespace: the last app that asked for it".into()),
+    });
+}
+
+/// Takes the app's label off its namespace: the namespace as left, or `None` when it is
+/// missing, does not carry the label, or a request failed (in the journal).
+async fn unlabel(
+    ctx: &Ctx<'_>,
+    api: &Api<Namespace>,
+    journal: &mut Journal<'_>,
+) -> Option<Namespace> {
+    let name = ctx.app.namespace.as_str();
+    journal.requests += 1;
+    let live = match api.get_opt(name).await {
+        Ok(Some(ns)) => ns,
+        Ok(None) => return None,
+        Err(e) => {
+            failed(journal, "reading", name, e);
+            return None;
+        }
+    };
+    let ours = asked_by(&ctx.app.name);
+    live.metadata.labels.as_ref()?.get(&ours)?;
+    // Applying nothing under the app's own manager takes back what it set: its label.
+    let bare =
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    journal.requests += 1;
+    let params = PatchParams::apply(&manager(ctx)).force();
+    match api.patch(name, &params, &Patch::Apply(bare)).await {
+        Ok(ns) => Some(ns),
+        Err(e) => {
+            failed(journal, "unlabelling", name, e);
+            None
+        }
+    }
+}
+
+/// Records that `what` (`reading`, `unlabelling`, `deleting`) the namespace `name` failed.
+fn failed(journal: &mut Journal<'_>, what: &str, name: &str, cause: kube::Error) {
+    journal.fail(ClusterError::Request {
+        what: format!("{what} namespace {name} (create_namespace)"),
+        cause,
     });
 }
 
