@@ -25,7 +25,7 @@ use jiff::Timestamp;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::config::{AppConfig, Config};
+use crate::config::{AppConfig, Config, Published};
 use crate::history::{Outcome, SyncRecord, Trigger};
 use crate::page::StatusPage;
 use crate::service::http::Endpoint;
@@ -289,31 +289,17 @@ pub async fn run(
     let open_files = listener::raise_open_files();
     let metrics = Arc::new(Metrics::default());
     metrics.notifications(syncer.notifications.clone());
-    // Made before the endpoint serves, so its first request finds it.
-    let page = if config.agent.status_page && config.agent.listen.is_some() {
-        Some(Arc::new(StatusPage::new(&config, syncer.clone())?))
-    } else {
-        None
-    };
-    let endpoint = start_http(
+    let (endpoint, page) = start_serving(
         &config,
+        &syncer,
         open_files,
         &metrics,
-        &syncer,
-        page.clone(),
+        published,
         &signals.shutdown,
     )
     .await?;
-    if let Some(page) = &page {
-        tokio::spawn(page.clone().refresh(signals.shutdown.clone()));
-        tokio::spawn(page.clone().follow(published, signals.shutdown.clone()));
-    }
     let shared = Arc::new(Shared::new(&config, &syncer, endpoint, page, metrics));
-    let _ = crate::state::private_dir(&config.agent.state_dir);
-    let _ = crate::state::write_private(
-        &pid_file(&config),
-        std::process::id().to_string().as_bytes(),
-    );
+    write_pid_file(&config);
     let (leader_tx, leader) =
         watch::channel(!config.agent.leader_election && !config.agent.sharding);
     let (members_tx, members) = watch::channel(Vec::new());
@@ -339,18 +325,53 @@ pub async fn run(
         tracing::warn!("{warning}");
     }
     agent.serve(&mut signals, leader, members).await;
-    shared.notifier.send("STOPPING=1");
-    tracing::info!("shutting down: syncs in progress stop at their next step and requests in flight are cut short (each such sync recorded interrupted); a rollout being followed is left to its controller, and the next start follows it to its end");
-    shared.syncer().reach.stop();
-    agent.stop_all().await;
-    for task in background {
-        let _ = task.await;
-    }
-    let _ = std::fs::remove_file(pid_file(&agent.config()));
+    agent.shut_down(background).await;
     Ok(())
 }
 
+/// Starts the HTTP endpoint and, with `[agent] status_page`, the status page and its tasks.
+async fn start_serving(
+    config: &Config,
+    syncer: &Arc<Syncer>,
+    open_files: u64,
+    metrics: &Arc<Metrics>,
+    published: Published,
+    shutdown: &Signal,
+) -> Result<(Option<Arc<Endpoint>>, Option<Arc<StatusPage>>), AgentError> {
+    // Made before the endpoint serves, so its first request finds it.
+    let page = if config.agent.status_page && config.agent.listen.is_some() {
+        Some(Arc::new(StatusPage::new(config, syncer.clone())?))
+    } else {
+        None
+    };
+    let endpoint = start_http(config, open_files, metrics, syncer, page.clone(), shutdown).await?;
+    if let Some(page) = &page {
+        tokio::spawn(page.clone().refresh(shutdown.clone()));
+        tokio::spawn(page.clone().follow(published, shutdown.clone()));
+    }
+    Ok((endpoint, page))
+}
+
+/// Writes the pid file `berth reload` signals (best effort: the agent runs without it).
+fn write_pid_file(config: &Config) {
+    let _ = crate::state::private_dir(&config.agent.state_dir);
+    let _ =
+        crate::state::write_private(&pid_file(config), std::process::id().to_string().as_bytes());
+}
+
 impl Agent {
+    /// Stops the apps, then waits for the background tasks, and removes the pid file.
+    async fn shut_down(&mut self, background: Vec<JoinHandle<()>>) {
+        self.shared.notifier.send("STOPPING=1");
+        tracing::info!("shutting down: syncs in progress stop at their next step and requests in flight are cut short (each such sync recorded interrupted); a rollout being followed is left to its controller, and the next start follows it to its end");
+        self.shared.syncer().reach.stop();
+        self.stop_all().await;
+        for task in background {
+            let _ = task.await;
+        }
+        let _ = std::fs::remove_file(pid_file(&self.config()));
+    }
+
     /// Runs the apps while this host may (it holds the lease, or needs none), until
     /// shutdown: a reload, a change of the live hosts or of the lease's holder each
     /// reshapes the running apps.

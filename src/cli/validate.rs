@@ -36,63 +36,76 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     );
     let mut failed = !trusted_keys(&config) | !receivers(&config);
     for app in &config.apps {
-        if let (None, Some(path)) = (&args.dir, git::local_path(&app.repo)) {
-            if !path.exists() {
-                failed = true;
-                println!(
-                    "app {}: repository path {} does not exist",
-                    app.name,
-                    path.display()
-                );
-                continue;
-            }
-        }
-        let (root, shown) = match &args.dir {
-            Some(dir) => (dir.clone(), dir.display().to_string()),
-            None => match git::fetch(
-                app,
-                &config.agent.state_dir,
-                git::TreeLimits::of(&config.agent),
-            ) {
-                Ok(checkout) => {
-                    let shown = format!("{} at {}", what(app), checkout.commit.short());
-                    (checkout.dir, shown)
-                }
-                Err(e) => {
-                    failed = true;
-                    println!("app {}: {e}", app.name);
-                    continue;
-                }
-            },
-        };
-        let kube_version = config.cluster.kube_version.as_deref();
-        let rendered = Builder::for_app(app, &config.agent, &root, &BuiltinScopes)
-            .map_err(anyhow::Error::from)
-            .and_then(|b| Ok(b.capabilities(kube_version, Vec::new().into()).render()?));
-        if kube_version.is_none()
-            && Helm::renders(app)
-            && app.path.iter().any(|p| chart_in(&root.join(p)))
-        {
-            println!("app {}: note: its chart is rendered for helm's default Kubernetes version ([cluster] kube_version sets your cluster's)", app.name);
-        }
-        match rendered {
-            Ok(manifests) => println!(
-                "app {}: {} from {shown} ({})",
-                app.name,
-                berth::plural(manifests.len(), "object"),
-                kinds(&manifests)
-            ),
-            Err(e) => {
-                failed = true;
-                println!("app {}: {shown} — {e}", app.name);
-            }
-        }
+        failed |= !renders(&config, app, args.dir.as_ref());
     }
     Ok(if failed {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Renders one app as a sync would and says what it made; false when it cannot.
+fn renders(config: &Config, app: &AppConfig, dir: Option<&PathBuf>) -> bool {
+    let Some((root, shown)) = source_of(config, app, dir) else {
+        return false;
+    };
+    let kube_version = config.cluster.kube_version.as_deref();
+    let rendered = Builder::for_app(app, &config.agent, &root, &BuiltinScopes)
+        .map_err(anyhow::Error::from)
+        .and_then(|b| Ok(b.capabilities(kube_version, Vec::new().into()).render()?));
+    if kube_version.is_none()
+        && Helm::renders(app)
+        && app.path.iter().any(|p| chart_in(&root.join(p)))
+    {
+        println!("app {}: note: its chart is rendered for helm's default Kubernetes version ([cluster] kube_version sets your cluster's)", app.name);
+    }
+    match rendered {
+        Ok(manifests) => {
+            println!(
+                "app {}: {} from {shown} ({})",
+                app.name,
+                berth::plural(manifests.len(), "object"),
+                kinds(&manifests)
+            );
+            true
+        }
+        Err(e) => {
+            println!("app {}: {shown} — {e}", app.name);
+            false
+        }
+    }
+}
+
+/// The folder an app renders from and its name (`--dir`, or its ref fetched); None, said why.
+fn source_of(config: &Config, app: &AppConfig, dir: Option<&PathBuf>) -> Option<(PathBuf, String)> {
+    if let (None, Some(path)) = (dir, git::local_path(&app.repo)) {
+        if !path.exists() {
+            println!(
+                "app {}: repository path {} does not exist",
+                app.name,
+                path.display()
+            );
+            return None;
+        }
+    }
+    match dir {
+        Some(dir) => Some((dir.clone(), dir.display().to_string())),
+        None => match git::fetch(
+            app,
+            &config.agent.state_dir,
+            git::TreeLimits::of(&config.agent),
+        ) {
+            Ok(checkout) => {
+                let shown = format!("{} at {}", what(app), checkout.commit.short());
+                Some((checkout.dir, shown))
+            }
+            Err(e) => {
+                println!("app {}: {e}", app.name);
+                None
+            }
+        },
+    }
 }
 
 /// Reads each app's `[app.verify]` keys; false when one cannot be used.

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use futures::{stream, StreamExt};
-use kube::api::DeleteParams;
+use kube::api::{Api, DeleteParams, DynamicObject};
 
 use super::apply::api_message;
 use super::discovery::ClusterKinds;
@@ -72,50 +72,61 @@ async fn prune_one(
         return result(Action::Kept, Some(note), None);
     };
     let api = super::api_for(client, &resolved, entry.key.namespace.as_deref());
-    let failed = |e: kube::Error| {
-        let error = ClusterError::Object {
-            verb: "failed to prune",
-            key: Box::new(entry.key.clone()),
-            origin: "inventory".into(),
-            message: api_message(&e, false, ""),
-        };
-        result(Action::Failed, None, Some(error))
-    };
-    match live {
+    let decided = match live {
         Some(l) if l.keep => {
             let note = format!("annotated {ANNOTATION_PRUNE}: \"false\"");
-            result(Action::Kept, Some(note), None)
+            Ok((Action::Kept, Some(note)))
         }
-        Some(_) => match api
-            .delete(
-                &entry.key.name,
-                &DeleteParams {
-                    dry_run,
-                    ..DeleteParams::background()
-                },
-            )
-            .await
-        {
-            Ok(_) => result(Action::Pruned, None, None),
-            Err(kube::Error::Api(s)) if s.code == 404 => {
-                result(Action::Pruned, Some("already gone".into()), None)
-            }
-            Err(e) => failed(e),
-        },
+        Some(_) => delete_listed(&api, &entry.key.name, dry_run).await,
         // Not in the labelled list: deleted already, or someone else owns it now.
-        None => match api.get_metadata_opt(&entry.key.name).await {
-            Ok(None) => result(Action::Pruned, Some("already gone".into()), None),
-            Ok(Some(meta)) => {
-                let owner = meta.metadata.labels.as_ref().and_then(|l| l.get(LABEL_APP));
-                let note = match owner {
-                    Some(other) => {
-                        format!("taken over by another owner ({LABEL_APP}={other}, not {app})")
-                    }
-                    None => format!("taken over by another owner (label {LABEL_APP} removed)"),
-                };
-                result(Action::Kept, Some(note), None)
-            }
-            Err(e) => failed(e),
-        },
+        None => look_up_unlisted(&api, &entry.key.name, app).await,
+    };
+    match decided {
+        Ok((action, note)) => result(action, note, None),
+        Err(e) => {
+            let error = ClusterError::Object {
+                verb: "failed to prune",
+                key: Box::new(entry.key.clone()),
+                origin: "inventory".into(),
+                message: api_message(&e, false, ""),
+            };
+            result(Action::Failed, None, Some(error))
+        }
     }
+}
+
+/// Deletes a labelled candidate (`dry_run`: only checked); one already gone counts as pruned.
+async fn delete_listed(
+    api: &Api<DynamicObject>,
+    name: &str,
+    dry_run: bool,
+) -> Result<(Action, Option<String>), kube::Error> {
+    let params = DeleteParams {
+        dry_run,
+        ..DeleteParams::background()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok((Action::Pruned, None)),
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            Ok((Action::Pruned, Some("already gone".into())))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Looks up a candidate missing from the labelled list: gone (pruned), or taken over (kept).
+async fn look_up_unlisted(
+    api: &Api<DynamicObject>,
+    name: &str,
+    app: &str,
+) -> Result<(Action, Option<String>), kube::Error> {
+    let Some(meta) = api.get_metadata_opt(name).await? else {
+        return Ok((Action::Pruned, Some("already gone".into())));
+    };
+    let owner = meta.metadata.labels.as_ref().and_then(|l| l.get(LABEL_APP));
+    let note = match owner {
+        Some(other) => format!("taken over by another owner ({LABEL_APP}={other}, not {app})"),
+        None => format!("taken over by another owner (label {LABEL_APP} removed)"),
+    };
+    Ok((Action::Kept, Some(note)))
 }

@@ -169,31 +169,7 @@ impl Walk<'_> {
             }));
         }
         if resolved.is_dir() {
-            if let Some(k) = &self.source.kustomize {
-                if let Some(file) = kustomization_in(&resolved) {
-                    return self.kustomization(rel, &resolved, file, k, f);
-                }
-                if k.required && named {
-                    return f(Err(ManifestError::Kustomization {
-                        path: shown,
-                        message:
-                            "holds no kustomization.yaml, and the app sets render = \"kustomize\""
-                                .into(),
-                    }));
-                }
-            }
-            if let Some(h) = &self.source.helm {
-                if chart_in(&resolved) {
-                    return self.chart(rel, &resolved, h, f);
-                }
-                if h.required && named {
-                    return f(Err(ManifestError::Chart {
-                        path: shown,
-                        message: "holds no Chart.yaml, and the app sets render = \"helm\"".into(),
-                    }));
-                }
-            }
-            return self.dir(rel, resolved, f);
+            return self.folder(rel, resolved, named, shown, f);
         }
         let extension = Path::new(rel).extension().and_then(|e| e.to_str());
         if !named && matches!(extension, Some("jsonnet" | "libsonnet")) {
@@ -214,6 +190,41 @@ impl Walk<'_> {
         self.file(&resolved, shown, &mut |item| {
             f(item.map_err(|e| e.in_subfolder(&folder)))
         })
+    }
+
+    /// A folder: rendered by kustomize or helm when it holds their file, walked otherwise.
+    fn folder(
+        &mut self,
+        rel: &str,
+        resolved: PathBuf,
+        named: bool,
+        shown: String,
+        f: &mut dyn FnMut(Item) -> Flow,
+    ) -> Flow {
+        if let Some(k) = &self.source.kustomize {
+            if let Some(file) = kustomization_in(&resolved) {
+                return self.kustomization(rel, &resolved, file, k, f);
+            }
+            if k.required && named {
+                return f(Err(ManifestError::Kustomization {
+                    path: shown,
+                    message: "holds no kustomization.yaml, and the app sets render = \"kustomize\""
+                        .into(),
+                }));
+            }
+        }
+        if let Some(h) = &self.source.helm {
+            if chart_in(&resolved) {
+                return self.chart(rel, &resolved, h, f);
+            }
+            if h.required && named {
+                return f(Err(ManifestError::Chart {
+                    path: shown,
+                    message: "holds no Chart.yaml, and the app sets render = \"helm\"".into(),
+                }));
+            }
+        }
+        self.dir(rel, resolved, f)
     }
 
     fn dir(&mut self, rel: &str, resolved: PathBuf, f: &mut dyn FnMut(Item) -> Flow) -> Flow {

@@ -2,7 +2,7 @@
 //! `kubectl rollout status` would print. Never judged from a status older than the
 //! generation berth wrote (kube-rs' `is_deployment_completed` misses this).
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition};
 
 /// Where a rollout stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -65,22 +65,45 @@ pub fn phase(d: &Deployment, generation: i64) -> (Phase, String) {
             format!("Waiting for deployment {name:?} rollout to finish: {what}..."),
         )
     };
+    if let Some(what) = replicas_pending(want, updated, replicas, available) {
+        return waiting(what);
+    }
+    if updated == want
+        && available == want
+        && replicas == want
+        && new_replica_set_reported(d, progressing)
+    {
+        return (
+            Phase::Complete,
+            format!("deployment {name:?} successfully rolled out"),
+        );
+    }
+    waiting("waiting for the Progressing condition to report NewReplicaSetAvailable".into())
+}
+
+/// The replicas the rollout still waits for, as kubectl says it; None when it waits for none.
+fn replicas_pending(want: i32, updated: i32, replicas: i32, available: i32) -> Option<String> {
     if updated < want {
-        return waiting(format!(
+        return Some(format!(
             "{updated} out of {want} new replicas have been updated"
         ));
     }
     if replicas > updated {
-        return waiting(format!(
+        return Some(format!(
             "{} old replicas are pending termination",
             replicas - updated
         ));
     }
     if available < updated {
-        return waiting(format!(
+        return Some(format!(
             "{available} of {updated} updated replicas are available"
         ));
     }
+    None
+}
+
+/// Whether Progressing reports NewReplicaSetAvailable, or there is no deadline to report it by.
+fn new_replica_set_reported(d: &Deployment, progressing: Option<&DeploymentCondition>) -> bool {
     let new_rs_available = progressing.is_some_and(|c| {
         c.status == "True" && c.reason.as_deref() == Some("NewReplicaSetAvailable")
     });
@@ -90,13 +113,7 @@ pub fn phase(d: &Deployment, generation: i64) -> (Phase, String) {
         .as_ref()
         .and_then(|s| s.progress_deadline_seconds)
         .is_some();
-    if updated == want && available == want && replicas == want && (new_rs_available || !deadline) {
-        return (
-            Phase::Complete,
-            format!("deployment {name:?} successfully rolled out"),
-        );
-    }
-    waiting("waiting for the Progressing condition to report NewReplicaSetAvailable".into())
+    new_rs_available || !deadline
 }
 
 #[cfg(test)]

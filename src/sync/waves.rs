@@ -39,61 +39,22 @@ pub(super) async fn apply_waves(
     ctx: &Ctx<'_>,
     lock: &mut Locked,
     writes: &mut Vec<Write>,
-    waves: Waves<'_>,
+    mut waves: Waves<'_>,
     next: &mut Inventory,
     journal: &mut Journal<'_>,
 ) -> Result<(), Stop> {
-    let Waves {
-        validated,
-        mut deferred,
-        hooks,
-        old,
-        ahead,
-        same,
-        sha,
-    } = waves;
-    let numbers = waves_of(writes, &deferred, hooks);
+    let numbers = waves_of(writes, &waves.deferred, waves.hooks);
     let several = numbers.len() > 1;
     *next = Inventory {
-        commit: Some(sha.to_string()),
-        objects: old.objects.clone(),
+        commit: Some(waves.sha.to_string()),
+        objects: waves.old.objects.clone(),
         held: None,
         ready: None,
         failed: false,
     };
     let mut numbers = numbers.into_iter();
     while let Some(wave) = numbers.next() {
-        let clock = Instant::now();
-        let (this, rest): (Vec<Manifest>, Vec<Manifest>) =
-            deferred.into_iter().partition(|m| wave_of(m) == wave);
-        deferred = rest;
-        lock.enter(ctx, Step::Apply);
-        let shown = several.then_some(wave);
-        let applied = apply::apply(ctx, writes, &validated, this, shown, journal).await;
-        let members: Vec<&Write> = writes
-            .iter()
-            .filter(|w| wave_of(&w.target.manifest) == wave)
-            .collect();
-        let ended = match applied {
-            Ok(()) => {
-                *next = next_inventory(next, None, written(members.iter().copied()));
-                follow(ctx, lock, &members, hooks, old, next, sha, wave, journal).await
-            }
-            Err(stop) => {
-                // As a sync that died mid-apply: what was written ahead stays listed.
-                *next = next_inventory(ahead, None, written(writes.iter()));
-                Err(stop)
-            }
-        };
-        if several {
-            let outcome = match ended {
-                Ok(()) => "healthy",
-                Err(Stop::Failed) => "failed",
-                Err(Stop::Interrupted) => "interrupted",
-            };
-            let objects = members.iter().filter(|w| w.applied.is_some()).count();
-            journal.waves.push(record(wave, objects, outcome, clock));
-        }
+        let ended = write_wave(ctx, lock, writes, &mut waves, wave, several, next, journal).await;
         if let Err(stop) = ended {
             if several {
                 let unreached = numbers.map(|w| record(w, 0, "not-reached", Instant::now()));
@@ -102,8 +63,56 @@ pub(super) async fn apply_waves(
             return Err(stop);
         }
     }
-    *next = next_inventory(next, Some(same), written(writes.iter()));
+    *next = next_inventory(next, Some(waves.same), written(writes.iter()));
     Ok(())
+}
+
+/// Writes one wave: its objects applied, then followed; recorded when there are several waves.
+#[allow(clippy::too_many_arguments)]
+async fn write_wave(
+    ctx: &Ctx<'_>,
+    lock: &mut Locked,
+    writes: &mut Vec<Write>,
+    waves: &mut Waves<'_>,
+    wave: i32,
+    several: bool,
+    next: &mut Inventory,
+    journal: &mut Journal<'_>,
+) -> Result<(), Stop> {
+    let clock = Instant::now();
+    let (this, rest): (Vec<Manifest>, Vec<Manifest>) = std::mem::take(&mut waves.deferred)
+        .into_iter()
+        .partition(|m| wave_of(m) == wave);
+    waves.deferred = rest;
+    lock.enter(ctx, Step::Apply);
+    let shown = several.then_some(wave);
+    let applied = apply::apply(ctx, writes, &waves.validated, this, shown, journal).await;
+    let members: Vec<&Write> = writes
+        .iter()
+        .filter(|w| wave_of(&w.target.manifest) == wave)
+        .collect();
+    let ended = match applied {
+        Ok(()) => {
+            *next = next_inventory(next, None, written(members.iter().copied()));
+            let (hooks, old, sha) = (waves.hooks, waves.old, waves.sha);
+            follow(ctx, lock, &members, hooks, old, next, sha, wave, journal).await
+        }
+        Err(stop) => {
+            // As a sync that died mid-apply: what was written ahead stays listed.
+            *next = next_inventory(waves.ahead, None, written(writes.iter()));
+            Err(stop)
+        }
+    };
+    if several {
+        let outcome = match ended {
+            Ok(()) => "healthy",
+            Err(Stop::Failed) => "failed",
+            Err(Stop::Interrupted) => "interrupted",
+        };
+        let objects = members.iter().filter(|w| w.applied.is_some()).count();
+        journal.waves.push(record(wave, objects, outcome, clock));
+    }
+    ended
 }
 
 /// The waves with something to do: writes, objects of the commit's CRDs' kinds, `sync`
