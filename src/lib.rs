@@ -91,6 +91,7 @@ pub mod service;
 pub mod shutdown;
 pub mod source;
 pub mod state;
+pub mod suspend;
 pub mod sync;
 
 /// `1 object`, `2 objects`: counts in messages read as English.

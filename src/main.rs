@@ -43,6 +43,10 @@ enum Command {
     Plan(cli::plan::Args),
     /// Roll a Deployment back to an earlier revision (the previous one by default).
     Rollback(cli::rollback::Args),
+    /// Stop syncing the named apps, their objects left as they are, until `berth resume`.
+    Suspend(cli::suspend::Args),
+    /// Sync the named apps again after `berth suspend`.
+    Resume(cli::suspend::Args),
     /// Load and check the configuration, and render the commit each app's ref names.
     Validate(cli::validate::Args),
     /// Run the manifest pipeline on a folder, a file or stdin (-) and print the objects.
@@ -90,6 +94,8 @@ fn main() -> ExitCode {
         Command::Rollback(args) => {
             runtime().and_then(|rt| rt.block_on(cli::rollback::run(&cli.config, args)))
         }
+        Command::Suspend(args) => cli::suspend::run(&cli.config, args, true),
+        Command::Resume(args) => cli::suspend::run(&cli.config, args, false),
         Command::Validate(args) => cli::validate::run(&cli.config, args),
         Command::Render(args) => cli::render::run(*args),
     };

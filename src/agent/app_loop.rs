@@ -24,9 +24,7 @@ pub(super) async fn app_loop(
     shared: Arc<Shared>,
     interval: Duration,
     jitter: Duration,
-    mut triggers: mpsc::Receiver<Trigger>,
-    mut stop: Signal,
-    heart: Arc<Heartbeat>,
+    mut inbox: Inbox,
 ) {
     let log = ProgressLog {
         app: &app.name,
@@ -41,44 +39,150 @@ pub(super) async fn app_loop(
         note_waiting(&shared.syncer().agent.state_dir, &app.name, None);
     }
     loop {
-        heart.busy(true);
-        let syncer = shared.syncer();
-        if !app.depends_on.is_empty() {
-            if let Some(waiting) = syncer.waiting_on(&app, &options).await {
-                heart.busy(false);
-                gate.wait(&app, &shared, &syncer, options, waiting);
-                // Woken by a dependency's sync here; asked again soon, for one elsewhere.
-                let wake = tokio::time::Instant::now() + interval.min(DEPENDENCY_POLL);
-                match next_trigger(wake, &mut triggers, &mut stop, &heart, None).await {
-                    // The trigger that started the wait stays, and its fetch.
-                    Some(Trigger::Dependency | Trigger::Interval) => {}
-                    Some(_) => options.requested = std::time::Instant::now(),
-                    None => return,
-                }
-                continue;
-            }
-            options.waited = gate.release(&app, &syncer);
+        if !sit_out(&app, &shared, &mut options, &mut inbox).await {
+            return;
         }
-        let Some(record) = sync_once(&app, &shared, &syncer, options, &mut stop, &report).await
+        inbox.heart.busy(true);
+        let syncer = shared.syncer();
+        match dependencies(
+            &app,
+            &shared,
+            &syncer,
+            &mut gate,
+            &mut options,
+            interval,
+            &mut inbox,
+        )
+        .await
+        {
+            Some(true) => {}
+            Some(false) => continue,
+            None => return,
+        }
+        let Some(record) =
+            sync_once(&app, &shared, &syncer, options, &mut inbox.stop, &report).await
         else {
             return;
         };
-        heart.busy(false);
+        inbox.heart.busy(false);
         let delay = interval + crate::retry::random_below(jitter);
         synced(&shared, &app.name, &record, delay);
         let wake = tokio::time::Instant::now() + delay;
         // A sync an outage failed runs again as soon as the server answers.
-        let outage =
-            (record.outcome == Outcome::Failed && syncer.reach.is_down()).then_some(&*syncer.reach);
-        let next = match drop_stale_commits(&app, &record, &mut triggers) {
+        let reach = &syncer.cluster(&app).reach;
+        let outage = (record.outcome == Outcome::Failed && reach.is_down()).then_some(&**reach);
+        let next = match drop_stale_commits(&app, &record, &mut inbox.triggers) {
             Some(wanted) => Some(wanted),
-            None => next_trigger(wake, &mut triggers, &mut stop, &heart, outage).await,
+            None => inbox.next(wake, outage).await,
         };
         match next {
             Some(next) => options = SyncOptions::new(next),
             None => return,
         }
     }
+}
+
+/// What wakes an app's loop: its triggers (a commit, a webhook, a dependency's sync) and
+/// shutdown; idle, it beats the app's heart.
+pub(super) struct Inbox {
+    pub triggers: mpsc::Receiver<Trigger>,
+    pub stop: Signal,
+    pub heart: Arc<Heartbeat>,
+}
+
+impl Inbox {
+    /// Waits for the app's next trigger: `wake` (its interval), a commit, a webhook, a
+    /// dependency's sync, or the end of the `outage` that failed its last sync; `None` on
+    /// shutdown. Idle, the heart beats.
+    async fn next(
+        &mut self,
+        wake: tokio::time::Instant,
+        outage: Option<&Reach>,
+    ) -> Option<Trigger> {
+        let back = async {
+            match outage {
+                Some(reach) => reach.back().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(back);
+        let next = loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(wake) => break Trigger::Interval,
+                () = &mut back => break Trigger::Reconnected,
+                Some(t) = self.triggers.recv() => {
+                    tokio::time::sleep(DEBOUNCE).await;
+                    while self.triggers.try_recv().is_ok() {}
+                    break t;
+                }
+                () = stopped(&mut self.stop) => return None,
+                () = tokio::time::sleep(TICK) => self.heart.beat(),
+            }
+        };
+        (!*self.stop.borrow()).then_some(next)
+    }
+}
+
+/// Waits on the apps `app` depends on while one is not ready at its commit: `Some(true)`
+/// when the app may sync, `Some(false)` when a trigger came and the loop looks again,
+/// `None` on shutdown.
+async fn dependencies(
+    app: &AppConfig,
+    shared: &Shared,
+    syncer: &Syncer,
+    gate: &mut Gate,
+    options: &mut SyncOptions,
+    interval: Duration,
+    inbox: &mut Inbox,
+) -> Option<bool> {
+    if app.depends_on.is_empty() {
+        return Some(true);
+    }
+    let Some(waiting) = syncer.waiting_on(app, options).await else {
+        options.waited = gate.release(app, syncer);
+        return Some(true);
+    };
+    inbox.heart.busy(false);
+    gate.wait(app, shared, syncer, *options, waiting);
+    // Woken by a dependency's sync here; asked again soon, for one elsewhere.
+    let wake = tokio::time::Instant::now() + interval.min(DEPENDENCY_POLL);
+    match inbox.next(wake, None).await? {
+        // The trigger that started the wait stays, and its fetch.
+        Trigger::Dependency | Trigger::Interval => {}
+        _ => options.requested = std::time::Instant::now(),
+    }
+    Some(false)
+}
+
+/// While the app is suspended: said once (the log, `STATUS=`, the status page), its
+/// triggers dropped, until it is resumed (looked at every [`TICK`]), and then synced at
+/// once; `false` on shutdown.
+async fn sit_out(
+    app: &AppConfig,
+    shared: &Shared,
+    options: &mut SyncOptions,
+    inbox: &mut Inbox,
+) -> bool {
+    let suspended = || crate::suspend::suspended(&shared.syncer().agent.state_dir, app);
+    let Some(why) = suspended() else {
+        return true;
+    };
+    let name = &app.name;
+    tracing::info!(app = %name, "suspended ({why}): not synced until `berth resume {name}`");
+    shared.set_status(name, format!("{name}: suspended"));
+    if let Some(page) = &shared.page {
+        page.board.suspended(name, &why);
+    }
+    while suspended().is_some() {
+        tokio::select! {
+            () = stopped(&mut inbox.stop) => return false,
+            () = tokio::time::sleep(TICK) => inbox.heart.beat(),
+            Some(_) = inbox.triggers.recv() => {}
+        }
+    }
+    tracing::info!(app = %name, "resumed: syncing");
+    *options = SyncOptions::new(Trigger::Cli);
+    true
 }
 
 /// A sync's progress in the agent: each line logged at its level, and shown on the status
@@ -116,10 +220,11 @@ async fn sync_once(
     stop: &mut Signal,
     report: Report<'_>,
 ) -> Option<SyncRecord> {
-    // With sharding, only the holder of the app's Lease writes (a hand-over waits).
+    // With sharding, only the holder of the app's Lease writes (a hand-over waits); the
+    // Leases live in the first cluster listed.
     let fence = match &shared.shard {
         Some(s) => {
-            let api = kube::Api::namespaced(syncer.client.clone(), &s.namespace);
+            let api = kube::Api::namespaced(syncer.fleet.first().client.clone(), &s.namespace);
             Some(Fence::take(api, &app.name, &s.identity, s.duration, stop).await?)
         }
         None => None,
@@ -225,39 +330,6 @@ impl Gate {
         note_waiting(&syncer.agent.state_dir, &app.name, None);
         Some(since.elapsed())
     }
-}
-
-/// Waits for the app's next trigger: `wake` (its interval), a commit, a webhook, a
-/// dependency's sync, or the end of the `outage` that failed its last sync; `None` on
-/// shutdown. Idle, the heart beats.
-async fn next_trigger(
-    wake: tokio::time::Instant,
-    triggers: &mut mpsc::Receiver<Trigger>,
-    stop: &mut Signal,
-    heart: &Heartbeat,
-    outage: Option<&Reach>,
-) -> Option<Trigger> {
-    let back = async {
-        match outage {
-            Some(reach) => reach.back().await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(back);
-    let next = loop {
-        tokio::select! {
-            () = tokio::time::sleep_until(wake) => break Trigger::Interval,
-            () = &mut back => break Trigger::Reconnected,
-            Some(t) = triggers.recv() => {
-                tokio::time::sleep(DEBOUNCE).await;
-                while triggers.try_recv().is_ok() {}
-                break t;
-            }
-            () = stopped(stop) => return None,
-            () = tokio::time::sleep(TICK) => heart.beat(),
-        }
-    };
-    (!*stop.borrow()).then_some(next)
 }
 
 /// A sync's progress line in the agent's log, at its level (journald's priority

@@ -115,7 +115,7 @@ impl Agent {
         if app.rollout.engine == RolloutEngine::Agent {
             let syncer = self.shared.syncer();
             let engine = Engine {
-                client: syncer.client.clone(),
+                client: syncer.cluster(&app).client.clone(),
                 field_manager: self.config().agent.field_manager.clone(),
             };
             tasks.push(tokio::spawn(supervise(
@@ -130,9 +130,11 @@ impl Agent {
             self.shared.clone(),
             interval,
             jitter,
-            triggers,
-            stopping,
-            heart,
+            super::app_loop::Inbox {
+                triggers,
+                stop: stopping,
+                heart,
+            },
         )));
         self.apps
             .insert(app.name.clone(), AppTask { app, stop, tasks });

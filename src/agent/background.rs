@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::{AgentError, Shared, TICK};
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::page::StatusPage;
 use crate::service::http::{self, Endpoint};
@@ -21,27 +22,40 @@ use crate::sync::Syncer;
 /// How often berth asks an unreachable API server whether it answers again.
 const OUTAGE_POLL: Duration = Duration::from_secs(2);
 
-/// While the API server is unreachable, asks it for its version every [`OUTAGE_POLL`]:
-/// its first answer ends the outage (said once, by the client), and the apps whose last
-/// sync the outage failed sync again at once (their loops wait on [`Reach::back`]).
+/// While a cluster's API server is unreachable, asks it for its version every
+/// [`OUTAGE_POLL`]: its first answer ends the outage (said once, by the client), and the
+/// apps whose last sync the outage failed sync again at once (their loops wait on
+/// [`Reach::back`]). Each cluster is watched on its own: one's outage delays no other's.
 ///
 /// [`Reach::back`]: crate::cluster::resilient::Reach::back
-pub(super) async fn outages(shared: Arc<Shared>, mut shutdown: Signal) {
-    loop {
-        // The syncer of now: a reload may bring another cluster.
+pub(super) async fn outages(shared: Arc<Shared>, shutdown: Signal) {
+    while !crate::shutdown::is_stopped(&shutdown) {
+        // The syncer of now: a reload may bring other clusters.
         let syncer = shared.syncer();
+        let watches = syncer
+            .fleet
+            .iter()
+            .map(|cluster| ride_out(&shared, &syncer, cluster, shutdown.clone()));
+        futures::future::join_all(watches).await;
+    }
+}
+
+/// Watches one cluster of `syncer` until a reload replaces the syncer or shutdown comes,
+/// asking its API server every [`OUTAGE_POLL`] while it is unreachable.
+async fn ride_out(shared: &Shared, syncer: &Arc<Syncer>, cluster: &Cluster, mut shutdown: Signal) {
+    while Arc::ptr_eq(&shared.syncer(), syncer) {
         tokio::select! {
-            () = syncer.reach.lost() => {}
+            () = cluster.reach.lost() => {}
             () = tokio::time::sleep(OUTAGE_POLL * 15) => continue,
             () = stopped(&mut shutdown) => return,
         }
-        while syncer.reach.is_down() {
+        while cluster.reach.is_down() && Arc::ptr_eq(&shared.syncer(), syncer) {
             tokio::select! {
-                _ = syncer.client.apiserver_version() => {}
+                _ = cluster.client.apiserver_version() => {}
                 () = stopped(&mut shutdown) => return,
             }
             tokio::select! {
-                () = syncer.reach.back() => {}
+                () = cluster.reach.back() => {}
                 () = tokio::time::sleep(OUTAGE_POLL) => {}
                 () = stopped(&mut shutdown) => return,
             }
@@ -59,6 +73,8 @@ pub(super) fn start_background(
     members: watch::Sender<Vec<String>>,
     shutdown: &Signal,
 ) -> Vec<tokio::task::JoinHandle<()>> {
+    // The leader and membership Leases live in the first cluster listed.
+    let home = &syncer.fleet.first().client;
     let mut background = vec![
         tokio::spawn(watchdog(
             shared.clone(),
@@ -69,7 +85,7 @@ pub(super) fn start_background(
     ];
     if config.agent.leader_election {
         let elector = Elector {
-            api: kube::Api::namespaced(syncer.client.clone(), &config.agent.inventory_namespace),
+            api: kube::Api::namespaced(home.clone(), &config.agent.inventory_namespace),
             name: config.agent.lease_name.clone(),
             identity: lease::identity(),
             duration: config.agent.lease_duration,
@@ -79,7 +95,7 @@ pub(super) fn start_background(
     }
     if let Some(shard) = &shared.shard {
         let membership = Membership {
-            api: kube::Api::namespaced(syncer.client.clone(), &shard.namespace),
+            api: kube::Api::namespaced(home.clone(), &shard.namespace),
             group: config.agent.lease_name.clone(),
             identity: shard.identity.clone(),
             duration: shard.duration,
@@ -104,7 +120,9 @@ pub(super) async fn start_http(
     let tcp = tokio::net::TcpListener::bind(address)
         .await
         .map_err(|source| AgentError::Listen { address, source })?;
-    let endpoint = Arc::new(Endpoint::new(metrics.clone(), syncer.client.clone()));
+    // Ready while the first cluster answers: the one that holds the Leases.
+    let home = syncer.fleet.first().client.clone();
+    let endpoint = Arc::new(Endpoint::new(metrics.clone(), home));
     if let Some(page) = page {
         let _ = endpoint.pages.set(Arc::new(page));
         tracing::info!(%address, "serving the status page on / (read-only)");

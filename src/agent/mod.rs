@@ -364,7 +364,7 @@ impl Agent {
     async fn shut_down(&mut self, background: Vec<JoinHandle<()>>) {
         self.shared.notifier.send("STOPPING=1");
         tracing::info!("shutting down: syncs in progress stop at their next step and requests in flight are cut short (each such sync recorded interrupted); a rollout being followed is left to its controller, and the next start follows it to its end");
-        self.shared.syncer().reach.stop();
+        self.shared.syncer().fleet.stop();
         self.stop_all().await;
         for task in background {
             let _ = task.await;

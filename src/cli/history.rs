@@ -132,13 +132,18 @@ fn records_table(records: &[&SyncRecord], now: jiff::Timestamp) -> String {
 }
 
 /// Rows as kubectl prints them: left-aligned columns, three spaces apart.
-pub fn table<const N: usize>(rows: &[[String; N]]) -> String {
-    let widths: Vec<usize> = (0..N)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+pub fn table<R: AsRef<[String]>>(rows: &[R]) -> String {
+    let columns = rows.first().map_or(0, |r| r.as_ref().len());
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            let width = |r: &R| r.as_ref().get(c).map_or(0, |cell| cell.chars().count());
+            rows.iter().map(width).max().unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for row in rows {
         let line: Vec<String> = row
+            .as_ref()
             .iter()
             .zip(&widths)
             .map(|(cell, w)| format!("{cell:<w$}"))

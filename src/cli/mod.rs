@@ -6,6 +6,7 @@ pub mod render;
 pub mod rollback;
 pub mod run;
 pub mod status;
+pub mod suspend;
 pub mod sync;
 pub mod validate;
 
@@ -40,14 +41,58 @@ pub fn own_state(config: &berth::config::Config, command: &str) -> anyhow::Resul
     Ok(())
 }
 
+/// How long a command at a terminal waits for a cluster's first answer.
+pub const REACH_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// At a terminal, a cluster that is down is one clear line within seconds (the API
-/// server's address and the cause), not a minute of retries: one-shot commands ask it once
-/// before their first request.
+/// server's address and the cause), not a minute of retries: one-shot commands ask the
+/// clusters of their apps once, side by side, before their first request. Returns each
+/// cluster that did not answer within 5 s, by name.
+pub async fn unreachable(
+    config: &berth::config::Config,
+    apps: &[&berth::config::AppConfig],
+) -> std::collections::BTreeMap<String, berth::cluster::ClusterError> {
+    let mut clusters: Vec<&berth::config::ClusterConfig> = Vec::new();
+    for app in apps {
+        let cluster = config.cluster_of(app);
+        if !clusters.iter().any(|c| c.name() == cluster.name()) {
+            clusters.push(cluster);
+        }
+    }
+    let probes = clusters.into_iter().map(|cluster| async move {
+        let answer = berth::cluster::client::probe(cluster, REACH_WITHIN).await;
+        (cluster.name().to_string(), answer.err())
+    });
+    futures::future::join_all(probes)
+        .await
+        .into_iter()
+        .filter_map(|(name, error)| Some((name, error?)))
+        .collect()
+}
+
+/// As [`unreachable`], for a command that needs every cluster of `apps`: the first that
+/// did not answer is the error (named when there are several).
 ///
 /// # Errors
-/// The API server did not answer within 5 s.
-pub async fn reach_cluster(config: &berth::config::Config) -> anyhow::Result<()> {
-    const WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
-    berth::cluster::client::probe(&config.cluster, WITHIN).await?;
-    Ok(())
+/// A cluster of `apps` did not answer within 5 s.
+pub async fn reach_clusters(
+    config: &berth::config::Config,
+    apps: &[&berth::config::AppConfig],
+) -> anyhow::Result<()> {
+    match unreachable(config, apps).await.into_iter().next() {
+        None => Ok(()),
+        Some((name, error)) => Err(in_cluster(config, &name, error)),
+    }
+}
+
+/// `error`, naming the cluster when several are configured.
+pub fn in_cluster(
+    config: &berth::config::Config,
+    cluster: &str,
+    error: impl std::fmt::Display,
+) -> anyhow::Error {
+    match config.cluster {
+        berth::config::Clusters::One(_) => anyhow::anyhow!("{error}"),
+        berth::config::Clusters::Many(_) => anyhow::anyhow!("cluster {cluster}: {error}"),
+    }
 }

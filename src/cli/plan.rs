@@ -63,15 +63,16 @@ pub enum Format {
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     super::own_state(&config, "plan")?;
+    let selected = select(&config.apps, &args.apps)?;
     let syncer = if args.offline {
         None
     } else {
-        super::reach_cluster(&config).await?;
+        super::reach_clusters(&config, &selected).await?;
         Some(Syncer::connect(&config, false).await?)
     };
     let (mut ok, mut changes) = (true, false);
     let (mut previews, mut untouched) = (Vec::new(), Vec::new());
-    for configured in select(&config.apps, &args.apps)? {
+    for configured in selected {
         let app = match &args.revision {
             Some(revision) => configured.at_revision(revision)?,
             None => configured.clone(),
@@ -129,7 +130,7 @@ fn offline(
         None => None,
     };
     let agent = &config.agent;
-    let kube_version = config.cluster.kube_version.as_deref();
+    let kube_version = config.cluster_of(app).kube_version.as_deref();
     Ok(berth::sync::preview_offline(
         agent,
         kube_version,

@@ -29,7 +29,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     super::own_state(&config, "rollback")?;
     let app = select(&config.apps, std::slice::from_ref(&args.app))?[0];
-    super::reach_cluster(&config).await?;
+    super::reach_clusters(&config, &[app]).await?;
     let syncer = Syncer::connect(&config, false).await?.notify(&config)?;
     let request = RollbackRequest {
         deployment: &args.deployment,

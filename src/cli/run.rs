@@ -17,11 +17,16 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let syncer = Syncer::connect(&config, true).await?.notify(&config)?;
     // A cluster that is down does not stop the agent: it serves /healthz (alive), /readyz
     // says the cluster is unreachable, and each app's next sync finds it back.
-    match super::reach_cluster(&config).await {
-        Ok(()) => tracing::info!("connected to the cluster"),
-        Err(e) => tracing::error!(
-            "{e:#}; serving /healthz meanwhile, /readyz says so, and the syncs try again on their interval"
-        ),
+    let apps: Vec<&config::AppConfig> = config.apps.iter().collect();
+    let down = super::unreachable(&config, &apps).await;
+    if down.is_empty() {
+        tracing::info!("connected to the cluster");
+    }
+    for (name, error) in down {
+        let error = super::in_cluster(&config, &name, error);
+        tracing::error!(
+            "{error:#}; serving /healthz meanwhile (/readyz follows the first cluster listed), and its apps' syncs try again on their interval"
+        );
     }
     let (stop, shutdown) = berth::shutdown::channel();
     let (reload_tx, reload) = tokio::sync::mpsc::channel(1);

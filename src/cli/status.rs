@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 
-use berth::cluster::client;
 use berth::cluster::discovery::SharedKinds;
+use berth::cluster::{client, ClusterError};
 use berth::config::{self, AppConfig};
 use berth::history::{HistoryLog, Outcome, SyncRecord};
 use berth::live::{live_app, DeploymentStatus, LiveApp, ObjectStatus};
@@ -45,6 +45,13 @@ pub enum Output {
 struct AppStatus {
     /// The app.
     app: String,
+    /// The cluster it is synced to (`default` for a lone `[cluster]`).
+    cluster: String,
+    /// Why its cluster was not reached, `null` when it was.
+    unreachable: Option<String>,
+    /// Why it is suspended (`by ops@host at …`, `in the configuration`), `null` when it
+    /// is not.
+    suspended: Option<String>,
     /// The host that syncs the app: this machine's name, or with sharding the host the
     /// assignment gives it (`null` when the cluster, which holds the members, was not
     /// reached).
@@ -94,26 +101,23 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     let selected = select(&config.apps, &args.apps)?;
     let log = HistoryLog::new(&config.agent.state_dir);
-    let live = tokio::time::timeout(CLUSTER_TIMEOUT, live(&config, &selected))
-        .await
-        .unwrap_or_else(|_| {
-            Err(anyhow::anyhow!(
-                "no answer within {}s",
-                CLUSTER_TIMEOUT.as_secs()
-            ))
-        });
+    let live = live(&config, &selected).await;
     let mut statuses = Vec::new();
     for (i, app) in selected.iter().enumerate() {
-        let live_app = live.as_ref().ok().map(|l| &l.apps[i]);
-        let host = match &live {
+        let host = match &live.hosts {
             _ if !config.agent.sharding => Some(berth::service::lease::host_name()),
-            Ok(l) => l
-                .hosts
-                .as_ref()
-                .map(|h| h.get(&app.name).cloned().unwrap_or_else(|| "-".into())),
-            Err(_) => None,
+            Some(hosts) => Some(hosts.get(&app.name).cloned().unwrap_or_else(|| "-".into())),
+            None => None,
         };
-        statuses.push(app_status(&config, app, &log, live_app, host)?);
+        let cluster = config.cluster_of(app).name();
+        let unreachable = live.down.get(cluster).map(|down| down.cause.clone());
+        let mut status = app_status(&config, app, &log, live.apps[i].as_ref(), host)?;
+        status.cluster = cluster.to_string();
+        if let Some(cause) = &unreachable {
+            status.reason = Some(format!("unreachable ({cause})"));
+        }
+        status.unreachable = unreachable;
+        statuses.push(status);
     }
     match args.output {
         Output::Json => {
@@ -121,18 +125,27 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
                 println!("{}", serde_json::to_string(s)?);
             }
         }
-        Output::Table => print_tables(&statuses, live.is_ok(), config.agent.sharding),
+        Output::Table => print_tables(&statuses, &config),
     }
-    match live {
-        Ok(_) => Ok(ExitCode::SUCCESS),
-        Err(e) => {
-            eprintln!(
-                "error: the cluster is unavailable ({e:#}): held apps and Deployments are not shown; the table above is the local history (check [cluster] in {})",
+    for (name, down) in &live.down {
+        match config.cluster {
+            config::Clusters::One(_) => eprintln!(
+                "error: the cluster is unavailable ({}): held apps and Deployments are not shown; the table above is the local history (check [cluster] in {})",
+                down.error,
                 config_path.display()
-            );
-            Ok(ExitCode::FAILURE)
+            ),
+            config::Clusters::Many(_) => eprintln!(
+                "error: cluster {name} is unavailable ({}): its apps' held state and Deployments are not shown; their rows are the local history (check its [[cluster]] in {})",
+                down.error,
+                config_path.display()
+            ),
         }
     }
+    Ok(if live.down.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// One app's status: its last sync (the local history), the sync in flight (its lock
@@ -160,14 +173,19 @@ fn app_status(
         pid: m.pid,
     });
     let waiting = berth::sync::waiting_note(&config.agent.state_dir, &app.name);
+    let suspended = berth::suspend::suspended(&config.agent.state_dir, app);
     let held = live.and_then(|l| l.held.clone());
-    let reason = held
+    let reason = suspended
         .as_ref()
-        .map(|h| format!("held: {h}"))
+        .map(|why| format!("suspended {why}"))
+        .or_else(|| held.as_ref().map(|h| format!("held: {h}")))
         .or_else(|| waiting.clone())
         .or_else(|| record.as_ref().and_then(why_not_synced));
     Ok(AppStatus {
         app: app.name.clone(),
+        cluster: String::new(),
+        unreachable: None,
+        suspended,
         host,
         last,
         syncing: in_flight,
@@ -179,9 +197,22 @@ fn app_status(
     })
 }
 
-fn print_tables(statuses: &[AppStatus], reached: bool, sharded: bool) {
+fn print_tables(statuses: &[AppStatus], config: &config::Config) {
     let now = jiff::Timestamp::now();
-    let mut apps = vec![["APP", "HOST", "COMMIT", "OUTCOME", "AGE", "REASON"].map(String::from)];
+    // The CLUSTER column with several clusters, HOST with sharding.
+    let columns = |row: [String; 7]| -> Vec<String> {
+        let fleet = matches!(config.cluster, config::Clusters::Many(_));
+        let sharded = config.agent.sharding;
+        row.into_iter()
+            .enumerate()
+            .filter(|(i, _)| (*i != 1 || fleet) && (*i != 2 || sharded))
+            .map(|(_, cell)| cell)
+            .collect()
+    };
+    let head = [
+        "APP", "CLUSTER", "HOST", "COMMIT", "OUTCOME", "AGE", "REASON",
+    ];
+    let mut apps = vec![columns(head.map(String::from))];
     let mut deployments = vec![[
         "APP",
         "DEPLOYMENT",
@@ -193,7 +224,7 @@ fn print_tables(statuses: &[AppStatus], reached: bool, sharded: bool) {
     .map(String::from)];
     let mut others = vec![["APP", "OBJECT", "HEALTH"].map(String::from)];
     for s in statuses {
-        apps.push(app_row(s, reached, now));
+        apps.push(columns(app_row(s, now)));
         deployments.extend(
             s.deployments
                 .iter()
@@ -204,15 +235,7 @@ fn print_tables(statuses: &[AppStatus], reached: bool, sharded: bool) {
             others.push([s.app.clone(), o.object.clone(), o.health.clone()]);
         }
     }
-    if sharded {
-        print!("{}", table(&apps));
-    } else {
-        let rows: Vec<[String; 5]> = apps
-            .into_iter()
-            .map(|[a, _, c, o, g, h]| [a, c, o, g, h])
-            .collect();
-        print!("{}", table(&rows));
-    }
+    print!("{}", table(&apps));
     if deployments.len() > 1 {
         println!();
         print!("{}", table(&deployments));
@@ -223,9 +246,9 @@ fn print_tables(statuses: &[AppStatus], reached: bool, sharded: bool) {
     }
 }
 
-/// An app's row: its host, its last commit, what it does now (or how its last sync
-/// ended), how long ago, and why it is not synced.
-fn app_row(s: &AppStatus, reached: bool, now: jiff::Timestamp) -> [String; 6] {
+/// An app's row: its cluster, its host, its last commit, what it does now (or how its
+/// last sync ended), how long ago, and why it is not synced.
+fn app_row(s: &AppStatus, now: jiff::Timestamp) -> [String; 7] {
     let age = |t: jiff::Timestamp| short_age(now.duration_since(t).try_into().unwrap_or_default());
     let short = |sha: &str| sha[..sha.len().min(7)].to_string();
     let last = s.last.as_ref();
@@ -237,22 +260,20 @@ fn app_row(s: &AppStatus, reached: bool, now: jiff::Timestamp) -> [String; 6] {
             now_syncing.step,
             age(now_syncing.started_at)
         ),
+        (None, _) if s.suspended.is_some() => "suspended".into(),
         (None, _) if s.waiting.is_some() => s.waiting.clone().unwrap_or_default(),
         (None, Some(l)) => l.outcome.clone(),
         (None, None) => "never synced".into(),
     };
     [
         s.app.clone(),
+        s.cluster.clone(),
         s.host.clone().unwrap_or_else(|| "-".into()),
         last.and_then(|l| l.commit.as_deref())
             .map_or("-".into(), short),
         outcome,
         last.map_or("-".into(), |l| age(l.started_at)),
-        match (&s.reason, reached) {
-            (Some(r), _) => r.clone(),
-            (None, false) => "?".into(),
-            (None, true) => "-".into(),
-        },
+        s.reason.clone().unwrap_or_else(|| "-".into()),
     ]
 }
 
@@ -303,41 +324,119 @@ fn why_not_synced(r: &SyncRecord) -> Option<String> {
 /// How long `berth status` waits for the cluster before showing the local part alone.
 const CLUSTER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// What the cluster says of the apps.
+/// What the clusters say of the apps.
 struct Live {
-    /// With sharding: the host the assignment gives each app.
+    /// With sharding: the host the assignment gives each app (`None` when the first
+    /// cluster, which holds the members, was not reached).
     hosts: Option<BTreeMap<String, String>>,
-    /// One per app asked about, in order.
-    apps: Vec<LiveApp>,
+    /// One per app asked about, in order (`None` when its cluster was not reached).
+    apps: Vec<Option<LiveApp>>,
+    /// The clusters not reached, by name.
+    down: BTreeMap<String, Down>,
 }
 
-async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> anyhow::Result<Live> {
-    // A cluster that is down is said at once, not after the whole timeout.
-    super::reach_cluster(config).await?;
-    let client = client::connect(&config.cluster).await?;
-    // Discovery only when an app holds a kind beyond Deployments to show.
-    let kinds = SharedKinds::new(client.clone());
+/// Why a cluster was not reached.
+struct Down {
+    /// The cause, for the app's row.
+    cause: String,
+    /// The whole error, with what to check.
+    error: String,
+}
+
+impl Down {
+    fn of(e: &anyhow::Error) -> Self {
+        let cause = match e.downcast_ref::<ClusterError>() {
+            Some(ClusterError::Unreachable { cause, .. }) => cause.clone(),
+            _ => format!("{e:#}"),
+        };
+        Down {
+            cause,
+            error: format!("{e:#}"),
+        }
+    }
+}
+
+/// Asks each cluster of `apps` about its apps, side by side, each within
+/// [`CLUSTER_TIMEOUT`]: a cluster that is down costs the others nothing.
+async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> Live {
+    let mut clusters: Vec<(&config::ClusterConfig, Vec<usize>)> = Vec::new();
+    for (i, app) in apps.iter().enumerate() {
+        let cluster = config.cluster_of(app);
+        match clusters
+            .iter_mut()
+            .find(|(c, _)| c.name() == cluster.name())
+        {
+            Some((_, of)) => of.push(i),
+            None => clusters.push((cluster, vec![i])),
+        }
+    }
+    let reads = clusters.iter().map(|(cluster, of)| {
+        let named: Vec<&str> = of.iter().map(|&i| apps[i].name.as_str()).collect();
+        async move {
+            let read = read_cluster(config, cluster, &named);
+            match tokio::time::timeout(CLUSTER_TIMEOUT, read).await {
+                Ok(answer) => answer,
+                Err(_) => Err(anyhow::anyhow!(
+                    "no answer within {}s",
+                    CLUSTER_TIMEOUT.as_secs()
+                )),
+            }
+        }
+    });
     let mut live = Live {
         hosts: None,
-        apps: Vec::new(),
+        apps: apps.iter().map(|_| None).collect(),
+        down: BTreeMap::new(),
     };
-    if config.agent.sharding {
-        live.hosts = Some(hosts(&client, config).await?);
+    let hosts = async {
+        if !config.agent.sharding {
+            return None;
+        }
+        tokio::time::timeout(CLUSTER_TIMEOUT, hosts(config))
+            .await
+            .ok()?
+            .ok()
+    };
+    let (answers, hosts) = tokio::join!(futures::future::join_all(reads), hosts);
+    live.hosts = hosts;
+    for ((cluster, of), answer) in clusters.into_iter().zip(answers) {
+        match answer {
+            Ok(read) => of
+                .into_iter()
+                .zip(read)
+                .for_each(|(i, a)| live.apps[i] = Some(a)),
+            Err(e) => {
+                live.down.insert(cluster.name().to_string(), Down::of(&e));
+            }
+        }
     }
+    live
+}
+
+/// What one cluster says of its apps (`apps`, by name).
+async fn read_cluster(
+    config: &config::Config,
+    cluster: &config::ClusterConfig,
+    apps: &[&str],
+) -> anyhow::Result<Vec<LiveApp>> {
+    // A cluster that is down is said at once, not after the whole timeout.
+    client::probe(cluster, super::REACH_WITHIN).await?;
+    let client = client::connect(cluster).await?;
+    // Discovery only when an app holds a kind beyond Deployments to show.
+    let kinds = SharedKinds::new(client.clone());
+    let mut live = Vec::new();
     for app in apps {
         let ns = &config.agent.inventory_namespace;
-        live.apps
-            .push(live_app(&client, &kinds, ns, &app.name).await?);
+        live.push(live_app(&client, &kinds, ns, app).await?);
     }
     Ok(live)
 }
 
 /// With sharding: the host each app belongs to, as the live members share them out.
-async fn hosts(
-    client: &kube::Client,
-    config: &config::Config,
-) -> anyhow::Result<BTreeMap<String, String>> {
-    let leases = Api::namespaced(client.clone(), &config.agent.inventory_namespace);
+/// The members' Leases live in the first cluster listed.
+async fn hosts(config: &config::Config) -> anyhow::Result<BTreeMap<String, String>> {
+    let client = client::connect(&config.cluster.list()[0]).await?;
+    let leases = Api::namespaced(client, &config.agent.inventory_namespace);
     let members = shards::live_members(&leases, &config.agent.lease_name).await?;
     let names: Vec<String> = config.apps.iter().map(|a| a.name.clone()).collect();
     Ok(shards::assign(&names, &members)

@@ -49,7 +49,9 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             .filter(|a| wanted.contains(&a.name))
             .collect();
     }
-    super::reach_cluster(&config).await?;
+    let Some((apps, all_reached)) = set_aside(&config, apps).await? else {
+        return Ok(ExitCode::SUCCESS);
+    };
     let syncer = Syncer::connect(&config, false).await?.notify(&config)?;
     let (stop, shutdown) = berth::shutdown::channel();
     tokio::spawn(async move {
@@ -66,7 +68,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     };
     let ended = in_order(&syncer, &apps, options, args.with_deps, &shutdown).await;
     syncer.notifications.flush(super::NOTIFY_FLUSH).await;
-    let mut ok = true;
+    let mut ok = all_reached;
     for (record, synced) in &ended {
         super::say(summary(record));
         ok &= *synced
@@ -80,6 +82,47 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Sets aside, saying why, the apps `berth sync` leaves: the suspended ones, and those
+/// whose cluster does not answer. Returns the others and whether every cluster answered;
+/// `None` when every app is suspended.
+///
+/// # Errors
+/// No app's cluster answered: the first cluster's error.
+async fn set_aside<'a>(
+    config: &'a config::Config,
+    apps: Vec<&'a AppConfig>,
+) -> anyhow::Result<Option<(Vec<&'a AppConfig>, bool)>> {
+    let state = &config.agent.state_dir;
+    let mut active = Vec::new();
+    for app in apps {
+        match berth::suspend::suspended(state, app) {
+            Some(why) => {
+                let name = &app.name;
+                super::say(format_args!(
+                    "{name}: suspended ({why}): not synced (berth resume {name})"
+                ));
+            }
+            None => active.push(app),
+        }
+    }
+    if active.is_empty() {
+        return Ok(None);
+    }
+    let down = super::unreachable(config, &active).await;
+    let (reached, cut_off): (Vec<&AppConfig>, Vec<&AppConfig>) = active
+        .into_iter()
+        .partition(|app| !down.contains_key(config.cluster_of(app).name()));
+    if let (true, Some((name, error))) = (reached.is_empty(), down.iter().next()) {
+        return Err(super::in_cluster(config, name, error));
+    }
+    for app in &cut_off {
+        let cluster = config.cluster_of(app).name();
+        let error = super::in_cluster(config, cluster, &down[cluster]);
+        super::say(format_args!("{}: {error}; not synced", app.name));
+    }
+    Ok(Some((reached, cut_off.is_empty())))
 }
 
 /// Syncs `apps`, each once every app it depends on that is among them has ended; one whose

@@ -50,7 +50,7 @@ fn renders(config: &Config, app: &AppConfig, dir: Option<&PathBuf>) -> bool {
     let Some((root, shown)) = source_of(config, app, dir) else {
         return false;
     };
-    let kube_version = config.cluster.kube_version.as_deref();
+    let kube_version = config.cluster_of(app).kube_version.as_deref();
     let rendered = Builder::for_app(app, &config.agent, &root, &BuiltinScopes)
         .map_err(anyhow::Error::from)
         .and_then(|b| Ok(b.capabilities(kube_version, Vec::new().into()).render()?));

@@ -50,25 +50,36 @@ pub async fn probe(
         ..cluster.clone()
     };
     let client = client_of(config, &once, Reach::quiet(&server))?;
-    let error = match tokio::time::timeout(within, version(&client)).await {
+    let (cause, hint) = match tokio::time::timeout(within, version(&client)).await {
         Ok(Ok(())) => return Ok(()),
-        Ok(Err(Version::Unreached(e))) => format!(
-            "{}. Is it running, and is [cluster] kubeconfig (or the context) the right one?",
+        Ok(Err(Version::Unreached(e))) => (
             match e {
                 kube::Error::Service(inner) if inner.is::<Unreachable>() => inner.to_string(),
                 e => format!("cannot reach the API server at {server}: {}", root_cause(&e)),
-            }
+            },
+            UNREACHED,
         ),
-        Ok(Err(Version::Answered(answer))) => format!(
-            "{server} is not a Kubernetes API server that berth can use: it answered GET /version with {answer}. Is [cluster] kubeconfig (or the context) the right one?"
+        Ok(Err(Version::Answered(answer))) => (
+            format!("{server} is not a Kubernetes API server that berth can use: it answered GET /version with {answer}"),
+            WRONG_SERVER,
         ),
-        Err(_) => format!(
-            "cannot reach the API server at {server}: no answer within {}s. Is it running, and is [cluster] kubeconfig (or the context) the right one?",
-            within.as_secs()
+        Err(_) => (
+            format!(
+                "cannot reach the API server at {server}: no answer within {}s",
+                within.as_secs()
+            ),
+            UNREACHED,
         ),
     };
-    Err(ClusterError::Connect(error))
+    Err(ClusterError::Unreachable { cause, hint })
 }
+
+/// What to check when the API server does not answer.
+const UNREACHED: &str =
+    "Is it running, and is [cluster] kubeconfig (or the context) the right one?";
+
+/// What to check when something else answers.
+const WRONG_SERVER: &str = "Is [cluster] kubeconfig (or the context) the right one?";
 
 /// How `GET /version` went wrong.
 enum Version {

@@ -1,14 +1,17 @@
-//! Talking to the cluster: [`client`] connects, [`discovery`] maps kinds to resources and
+//! Talking to the clusters: [`handle`] holds each cluster berth drives, [`client`] connects, [`discovery`] maps kinds to resources and
 //! scopes, [`apply`] dry-runs and server-side-applies objects, [`inventory`] keeps the set
 //! of applied objects in a ConfigMap, [`prune`] deletes what git no longer holds.
 
 pub mod apply;
 pub mod client;
 pub mod discovery;
+pub mod handle;
 pub mod health;
 pub mod inventory;
 pub mod prune;
 pub mod resilient;
+
+pub use handle::{Cluster, Fleet};
 
 use serde::{Deserialize, Serialize};
 
@@ -56,6 +59,14 @@ pub enum ClusterError {
     /// No client could be made.
     #[error("cannot connect to the cluster: {0}")]
     Connect(String),
+    /// The API server did not answer a command's first question, or something else did.
+    #[error("cannot connect to the cluster: {cause}. {hint}")]
+    Unreachable {
+        /// What happened, naming the server.
+        cause: String,
+        /// What to check.
+        hint: &'static str,
+    },
     /// The inventory ConfigMap changed (or went) since it was read: another writer.
     #[error("{0}: the inventory changed since berth read it (another writer)")]
     InventoryChanged(String),

@@ -1,5 +1,7 @@
 //! `[agent]` (the agent process: state, intervals, limits, the endpoint, leases) and
-//! `[cluster]` (how to reach the cluster), with their defaults.
+//! `[cluster]` or `[[cluster]]` (how to reach the cluster, or each of several), with their
+//! defaults.
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -188,10 +190,84 @@ pub enum LogFormat {
     Journald,
 }
 
-/// `[cluster]`: how to reach the Kubernetes API.
+/// `[cluster]` (the one cluster, named `default`) or `[[cluster]]` (several, each named:
+/// apps say which they go to).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Clusters {
+    /// `[cluster]`, or none: the one cluster.
+    One(ClusterConfig),
+    /// `[[cluster]]`: each a table of its own.
+    Many(Vec<ClusterConfig>),
+}
+
+impl Default for Clusters {
+    fn default() -> Self {
+        Clusters::One(ClusterConfig::default())
+    }
+}
+
+impl Clusters {
+    /// Every cluster, in the configuration's order.
+    pub fn list(&self) -> &[ClusterConfig] {
+        match self {
+            Clusters::One(one) => std::slice::from_ref(one),
+            Clusters::Many(many) => many,
+        }
+    }
+
+    /// Every cluster, to change in place.
+    pub fn list_mut(&mut self) -> &mut [ClusterConfig] {
+        match self {
+            Clusters::One(one) => std::slice::from_mut(one),
+            Clusters::Many(many) => many,
+        }
+    }
+
+    /// The cluster of that name.
+    pub fn named(&self, name: &str) -> Option<&ClusterConfig> {
+        self.list().iter().find(|c| c.name() == name)
+    }
+
+    /// The key path of the `i`th cluster's `key`: `cluster.key` or `cluster[i].key`.
+    pub fn key(&self, i: usize, key: &str) -> String {
+        match self {
+            Clusters::One(_) => format!("cluster.{key}"),
+            Clusters::Many(_) => format!("cluster[{i}].{key}"),
+        }
+    }
+}
+
+/// A table is `[cluster]`, an array of tables `[[cluster]]`; either keeps serde's key
+/// paths in its errors.
+impl<'de> Deserialize<'de> for Clusters {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Either;
+        impl<'de> serde::de::Visitor<'de> for Either {
+            type Value = Clusters;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a [cluster] table or [[cluster]] tables")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Clusters, A::Error> {
+                let one = serde::de::value::MapAccessDeserializer::new(map);
+                ClusterConfig::deserialize(one).map(Clusters::One)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Clusters, A::Error> {
+                let many = serde::de::value::SeqAccessDeserializer::new(seq);
+                Vec::deserialize(many).map(Clusters::Many)
+            }
+        }
+        deserializer.deserialize_any(Either)
+    }
+}
+
+/// One cluster: how to reach its Kubernetes API.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
+    /// Its name, a DNS label that apps and sets name (`[[cluster]]`); `default` when unset.
+    pub name: Option<String>,
+    /// Labels an `[[app_set]]`'s `clusters` selects by.
+    pub labels: BTreeMap<String, String>,
     /// A kubeconfig file; unset means `$KUBECONFIG`, `~/.kube/config`, then in-cluster.
     #[serde(default, deserialize_with = "credentials::file")]
     pub kubeconfig: Option<PathBuf>,
@@ -216,6 +292,8 @@ pub struct ClusterConfig {
 impl Default for ClusterConfig {
     fn default() -> Self {
         ClusterConfig {
+            name: None,
+            labels: BTreeMap::new(),
             kubeconfig: None,
             context: None,
             request_timeout: Duration::from_secs(30),
@@ -223,5 +301,12 @@ impl Default for ClusterConfig {
             max_requests_in_flight: 64,
             kube_version: None,
         }
+    }
+}
+
+impl ClusterConfig {
+    /// Its name: `default` when it has none (a lone `[cluster]`).
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or("default")
     }
 }

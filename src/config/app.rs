@@ -38,6 +38,9 @@ pub struct AppConfig {
     /// Objects whose `Kind/name` matches one of these globs are dropped.
     #[serde(default)]
     pub exclude_objects: Globs,
+    /// The cluster it is synced to (a `[[cluster]]`'s name); optional when one cluster
+    /// is configured.
+    pub cluster: Option<String>,
     /// Namespace for namespaced objects that name none.
     #[serde(default = "default_namespace")]
     pub namespace: String,
@@ -46,6 +49,10 @@ pub struct AppConfig {
     /// the last of them removed with `prune = true` deletes it.
     #[serde(default)]
     pub create_namespace: bool,
+    /// Leave the app alone: not synced by `berth run` nor `berth sync`, its objects as
+    /// they are (as `berth suspend` does, until removed).
+    #[serde(default)]
+    pub suspend: bool,
     /// Delete objects that an earlier commit applied and this one no longer holds.
     #[serde(default)]
     pub prune: bool,

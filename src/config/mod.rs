@@ -18,7 +18,7 @@ pub mod order;
 mod validate;
 mod values;
 
-pub use agent::{AgentConfig, ClusterConfig, LogFormat, DEFAULT_RENDER_MEMORY};
+pub use agent::{AgentConfig, ClusterConfig, Clusters, LogFormat, DEFAULT_RENDER_MEMORY};
 pub use app::{
     AppConfig, AuthConfig, DecryptConfig, DecryptProvider, GitRef, HelmConfig, OnFailure,
     RenderMode, RolloutConfig, RolloutEngine, ScopeConfig, VerifyConfig, VerifyMode,
@@ -46,9 +46,9 @@ pub struct Config {
     /// Settings of the agent process.
     #[serde(default)]
     pub agent: AgentConfig,
-    /// How to reach the cluster.
+    /// How to reach the cluster (`[cluster]`), or each cluster (`[[cluster]]`).
     #[serde(default)]
-    pub cluster: ClusterConfig,
+    pub cluster: Clusters,
     /// The applications: one git source each.
     #[serde(default, rename = "app")]
     pub apps: Vec<AppConfig>,
@@ -115,7 +115,9 @@ impl Config {
         };
         at(&mut self.agent.state_dir);
         self.agent.status_page_credentials.iter_mut().for_each(at);
-        self.cluster.kubeconfig.iter_mut().for_each(at);
+        for cluster in self.cluster.list_mut() {
+            cluster.kubeconfig.iter_mut().for_each(at);
+        }
         for app in &mut self.apps {
             app.webhook_secret_file.iter_mut().for_each(at);
             app.verify.ssh_allowed_signers.iter_mut().for_each(at);
@@ -147,6 +149,15 @@ impl Config {
     /// The app of that name.
     pub fn app(&self, name: &str) -> Option<&AppConfig> {
         self.apps.iter().find(|a| a.name == name)
+    }
+
+    /// The cluster `app` is synced to: the one it names, else the only one (validation
+    /// refuses an app that names none when there are several).
+    pub fn cluster_of(&self, app: &AppConfig) -> &ClusterConfig {
+        app.cluster
+            .as_deref()
+            .and_then(|name| self.cluster.named(name))
+            .unwrap_or(&self.cluster.list()[0])
     }
 }
 

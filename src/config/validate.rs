@@ -5,7 +5,10 @@ use std::collections::HashSet;
 use std::path::{Component, Path};
 use std::time::Duration;
 
+mod clusters;
+
 use super::{compile_globs, AgentConfig, AppConfig, Config, ConfigError, Problem};
+use clusters::{app_cluster, clusters};
 
 /// The problems found so far.
 #[derive(Default)]
@@ -30,17 +33,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut problems = Problems::default();
         agent(&self.agent, &mut problems);
-        if let Some(v) = &self.cluster.kube_version {
-            if !is_kube_version(v) {
-                problems.add(
-                    "cluster.kube_version",
-                    format!("{v:?} is not a Kubernetes version such as \"1.31\" or \"v1.31.2\""),
-                );
-            }
-        }
-        if self.cluster.max_requests_in_flight == 0 {
-            problems.add("cluster.max_requests_in_flight", "must be at least 1");
-        }
+        clusters(&self.cluster, &mut problems);
         let mut names = HashSet::new();
         for (i, app) in self.apps.iter().enumerate() {
             let key = |k: &str| format!("app[{i}].{k}");
@@ -53,6 +46,7 @@ impl Config {
                     ),
                 );
             }
+            app_cluster(app, &self.cluster, &key, &mut problems);
             app_identity(app, &key, &mut problems);
             app_scope(app, &key, &mut problems);
             app_source(app, &key, &mut problems);

@@ -37,6 +37,9 @@ pub struct AppState {
     /// What it waits on (`waiting on infra: …`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
+    /// Why it is suspended (`by ops@host at …`, `in the configuration`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suspended: Option<String>,
     /// Why it is held (a failed rollout of its commit), when it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held: Option<String>,
@@ -63,6 +66,8 @@ pub enum State {
     Syncing,
     /// It waits on the apps it depends on.
     Waiting,
+    /// `berth suspend` (or `suspend = true`) keeps it from syncing.
+    Suspended,
 }
 
 /// An app's last sync, as the list shows it.
@@ -154,6 +159,7 @@ impl AppState {
             activity: None,
             since: None,
             waiting: None,
+            suspended: None,
             held: None,
             next_sync: None,
             last: None,
@@ -228,6 +234,7 @@ impl Board {
             s.step = None;
             s.activity = None;
             s.waiting = None;
+            s.suspended = None;
             s.next_sync = None;
         });
     }
@@ -250,6 +257,18 @@ impl Board {
             }
             s.state = State::Waiting;
             s.waiting = Some(why.to_string());
+            s.step = None;
+            s.activity = None;
+        });
+    }
+
+    /// `app` is suspended; `why` says by whom.
+    pub fn suspended(&self, app: &str, why: &str) {
+        self.change(app, |s| {
+            s.since = Some(Timestamp::now());
+            s.state = State::Suspended;
+            s.suspended = Some(why.to_string());
+            s.next_sync = None;
             s.step = None;
             s.activity = None;
         });

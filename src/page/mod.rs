@@ -34,6 +34,7 @@ use futures::future::BoxFuture;
 use hyper::{header, Response};
 use jiff::Timestamp;
 
+use crate::cluster::ClusterError;
 use crate::config::{AppConfig, Config, Published};
 use crate::history::HistoryLog;
 use crate::live::live_app;
@@ -167,9 +168,13 @@ impl StatusPage {
 
     async fn read_live(&self, app: &str) -> html::Live {
         let syncer = self.syncer();
+        let Some(cluster) = syncer.cluster_of(app) else {
+            let gone = ClusterError::Connect(format!("app {app} is no longer configured"));
+            return Err(Arc::new(gone.into()));
+        };
         let read = live_app(
-            &syncer.client,
-            &syncer.kinds,
+            &cluster.client,
+            &cluster.kinds,
             &syncer.agent.inventory_namespace,
             app,
         );

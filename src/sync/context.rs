@@ -1,5 +1,5 @@
-//! What every step of a sync reads ([`Ctx`]: the agent, the app, the client that writes
-//! its objects, the options, shutdown and where progress goes) and what a step says it did
+//! What every step of a sync reads ([`Ctx`]: the agent, the app, its cluster, the client
+//! that writes its objects, the options, shutdown and where progress goes) and what a step says it did
 //! ([`Journal`]: errors, object actions, rollouts, health, requests; folded into the record by the
 //! orchestrator). Steps take the one by shared reference and the other, when they report
 //! object actions or errors that do not stop the sync, by `&mut`.
@@ -12,6 +12,7 @@ use super::progress::{Level, Progress, Report};
 use super::syncer::{SyncOptions, Syncer};
 use crate::cluster::apply::ApplySettings;
 use crate::cluster::discovery::ClusterKinds;
+use crate::cluster::Cluster;
 use crate::config::AppConfig;
 use crate::history::{
     HookRecord, ObjectAction, ObjectHealth, RecordError, RolloutRecord, SyncRecord, Trigger,
@@ -21,13 +22,16 @@ use crate::shutdown::{self, Signal};
 
 /// The read-only context of one sync's steps.
 pub(super) struct Ctx<'a> {
-    /// What every sync of the agent shares: berth's client (its own state and reads), the
-    /// agent's settings, the shared discovery, the repositories' fetches, the history.
+    /// What every sync of the agent shares: the agent's settings, the clusters, the
+    /// repositories' fetches, the history.
     pub syncer: &'a Syncer,
     /// The app.
     pub app: &'a AppConfig,
-    /// What writes the app's objects (dry run, apply, prune, restore): berth's client, or
-    /// one impersonating the app's account.
+    /// The app's cluster: berth's client there (its own state and reads), whether it
+    /// answers, its kinds.
+    pub cluster: &'a Cluster,
+    /// What writes the app's objects (dry run, apply, prune, restore): berth's client in
+    /// the app's cluster, or one impersonating the app's account there.
     pub writer: kube::Client,
     /// How this sync runs.
     pub options: SyncOptions,
@@ -92,13 +96,15 @@ impl<'a> Ctx<'a> {
         shutdown: &'a Signal,
         report: Report<'a>,
     ) -> Self {
+        let cluster = syncer.cluster(app);
         let writer = match crate::cluster::client::Identity::of(app) {
-            Some(identity) => crate::cluster::client::impersonating(&syncer.client, &identity),
-            None => syncer.client.clone(),
+            Some(identity) => crate::cluster::client::impersonating(&cluster.client, &identity),
+            None => cluster.client.clone(),
         };
         Ctx {
             syncer,
             app,
+            cluster,
             writer,
             options,
             shutdown,
@@ -168,7 +174,7 @@ impl<'a> Ctx<'a> {
         newer_than: Option<Instant>,
         journal: &mut Journal<'_>,
     ) -> Result<(Arc<ClusterKinds>, Instant), Stop> {
-        self.syncer
+        self.cluster
             .kinds
             .get(newer_than)
             .await

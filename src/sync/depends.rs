@@ -71,11 +71,15 @@ impl Syncer {
             .map_err(|e| waiting(format!("cannot fetch its commit: {e}"), true))?;
         let (sha, short) = (&checkout.commit.sha, checkout.commit.short());
         let namespace = &self.agent.inventory_namespace;
-        let inventory = crate::cluster::inventory::load(&self.client, namespace, &dependency.name)
-            .await
-            .map_err(|e| waiting(format!("cannot read its inventory: {e}"), false))?
-            .map(|stored| stored.inventory)
-            .unwrap_or_default();
+        let inventory = crate::cluster::inventory::load(
+            &self.cluster(dependency).client,
+            namespace,
+            &dependency.name,
+        )
+        .await
+        .map_err(|e| waiting(format!("cannot read its inventory: {e}"), false))?
+        .map(|stored| stored.inventory)
+        .unwrap_or_default();
         if let Some(held) = inventory.held_at(sha) {
             return Err(waiting(held.reason.clone(), true));
         }

@@ -119,6 +119,15 @@ pub enum SyncError {
         /// What the OS said.
         cause: std::io::Error,
     },
+    /// An app removed from the configuration was synced to a cluster that is no longer
+    /// configured: nothing of it is pruned.
+    #[error("app {app} was synced to cluster {cluster:?}, which is no longer configured: nothing of it was pruned (put the cluster back to prune its objects)")]
+    ClusterGone {
+        /// The app.
+        app: String,
+        /// The cluster it named (`default`: none, when there was one cluster).
+        cluster: String,
+    },
     /// A sync's history record could not be written.
     #[error("this sync's history record could not be written ({0}): the cluster holds what it lists; free space in [agent] state_dir")]
     Unrecorded(crate::history::HistoryError),

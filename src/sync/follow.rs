@@ -108,11 +108,11 @@ pub(super) async fn follow_and_drive(
     };
     let driving = ctx.app.rollout.engine == RolloutEngine::Agent && !ctx.syncer.engine_supervised;
     let engine = driving.then(|| Engine {
-        client: ctx.syncer.client.clone(),
+        client: ctx.cluster.client.clone(),
         field_manager: ctx.syncer.agent.field_manager.clone(),
     });
     follow_driving(
-        &ctx.syncer.client,
+        &ctx.cluster.client,
         follows,
         ctx.app.rollout.timeout,
         ctx.shutdown,

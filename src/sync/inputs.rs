@@ -14,7 +14,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{AgentConfig, AppConfig, ClusterConfig};
+use crate::config::{AgentConfig, AppConfig, Clusters};
 
 /// Largest inputs file read (a kustomization reaching thousands of folders fits).
 const MAX_FILE: u64 = 1 << 20;
@@ -45,13 +45,13 @@ pub(super) struct Remembered {
 }
 
 impl Remembered {
-    pub fn new(agent: &AgentConfig, cluster: &ClusterConfig) -> Self {
+    pub fn new(agent: &AgentConfig, clusters: &Clusters) -> Self {
         let single_host = !agent.leader_election && !agent.sharding;
         Remembered {
             memory: Mutex::new(HashMap::new()),
             dir: single_host.then(|| agent.state_dir.join("inputs")),
             scope: crate::digest::sha256_hex(
-                format!("{} {agent:?} {cluster:?}", env!("CARGO_PKG_VERSION")).as_bytes(),
+                format!("{} {agent:?} {clusters:?}", env!("CARGO_PKG_VERSION")).as_bytes(),
             ),
         }
     }
@@ -125,7 +125,7 @@ mod tests {
             sharding,
             ..AgentConfig::default()
         };
-        Remembered::new(&agent, &ClusterConfig::default())
+        Remembered::new(&agent, &Clusters::default())
     }
 
     fn inputs(r: &Remembered, app: &AppConfig) -> Inputs {

@@ -168,7 +168,7 @@ async fn live_revisions(
     journal: &mut Journal<'_>,
 ) -> Result<Revisions, Stop> {
     let ns = key.namespace_or_default();
-    let api: Api<Deployment> = Api::namespaced(ctx.syncer.client.clone(), ns);
+    let api: Api<Deployment> = Api::namespaced(ctx.cluster.client.clone(), ns);
     let request = |what: &str| {
         let what = format!("{what} {}", key.qualified_name());
         move |cause| ClusterError::Request { what, cause }
@@ -178,7 +178,7 @@ async fn live_revisions(
         .await
         .map_err(request("cannot read Deployment"))
         .map_err(|e| journal.stop(e))?;
-    revisions::list(&ctx.syncer.client, &live)
+    revisions::list(&ctx.cluster.client, &live)
         .await
         .map_err(request("cannot list the ReplicaSets of"))
         .map_err(|e| journal.stop(e))

@@ -194,10 +194,11 @@ impl Syncer {
         }
         preview.hooks.extend(planned_hooks(hooks));
         for w in &writes {
-            preview
-                .objects
-                .push(self.planned_write(w, validated, show_secrets).await);
-            if let Some(plan) = self.predict_deployment(w).await {
+            preview.objects.push(
+                self.planned_write(&ctx.cluster.client, w, validated, show_secrets)
+                    .await,
+            );
+            if let Some(plan) = self.predict_deployment(&ctx.cluster.client, w).await {
                 preview.deployments.push(plan);
             }
         }
@@ -220,7 +221,13 @@ impl Syncer {
     }
 
     /// One write of the plan, as the dry run answered it.
-    async fn planned_write(&self, w: &Write, validated: bool, show_secrets: bool) -> PlannedObject {
+    async fn planned_write(
+        &self,
+        client: &kube::Client,
+        w: &Write,
+        validated: bool,
+        show_secrets: bool,
+    ) -> PlannedObject {
         let action = match (&w.refused, w.existing()) {
             (Some(_), _) => "refused",
             (None, Some(Some(_))) => "configure",
@@ -235,7 +242,7 @@ impl Syncer {
             _ => None,
         };
         let diff = match &w.dry_run {
-            Some(planned) => self.diff(w, planned, show_secrets).await,
+            Some(planned) => self.diff(client, w, planned, show_secrets).await,
             None => None,
         };
         PlannedObject {
@@ -249,9 +256,15 @@ impl Syncer {
 
     /// The diff of one write: the live object (read now; absent when it is created)
     /// against the dry run's answer. A read that fails shows as a note in the diff.
-    async fn diff(&self, w: &Write, planned: &DynamicObject, show_secrets: bool) -> Option<String> {
+    async fn diff(
+        &self,
+        client: &kube::Client,
+        w: &Write,
+        planned: &DynamicObject,
+        show_secrets: bool,
+    ) -> Option<String> {
         let m = &w.target.manifest;
-        let api = crate::cluster::api_for(&self.client, &w.target.resolved, m.namespace());
+        let api = crate::cluster::api_for(client, &w.target.resolved, m.namespace());
         let live = match w.existing() {
             Some(Some(_)) => match api.get_opt(m.name()).await {
                 Ok(live) => live,
@@ -269,16 +282,16 @@ impl Syncer {
         )
     }
 
-    async fn predict_deployment(&self, w: &Write) -> Option<DeploymentPlan> {
+    async fn predict_deployment(&self, client: &kube::Client, w: &Write) -> Option<DeploymentPlan> {
         let m = &w.target.manifest;
         if m.group() != "apps" || m.kind() != "Deployment" {
             return None;
         }
         let planned: Deployment =
             serde_json::from_value(serde_json::to_value(w.dry_run.as_ref()?).ok()?).ok()?;
-        let api: Api<Deployment> = Api::namespaced(self.client.clone(), m.namespace_or_default());
+        let api: Api<Deployment> = Api::namespaced(client.clone(), m.namespace_or_default());
         let live = match api.get_opt(m.name()).await.ok().flatten() {
-            Some(d) => revisions::list(&self.client, &d).await.unwrap_or_default(),
+            Some(d) => revisions::list(client, &d).await.unwrap_or_default(),
             None => Revisions::default(),
         };
         predict(m.key(), &planned, &live)

@@ -36,7 +36,7 @@ pub(super) fn waiting_for<'w>(
         .map(|w| Waiting {
             write: w,
             api: api_for(
-                &ctx.syncer.client,
+                &ctx.cluster.client,
                 &w.target.resolved,
                 w.target.manifest.namespace(),
             ),
@@ -95,7 +95,7 @@ async fn check(ctx: &Ctx<'_>, w: &mut Waiting<'_>, started: Instant) {
         Ok(Some(obj)) => {
             let json = serde_json::to_value(&obj).unwrap_or_default();
             w.selects_pods = selects_pods(m.group(), m.kind(), &json);
-            let client = &ctx.syncer.client;
+            let client = &ctx.cluster.client;
             let ns = m.namespace_or_default();
             let endpoints = ctx.app.rollout.require_endpoints;
             live_health(client, m.group(), m.kind(), ns, &json, endpoints).await

@@ -7,6 +7,7 @@
 use std::time::Instant;
 
 use super::context::{Ctx, Journal, Stop};
+use super::error::SyncError;
 use super::lock;
 use super::pipeline::{finish, outcome_of};
 use super::progress::Report;
@@ -37,6 +38,14 @@ impl Syncer {
         );
         let mut journal = ctx.journal();
         let mut rec = self.new_record(&ctx);
+        if self.fleet.find(app).is_none() {
+            journal.fail(SyncError::ClusterGone {
+                app: app.name.clone(),
+                cluster: app.cluster.clone().unwrap_or_else(|| "default".to_string()),
+            });
+            rec.outcome = Outcome::Failed;
+            return finish(&ctx, rec, journal, clock, None);
+        }
         let lock = match lock::take(&ctx, &mut journal).await {
             Ok(mut lock) => {
                 rec.id = lock.id().to_string();
@@ -79,7 +88,7 @@ async fn prune_all(ctx: &Ctx<'_>, journal: &mut Journal<'_>) -> Result<usize, St
     }
     let agent = &ctx.syncer.agent;
     crate::cluster::inventory::delete(
-        &ctx.syncer.client,
+        &ctx.cluster.client,
         &agent.inventory_namespace,
         &ctx.app.name,
     )

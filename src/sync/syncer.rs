@@ -1,4 +1,4 @@
-//! What every sync of an agent shares ([`Syncer`]: the cluster's client and kinds, the
+//! What every sync of an agent shares ([`Syncer`]: the clusters' handles, the
 //! agent's settings, the repositories' fetches, the history, the apps) and how one sync
 //! runs ([`SyncOptions`]). The orchestrator that runs a sync is `pipeline.rs`.
 
@@ -6,20 +6,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::inputs::Remembered;
-use crate::cluster::discovery::SharedKinds;
-use crate::cluster::ClusterError;
-use crate::config::{AgentConfig, Config, Published};
+use crate::cluster::{Cluster, ClusterError, Fleet};
+use crate::config::{AgentConfig, AppConfig, Config, Published};
 use crate::history::{HistoryLog, Trigger};
 use crate::notifications::{Notifications, NotifyError};
 use crate::source::shared::Sources;
 
 /// What every sync of an agent shares.
 pub struct Syncer {
-    /// The cluster.
-    pub client: kube::Client,
-    /// Whether the cluster answers (said once when it stops and once when it is back),
-    /// and the stop that cuts the client's requests short.
-    pub reach: Arc<crate::cluster::resilient::Reach>,
+    /// The clusters: each one's client, whether it answers, its kinds.
+    pub fleet: Fleet,
     /// Agent settings.
     pub agent: AgentConfig,
     /// The history log.
@@ -27,8 +23,6 @@ pub struct Syncer {
     /// Apps with `rollout.engine = "agent"` have their Deployments driven by a
     /// supervisor elsewhere (the daemon): syncs then only follow them.
     pub engine_supervised: bool,
-    /// The cluster's kinds, discovered once for every app.
-    pub kinds: SharedKinds,
     /// `agent.max_concurrent_syncs` places; the daemon's app loops take one per sync, in
     /// the order they asked (tokio's semaphore is fair), so one slow app holds one place
     /// and never starves the others.
@@ -59,7 +53,7 @@ impl Syncer {
         Ok(self)
     }
 
-    /// Connects to the cluster named in `config`.
+    /// Connects to the clusters named in `config`.
     ///
     /// # Errors
     /// No client could be made.
@@ -67,13 +61,13 @@ impl Syncer {
         config: &crate::config::Config,
         engine_supervised: bool,
     ) -> Result<Self, ClusterError> {
-        let (client, reach) = crate::cluster::client::connect_reaching(&config.cluster).await?;
+        let fleet = Fleet::connect(&config.cluster).await?;
         // Before anything is written there: the state holds Secret manifests.
         if let Err(e) = crate::state::secure_state_dir(&config.agent.state_dir) {
             tracing::warn!(state_dir = %config.agent.state_dir.display(), error = %e, "cannot make the state folder private (0700)");
         }
         Ok(Syncer {
-            kinds: SharedKinds::new(client.clone()),
+            fleet,
             slots: Arc::new(tokio::sync::Semaphore::new(
                 config.agent.max_concurrent_syncs,
             )),
@@ -84,8 +78,6 @@ impl Syncer {
             host: crate::service::lease::identity(),
             inputs: Remembered::new(&config.agent, &config.cluster),
             notifications: Arc::new(Notifications::none()),
-            client,
-            reach,
             agent: config.agent.clone(),
             history: HistoryLog::new(&config.agent.state_dir),
             engine_supervised,
@@ -112,6 +104,19 @@ impl Syncer {
     /// The configuration as last published.
     pub(super) fn config(&self) -> Arc<Config> {
         self.config.borrow().clone()
+    }
+
+    /// The cluster `app` is synced to.
+    pub fn cluster(&self, app: &AppConfig) -> &Arc<Cluster> {
+        self.fleet.of(app)
+    }
+
+    /// The cluster of the app of that name in the configuration as last published.
+    pub fn cluster_of(&self, app: &str) -> Option<Arc<Cluster>> {
+        self.config()
+            .app(app)
+            .and_then(|a| self.fleet.find(a))
+            .cloned()
     }
 }
 

@@ -23,6 +23,7 @@ pub mod receiver;
 static CONTROL_PLANE: OnceLock<Option<ControlPlane>> = OnceLock::new();
 static WITHOUT_DEPLOYMENT_CONTROLLER: OnceLock<Option<ControlPlane>> = OnceLock::new();
 static FOR_FAULTS: OnceLock<Option<ControlPlane>> = OnceLock::new();
+static FLEET: OnceLock<Option<Vec<ControlPlane>>> = OnceLock::new();
 static STATE_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
 
 /// The shared control plane, or `None` (test skipped) when run by hand without binaries.
@@ -33,6 +34,13 @@ pub fn control_plane() -> Option<&'static ControlPlane> {
 /// A control plane of its own, for tests that kill and restart its parts.
 pub fn control_plane_for_faults() -> Option<&'static ControlPlane> {
     FOR_FAULTS.get_or_init(|| start(true, "faults")).as_ref()
+}
+
+/// Three control planes of their own: a fleet's clusters, whose parts its tests may kill.
+pub fn fleet() -> Option<&'static [ControlPlane]> {
+    FLEET
+        .get_or_init(|| (0..3).map(|i| start(true, &format!("fleet-{i}"))).collect())
+        .as_deref()
 }
 
 /// A second control plane with no Deployment controller (berth's own engine's ground).

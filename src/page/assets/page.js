@@ -20,7 +20,8 @@
   const cells = {
     status(a) {
       const detail = a.state === 'syncing' ? (a.step || 'starting') + (a.activity ? `: ${a.activity}` : '')
-        : a.state === 'waiting' ? a.waiting : a.held || (a.last && a.last.error);
+        : a.state === 'waiting' ? a.waiting : a.state === 'suspended' ? a.suspended
+        : a.held || (a.last && a.last.error);
       let html = badge(word(a));
       if (detail) html += ` <span class="detail">${esc(detail)}</span>`;
       if (a.state !== 'idle' && a.since) html += ` <span class="dim">${time(a.since)}</span>`;

@@ -73,6 +73,7 @@ pub fn status_word(app: &AppState) -> &'static str {
     match (app.state, &app.held, &app.last) {
         (State::Syncing, _, _) => "syncing",
         (State::Waiting, _, _) => "waiting",
+        (State::Suspended, _, _) => "suspended",
         (State::Idle, Some(_), _) => "held",
         (State::Idle, None, Some(last)) => last.outcome.as_str(),
         (State::Idle, None, None) => "never",
@@ -80,7 +81,7 @@ pub fn status_word(app: &AppState) -> &'static str {
 }
 
 /// What the filter's outcome list offers.
-const STATUS_WORDS: [&str; 9] = [
+const STATUS_WORDS: [&str; 10] = [
     "succeeded",
     "failed",
     "no-change",
@@ -89,6 +90,7 @@ const STATUS_WORDS: [&str; 9] = [
     "held",
     "syncing",
     "waiting",
+    "suspended",
     "never",
 ];
 
@@ -138,12 +140,16 @@ impl<'a> Cells<'a> {
                 })
             }
             State::Waiting => app.waiting.clone(),
+            State::Suspended => app.suspended.clone(),
             State::Idle => app
                 .held
                 .clone()
                 .or_else(|| app.last.as_ref().and_then(|l| l.error.clone())),
         };
-        let busy = matches!(app.state, State::Syncing | State::Waiting);
+        let busy = matches!(
+            app.state,
+            State::Syncing | State::Waiting | State::Suspended
+        );
         Cells {
             word: status_word(app),
             detail,

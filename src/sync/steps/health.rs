@@ -108,7 +108,7 @@ async fn selects_ready_pod(ctx: &Ctx<'_>, ns: &str, service: &crate::manifest::M
         .iter()
         .filter_map(|(k, v)| Some(format!("{k}={}", v.as_str()?)))
         .collect();
-    let api: Api<Pod> = Api::namespaced(ctx.syncer.client.clone(), ns);
+    let api: Api<Pod> = Api::namespaced(ctx.cluster.client.clone(), ns);
     let pods = api
         .list(&kube::api::ListParams::default().labels(&labels.join(",")))
         .await;
@@ -130,13 +130,13 @@ async fn warn_without_endpoints(ctx: &Ctx<'_>, waiting: &[Waiting<'_>]) {
     for w in waiting.iter().filter(|w| w.selects_pods) {
         let m = &w.write.target.manifest;
         let ns = m.namespace_or_default();
-        let mut routed = has_ready_endpoints(&ctx.syncer.client, ns, m.name()).await;
+        let mut routed = has_ready_endpoints(&ctx.cluster.client, ns, m.name()).await;
         // The grace is for the endpoints controller to catch up with ready pods; with
         // none selected (e.g. scaled to zero) there is nothing to wait for.
         let expected = !routed && selects_ready_pod(ctx, ns, &w.write.target.manifest).await;
         while expected && !routed && Instant::now() < grace && ctx.interrupted().is_ok() {
             tokio::time::sleep(POLL).await;
-            routed = has_ready_endpoints(&ctx.syncer.client, ns, m.name()).await;
+            routed = has_ready_endpoints(&ctx.cluster.client, ns, m.name()).await;
         }
         if !routed {
             ctx.tell(Level::Warn, &format!(

@@ -41,7 +41,7 @@ pub(in crate::sync) async fn load(
     let local = inventory::load_local(&agent.state_dir, app);
     let name = format!("{ns}/{}", inventory::name(app));
     let mut store = InventoryStore { version: None };
-    let (inv, warning) = match inventory::load(&ctx.syncer.client, ns, app).await {
+    let (inv, warning) = match inventory::load(&ctx.cluster.client, ns, app).await {
         Ok(Some(stored)) => {
             store.version = Some(stored.version);
             let mut inv = stored.inventory;
@@ -132,7 +132,7 @@ impl InventoryStore {
             return true;
         }
         let agent = &ctx.syncer.agent;
-        let client = &ctx.syncer.client;
+        let client = &ctx.cluster.client;
         let (ns, app) = (&agent.inventory_namespace, &ctx.app.name);
         let mut next = next.clone();
         for attempt in 1..=3 {

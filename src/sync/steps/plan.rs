@@ -26,7 +26,7 @@ pub(in crate::sync) async fn plan(
             return Err(Stop::Failed);
         }
     };
-    let client = &ctx.syncer.client;
+    let client = &ctx.cluster.client;
     let owners = inventory::owned_elsewhere(client, resources(draft.new_targets()), &ctx.app.name)
         .await
         .map_err(|e| journal.stop(e))?;

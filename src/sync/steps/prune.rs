@@ -102,7 +102,7 @@ pub(in crate::sync) async fn decide(
             ))
         })
         .collect();
-    let live = match inventory::live_objects(&ctx.syncer.client, resources, &ctx.app.name).await {
+    let live = match inventory::live_objects(&ctx.cluster.client, resources, &ctx.app.name).await {
         Ok(live) => live,
         Err(e) => {
             journal.fail(e);

@@ -208,7 +208,7 @@ async fn record_rollout(
 ) -> (RolloutRecord, Option<SyncError>) {
     let m = &w.target.manifest;
     let ns = m.namespace_or_default();
-    let revisions = current_revisions(&ctx.syncer.client, ns, m.name()).await;
+    let revisions = current_revisions(&ctx.cluster.client, ns, m.name()).await;
     let live = w.existing_revision().and_then(|r| revisions.revision(r));
     // A rollout this sync resumed (a restart cut the last one short: its template was
     // live already) comes from the revision before it, as `kubectl rollout undo` sees it.

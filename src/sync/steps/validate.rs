@@ -59,7 +59,7 @@ async fn check_engine_ownership(
         return Ok(());
     }
     let engine = Engine {
-        client: ctx.syncer.client.clone(),
+        client: ctx.cluster.client.clone(),
         field_manager: ctx.syncer.agent.field_manager.clone(),
     };
     let mut refused = false;

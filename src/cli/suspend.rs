@@ -1,0 +1,90 @@
+//! `berth suspend` and `berth resume`: the named apps (or every app of a cluster) are left
+//! alone by `berth run` and `berth sync` until resumed; kept in `state_dir`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use berth::config::{self, AppConfig};
+
+use super::sync::select;
+
+/// Arguments of `berth suspend` and `berth resume`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The apps.
+    pub apps: Vec<String>,
+    /// Every app of this cluster (a `[[cluster]]`'s name).
+    #[arg(long)]
+    pub cluster: Option<String>,
+}
+
+/// Runs `berth suspend` (`suspend`) or `berth resume`.
+pub fn run(config_path: &Path, args: Args, suspend: bool) -> anyhow::Result<ExitCode> {
+    let config = config::load(config_path)?;
+    let verb = if suspend { "suspend" } else { "resume" };
+    super::own_state(&config, verb)?;
+    let apps = chosen(&config, &args, verb)?;
+    let state = &config.agent.state_dir;
+    let by = format!("{}@{}", user(), berth::service::lease::host_name());
+    for app in apps {
+        let said = if suspend {
+            berth::suspend::suspend(state, &app.name, &by)?;
+            "suspended"
+        } else if !berth::suspend::resume(state, &app.name)? {
+            "was not suspended by berth suspend"
+        } else {
+            "resumed"
+        };
+        super::say(format_args!("app {} {said}", app.name));
+        if !suspend && app.suspend {
+            super::say(format_args!(
+                "app {}: still suspended by suspend = true in {}",
+                app.name,
+                config_path.display()
+            ));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The apps named, or those of `--cluster`; at least one.
+fn chosen<'a>(
+    config: &'a config::Config,
+    args: &Args,
+    verb: &str,
+) -> anyhow::Result<Vec<&'a AppConfig>> {
+    let mut apps = if args.apps.is_empty() {
+        Vec::new()
+    } else {
+        select(&config.apps, &args.apps)?
+    };
+    if let Some(cluster) = &args.cluster {
+        if config.cluster.named(cluster).is_none() {
+            let names: Vec<&str> = config.cluster.list().iter().map(|c| c.name()).collect();
+            anyhow::bail!(
+                "no cluster named {cluster:?} in the configuration (clusters: {})",
+                names.join(", ")
+            );
+        }
+        let of = config
+            .apps
+            .iter()
+            .filter(|a| config.cluster_of(a).name() == cluster);
+        apps.extend(of.filter(|a| !args.apps.contains(&a.name)));
+    }
+    match (&args.cluster, apps.is_empty()) {
+        (Some(cluster), true) => anyhow::bail!("no app is synced to cluster {cluster}"),
+        (None, true) => {
+            anyhow::bail!("name the apps to {verb} (or --cluster NAME for every app of a cluster)")
+        }
+        _ => {}
+    }
+    Ok(apps)
+}
+
+/// Who runs the command, as the note says it.
+fn user() -> String {
+    std::env::var("SUDO_USER")
+        .or_else(|_| std::env::var("USER"))
+        .unwrap_or_else(|_| rustix::process::getuid().as_raw().to_string())
+}

@@ -1,0 +1,210 @@
+//! Fleets (issue 46): one agent, several clusters — against three real control planes of
+//! this test binary's own, whose API servers the tests stop and start.
+
+mod common;
+
+use std::time::Duration;
+
+use berth_testenv::ControlPlane;
+use common::{Daemon, Repo};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+
+const NAMES: [&str; 3] = ["east", "west", "north"];
+
+fn config_map(name: &str, value: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  value: \"{value}\"\n"
+    )
+}
+
+/// A configuration of the three clusters (short request bounds: a stopped API server
+/// fails a sync in seconds) and `apps`, each `(name, cluster, path)`.
+fn fleet_config(
+    state: &std::path::Path,
+    cps: &[ControlPlane],
+    repo: &Repo,
+    ns: &str,
+    apps: &[(&str, &str, &str)],
+) -> std::path::PathBuf {
+    let mut text = format!(
+        "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\n",
+        state.display()
+    );
+    for (name, cp) in NAMES.iter().zip(cps) {
+        text += &format!(
+            "[[cluster]]\nname = \"{name}\"\nkubeconfig = \"{}\"\nrequest_timeout = \"3s\"\nretry_for = \"2s\"\n",
+            cp.kubeconfig.display()
+        );
+    }
+    for (app, cluster, path) in apps {
+        text += &format!(
+            "[[app]]\nname = \"{app}\"\ncluster = \"{cluster}\"\nrepo = \"{}\"\npath = \"{path}\"\nnamespace = \"{ns}\"\ncreate_namespace = true\n",
+            repo.dir.path().display()
+        );
+    }
+    let config = state.join("berth.toml");
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
+fn berth(config: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .expect("run berth");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The ConfigMap `name` in `ns` of each cluster, by value (`None`: absent).
+async fn values(clients: &[kube::Client], ns: &str, name: &str) -> Vec<Option<String>> {
+    let mut found = Vec::new();
+    for client in clients {
+        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        let map = maps.get_opt(name).await.ok().flatten();
+        found.push(map.and_then(|m| m.data?.get("value").cloned()));
+    }
+    found
+}
+
+/// Apps go to their own cluster and nowhere else; with one cluster's API server stopped,
+/// `berth sync` syncs the others and says which it could not reach, `berth status` shows
+/// its apps `unreachable`, and `berth run` keeps syncing the other clusters' apps, then
+/// the stopped one's once it is back.
+#[tokio::test(flavor = "multi_thread")]
+async fn apps_reach_only_their_cluster_and_one_cluster_down_delays_no_other() {
+    let Some(cps) = common::fleet() else {
+        return;
+    };
+    let mut clients = Vec::new();
+    for cp in cps {
+        clients.push(common::client(cp).await);
+    }
+    let ns = format!("fleet-{}", std::process::id() % 100_000);
+    let repo = Repo::new();
+    repo.write("web/web.yaml", &config_map("web", "1"));
+    repo.write("api/api.yaml", &config_map("api", "1"));
+    repo.commit("first");
+    let state = tempfile::tempdir().unwrap();
+    let apps = [
+        ("web-east", "east", "web"),
+        ("web-west", "west", "web"),
+        ("api-north", "north", "api"),
+    ];
+    let config = fleet_config(state.path(), cps, &repo, &ns, &apps);
+
+    let (code, out, err) = berth(&config, &["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let one = || Some("1".to_string());
+    assert_eq!(values(&clients, &ns, "web").await, [one(), one(), None]);
+    assert_eq!(values(&clients, &ns, "api").await, [None, None, one()]);
+
+    // North's API server stops: the others sync, north's app is named, exit 1.
+    cps[2].kill("kube-apiserver").unwrap();
+    repo.write("web/web.yaml", &config_map("web", "2"));
+    repo.write("api/api.yaml", &config_map("api", "2"));
+    repo.commit("second");
+    let start = std::time::Instant::now();
+    let (code, out, err) = berth(&config, &["sync"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("api-north: cluster north: cannot connect to the cluster: cannot reach the API server at https://127.0.0.1:")
+            && out.contains("; not synced"),
+        "{out}{err}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        start.elapsed()
+    );
+    let two = || Some("2".to_string());
+    assert_eq!(values(&clients[..2], &ns, "web").await, [two(), two()]);
+
+    let (code, out, err) = berth(&config, &["status"]);
+    assert_eq!(code, 1, "{out}{err}");
+    let row = |app: &str| out.lines().find(|l| l.starts_with(app)).unwrap_or_default();
+    assert!(row("api-north").contains("north"), "{out}");
+    assert!(
+        row("api-north").contains("unreachable (cannot reach the API server at https://127.0.0.1:"),
+        "{out}"
+    );
+    assert!(!row("web-east").contains("unreachable"), "{out}");
+    assert!(err.contains("error: cluster north is unavailable"), "{err}");
+
+    // The agent: east and west follow a new commit while north is down; north's app
+    // syncs once its API server is back.
+    repo.write("web/web.yaml", &config_map("web", "3"));
+    repo.write("api/api.yaml", &config_map("api", "3"));
+    repo.commit("third");
+    let _daemon = Daemon::start(&config, &[]);
+    for client in &clients[..2] {
+        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+        common::wait_for_value(&maps, "web", "3", Duration::from_secs(60)).await;
+    }
+    cps[2].start_again("kube-apiserver").await.unwrap();
+    let maps: Api<ConfigMap> = Api::namespaced(clients[2].clone(), &ns);
+    common::wait_for_value(&maps, "api", "3", Duration::from_secs(90)).await;
+}
+
+/// `berth suspend` keeps an app from syncing — `berth sync` says so and exits 0, `berth
+/// status` shows it, a running agent leaves it — until `berth resume` (here of every app
+/// of its cluster), which a running agent picks up without a reload.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_suspended_app_is_left_alone_until_resumed() {
+    let Some(cps) = common::fleet() else {
+        return;
+    };
+    let mut clients = Vec::new();
+    for cp in &cps[..2] {
+        clients.push(common::client(cp).await);
+    }
+    let ns = format!("suspend-{}", std::process::id() % 100_000);
+    let repo = Repo::new();
+    repo.write("web/web.yaml", &config_map("web", "1"));
+    repo.commit("first");
+    let state = tempfile::tempdir().unwrap();
+    let apps = [("site-east", "east", "web"), ("site-west", "west", "web")];
+    let config = fleet_config(state.path(), cps, &repo, &ns, &apps);
+
+    let (code, out, err) = berth(&config, &["suspend", "site-west"]);
+    assert_eq!((code, out.trim()), (0, "app site-west suspended"), "{err}");
+    let (code, out, err) = berth(&config, &["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("site-west: suspended (by ")
+            && out.contains("not synced (berth resume site-west)"),
+        "{out}"
+    );
+    assert_eq!(values(&clients, &ns, "web").await, [Some("1".into()), None]);
+    let (code, out, err) = berth(&config, &["status", "-o", "json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let west: serde_json::Value = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .find(|s: &serde_json::Value| s["app"] == "site-west")
+        .unwrap();
+    assert!(
+        west["suspended"].as_str().unwrap().starts_with("by "),
+        "{west}"
+    );
+    assert_eq!(west["cluster"], "west", "{west}");
+
+    // A running agent leaves it while it syncs the other app, then syncs it once resumed.
+    let _daemon = Daemon::start(&config, &[]);
+    repo.write("web/web.yaml", &config_map("web", "2"));
+    repo.commit("second");
+    let east: Api<ConfigMap> = Api::namespaced(clients[0].clone(), &ns);
+    common::wait_for_value(&east, "web", "2", Duration::from_secs(60)).await;
+    let history = berth::history::HistoryLog::new(state.path());
+    assert_eq!(history.read("site-west").unwrap_or_default().len(), 0);
+    let (code, out, err) = berth(&config, &["resume", "--cluster", "west"]);
+    assert_eq!((code, out.trim()), (0, "app site-west resumed"), "{err}");
+    let west: Api<ConfigMap> = Api::namespaced(clients[1].clone(), &ns);
+    common::wait_for_value(&west, "web", "2", Duration::from_secs(30)).await;
+}
