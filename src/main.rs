@@ -65,8 +65,20 @@ fn main() -> ExitCode {
     // berth's state holds Secret manifests: whatever berth or a library creates is its
     // user's only (0700 folders, 0600 files), not only under the shipped unit's UMask=.
     berth::state::restrict_umask();
-    berth::source::git::read_repositories_of_other_users();
     let cli = Cli::parse();
+    if matches!(
+        cli.command,
+        Command::Run
+            | Command::Sync(_)
+            | Command::Plan(_)
+            | Command::Rollback(_)
+            | Command::Validate(_)
+    ) {
+        // Only the commands that read repositories: libgit2's first use costs about 45 ms
+        // (OpenSSL reads the system's CA bundle), which `berth render`, `status` and
+        // `history` need not pay.
+        berth::source::git::read_repositories_of_other_users();
+    }
     if !matches!(
         cli.command,
         Command::Run | Command::Sync(_) | Command::Rollback(_)
