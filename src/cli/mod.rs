@@ -41,6 +41,22 @@ pub fn own_state(config: &berth::config::Config, command: &str) -> anyhow::Resul
     Ok(())
 }
 
+/// `[[app_set]]` is read and listed by `berth validate`; the commands that sync (`run`,
+/// `sync`, `plan`) refuse a configuration that has one rather than leave its apps out
+/// unsaid.
+///
+/// # Errors
+/// The configuration has an app set.
+pub fn no_app_sets(config: &berth::config::Config, command: &str) -> anyhow::Result<()> {
+    match config.app_sets.first() {
+        None => Ok(()),
+        Some(set) => anyhow::bail!(
+            "app set {} (app_set[0]): berth {command} does not sync app sets yet; `berth validate` lists the apps a set generates — write them as [[app]] tables meanwhile",
+            set.name
+        ),
+    }
+}
+
 /// How long a command at a terminal waits for a cluster's first answer.
 pub const REACH_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 

@@ -63,6 +63,7 @@ pub enum Format {
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     super::own_state(&config, "plan")?;
+    super::no_app_sets(&config, "plan")?;
     let selected = select(&config.apps, &args.apps)?;
     let syncer = if args.offline {
         None

@@ -39,6 +39,7 @@ pub struct Args {
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     super::own_state(&config, "sync")?;
+    super::no_app_sets(&config, "sync")?;
     let mut apps = select(&config.apps, &args.apps)?;
     if args.with_deps {
         let named: Vec<&str> = apps.iter().map(|a| a.name.as_str()).collect();

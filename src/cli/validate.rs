@@ -2,16 +2,16 @@
 //! app's configured ref, fetched into the repository's cache as a sync fetches it (or a
 //! folder given with `--dir`, such as a working tree), without a cluster.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use berth::config::{self, AppConfig, Config, GitRef};
+use berth::config::{self, AppConfig, AppSetConfig, Config, GitRef};
 use berth::manifest::helm::{chart_in, Helm};
 use berth::manifest::{Builder, BuiltinScopes, Manifest};
 use berth::notifications;
-use berth::source::git;
 use berth::source::verify::Trust;
+use berth::source::{folders, git};
 
 /// Arguments of `berth validate`.
 #[derive(clap::Args)]
@@ -35,7 +35,14 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         berth::plural(config.apps.len(), "app")
     );
     let mut failed = !trusted_keys(&config) | !receivers(&config);
-    for app in &config.apps {
+    let mut apps = config.apps.clone();
+    for set in &config.app_sets {
+        match generated(&config, set, args.dir.as_ref(), &apps) {
+            Some(made) => apps.extend(made),
+            None => failed = true,
+        }
+    }
+    for app in &apps {
         failed |= !renders(&config, app, args.dir.as_ref());
     }
     Ok(if failed {
@@ -45,9 +52,68 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The apps `set` generates from the folders of its repository's commit (or `--dir`),
+/// listed (set, app, cluster, path, namespace) so that a change to a set can be reviewed;
+/// `None`, said why, when it cannot make them or a name it makes is taken.
+fn generated(
+    config: &Config,
+    set: &AppSetConfig,
+    dir: Option<&PathBuf>,
+    taken: &[AppConfig],
+) -> Option<Vec<AppConfig>> {
+    let said = |e: &dyn std::fmt::Display| {
+        println!("app set {}: {e}", set.name);
+        None
+    };
+    let sample = match set.sample(&config.cluster) {
+        Ok(Some(sample)) => sample,
+        Ok(None) => return said(&"it selects no cluster"),
+        Err(e) => return said(&e),
+    };
+    let (root, shown) = source_of(config, &sample, &format!("app set {}", set.name), dir)?;
+    let folders = match set.folder_globs() {
+        Ok(Some(globs)) => match folders::matching(&root, &globs, set.folder_depth()) {
+            Ok(folders) => folders,
+            Err(e) => return said(&e),
+        },
+        Ok(None) => Vec::new(),
+        Err(e) => return said(&e),
+    };
+    let apps = match set.generate(&folders, &config.cluster) {
+        Ok(apps) => apps,
+        Err(e) => return said(&e),
+    };
+    let mut names: HashSet<&str> = taken.iter().map(|a| a.name.as_str()).collect();
+    if let Some(twice) = apps.iter().find(|a| !names.insert(a.name.as_str())) {
+        let why = "another app has it (give app_name a template that tells them apart)";
+        return said(&format!("it makes an app named {:?}: {why}", twice.name));
+    }
+    println!(
+        "app set {}: {} from {shown}",
+        set.name,
+        berth::plural(apps.len(), "app")
+    );
+    let head = ["SET", "APP", "CLUSTER", "PATH", "NAMESPACE"].map(String::from);
+    let rows = std::iter::once(head).chain(apps.iter().map(|a| {
+        let cluster = a.cluster.clone().unwrap_or_default();
+        let row = [
+            &set.name,
+            &a.name,
+            &cluster,
+            &a.path.join(","),
+            &a.namespace,
+        ];
+        row.map(|cell| cell.to_string())
+    }));
+    if !apps.is_empty() {
+        print!("{}", super::history::table(&rows.collect::<Vec<_>>()));
+    }
+    Some(apps)
+}
+
 /// Renders one app as a sync would and says what it made; false when it cannot.
 fn renders(config: &Config, app: &AppConfig, dir: Option<&PathBuf>) -> bool {
-    let Some((root, shown)) = source_of(config, app, dir) else {
+    let Some((root, shown)) = source_of(config, app, &format!("app {}", app.name), dir) else {
         return false;
     };
     let kube_version = config.cluster_of(app).kube_version.as_deref();
@@ -77,15 +143,17 @@ fn renders(config: &Config, app: &AppConfig, dir: Option<&PathBuf>) -> bool {
     }
 }
 
-/// The folder an app renders from and its name (`--dir`, or its ref fetched); None, said why.
-fn source_of(config: &Config, app: &AppConfig, dir: Option<&PathBuf>) -> Option<(PathBuf, String)> {
+/// The folder an app renders from and its name (`--dir`, or its ref fetched); None, said
+/// why (as `who`: `app NAME`, `app set NAME`).
+fn source_of(
+    config: &Config,
+    app: &AppConfig,
+    who: &str,
+    dir: Option<&PathBuf>,
+) -> Option<(PathBuf, String)> {
     if let (None, Some(path)) = (dir, git::local_path(&app.repo)) {
         if !path.exists() {
-            println!(
-                "app {}: repository path {} does not exist",
-                app.name,
-                path.display()
-            );
+            println!("{who}: repository path {} does not exist", path.display());
             return None;
         }
     }
@@ -101,7 +169,7 @@ fn source_of(config: &Config, app: &AppConfig, dir: Option<&PathBuf>) -> Option<
                 Some((checkout.dir, shown))
             }
             Err(e) => {
-                println!("app {}: {e}", app.name);
+                println!("{who}: {e}");
                 None
             }
         },

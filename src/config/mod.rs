@@ -10,6 +10,7 @@
 
 mod agent;
 mod app;
+mod app_set;
 mod credentials;
 mod error;
 mod globs;
@@ -24,6 +25,7 @@ pub use app::{
     RenderMode, RolloutConfig, RolloutEngine, ScopeConfig, VerifyConfig, VerifyMode,
     DEFAULT_KNOWN_HOSTS,
 };
+pub use app_set::{AppSetConfig, Selector, SetError, SAMPLE_FOLDER};
 pub use error::{io_message, ConfigError, Problem};
 use error::{toml_error, unknown_field};
 pub use globs::{compile_globs, Globs};
@@ -52,6 +54,9 @@ pub struct Config {
     /// The applications: one git source each.
     #[serde(default, rename = "app")]
     pub apps: Vec<AppConfig>,
+    /// Apps generated from a repository's folders and the clusters.
+    #[serde(default, rename = "app_set")]
+    pub app_sets: Vec<AppSetConfig>,
     /// Where berth tells people what happened.
     #[serde(default, rename = "notify")]
     pub notify: Vec<NotifyConfig>,

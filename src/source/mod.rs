@@ -3,6 +3,7 @@
 //! [`known_hosts`] verifies ssh host keys; [`verify`] checks commit signatures; [`watch`]
 //! turns commits in a local repository into sync triggers.
 
+pub mod folders;
 pub mod git;
 pub mod known_hosts;
 pub mod shared;

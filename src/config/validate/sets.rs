@@ -1,0 +1,54 @@
+//! `[[app_set]]`: the set's own keys, and its templates made into an app for a sample
+//! folder on each cluster it selects, checked as a written `[[app]]` is.
+
+use std::collections::HashSet;
+
+use super::{check_repo_path, is_dns_label, one_app, Problems};
+use crate::config::{Config, SetError, SAMPLE_FOLDER};
+
+pub(super) fn app_sets(config: &Config, problems: &mut Problems) {
+    let mut names = HashSet::new();
+    for (i, set) in config.app_sets.iter().enumerate() {
+        let key = |k: &str| format!("app_set[{i}].{k}");
+        if !is_dns_label(&set.name) {
+            let why = "is not a DNS label (lower-case letters, digits and '-')";
+            problems.add(key("name"), format!("{:?} {why}", set.name));
+        } else if !names.insert(set.name.as_str()) {
+            let why = "set names must be unique";
+            problems.add(
+                key("name"),
+                format!("duplicate set name {:?}: {why}", set.name),
+            );
+        }
+        for fixed in ["repo", "branch", "tag", "commit"] {
+            let templated = set.template.get(fixed).and_then(|v| v.as_str());
+            if templated.is_some_and(|v| v.contains('{')) {
+                let why = "is read once for the whole set: it cannot hold a placeholder";
+                problems.add(key(fixed), why);
+            }
+        }
+        for pattern in &set.folders {
+            if let Err(e) = check_repo_path(pattern) {
+                problems.add(key("folders"), format!("{pattern:?}: {e}"));
+            }
+        }
+        if let Err(SetError::Key { message, .. }) = set.folder_globs() {
+            problems.add(key("folders"), message);
+        }
+        match set.clusters(&config.cluster) {
+            Err(SetError::Clusters { message, .. }) => problems.add(key("clusters"), message),
+            Ok(selected) if selected.is_empty() => {
+                problems.add(key("clusters"), "selects no configured cluster");
+            }
+            _ => {}
+        }
+        match set.sample(&config.cluster) {
+            Ok(Some(app)) => one_app(&app, &config.cluster, &key, problems),
+            Ok(None) | Err(SetError::Clusters { .. }) => {}
+            Err(e) => problems.add(
+                format!("app_set[{i}]"),
+                format!("{e} (its templates tried with a folder named {SAMPLE_FOLDER:?})"),
+            ),
+        }
+    }
+}
