@@ -68,17 +68,13 @@ pub async fn unreachable(
     config: &berth::config::Config,
     apps: &[&berth::config::AppConfig],
 ) -> std::collections::BTreeMap<String, berth::cluster::ClusterError> {
-    let mut clusters: Vec<&berth::config::ClusterConfig> = Vec::new();
-    for app in apps {
-        let cluster = config.cluster_of(app);
-        if !clusters.iter().any(|c| c.name() == cluster.name()) {
-            clusters.push(cluster);
-        }
-    }
-    let probes = clusters.into_iter().map(|cluster| async move {
-        let answer = berth::cluster::client::probe(cluster, REACH_WITHIN).await;
-        (cluster.name().to_string(), answer.err())
-    });
+    let probes = config
+        .clusters_of(apps)
+        .into_iter()
+        .map(|(cluster, _)| async move {
+            let answer = berth::cluster::client::probe(cluster, REACH_WITHIN).await;
+            (cluster.name().to_string(), answer.err())
+        });
     futures::future::join_all(probes)
         .await
         .into_iter()

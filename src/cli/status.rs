@@ -109,15 +109,10 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             Some(hosts) => Some(hosts.get(&app.name).cloned().unwrap_or_else(|| "-".into())),
             None => None,
         };
-        let cluster = config.cluster_of(app).name();
-        let unreachable = live.down.get(cluster).map(|down| down.cause.clone());
-        let mut status = app_status(&config, app, &log, live.apps[i].as_ref(), host)?;
-        status.cluster = cluster.to_string();
-        if let Some(cause) = &unreachable {
-            status.reason = Some(format!("unreachable ({cause})"));
-        }
-        status.unreachable = unreachable;
-        statuses.push(status);
+        let down = live.down.get(config.cluster_of(app).name());
+        let unreachable = down.map(|down| down.cause.clone());
+        let read = live.apps[i].as_ref();
+        statuses.push(app_status(&config, app, &log, read, unreachable, host)?);
     }
     match args.output {
         Output::Json => {
@@ -149,12 +144,14 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// One app's status: its last sync (the local history), the sync in flight (its lock
-/// file), what it waits for, and what the cluster says of it (`live`, when it answered).
+/// file), what it waits for, and what its cluster says of it (`live`, when it answered;
+/// else why it did not, `unreachable`).
 fn app_status(
     config: &config::Config,
     app: &AppConfig,
     log: &HistoryLog,
     live: Option<&LiveApp>,
+    unreachable: Option<String>,
     host: Option<String>,
 ) -> anyhow::Result<AppStatus> {
     let record = log.newest(&app.name)?;
@@ -175,16 +172,17 @@ fn app_status(
     let waiting = berth::sync::waiting_note(&config.agent.state_dir, &app.name);
     let suspended = berth::suspend::suspended(&config.agent.state_dir, app);
     let held = live.and_then(|l| l.held.clone());
-    let reason = suspended
+    let reason = unreachable
         .as_ref()
-        .map(|why| format!("suspended {why}"))
+        .map(|cause| format!("unreachable ({cause})"))
+        .or_else(|| suspended.as_ref().map(|why| format!("suspended {why}")))
         .or_else(|| held.as_ref().map(|h| format!("held: {h}")))
         .or_else(|| waiting.clone())
         .or_else(|| record.as_ref().and_then(why_not_synced));
     Ok(AppStatus {
         app: app.name.clone(),
-        cluster: String::new(),
-        unreachable: None,
+        cluster: config.cluster_of(app).name().to_string(),
+        unreachable,
         suspended,
         host,
         last,
@@ -359,17 +357,7 @@ impl Down {
 /// Asks each cluster of `apps` about its apps, side by side, each within
 /// [`CLUSTER_TIMEOUT`]: a cluster that is down costs the others nothing.
 async fn live(config: &config::Config, apps: &[&config::AppConfig]) -> Live {
-    let mut clusters: Vec<(&config::ClusterConfig, Vec<usize>)> = Vec::new();
-    for (i, app) in apps.iter().enumerate() {
-        let cluster = config.cluster_of(app);
-        match clusters
-            .iter_mut()
-            .find(|(c, _)| c.name() == cluster.name())
-        {
-            Some((_, of)) => of.push(i),
-            None => clusters.push((cluster, vec![i])),
-        }
-    }
+    let clusters = config.clusters_of(apps);
     let reads = clusters.iter().map(|(cluster, of)| {
         let named: Vec<&str> = of.iter().map(|&i| apps[i].name.as_str()).collect();
         async move {

@@ -156,6 +156,23 @@ impl Config {
         self.apps.iter().find(|a| a.name == name)
     }
 
+    /// The clusters `apps` are synced to, in the order the apps first name them, each with
+    /// the indices of its apps in `apps`.
+    pub fn clusters_of(&self, apps: &[&AppConfig]) -> Vec<(&ClusterConfig, Vec<usize>)> {
+        let mut clusters: Vec<(&ClusterConfig, Vec<usize>)> = Vec::new();
+        for (i, app) in apps.iter().enumerate() {
+            let cluster = self.cluster_of(app);
+            match clusters
+                .iter_mut()
+                .find(|(c, _)| c.name() == cluster.name())
+            {
+                Some((_, of)) => of.push(i),
+                None => clusters.push((cluster, vec![i])),
+            }
+        }
+        clusters
+    }
+
     /// The cluster `app` is synced to: the one it names, else the only one (validation
     /// refuses an app that names none when there are several).
     pub fn cluster_of(&self, app: &AppConfig) -> &ClusterConfig {
