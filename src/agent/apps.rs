@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
+use super::sets::SetTask;
 use super::{AppTask, Heartbeat, ReloadError, Shared};
 use crate::config::{self, AppConfig, Config, RolloutEngine};
 use crate::history::Trigger;
@@ -15,6 +16,7 @@ use crate::service::http::Hook;
 use crate::service::shards::{self};
 use crate::shutdown::{self};
 use crate::source::{git, watch as repo_watch};
+use crate::sync::sets::Listing;
 use crate::sync::Syncer;
 
 pub(super) struct Agent {
@@ -27,6 +29,12 @@ pub(super) struct Agent {
     pub(super) watchers: HashMap<PathBuf, RepoWatch>,
     /// With sharding: the live members, as last read.
     pub(super) members: Vec<String>,
+    /// Each app set's last listing, its apps made from it.
+    pub(super) listings: BTreeMap<String, Listing>,
+    /// Each app set's loop.
+    pub(super) sets: BTreeMap<String, SetTask>,
+    /// Where the set loops hand their listings.
+    pub(super) listed: mpsc::Sender<Listing>,
 }
 
 /// The apps a repository's commits trigger.
@@ -142,7 +150,7 @@ impl Agent {
 
     /// A commit in the local repository at `path` triggers the app: one watcher per
     /// repository, whatever the number of its apps (inotify instances are few).
-    fn subscribe(&mut self, app: &str, path: PathBuf, trigger: mpsc::Sender<Trigger>) {
+    pub(super) fn subscribe(&mut self, app: &str, path: PathBuf, trigger: mpsc::Sender<Trigger>) {
         if !self.watchers.contains_key(&path) {
             let (tx, mut rx) = mpsc::channel(1);
             let apps: Subscribers = Arc::default();
@@ -179,7 +187,9 @@ impl Agent {
         }
     }
 
-    pub(super) async fn stop(&mut self, name: &str) {
+    /// `name` no longer triggered by its repository's commits (a watcher left without
+    /// subscribers ends).
+    pub(super) fn unsubscribe(&mut self, name: &str) {
         self.watchers.retain(|_, watch| {
             let Ok(mut apps) = watch.apps.lock() else {
                 return true;
@@ -187,6 +197,10 @@ impl Agent {
             apps.remove(name);
             !apps.is_empty()
         });
+    }
+
+    pub(super) async fn stop(&mut self, name: &str) {
+        self.unsubscribe(name);
         if let Some(task) = self.apps.remove(name) {
             let _ = task.stop.send(true);
             for t in task.tasks {
@@ -234,7 +248,13 @@ impl Agent {
             Err(e) => Err(ReloadError::from(e)),
             Ok(new) => {
                 let later = self.config().agent.restart_only(&new.agent);
-                self.apply(new).await.map(|said| match later.as_slice() {
+                let new = self.expanded(&new);
+                let applied = self.apply(new).await;
+                if applied.is_ok() {
+                    // Its sets may have changed: each is listed again.
+                    self.start_sets().await;
+                }
+                applied.map(|said| match later.as_slice() {
                     [] => said,
                     keys => {
                         let keys = keys.join(", ");

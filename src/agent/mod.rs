@@ -14,6 +14,7 @@ mod app_loop;
 mod apps;
 mod background;
 mod removed;
+mod sets;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -33,6 +34,7 @@ use crate::service::listener;
 use crate::service::metrics::Metrics;
 use crate::service::notify::Notifier;
 use crate::shutdown::{stopped, Signal};
+use crate::sync::sets::Listing;
 use crate::sync::Syncer;
 use apps::Agent;
 use background::{start_background, start_http};
@@ -283,6 +285,8 @@ pub async fn run(
     syncer: Syncer,
     mut signals: Signals,
 ) -> Result<(), AgentError> {
+    // Each app set's apps as it listed them last: its loop lists it again at once.
+    let config = crate::sync::sets::expand_remembered(&config);
     let (publish, published) = watch::channel(Arc::new(config.clone()));
     let syncer = Arc::new(syncer.follow(published.clone()));
     // Before anything opens files: the syncs and the endpoint share the limit.
@@ -311,6 +315,7 @@ pub async fn run(
         members_tx,
         &signals.shutdown,
     );
+    let (listed_tx, listed) = mpsc::channel(1);
     let mut agent = Agent {
         config_path,
         config: publish,
@@ -318,13 +323,24 @@ pub async fn run(
         apps: BTreeMap::new(),
         watchers: HashMap::new(),
         members: Vec::new(),
+        listings: config
+            .app_sets
+            .iter()
+            .map(|s| {
+                let listing = Listing::remembered(&config.agent.state_dir, &s.name);
+                (s.name.clone(), listing)
+            })
+            .collect(),
+        sets: BTreeMap::new(),
+        listed: listed_tx,
     };
+    agent.start_sets().await;
     shared.notifier.send("READY=1");
     tracing::info!(apps = agent.config().apps.len(), "berth is running");
     if let Some(warning) = crate::manifest::tool::landlock::warning() {
         tracing::warn!("{warning}");
     }
-    agent.serve(&mut signals, leader, members).await;
+    agent.serve(&mut signals, leader, members, listed).await;
     agent.shut_down(background).await;
     Ok(())
 }
@@ -365,6 +381,7 @@ impl Agent {
         self.shared.notifier.send("STOPPING=1");
         tracing::info!("shutting down: syncs in progress stop at their next step and requests in flight are cut short (each such sync recorded interrupted); a rollout being followed is left to its controller, and the next start follows it to its end");
         self.shared.syncer().fleet.stop();
+        self.stop_sets().await;
         self.stop_all().await;
         for task in background {
             let _ = task.await;
@@ -380,6 +397,7 @@ impl Agent {
         signals: &mut Signals,
         mut leader: watch::Receiver<bool>,
         mut members: watch::Receiver<Vec<String>>,
+        mut listed: mpsc::Receiver<Listing>,
     ) {
         let mut shutdown = signals.shutdown.clone();
         loop {
@@ -394,6 +412,10 @@ impl Agent {
                     if *leader.borrow() || self.shared.shard.is_some() {
                         self.prune_removed(&signals.shutdown).await;
                     }
+                }
+                Some(listing) = listed.recv() => {
+                    let prune = *leader.borrow() || self.shared.shard.is_some();
+                    self.take_listing(listing, prune, &signals.shutdown).await;
                 }
                 Ok(()) = members.changed() => {
                     let live = members.borrow_and_update().clone();

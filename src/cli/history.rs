@@ -3,7 +3,6 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use berth::config;
 use berth::history::{short_age, HistoryLog, Outcome, SyncRecord};
 
 use super::sync::{counts, select};
@@ -45,7 +44,7 @@ pub enum Show {
 
 /// Runs `berth history`.
 pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
-    let config = config::load(config_path)?;
+    let config = super::load_listed(config_path)?;
     let log = HistoryLog::new(&config.agent.state_dir);
     let records = match &args.app {
         Some(app) => log.read(&select(&config.apps, std::slice::from_ref(app))?[0].name)?,

@@ -41,20 +41,43 @@ pub fn own_state(config: &berth::config::Config, command: &str) -> anyhow::Resul
     Ok(())
 }
 
-/// `[[app_set]]` is read and listed by `berth validate`; the commands that sync (`run`,
-/// `sync`, `plan`) refuse a configuration that has one rather than leave its apps out
-/// unsaid.
+/// Loads the configuration with each app set's apps as the set listed them last (no
+/// repository read): what the commands that read the state and the cluster see.
 ///
 /// # Errors
-/// The configuration has an app set.
-pub fn no_app_sets(config: &berth::config::Config, command: &str) -> anyhow::Result<()> {
-    match config.app_sets.first() {
-        None => Ok(()),
-        Some(set) => anyhow::bail!(
-            "app set {} (app_set[0]): berth {command} does not sync app sets yet; `berth validate` lists the apps a set generates — write them as [[app]] tables meanwhile",
-            set.name
-        ),
+/// As [`berth::config::load`].
+pub fn load_listed(path: &std::path::Path) -> anyhow::Result<berth::config::Config> {
+    let file = berth::config::load(path)?;
+    Ok(berth::sync::sets::expand_remembered(&file))
+}
+
+/// The configuration with each app set's apps at its repository's commit (fetched now;
+/// at `revision` when given), and the sets' listings; each set's problem said (`app set
+/// NAME: …`).
+pub async fn with_sets(
+    file: &berth::config::Config,
+    revision: Option<&str>,
+) -> (berth::config::Config, Vec<berth::sync::sets::Listing>) {
+    use berth::sync::sets;
+    let limits = berth::source::git::TreeLimits::of(&file.agent);
+    let sources = berth::source::shared::Sources::new(file.agent.state_dir.clone(), limits);
+    let since = std::time::Instant::now();
+    let mut listings = Vec::new();
+    for set in &file.app_sets {
+        listings.push(sets::list(&sources, file, set, since, revision).await);
     }
+    let kept = |name: &str| {
+        let set = file.app_sets.iter().find(|s| s.name == name);
+        set.map(|s| sets::remembered_apps(file, s))
+            .unwrap_or_default()
+    };
+    let config = sets::expand(file, &mut listings, &kept);
+    for listing in &listings {
+        if let Some(problem) = &listing.problem {
+            say(format_args!("app set {}: {problem}", listing.set));
+        }
+    }
+    (config, listings)
 }
 
 /// How long a command at a terminal waits for a cluster's first answer.

@@ -61,9 +61,9 @@ pub enum Format {
 
 /// Runs `berth plan`: exit code 1 when a sync would fail.
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
-    let config = config::load(config_path)?;
-    super::own_state(&config, "plan")?;
-    super::no_app_sets(&config, "plan")?;
+    let file = config::load(config_path)?;
+    super::own_state(&file, "plan")?;
+    let (config, _) = super::with_sets(&file, args.revision.as_deref()).await;
     let selected = select(&config.apps, &args.apps)?;
     let syncer = if args.offline {
         None

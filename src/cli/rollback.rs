@@ -3,7 +3,6 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use berth::config;
 use berth::history::Outcome;
 use berth::sync::{RollbackRequest, Syncer};
 
@@ -26,7 +25,7 @@ pub struct Args {
 
 /// Runs `berth rollback`.
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
-    let config = config::load(config_path)?;
+    let config = super::load_listed(config_path)?;
     super::own_state(&config, "rollback")?;
     let app = select(&config.apps, std::slice::from_ref(&args.app))?[0];
     super::reach_clusters(&config, &[app]).await?;

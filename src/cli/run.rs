@@ -14,7 +14,6 @@ use tokio::signal::unix::{signal, SignalKind};
 pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     super::own_state(&config, "run")?;
-    super::no_app_sets(&config, "run")?;
     let syncer = Syncer::connect(&config, true).await?.notify(&config)?;
     // A cluster that is down does not stop the agent: it serves /healthz (alive), /readyz
     // says the cluster is unreachable, and each app's next sync finds it back.

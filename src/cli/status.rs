@@ -98,7 +98,7 @@ struct Syncing {
 /// sync in flight from its lock file; when the cluster cannot be reached, that part is
 /// still shown and the command says so.
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
-    let config = config::load(config_path)?;
+    let config = super::load_listed(config_path)?;
     let selected = select(&config.apps, &args.apps)?;
     let log = HistoryLog::new(&config.agent.state_dir);
     let live = live(&config, &selected).await;

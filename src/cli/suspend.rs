@@ -1,4 +1,4 @@
-//! `berth suspend` and `berth resume`: the named apps (or every app of a cluster) are left
+//! `berth suspend` and `berth resume`: the named apps (or every app of a cluster or set) are left
 //! alone by `berth run` and `berth sync` until resumed; kept in `state_dir`.
 
 use std::path::Path;
@@ -16,11 +16,14 @@ pub struct Args {
     /// Every app of this cluster (a `[[cluster]]`'s name).
     #[arg(long)]
     pub cluster: Option<String>,
+    /// Every app this set generates (an `[[app_set]]`'s name).
+    #[arg(long)]
+    pub set: Option<String>,
 }
 
 /// Runs `berth suspend` (`suspend`) or `berth resume`.
 pub fn run(config_path: &Path, args: Args, suspend: bool) -> anyhow::Result<ExitCode> {
-    let config = config::load(config_path)?;
+    let config = super::load_listed(config_path)?;
     let verb = if suspend { "suspend" } else { "resume" };
     super::own_state(&config, verb)?;
     let apps = chosen(&config, &args, verb)?;
@@ -72,12 +75,24 @@ fn chosen<'a>(
             .filter(|a| config.cluster_of(a).name() == cluster);
         apps.extend(of.filter(|a| !args.apps.contains(&a.name)));
     }
-    match (&args.cluster, apps.is_empty()) {
-        (Some(cluster), true) => anyhow::bail!("no app is synced to cluster {cluster}"),
-        (None, true) => {
-            anyhow::bail!("name the apps to {verb} (or --cluster NAME for every app of a cluster)")
+    if let Some(set) = &args.set {
+        if !config.app_sets.iter().any(|s| &s.name == set) {
+            let names: Vec<&str> = config.app_sets.iter().map(|s| s.name.as_str()).collect();
+            anyhow::bail!(
+                "no app set named {set:?} in the configuration (sets: {})",
+                names.join(", ")
+            );
         }
-        _ => {}
+        let of = config.apps.iter().filter(|a| a.set.as_ref() == Some(set));
+        let named = of.filter(|a| !apps.iter().any(|b| b.name == a.name));
+        apps.extend(named.collect::<Vec<_>>());
+    }
+    if apps.is_empty() {
+        match (&args.cluster, &args.set) {
+            (Some(cluster), _) => anyhow::bail!("no app is synced to cluster {cluster}"),
+            (None, Some(set)) => anyhow::bail!("app set {set} has generated no app yet (berth validate lists what it generates)"),
+            (None, None) => anyhow::bail!("name the apps to {verb} (or --cluster NAME for every app of a cluster, --set NAME for every app of a set)"),
+        }
     }
     Ok(apps)
 }

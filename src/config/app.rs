@@ -53,6 +53,9 @@ pub struct AppConfig {
     /// they are (as `berth suspend` does, until removed).
     #[serde(default)]
     pub suspend: bool,
+    /// The `[[app_set]]` that generated it; `None` for a written `[[app]]`.
+    #[serde(skip)]
+    pub set: Option<String>,
     /// Delete objects that an earlier commit applied and this one no longer holds.
     #[serde(default)]
     pub prune: bool,

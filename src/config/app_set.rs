@@ -254,9 +254,11 @@ impl AppSetConfig {
         if let (Some(path), false) = (path, table.contains_key("path")) {
             table.insert("path".into(), toml::Value::String(path.to_string()));
         }
-        toml::Value::Table(table)
+        let mut app = toml::Value::Table(table)
             .try_into::<AppConfig>()
-            .map_err(|e| fault(e.message().to_string()))
+            .map_err(|e| fault(e.message().to_string()))?;
+        app.set = Some(self.name.clone());
+        Ok(app)
     }
 
     /// `{set}-{folder}`, with `-{cluster}` when the set selects clusters.

@@ -30,7 +30,9 @@ pub use error::{io_message, ConfigError, Problem};
 use error::{toml_error, unknown_field};
 pub use globs::{compile_globs, Globs};
 pub use notify::{NotifyConfig, NotifyEvent, NotifyFormat};
-pub use validate::{check_notify_url, check_repo_path, is_dns_label, is_kube_version, ValueError};
+pub use validate::{
+    check_generated, check_notify_url, check_repo_path, is_dns_label, is_kube_version, ValueError,
+};
 pub use values::{parse_byte_size, show_size};
 
 use std::path::Path;

@@ -49,7 +49,7 @@ impl Config {
             }
             one_app(app, &self.cluster, &key, &mut problems);
         }
-        dependencies(&self.apps, &mut problems);
+        dependencies(&self.apps, !self.app_sets.is_empty(), &mut problems);
         sets::app_sets(self, &mut problems);
         for (i, target) in self.notify.iter().enumerate() {
             notify(target, &|k: &str| format!("notify[{i}].{k}"), &mut problems);
@@ -62,6 +62,23 @@ impl Config {
                 problems: problems.0,
             })
         }
+    }
+}
+
+/// The checks of an app a set generated, as a written one passes them.
+///
+/// # Errors
+/// Each problem, `key: message`, joined by `; `.
+pub fn check_generated(app: &AppConfig, clusters: &super::Clusters) -> Result<(), String> {
+    let mut problems = Problems::default();
+    one_app(app, clusters, &|k: &str| k.to_string(), &mut problems);
+    match problems.0.as_slice() {
+        [] => Ok(()),
+        all => Err(all
+            .iter()
+            .map(|p| format!("{}: {}", p.key, p.message))
+            .collect::<Vec<_>>()
+            .join("; ")),
     }
 }
 
@@ -83,8 +100,9 @@ fn one_app(
     }
 }
 
-/// `depends_on`: names of other apps, without a cycle.
-fn dependencies(apps: &[AppConfig], problems: &mut Problems) {
+/// `depends_on`: names of other apps, without a cycle. With app sets, a name no written
+/// app has may be a generated app's: those are checked once the sets are listed.
+fn dependencies(apps: &[AppConfig], sets: bool, problems: &mut Problems) {
     let names: HashSet<&str> = apps.iter().map(|a| a.name.as_str()).collect();
     for (i, app) in apps.iter().enumerate() {
         for dep in &app.depends_on {
@@ -93,7 +111,7 @@ fn dependencies(apps: &[AppConfig], problems: &mut Problems) {
                     format!("app[{i}].depends_on"),
                     format!("{dep:?} is the app itself"),
                 );
-            } else if !names.contains(dep.as_str()) {
+            } else if !sets && !names.contains(dep.as_str()) {
                 problems.add(
                     format!("app[{i}].depends_on"),
                     format!("no app named {dep:?} (apps: {})", {

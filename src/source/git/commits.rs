@@ -59,6 +59,23 @@ pub fn paths_digest(source: &Path, sha: &str, paths: &[String]) -> Option<String
     Some(crate::digest::hex(&crate::digest::sha256_parts(parts)))
 }
 
+/// The id of each of `paths`' trees at commit `sha` (the same id: the same files), in
+/// their order; `None` when the commit cannot be read.
+pub fn tree_ids(source: &Path, sha: &str, paths: &[String]) -> Option<Vec<String>> {
+    let repo = repository(source).ok()?;
+    let tree = repo
+        .find_commit(Oid::from_str(sha).ok()?)
+        .ok()?
+        .tree()
+        .ok()?;
+    let id_of = |path: &String| {
+        tree.get_path(Path::new(path))
+            .map_or(Oid::ZERO_SHA1, |e| e.id())
+            .to_string()
+    };
+    Some(paths.iter().map(id_of).collect())
+}
+
 /// The commit the app's ref names now in its local repository (a path or `file://`), read
 /// without fetching; `None` for a remote one, or when it cannot be read.
 pub fn local_tip(app: &crate::config::AppConfig) -> Option<String> {

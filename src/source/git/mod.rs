@@ -21,7 +21,7 @@ mod fetch;
 mod tests;
 mod trees;
 
-pub use commits::{ancestry, local_tip, paths_digest};
+pub use commits::{ancestry, local_tip, paths_digest, tree_ids};
 pub use fetch::{deepen, fetch};
 pub use trees::{tree_at, TreeLimits};
 

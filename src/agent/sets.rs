@@ -1,0 +1,139 @@
+//! App sets under `berth run`: one loop per set lists it on the agent's interval and on a
+//! commit in its local repository; the agent makes its apps from each listing and runs
+//! them as a reload runs a changed configuration — a folder added becomes an app, one
+//! removed takes its app away through `removed.rs`, as an app removed from the
+//! configuration is — without a reload.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+
+use super::apps::Agent;
+use super::{Shared, DEBOUNCE};
+use crate::config::{AppSetConfig, Config};
+use crate::history::Trigger;
+use crate::shutdown::{self, stopped, Signal};
+use crate::source::git;
+use crate::source::shared::INTERVAL_SHARE;
+use crate::sync::sets::{self, Listing};
+
+/// A running set loop.
+pub(super) struct SetTask {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Agent {
+    /// The subscriber name of a set's loop among a repository's watchers.
+    fn watcher_key(set: &str) -> String {
+        format!("app set {set}")
+    }
+
+    /// Starts a loop per set of the running configuration (the running ones stop first).
+    pub(super) async fn start_sets(&mut self) {
+        self.stop_sets().await;
+        let config = self.config();
+        for set in config.app_sets.clone() {
+            let (trigger, triggers) = mpsc::channel(1);
+            if let Some(sample) = set.sample(&config.cluster).ok().flatten() {
+                if let Some(path) = git::local_path(&sample.repo) {
+                    self.subscribe(&Self::watcher_key(&set.name), path, trigger);
+                }
+            }
+            let (stop, stopping) = shutdown::channel();
+            let task = tokio::spawn(set_loop(
+                set.clone(),
+                config.clone(),
+                self.shared.clone(),
+                self.listed.clone(),
+                triggers,
+                stopping,
+            ));
+            self.sets.insert(set.name, SetTask { stop, task });
+        }
+    }
+
+    /// Stops every set loop.
+    pub(super) async fn stop_sets(&mut self) {
+        let running = std::mem::take(&mut self.sets);
+        for (name, task) in running {
+            self.unsubscribe(&Self::watcher_key(&name));
+            let _ = task.stop.send(true);
+            let _ = task.task.await;
+        }
+    }
+
+    /// A set listed: its apps made from the listing replace its running ones (apps added
+    /// started, removed ones stopped, then removed as `removed.rs` removes apps); its
+    /// problem said, on every listing.
+    pub(super) async fn take_listing(&mut self, listing: Listing, prune: bool, shutdown: &Signal) {
+        let set = listing.set.clone();
+        self.listings.insert(set.clone(), listing);
+        let running = self.config();
+        let expanded = self.expanded(&running);
+        if let Some(problem) = self.listings.get(&set).and_then(|l| l.problem.as_ref()) {
+            tracing::warn!(set = %set, "app set {set}: {problem}");
+        }
+        if expanded.apps == running.apps {
+            return;
+        }
+        match self.apply(expanded).await {
+            Ok(said) => tracing::info!(set = %set, "app set {set} listed: {said}"),
+            Err(e) => tracing::error!(set = %set, "app set {set}: {e}"),
+        }
+        if prune {
+            self.prune_removed(shutdown).await;
+        }
+    }
+
+    /// `file` with each set's apps made from its last listing; a set whose apps cannot be
+    /// made keeps its running ones (its listing's problem says why).
+    pub(super) fn expanded(&mut self, file: &Config) -> Config {
+        let running = self.config();
+        let kept = |set: &str| {
+            let of = running
+                .apps
+                .iter()
+                .filter(|a| a.set.as_deref() == Some(set));
+            of.cloned().collect()
+        };
+        let mut listings: Vec<Listing> = self.listings.values().cloned().collect();
+        let expanded = sets::expand(file, &mut listings, &kept);
+        self.listings = listings.into_iter().map(|l| (l.set.clone(), l)).collect();
+        expanded
+    }
+}
+
+/// One set's loop: lists it at once, then on the agent's interval and on a commit in its
+/// local repository, and hands each listing to the agent.
+async fn set_loop(
+    set: AppSetConfig,
+    config: Arc<Config>,
+    shared: Arc<Shared>,
+    listed: mpsc::Sender<Listing>,
+    mut triggers: mpsc::Receiver<Trigger>,
+    mut stop: Signal,
+) {
+    let mut since = Instant::now().checked_sub(INTERVAL_SHARE);
+    loop {
+        let syncer = shared.syncer();
+        let since_then = since.unwrap_or_else(Instant::now);
+        let listing = tokio::select! {
+            () = stopped(&mut stop) => return,
+            listing = sets::list(&syncer.sources, &config, &set, since_then, None) => listing,
+        };
+        if listed.send(listing).await.is_err() {
+            return;
+        }
+        let wake = config.agent.interval + crate::retry::random_below(config.agent.jitter);
+        since = tokio::select! {
+            () = stopped(&mut stop) => return,
+            () = tokio::time::sleep(wake) => Instant::now().checked_sub(INTERVAL_SHARE),
+            Some(_) = triggers.recv() => {
+                tokio::time::sleep(DEBOUNCE).await;
+                Some(Instant::now())
+            }
+        };
+    }
+}

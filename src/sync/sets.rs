@@ -1,0 +1,298 @@
+//! App sets, listed (`[[app_set]]`): at each fetch of a set's repository, the folders its
+//! `folders` match at the commit, each with its tree's id ([`list`]); the set's apps made
+//! from them and checked as written ones are ([`expand`]). What a set listed last is kept
+//! in `state_dir/sets/<set>.json` ([`remember`]): the empty-set guard compares with it, a
+//! set that cannot be listed keeps its apps by it, and the apps a set no longer makes —
+//! removed as an app removed from the configuration is — are found by it.
+
+use std::collections::HashSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::config::{check_generated, AppConfig, AppSetConfig, Config};
+use crate::source::shared::Sources;
+use crate::source::{folders, git};
+
+/// A set's state file is read no further than this (10,000 folders take ~1 MiB).
+const MAX_STATE: u64 = 4 << 20;
+
+/// One folder a set's apps are made from.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Folder {
+    /// Its path in the repository.
+    pub path: String,
+    /// Its tree's id at the commit: a folder renamed keeps it.
+    pub tree: String,
+}
+
+/// What a set lists at a commit.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Listed {
+    /// The commit (empty for a set without folders, which reads no repository).
+    pub commit: String,
+    /// The folders matching, sorted.
+    pub folders: Vec<Folder>,
+}
+
+impl Listed {
+    fn paths(&self) -> Vec<String> {
+        self.folders.iter().map(|f| f.path.clone()).collect()
+    }
+}
+
+/// Why a set's apps are not those of its repository's commit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    /// It generates nothing where it generated apps before: they are kept.
+    #[error("it generates no app at commit {commit} where it generated {} before: none is removed until it generates apps again (allow_empty = true on the set lets it be empty)", crate::plural(*before, "app"))]
+    Empty {
+        /// The commit, short.
+        commit: String,
+        /// How many apps it generated before.
+        before: usize,
+    },
+    /// Its folders cannot be read, or its apps not made: they stay as they were.
+    #[error("{0}; its apps stay as they were")]
+    Unlisted(String),
+}
+
+/// A set's listing: the folders its apps are made from, and why they are the last ones
+/// rather than the commit's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listing {
+    /// The set.
+    pub set: String,
+    /// The folders its apps are made from now.
+    pub listed: Listed,
+    /// Why they are not the commit's.
+    pub problem: Option<Problem>,
+}
+
+impl Listing {
+    /// What the set's state file holds: the last listing.
+    pub fn remembered(state_dir: &Path, set: &str) -> Listing {
+        Listing {
+            set: set.to_string(),
+            listed: remembered(state_dir, set).unwrap_or_default(),
+            problem: None,
+        }
+    }
+}
+
+/// Lists `set` at its repository's commit, fetched at `since` or later (a fetch the
+/// set's apps share; at `revision`, a commit, branch or tag, when given). A set that generates no app where it generated some before keeps
+/// its last folders (unless `allow_empty`); one whose folders cannot be read keeps them
+/// too.
+pub async fn list(
+    sources: &Sources,
+    config: &Config,
+    set: &AppSetConfig,
+    since: Instant,
+    revision: Option<&str>,
+) -> Listing {
+    let before = remembered(&config.agent.state_dir, &set.name);
+    let (listed, problem) = match list_commit(sources, config, set, since, revision).await {
+        Ok(now) if now.folders.is_empty() && !set.folders.is_empty() && !set.allow_empty => {
+            match before {
+                Some(before) if !before.folders.is_empty() => {
+                    let clusters = set.clusters(&config.cluster).map_or(1, |c| c.len());
+                    let problem = Problem::Empty {
+                        commit: now.commit.chars().take(7).collect(),
+                        before: before.folders.len() * clusters,
+                    };
+                    (before, Some(problem))
+                }
+                _ => (now, None),
+            }
+        }
+        Ok(now) => (now, None),
+        Err(e) => (before.unwrap_or_default(), Some(Problem::Unlisted(e))),
+    };
+    Listing {
+        set: set.name.clone(),
+        listed,
+        problem,
+    }
+}
+
+/// The folders `set` matches at its repository's commit.
+async fn list_commit(
+    sources: &Sources,
+    config: &Config,
+    set: &AppSetConfig,
+    since: Instant,
+    revision: Option<&str>,
+) -> Result<Listed, String> {
+    let Some(globs) = set.folder_globs().map_err(|e| e.to_string())? else {
+        return Ok(Listed::default());
+    };
+    let sample = set
+        .sample(&config.cluster)
+        .map_err(|e| e.to_string())?
+        .ok_or("it selects no cluster")?;
+    let sample = match revision {
+        Some(revision) => sample.at_revision(revision).map_err(|e| e.to_string())?,
+        None => sample,
+    };
+    let checkout = sources
+        .fetch(&sample, since)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (dir, depth) = (checkout.dir.clone(), set.folder_depth());
+    let paths = tokio::task::spawn_blocking(move || folders::matching(&dir, &globs, depth))
+        .await
+        .map_err(|e| format!("listing its folders: {e}"))?
+        .map_err(|e| e.to_string())?;
+    let sha = &checkout.commit.sha;
+    let trees = git::tree_ids(&checkout.source, sha, &paths).ok_or_else(|| {
+        format!(
+            "cannot read commit {} in its repository",
+            checkout.commit.short()
+        )
+    })?;
+    Ok(Listed {
+        commit: sha.clone(),
+        folders: paths
+            .into_iter()
+            .zip(trees)
+            .map(|(path, tree)| Folder { path, tree })
+            .collect(),
+    })
+}
+
+/// `config` with each set's apps made from its listing, after the written apps (`config`
+/// may be expanded already: its generated apps are made again). A set not listed, or
+/// whose apps cannot be made from its listing — a template that fails for a folder, a name
+/// another app has — keeps `kept(set)`'s apps; its listing's problem says why.
+pub fn expand(
+    config: &Config,
+    listings: &mut [Listing],
+    kept: &dyn Fn(&str) -> Vec<AppConfig>,
+) -> Config {
+    let mut expanded = config.clone();
+    expanded.apps.retain(|a| a.set.is_none());
+    let mut taken: HashSet<String> = expanded.apps.iter().map(|a| a.name.clone()).collect();
+    for set in &config.app_sets {
+        let apps = match listings.iter_mut().find(|l| l.set == set.name) {
+            None => kept(&set.name),
+            Some(listing) => match made(config, set, &listing.listed, &taken) {
+                Ok(apps) => apps,
+                Err(e) => {
+                    listing.problem = Some(Problem::Unlisted(e));
+                    kept(&set.name)
+                }
+            },
+        };
+        taken.extend(apps.iter().map(|a| a.name.clone()));
+        expanded.apps.extend(apps);
+    }
+    expanded
+}
+
+/// `config` with each set's apps as it listed them last: what `berth status`, `plan` and
+/// the other commands that read no repository see.
+pub fn expand_remembered(config: &Config) -> Config {
+    let mut listings: Vec<Listing> = config
+        .app_sets
+        .iter()
+        .map(|s| Listing::remembered(&config.agent.state_dir, &s.name))
+        .collect();
+    expand(config, &mut listings, &|_| Vec::new())
+}
+
+/// The apps `set` made from its last listing, under `config` (none when they cannot be
+/// made).
+pub fn remembered_apps(config: &Config, set: &AppSetConfig) -> Vec<AppConfig> {
+    let listed = remembered(&config.agent.state_dir, &set.name).unwrap_or_default();
+    let written = config.apps.iter().filter(|a| a.set.is_none());
+    let taken = written.map(|a| a.name.clone()).collect();
+    made(config, set, &listed, &taken).unwrap_or_default()
+}
+
+/// The apps of `set` for `listed`, each checked as a written app is.
+///
+/// # Errors
+/// The first app that cannot be made, or whose name another app has.
+fn made(
+    config: &Config,
+    set: &AppSetConfig,
+    listed: &Listed,
+    taken: &HashSet<String>,
+) -> Result<Vec<AppConfig>, String> {
+    let apps = set
+        .generate(&listed.paths(), &config.cluster)
+        .map_err(|e| e.to_string())?;
+    let mut names = HashSet::new();
+    for app in &apps {
+        if let Err(e) = check_generated(app, &config.cluster) {
+            let path = app.path.join(", ");
+            return Err(format!("its app {} (path {path}): {e}", app.name));
+        }
+        if taken.contains(&app.name) || !names.insert(app.name.as_str()) {
+            return Err(format!(
+                "it makes an app named {:?}, which another app has (give app_name a template that tells them apart)",
+                app.name
+            ));
+        }
+    }
+    Ok(apps)
+}
+
+fn state_path(state_dir: &Path, set: &str) -> PathBuf {
+    state_dir.join("sets").join(format!("{set}.json"))
+}
+
+/// What `set` listed last; `None` when it never listed, or its state file is not one
+/// (said: nothing is removed on its word).
+pub fn remembered(state_dir: &Path, set: &str) -> Option<Listed> {
+    let path = state_path(state_dir, set);
+    let mut text = Vec::new();
+    crate::state::open_state(&path)
+        .ok()?
+        .take(MAX_STATE)
+        .read_to_end(&mut text)
+        .ok()?;
+    match serde_json::from_slice::<Listed>(&text) {
+        Ok(listed) => Some(listed),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "a set's state file cannot be read: the set is taken as never listed");
+            None
+        }
+    }
+}
+
+/// Keeps what `listing` lists, when it is the commit's (a listing with a problem keeps
+/// the last one).
+pub fn remember(state_dir: &Path, listing: &Listing) {
+    if listing.problem.is_some() {
+        return;
+    }
+    let written = serde_json::to_vec(&listing.listed)
+        .map_err(std::io::Error::other)
+        .and_then(|text| {
+            crate::state::private_dir(&state_dir.join("sets"))?;
+            crate::state::write_private(&state_path(state_dir, &listing.set), &text)
+        });
+    if let Err(e) = written {
+        tracing::warn!(set = %listing.set, error = %e, "cannot keep what the set listed: its apps are found again at the next listing");
+    }
+}
+
+/// Forgets the sets `config` no longer has (their apps were removed with them).
+pub fn forget_others(config: &Config) {
+    let folder = config.agent.state_dir.join("sets");
+    let Ok(entries) = std::fs::read_dir(&folder) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let set = name.to_str().and_then(|n| n.strip_suffix(".json"));
+        if set.is_some_and(|s| !config.app_sets.iter().any(|c| c.name == s)) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
