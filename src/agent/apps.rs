@@ -35,6 +35,8 @@ pub(super) struct Agent {
     pub(super) sets: BTreeMap<String, SetTask>,
     /// Where the set loops hand their listings.
     pub(super) listed: mpsc::Sender<Listing>,
+    /// Apps whose objects a renamed folder's app took over: not removed.
+    pub(super) handed_over: std::collections::HashSet<String>,
 }
 
 /// The apps a repository's commits trigger.

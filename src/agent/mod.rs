@@ -333,6 +333,7 @@ pub async fn run(
             .collect(),
         sets: BTreeMap::new(),
         listed: listed_tx,
+        handed_over: std::collections::HashSet::new(),
     };
     agent.start_sets().await;
     shared.notifier.send("READY=1");

@@ -81,7 +81,7 @@ impl Agent {
         let state_dir = self.config().agent.state_dir.clone();
         let removed: Vec<AppConfig> = last_apps(&state_dir)
             .into_iter()
-            .filter(|a| self.config().app(&a.name).is_none())
+            .filter(|a| self.config().app(&a.name).is_none() && !self.handed_over.contains(&a.name))
             .collect();
         let owners = match &self.shared.shard {
             Some(_) if !removed.is_empty() && self.members.is_empty() => return,
@@ -121,6 +121,7 @@ impl Agent {
         }
         let listings: Vec<&Listing> = self.listings.values().collect();
         remember(&state_dir, &self.config_path, &self.config(), &listings);
+        self.handed_over.clear();
     }
 }
 

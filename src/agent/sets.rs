@@ -9,14 +9,16 @@ use std::time::Instant;
 
 use tokio::sync::mpsc;
 
+use super::app_loop::log_progress;
 use super::apps::Agent;
 use super::{Shared, DEBOUNCE};
 use crate::config::{AppSetConfig, Config};
-use crate::history::Trigger;
+use crate::history::{Outcome, Trigger};
 use crate::shutdown::{self, stopped, Signal};
 use crate::source::git;
 use crate::source::shared::INTERVAL_SHARE;
 use crate::sync::sets::{self, Listing};
+use crate::sync::Progress;
 
 /// A running set loop.
 pub(super) struct SetTask {
@@ -69,6 +71,9 @@ impl Agent {
     /// problem said, on every listing.
     pub(super) async fn take_listing(&mut self, listing: Listing, prune: bool, shutdown: &Signal) {
         let set = listing.set.clone();
+        if prune && listing.problem.is_none() {
+            self.hand_over(&listing, shutdown).await;
+        }
         self.listings.insert(set.clone(), listing);
         let running = self.config();
         let expanded = self.expanded(&running);
@@ -84,6 +89,31 @@ impl Agent {
         }
         if prune {
             self.prune_removed(shutdown).await;
+        }
+    }
+
+    /// Hands the objects of each folder `listing` finds renamed (its files unchanged) from
+    /// the old folder's apps, stopped first, to the new one's, before they start; the
+    /// apps handed over are not removed (`removed.rs`).
+    async fn hand_over(&mut self, listing: &Listing, shutdown: &Signal) {
+        let running = self.config();
+        let set = running.app_sets.iter().find(|s| s.name == listing.set);
+        let (Some(set), Some(before)) = (set, self.listings.get(&listing.set)) else {
+            return;
+        };
+        let syncer = self.shared.syncer();
+        for (from, to) in sets::renamed(&running, set, &before.listed, &listing.listed) {
+            if running.app(&to.name).is_some() {
+                continue;
+            }
+            self.stop(&from.name).await;
+            let log = |progress: Progress<'_>| log_progress(&from.name, progress);
+            let record = syncer.hand_over(&from, &to, shutdown, &log).await;
+            self.shared.metrics.observe(&record);
+            if let (Outcome::Succeeded, Some(note)) = (&record.outcome, &record.note) {
+                tracing::info!(app = %from.name, "{note}");
+                self.handed_over.insert(from.name);
+            }
         }
     }
 

@@ -1,5 +1,6 @@
 //! `berth sync`: one sync of the named apps (all by default) in the foreground.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -70,7 +71,8 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     };
     let mut ok = all_reached && sets_listed;
     if args.apps.is_empty() {
-        ok &= remove_gone(&syncer, &file, &config, &listings, &shutdown).await;
+        let handed = hand_over(&syncer, &file, &listings, &shutdown).await;
+        ok &= remove_gone(&syncer, &file, &config, &listings, &handed, &shutdown).await;
     }
     let ended = in_order(&syncer, &apps, options, args.with_deps, &shutdown).await;
     syncer.notifications.flush(super::NOTIFY_FLUSH).await;
@@ -93,15 +95,49 @@ fn exit_code(ok: bool) -> ExitCode {
     }
 }
 
+/// Hands the objects of each folder renamed in a set (its files unchanged) from the old
+/// folder's apps to the new one's, before either syncs; the names of the apps handed over.
+async fn hand_over(
+    syncer: &Syncer,
+    file: &config::Config,
+    listings: &[sets::Listing],
+    shutdown: &berth::shutdown::Signal,
+) -> HashSet<String> {
+    let mut handed = HashSet::new();
+    for (set, listing) in file.app_sets.iter().zip(listings) {
+        let before = sets::remembered(&file.agent.state_dir, &set.name);
+        let (Some(before), None) = (before, &listing.problem) else {
+            continue;
+        };
+        for (from, to) in sets::renamed(file, set, &before, &listing.listed) {
+            let name = &from.name;
+            let print = move |line: &str| super::say(format_args!("{name}: {line}"));
+            let record = syncer
+                .hand_over(&from, &to, shutdown, &super::lines(print))
+                .await;
+            match (&record.outcome, &record.note) {
+                (Outcome::Succeeded, Some(note)) => {
+                    super::say(format_args!("{name}: {note}"));
+                    handed.insert(from.name);
+                }
+                _ => super::say(summary(&record)),
+            }
+        }
+    }
+    handed
+}
+
 /// Removes the apps each set listed before and makes no more (a folder removed in git), as
 /// the agent removes an app taken out of the configuration: their objects pruned with
-/// `prune = true`, left as they are without; then keeps what each set lists now. A set
-/// with a problem removes nothing. False when a removal failed.
+/// `prune = true`, left as they are without (those `handed` their objects over are left
+/// out); then keeps what each set lists now. A set with a problem removes nothing. False
+/// when a removal failed.
 async fn remove_gone(
     syncer: &Syncer,
     file: &config::Config,
     config: &config::Config,
     listings: &[sets::Listing],
+    handed: &HashSet<String>,
     shutdown: &berth::shutdown::Signal,
 ) -> bool {
     let mut ok = true;
@@ -111,7 +147,7 @@ async fn remove_gone(
         }
         let gone: Vec<AppConfig> = sets::remembered_apps(file, set)
             .into_iter()
-            .filter(|a| config.app(&a.name).is_none())
+            .filter(|a| config.app(&a.name).is_none() && !handed.contains(&a.name))
             .collect();
         let mut removed = true;
         // Dependents first: the reverse of the order they sync in.

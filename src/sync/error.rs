@@ -128,6 +128,17 @@ pub enum SyncError {
         /// The cluster it named (`default`: none, when there was one cluster).
         cluster: String,
     },
+    /// A renamed folder's app already has an inventory: the old folder's app is not
+    /// handed to it (it is removed as any app a set no longer makes).
+    #[error(
+        "app {app}'s objects were not handed over to app {to}, which has an inventory already"
+    )]
+    HandOver {
+        /// The old folder's app.
+        app: String,
+        /// The new folder's.
+        to: String,
+    },
     /// A sync's history record could not be written.
     #[error("this sync's history record could not be written ({0}): the cluster holds what it lists; free space in [agent] state_dir")]
     Unrecorded(crate::history::HistoryError),

@@ -210,6 +210,34 @@ pub fn remembered_apps(config: &Config, set: &AppSetConfig) -> Vec<AppConfig> {
     made(config, set, &listed, &taken).unwrap_or_default()
 }
 
+/// The apps a rename hands over, `(from, to)`: for each folder `before` has and `now` has
+/// not, whose tree a folder new in `now` has, its app on each cluster and the new folder's
+/// app on the same cluster.
+pub fn renamed(
+    config: &Config,
+    set: &AppSetConfig,
+    before: &Listed,
+    now: &Listed,
+) -> Vec<(AppConfig, AppConfig)> {
+    let zero = git2::Oid::ZERO_SHA1.to_string();
+    let has = |listed: &Listed, path: &str| listed.folders.iter().any(|f| f.path == path);
+    let mut gone: Vec<&Folder> = (before.folders.iter())
+        .filter(|f| f.tree != zero && !has(now, &f.path))
+        .collect();
+    let mut pairs = Vec::new();
+    for new in now.folders.iter().filter(|f| !has(before, &f.path)) {
+        let Some(at) = gone.iter().position(|old| old.tree == new.tree) else {
+            continue;
+        };
+        let old = gone.swap_remove(at);
+        let apps = |path: &str| set.generate(&[path.to_string()], &config.cluster);
+        if let (Ok(from), Ok(to)) = (apps(&old.path), apps(&new.path)) {
+            pairs.extend(from.into_iter().zip(to));
+        }
+    }
+    pairs
+}
+
 /// The apps of `set` for `listed`, each checked as a written app is.
 ///
 /// # Errors
