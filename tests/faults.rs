@@ -725,7 +725,9 @@ impl Lab {
     async fn agent_rides_out_a_full_disk(&mut self, g: usize) -> Result<(), String> {
         let port = self.port;
         let synced = |outcome: &str| {
-            let line = format!("berth_syncs_total{{app=\"{APP}\",outcome=\"{outcome}\"}} ");
+            let line = format!(
+                "berth_syncs_total{{app=\"{APP}\",cluster=\"default\",outcome=\"{outcome}\"}} "
+            );
             get(port, "/metrics").is_some_and(|(_, text)| {
                 text.lines()
                     .any(|l| l.strip_prefix(&line).is_some_and(|n| n.trim() != "0"))

@@ -188,15 +188,19 @@ async fn notify_status_reload_metrics_and_webhook() {
     let (code, metrics) = http(port, "GET", "/metrics", &[], b"");
     assert_eq!(code, 200);
     assert!(
-        metrics.contains("berth_syncs_total{app=\"service\",outcome=\"succeeded\"} 1"),
+        metrics.contains(
+            "berth_syncs_total{app=\"service\",cluster=\"default\",outcome=\"succeeded\"} 1"
+        ),
         "{metrics}"
     );
     assert!(
-        metrics.contains("berth_managed_objects{app=\"service\"} 1"),
+        metrics.contains("berth_managed_objects{app=\"service\",cluster=\"default\"} 1"),
         "{metrics}"
     );
     assert!(
-        metrics.contains("berth_git_fetch_duration_seconds_count{app=\"service\"} 1"),
+        metrics.contains(
+            "berth_git_fetch_duration_seconds_count{app=\"service\",cluster=\"default\"} 1"
+        ),
         "{metrics}"
     );
 
@@ -529,7 +533,7 @@ async fn a_commit_that_touches_none_of_an_apps_paths_costs_it_nothing() {
         let (_, metrics) = http(port, "GET", "/metrics", &[], b"");
         metrics
             .lines()
-            .find(|l| l.starts_with("berth_managed_objects{app=\"untouched\"}"))
+            .find(|l| l.starts_with("berth_managed_objects{app=\"untouched\",cluster=\"default\"}"))
             .map(str::to_string)
     };
     let mut daemon = Daemon::start(&setup.config, &[]);
@@ -537,7 +541,8 @@ async fn a_commit_that_touches_none_of_an_apps_paths_costs_it_nothing() {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
     common::eventually("the first sync", Duration::from_secs(30), || {
-        managed().as_deref() == Some("berth_managed_objects{app=\"untouched\"} 3")
+        managed().as_deref()
+            == Some("berth_managed_objects{app=\"untouched\",cluster=\"default\"} 3")
     });
     let start = jiff::Timestamp::now();
     repo.write("other/readme.txt", "still not the app's\n");
@@ -555,7 +560,7 @@ async fn a_commit_that_touches_none_of_an_apps_paths_costs_it_nothing() {
     );
     assert_eq!(
         managed().as_deref(),
-        Some("berth_managed_objects{app=\"untouched\"} 3"),
+        Some("berth_managed_objects{app=\"untouched\",cluster=\"default\"} 3"),
         "metrics keep their values"
     );
     tokio::time::sleep(Duration::from_millis(500)).await;

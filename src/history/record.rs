@@ -132,6 +132,9 @@ pub struct SyncRecord {
     /// The berth host that ran it (`hostname/pid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The cluster the app is synced to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
     /// The commit, once resolved.
     pub commit: Option<CommitInfo>,
     /// The commit of the last successful sync.
@@ -307,6 +310,7 @@ impl SyncRecord {
             finished_at: started_at,
             duration_ms: 0,
             host: None,
+            cluster: None,
             commit,
             previous_commit: None,
             history_rewritten: None,

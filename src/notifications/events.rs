@@ -32,6 +32,8 @@ pub struct Message {
     pub record: String,
     /// The host that synced.
     pub host: Option<String>,
+    /// The cluster the app is synced to.
+    pub cluster: Option<String>,
     /// When the sync ended.
     pub at: Timestamp,
     /// The sync's outcome.
@@ -197,6 +199,7 @@ fn message(r: &SyncRecord, event: NotifyEvent, resolves: Option<NotifyEvent>) ->
         app: r.app.clone(),
         record: r.id.clone(),
         host: r.host.clone(),
+        cluster: r.cluster.clone(),
         at: r.finished_at,
         outcome: r.outcome,
         commit: r

@@ -37,6 +37,7 @@ fn document(m: &Message, link: Option<String>) -> Value {
         "event": m.event.as_str(),
         "resolves": m.resolves.map(NotifyEvent::as_str),
         "app": m.app,
+        "cluster": m.cluster,
         "outcome": m.outcome.as_str(),
         "commit": m.commit.as_ref().map(|(sha, subject, author)| json!({
             "sha": sha, "short": &sha[..sha.len().min(7)], "subject": subject, "author": author,
@@ -65,7 +66,11 @@ fn headline(m: &Message) -> String {
         NotifyEvent::Synced => "synced",
         NotifyEvent::Held => "held: waiting for a new commit",
     };
-    format!("app {}: {what}{commit}", m.app)
+    let cluster = match m.cluster.as_deref() {
+        Some(name) if name != "default" => format!(" (cluster {name})"),
+        _ => String::new(),
+    };
+    format!("app {}{cluster}: {what}{commit}", m.app)
 }
 
 fn slack(m: &Message, link: Option<&str>) -> String {
@@ -109,7 +114,7 @@ fn alert_name(event: NotifyEvent) -> Option<&'static str> {
 fn alerts(m: &Message, link: Option<String>) -> Option<Value> {
     let alert = |name: &str, ends: jiff::Timestamp| {
         json!({
-            "labels": {"alertname": name, "app": m.app, "severity": "warning", "source": "berth"},
+            "labels": {"alertname": name, "app": m.app, "cluster": m.cluster.as_deref().unwrap_or("default"), "severity": "warning", "source": "berth"},
             "annotations": {
                 "summary": headline(m),
                 "description": m.errors.join("\n"),
@@ -152,6 +157,7 @@ mod tests {
             app: "shop".into(),
             record: "r1".into(),
             host: Some("h/1".into()),
+            cluster: Some("east".into()),
             at: "2026-11-23T10:00:00Z".parse().unwrap(),
             outcome: Outcome::Failed,
             commit: Some(("0123456789abcdef".into(), "Bump web".into(), "Dev".into())),
@@ -173,6 +179,7 @@ mod tests {
         assert_eq!(v["version"], 1);
         assert_eq!(v["event"], "sync_failed");
         assert_eq!(v["app"], "shop");
+        assert_eq!(v["cluster"], "east");
         assert_eq!(v["commit"]["short"], "0123456");
         assert_eq!(v["errors"][0], "web.yaml: boom");
         assert_eq!(v["link"], "https://git.example/shop/0123456789abcdef");
@@ -189,7 +196,7 @@ mod tests {
         .unwrap();
         let text = v["text"].as_str().unwrap();
         assert!(
-            text.starts_with(":x: berth: app shop: sync failed at commit 0123456"),
+            text.starts_with(":x: berth: app shop (cluster east): sync failed at commit 0123456"),
             "{text}"
         );
         assert!(text.contains("• web.yaml: boom"), "{text}");

@@ -23,6 +23,11 @@ pub struct AppState {
     pub repo: String,
     /// Its paths in the repository, `,`-joined (`.`: the whole repository).
     pub path: String,
+    /// The cluster it is synced to.
+    pub cluster: String,
+    /// The app set that generated it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub set: Option<String>,
     /// `idle`, `syncing` or `waiting`.
     pub state: State,
     /// The step of the sync in flight.
@@ -154,6 +159,8 @@ impl AppState {
             name: app.name.clone(),
             repo: crate::source::git::redact_url(&app.repo),
             path: app.path.join(","),
+            cluster: app.cluster.clone().unwrap_or_else(|| "default".into()),
+            set: app.set.clone(),
             state: State::Idle,
             step: None,
             activity: None,
@@ -200,6 +207,8 @@ impl Board {
             });
             state.repo = fresh.repo;
             state.path = fresh.path;
+            state.cluster = fresh.cluster;
+            state.set = fresh.set;
         }
         drop(all);
         self.version.send_modify(|v| *v += 1);

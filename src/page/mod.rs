@@ -94,7 +94,7 @@ impl StatusPage {
             viewed_ms: AtomicI64::new(0),
             answers: std::sync::Mutex::new(HashMap::new()),
         };
-        page.set_apps(&config.apps);
+        page.set_apps(config);
         Ok(page)
     }
 
@@ -108,17 +108,23 @@ impl StatusPage {
                     if changed.is_err() {
                         return;
                     }
-                    let apps = config.borrow_and_update().clone();
-                    self.set_apps(&apps.apps);
+                    let config = config.borrow_and_update().clone();
+                    self.set_apps(&config);
                 }
             }
         }
     }
 
-    /// The configuration's apps (at start and on each reload).
-    fn set_apps(&self, apps: &[AppConfig]) {
+    /// The configuration's apps (at start and on each reload), each with its cluster.
+    fn set_apps(&self, config: &Config) {
+        let apps: Vec<AppConfig> = (config.apps.iter())
+            .map(|a| AppConfig {
+                cluster: Some(config.cluster_of(a).name().to_string()),
+                ..a.clone()
+            })
+            .collect();
         self.board
-            .set_apps(apps, |app| self.history.newest(app).ok().flatten());
+            .set_apps(&apps, |app| self.history.newest(app).ok().flatten());
         if let Ok(mut answers) = self.answers.lock() {
             answers.retain(|name, _| apps.iter().any(|a| &a.name == name));
         }
@@ -251,6 +257,7 @@ impl StatusPage {
                 let filter = html::Filter {
                     name: param(query, "name").unwrap_or_default(),
                     outcome: param(query, "outcome").unwrap_or_default(),
+                    cluster: param(query, "cluster").unwrap_or_default(),
                 };
                 page(html::index(&self.board.apps(), &filter, now))
             }

@@ -48,6 +48,12 @@ struct State {
     notifications: Option<Arc<Notifications>>,
 }
 
+/// A record's app and cluster, as labels: `app="shop",cluster="east"`.
+fn labels(r: &SyncRecord) -> String {
+    let cluster = r.cluster.as_deref().unwrap_or("default");
+    format!("app=\"{}\",cluster=\"{cluster}\"", r.app)
+}
+
 /// The agent's metrics.
 #[derive(Default)]
 pub struct Metrics {
@@ -58,7 +64,7 @@ impl Metrics {
     /// Counts one sync.
     pub fn observe(&self, r: &SyncRecord) {
         let Ok(mut s) = self.state.lock() else { return };
-        let app = r.app.clone();
+        let app = labels(r);
         *s.syncs
             .entry((app.clone(), r.outcome.as_str()))
             .or_default() += 1;
@@ -128,7 +134,7 @@ impl Metrics {
 fn gauge(out: &mut String, name: &str, help: &str, values: &BTreeMap<String, f64>) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
     for (app, v) in values {
-        let _ = writeln!(out, "{name}{{app=\"{app}\"}} {v}");
+        let _ = writeln!(out, "{name}{{{app}}} {v}");
     }
 }
 
@@ -142,16 +148,12 @@ fn histogram(
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
     for (app, h) in values {
         for (b, n) in buckets.iter().zip(&h.counts) {
-            let _ = writeln!(out, "{name}_bucket{{app=\"{app}\",le=\"{b}\"}} {n}");
+            let _ = writeln!(out, "{name}_bucket{{{app},le=\"{b}\"}} {n}");
         }
+        let _ = writeln!(out, "{name}_bucket{{{app},le=\"+Inf\"}} {}", h.count);
         let _ = writeln!(
             out,
-            "{name}_bucket{{app=\"{app}\",le=\"+Inf\"}} {}",
-            h.count
-        );
-        let _ = writeln!(
-            out,
-            "{name}_sum{{app=\"{app}\"}} {}\n{name}_count{{app=\"{app}\"}} {}",
+            "{name}_sum{{{app}}} {}\n{name}_count{{{app}}} {}",
             h.sum, h.count
         );
     }
@@ -166,7 +168,7 @@ fn counters(out: &mut String, s: &State) {
                  label: &str| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
         for ((app, v), n) in map {
-            let _ = writeln!(out, "{name}{{app=\"{app}\",{label}=\"{v}\"}} {n}");
+            let _ = writeln!(out, "{name}{{{app},{label}=\"{v}\"}} {n}");
         }
     };
     pairs(
@@ -189,7 +191,7 @@ fn counters(out: &mut String, s: &State) {
 fn requests_and_shards(out: &mut String, s: &State) {
     let _ = writeln!(out, "# HELP berth_apply_requests_total Write requests sent to the API server (dry runs, applies, prunes, inventory).\n# TYPE berth_apply_requests_total counter");
     for (app, n) in &s.requests {
-        let _ = writeln!(out, "berth_apply_requests_total{{app=\"{app}\"}} {n}");
+        let _ = writeln!(out, "berth_apply_requests_total{{{app}}} {n}");
     }
     if let Some((apps, members)) = s.shard {
         let _ = writeln!(out, "# HELP berth_shard_apps Apps assigned to this host ([agent] sharding).\n# TYPE berth_shard_apps gauge\nberth_shard_apps {apps}");
@@ -253,7 +255,7 @@ mod tests {
         let now = jiff::Timestamp::now();
         let record: SyncRecord = serde_json::from_value(serde_json::json!({
             "id": "x", "app": "shop", "trigger": "cli", "started_at": now, "finished_at": now,
-            "duration_ms": 1500, "commit": null, "previous_commit": null, "outcome": "succeeded",
+            "duration_ms": 1500, "cluster": "east", "commit": null, "previous_commit": null, "outcome": "succeeded",
             "unchanged": 3, "objects": [], "errors": [], "fetch_ms": 40, "requests": 7
         }))
         .unwrap();
@@ -262,27 +264,35 @@ mod tests {
         m.observe(&record);
         let text = m.render();
         assert!(
-            text.contains("berth_syncs_total{app=\"shop\",outcome=\"succeeded\"} 1"),
+            text.contains(
+                "berth_syncs_total{app=\"shop\",cluster=\"east\",outcome=\"succeeded\"} 1"
+            ),
             "{text}"
         );
         assert!(
-            text.contains("berth_sync_duration_seconds_bucket{app=\"shop\",le=\"2.5\"} 1"),
+            text.contains(
+                "berth_sync_duration_seconds_bucket{app=\"shop\",cluster=\"east\",le=\"2.5\"} 1"
+            ),
             "{text}"
         );
         assert!(
-            text.contains("berth_sync_duration_seconds_bucket{app=\"shop\",le=\"1\"} 0"),
+            text.contains(
+                "berth_sync_duration_seconds_bucket{app=\"shop\",cluster=\"east\",le=\"1\"} 0"
+            ),
             "{text}"
         );
         assert!(
-            text.contains("berth_managed_objects{app=\"shop\"} 3"),
+            text.contains("berth_managed_objects{app=\"shop\",cluster=\"east\"} 3"),
             "{text}"
         );
         assert!(
-            text.contains("berth_apply_requests_total{app=\"shop\"} 7"),
+            text.contains("berth_apply_requests_total{app=\"shop\",cluster=\"east\"} 7"),
             "{text}"
         );
         assert!(
-            text.contains("berth_git_fetch_duration_seconds_count{app=\"shop\"} 1"),
+            text.contains(
+                "berth_git_fetch_duration_seconds_count{app=\"shop\",cluster=\"east\"} 1"
+            ),
             "{text}"
         );
     }

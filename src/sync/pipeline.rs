@@ -101,6 +101,7 @@ impl Syncer {
         let name = &ctx.app.name;
         SyncRecord {
             host: Some(self.host.clone()),
+            cluster: Some(ctx.cluster.name.clone()),
             waited_ms: ctx.options.waited.map(|w| w.as_millis() as u64),
             ..SyncRecord::new(new_id(started), name, ctx.options.trigger, started, None)
         }

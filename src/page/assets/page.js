@@ -47,15 +47,18 @@
 
   const nameInput = document.getElementById('filter-name');
   const outcomeInput = document.getElementById('filter-outcome');
+  const clusterInput = document.getElementById('filter-cluster');
   const rows = () => Array.from(document.querySelectorAll('tr[data-app]'));
   function filter() {
     if (!nameInput) return;
     const name = nameInput.value.trim();
     const outcome = outcomeInput.value;
+    const cluster = clusterInput ? clusterInput.value : '';
     let shown = 0;
     const all = rows();
     for (const row of all) {
-      const keep = row.dataset.app.includes(name) && (!outcome || row.dataset.status === outcome);
+      const keep = row.dataset.app.includes(name) && (!outcome || row.dataset.status === outcome)
+        && (!cluster || row.dataset.cluster === cluster);
       row.hidden = !keep;
       if (keep) shown += 1;
     }
@@ -63,11 +66,13 @@
     const query = new URLSearchParams();
     if (name) query.set('name', name);
     if (outcome) query.set('outcome', outcome);
+    if (cluster) query.set('cluster', cluster);
     history.replaceState(null, '', query.size ? `?${query}` : location.pathname);
   }
   if (nameInput) {
     nameInput.addEventListener('input', filter);
     outcomeInput.addEventListener('change', filter);
+    if (clusterInput) clusterInput.addEventListener('change', filter);
     nameInput.form.addEventListener('submit', (e) => { e.preventDefault(); filter(); });
   }
 

@@ -1,4 +1,4 @@
-//! `/`: every app, with the filter by name and status (`index.html`).
+//! `/`: every app, with the filter by name, status and cluster (`index.html`).
 
 use askama::Template;
 use jiff::Timestamp;
@@ -13,12 +13,16 @@ pub struct Filter {
     pub name: String,
     /// One of [`super::STATUS_WORDS`], or empty.
     pub outcome: String,
+    /// A cluster's name, or empty.
+    pub cluster: String,
 }
 
 impl Filter {
     /// Whether `app`'s row is shown.
     fn keeps(&self, app: &AppState) -> bool {
-        app.name.contains(&self.name) && (self.outcome.is_empty() || self.selects(status_word(app)))
+        app.name.contains(&self.name)
+            && (self.outcome.is_empty() || self.selects(status_word(app)))
+            && (self.cluster.is_empty() || self.cluster == app.cluster)
     }
 
     /// Whether the outcome list has `word` selected.
@@ -44,6 +48,8 @@ struct Index<'a> {
     rows: Vec<Row<'a>>,
     /// How many rows the filter keeps.
     shown: usize,
+    /// The apps' clusters, when there are several (a column and a filter then).
+    clusters: Vec<&'a str>,
 }
 
 /// `/`: every app.
@@ -56,7 +62,14 @@ pub fn index(apps: &[AppState], filter: &Filter, now: Timestamp) -> String {
             hidden: !filter.keeps(app),
         })
         .collect();
+    let mut clusters: Vec<&str> = apps.iter().map(|a| a.cluster.as_str()).collect();
+    clusters.sort_unstable();
+    clusters.dedup();
+    if clusters.len() < 2 {
+        clusters.clear();
+    }
     rendered(&Index {
+        clusters,
         frame: Frame {
             title: "Apps".into(),
             page: "index",

@@ -239,6 +239,40 @@ mod tests {
     use crate::history::{Outcome, RecordError, SyncRecord, Trigger};
 
     #[test]
+    fn several_clusters_make_a_column_and_a_filter() {
+        let board = crate::page::board::Board::default();
+        let app = |name: &str, cluster: &str| {
+            let text =
+                format!("[[app]]\nname = \"{name}\"\nrepo = \"/r\"\ncluster = \"{cluster}\"\n");
+            crate::config::parse(&text).expect("config").apps.remove(0)
+        };
+        board.set_apps(&[app("web-east", "east"), app("web-west", "west")], |_| {
+            None
+        });
+        let filter = |cluster: &str| Filter {
+            cluster: cluster.into(),
+            ..Filter::default()
+        };
+        let html = index(&board.apps(), &filter("west"), Timestamp::now());
+        assert!(html.contains("<th scope=\"col\">Cluster</th>"), "{html}");
+        assert!(
+            html.contains("<option value=\"west\" selected>west</option>"),
+            "{html}"
+        );
+        assert!(
+            html.contains(
+                "<tr data-app=\"web-east\" data-cluster=\"east\" data-status=\"never\" hidden>"
+            ),
+            "{html}"
+        );
+        assert!(html.contains("1 of 2 apps"), "{html}");
+        // One cluster: neither.
+        board.set_apps(&[app("web-east", "east")], |_| None);
+        let html = index(&board.apps(), &filter(""), Timestamp::now());
+        assert!(!html.contains("Cluster"), "{html}");
+    }
+
+    #[test]
     fn text_from_git_and_the_cluster_is_escaped() {
         let now = Timestamp::now();
         let record = SyncRecord {
