@@ -525,3 +525,28 @@ async fn the_agent_follows_a_sets_folders_without_a_reload() {
         [Some("1".into()), Some("1".into()), None]
     );
 }
+
+/// The fleet example (`examples/fleet/`): its configuration validates against its
+/// repository's layout and lists the apps its set generates.
+#[test]
+fn the_fleet_example_validates() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fleet");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("validate")
+        .arg("--config")
+        .arg(root.join("berth.toml"))
+        .arg("--dir")
+        .arg(root.join("repo"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("app set addons: 4 apps from "), "{text}");
+    for app in ["addons-cert-manager-east", "addons-metrics-west"] {
+        assert!(
+            text.contains(&format!("app {app}: 1 object from ")),
+            "{text}"
+        );
+    }
+    assert!(text.contains("app shop: 1 object from "), "{text}");
+}

@@ -110,6 +110,46 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     Ok(config)
 }
 
+/// The file settings of an `[[app]]`, as key paths: an app set's templates of them are
+/// anchored as a written app's are.
+const FILE_KEYS: [&[&str]; 8] = [
+    &["webhook_secret_file"],
+    &["verify", "ssh_allowed_signers"],
+    &["auth", "password_file"],
+    &["auth", "ssh_key_file"],
+    &["auth", "known_hosts"],
+    &["decrypt", "age_key_files"],
+    &["decrypt", "openpgp_key_files"],
+    &["decrypt", "openpgp_passphrase_file"],
+];
+
+/// Makes the relative file paths at `key` of `table` (one path or a list) relative to
+/// `folder`; `credential:NAME` is left as it is.
+fn anchor_template(table: &mut toml::Table, key: &[&str], folder: &Path) {
+    let Some((last, tables)) = key.split_last() else {
+        return;
+    };
+    let mut at = table;
+    for part in tables {
+        match at.get_mut(*part) {
+            Some(toml::Value::Table(inner)) => at = inner,
+            _ => return,
+        }
+    }
+    let anchor = |value: &mut toml::Value| {
+        if let toml::Value::String(path) = value {
+            if Path::new(path.as_str()).is_relative() && !path.starts_with("credential:") {
+                *path = folder.join(&*path).display().to_string();
+            }
+        }
+    };
+    match at.get_mut(*last) {
+        Some(toml::Value::Array(paths)) => paths.iter_mut().for_each(anchor),
+        Some(value) => anchor(value),
+        None => {}
+    }
+}
+
 impl Config {
     /// Makes every relative file setting (`state_dir`, key and secret files, the
     /// kubeconfig) relative to `folder`, the configuration file's own, as a unit's files
@@ -140,6 +180,11 @@ impl Config {
                 keys.age_key_files.iter_mut().for_each(at);
                 keys.openpgp_key_files.iter_mut().for_each(at);
                 keys.openpgp_passphrase_file.iter_mut().for_each(at);
+            }
+        }
+        for set in &mut self.app_sets {
+            for key in FILE_KEYS {
+                anchor_template(&mut set.template, key, folder);
             }
         }
         for notify in &mut self.notify {
@@ -489,6 +534,25 @@ repo = "https://example.com/guestbook.git"
     fn path_may_be_a_single_string() {
         let c = parse(&format!("{MINIMAL}path = \"deploy\"\n")).unwrap();
         assert_eq!(c.apps[0].path, vec!["deploy"]);
+    }
+
+    #[test]
+    fn a_sets_file_settings_are_anchored_at_the_configuration_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("berth.toml");
+        let text = "[[app_set]]\nname = \"addons\"\nrepo = \"/r\"\nwebhook_secret_file = \"hooks/{set}\"\n[app_set.auth]\nknown_hosts = \"/etc/ssh/known\"\nssh_key_file = \"credential:deploy\"\n[app_set.decrypt]\nprovider = \"sops\"\nage_key_files = [\"keys/age\"]\n";
+        std::fs::write(&path, text).unwrap();
+        let c = load(&path).unwrap();
+        let t = &c.app_sets[0].template;
+        let folder = std::path::absolute(dir.path()).unwrap();
+        let at = |p: &str| toml::Value::String(folder.join(p).display().to_string());
+        assert_eq!(t["webhook_secret_file"], at("hooks/{set}"));
+        assert_eq!(t["decrypt"]["age_key_files"][0], at("keys/age"));
+        assert_eq!(t["auth"]["known_hosts"].as_str(), Some("/etc/ssh/known"));
+        assert_eq!(
+            t["auth"]["ssh_key_file"].as_str(),
+            Some("credential:deploy")
+        );
     }
 
     #[test]
