@@ -23,7 +23,9 @@
 //! all the same); `BERTH_BENCH_ONLY=fetch` runs the git cases alone and only prints them;
 //! `BERTH_BENCH_ONLY=chain` runs the ordering case alone and only prints it, and
 //! `BERTH_BENCH_ONLY=chart` the chart case, `BERTH_BENCH_ONLY=secrets` the sops case,
-//! `BERTH_BENCH_ONLY=plan` the pull-request case, `BERTH_BENCH_ONLY=page` the status page's.
+//! `BERTH_BENCH_ONLY=plan` the pull-request case, `BERTH_BENCH_ONLY=page` the status page's,
+//! `BERTH_BENCH_ONLY=clusters` the fleet case (four control planes; `BERTH_BENCH_CLUSTERS`
+//! the apps on each, 250 by default).
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -40,6 +42,8 @@ use kube::api::Api;
 mod chain;
 #[path = "render/chart.rs"]
 mod chart;
+#[path = "scale/clusters.rs"]
+mod clusters;
 #[path = "scale/fleet.rs"]
 mod fleet;
 #[path = "scale/page.rs"]
@@ -662,9 +666,15 @@ async fn main() -> Result<()> {
     };
     let only = std::env::var("BERTH_BENCH_ONLY").unwrap_or_default();
     let only_scale = only == "scale";
-    if ["fetch", "chain", "chart", "secrets", "plan", "page"].contains(&only.as_str()) {
+    if [
+        "fetch", "chain", "chart", "secrets", "plan", "page", "clusters",
+    ]
+    .contains(&only.as_str())
+    {
         // One case alone (the git and render cases need no cluster), printed only.
+        let clusters = sizes("BERTH_BENCH_CLUSTERS", &[250])[0];
         let result = match only.as_str() {
+            "clusters" => b.clusters(clusters).await,
             "fetch" => b.git_fetch(),
             "chart" => b.chart(),
             "secrets" => b.secrets(),
@@ -703,6 +713,12 @@ async fn main() -> Result<()> {
                 b.notes
                     .push(format!("One app of {objects} objects: failed: {e:#}"));
             }
+        }
+        let clusters = sizes("BERTH_BENCH_CLUSTERS", &[250])[0];
+        if let Err(e) = b.clusters(clusters).await {
+            b.notes.push(format!(
+                "{clusters} apps on each of four clusters: failed: {e:#}"
+            ));
         }
         if !only_scale {
             let config = b.cold_apply()?;

@@ -12,6 +12,10 @@ use kube::api::Api;
 
 const NAMES: [&str; 3] = ["east", "west", "north"];
 
+/// One test stops north's API server: the tests that sync to north hold this for reading,
+/// that one for writing, so that they do not run while it is down.
+static NORTH: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 fn config_map(name: &str, value: &str) -> String {
     format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  value: \"{value}\"\n"
@@ -86,6 +90,7 @@ async fn apps_reach_only_their_cluster_and_one_cluster_down_delays_no_other() {
     for cp in cps {
         clients.push(common::client(cp).await);
     }
+    let _north = NORTH.write().await;
     let ns = format!("fleet-{}", std::process::id() % 100_000);
     let repo = Repo::new();
     repo.write("web/web.yaml", &config_map("web", "1"));
@@ -363,6 +368,7 @@ async fn a_set_syncs_its_folders_to_the_clusters_it_selects() {
     for cp in cps {
         clients.push(common::client(cp).await);
     }
+    let _north = NORTH.read().await;
     let ns = format!("addons-{}", std::process::id() % 100_000);
     let repo = Repo::new();
     for folder in ["dns", "ingress", "metrics"] {
@@ -475,6 +481,7 @@ async fn the_agent_follows_a_sets_folders_without_a_reload() {
     for cp in cps {
         clients.push(common::client(cp).await);
     }
+    let _north = NORTH.read().await;
     let ns = format!("extras-{}", std::process::id() % 100_000);
     let repo = Repo::new();
     repo.write("extras/cache/cm.yaml", &config_map("cache", "1"));

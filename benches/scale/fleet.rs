@@ -50,12 +50,12 @@ pub fn rss(pid: u32) -> (f64, f64) {
     (kb("VmHWM:") / 1024.0, kb("VmRSS:") / 1024.0)
 }
 
-/// How many apps have a succeeded (or no-change) record of commit `sha`.
-fn applied(state: &Path, apps: usize, sha: &str) -> usize {
+/// How many of `apps` have a succeeded (or no-change) record of commit `sha`.
+fn applied(state: &Path, apps: &[String], sha: &str) -> usize {
     let log = berth::history::HistoryLog::new(state);
-    (0..apps)
-        .filter(|i| {
-            log.read(&format!("app-{i}")).is_ok_and(|records| {
+    apps.iter()
+        .filter(|app| {
+            log.read(app).is_ok_and(|records| {
                 records.iter().any(|r| {
                     r.commit.as_ref().is_some_and(|c| c.sha == sha)
                         && matches!(
@@ -68,17 +68,29 @@ fn applied(state: &Path, apps: usize, sha: &str) -> usize {
         .count()
 }
 
-/// Waits until every app has applied `sha`; how long that took.
+/// Waits until every app `app-<i>` of `apps` has applied `sha`; how long that took.
 pub(crate) fn wait_applied(state: &Path, apps: usize, sha: &str, timeout: Duration) -> Result<f64> {
+    let names: Vec<String> = (0..apps).map(|i| format!("app-{i}")).collect();
+    wait_named(state, &names, sha, timeout)
+}
+
+/// Waits until every app of `apps` has applied `sha`; how long that took.
+pub(crate) fn wait_named(
+    state: &Path,
+    apps: &[String],
+    sha: &str,
+    timeout: Duration,
+) -> Result<f64> {
     let start = Instant::now();
     loop {
         let done = applied(state, apps, sha);
-        if done == apps {
+        if done == apps.len() {
             return Ok(start.elapsed().as_secs_f64());
         }
         if start.elapsed() > timeout {
             bail!(
-                "{done} of {apps} apps applied {} within {timeout:?}",
+                "{done} of {} apps applied {} within {timeout:?}",
+                apps.len(),
                 &sha[..7]
             );
         }
@@ -210,7 +222,7 @@ impl Bench {
         git(repo, &["commit", "-qam", "version 2"])?;
         let second = git(repo, &["rev-parse", "HEAD"])?.trim().to_string();
         let seconds = wait_applied(state, apps, &second, Duration::from_secs(600))?;
-        std::thread::sleep(Duration::from_millis(500)); // the audit log lags the answers
+        std::thread::sleep(Duration::from_millis(100)); // the audit log lags the answers
         let sent = requests(&self.cp, since, "berth/", None);
         Ok((seconds, rss(pid).0, sent))
     }

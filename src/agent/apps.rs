@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::sets::SetTask;
-use super::{AppTask, Heartbeat, ReloadError, Shared};
+use super::{AppTask, Heartbeat, ReloadError, SetTask, Shared};
 use crate::config::{self, AppConfig, Config, RolloutEngine};
 use crate::history::Trigger;
 use crate::rollout::engine::{supervise, Engine};

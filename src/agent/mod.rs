@@ -123,6 +123,12 @@ struct AppTask {
     tasks: Vec<JoinHandle<()>>,
 }
 
+/// A running app set's loop (`sets.rs`).
+struct SetTask {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
 /// What app loops and the service tasks share.
 struct Shared {
     syncer: RwLock<Arc<Syncer>>,

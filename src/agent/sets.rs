@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::app_loop::log_progress;
 use super::apps::Agent;
-use super::{Shared, DEBOUNCE};
+use super::{SetTask, Shared, DEBOUNCE};
 use crate::config::{AppSetConfig, Config};
 use crate::history::{Outcome, Trigger};
 use crate::shutdown::{self, stopped, Signal};
@@ -19,12 +19,6 @@ use crate::source::git;
 use crate::source::shared::INTERVAL_SHARE;
 use crate::sync::sets::{self, Listing};
 use crate::sync::Progress;
-
-/// A running set loop.
-pub(super) struct SetTask {
-    stop: tokio::sync::watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
-}
 
 impl Agent {
     /// The subscriber name of a set's loop among a repository's watchers.

@@ -8,6 +8,8 @@ use std::time::Duration;
 mod clusters;
 mod sets;
 
+pub use sets::check_generated;
+
 use super::{compile_globs, AgentConfig, AppConfig, Config, ConfigError, Problem};
 use clusters::{app_cluster, clusters};
 
@@ -62,23 +64,6 @@ impl Config {
                 problems: problems.0,
             })
         }
-    }
-}
-
-/// The checks of an app a set generated, as a written one passes them.
-///
-/// # Errors
-/// Each problem, `key: message`, joined by `; `.
-pub fn check_generated(app: &AppConfig, clusters: &super::Clusters) -> Result<(), String> {
-    let mut problems = Problems::default();
-    one_app(app, clusters, &|k: &str| k.to_string(), &mut problems);
-    match problems.0.as_slice() {
-        [] => Ok(()),
-        all => Err(all
-            .iter()
-            .map(|p| format!("{}: {}", p.key, p.message))
-            .collect::<Vec<_>>()
-            .join("; ")),
     }
 }
 

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use super::{check_repo_path, is_dns_label, one_app, Problems};
-use crate::config::{Config, SetError, SAMPLE_FOLDER};
+use crate::config::{AppConfig, Config, SetError, SAMPLE_FOLDER};
 
 pub(super) fn app_sets(config: &Config, problems: &mut Problems) {
     let mut names = HashSet::new();
@@ -50,5 +50,22 @@ pub(super) fn app_sets(config: &Config, problems: &mut Problems) {
                 format!("{e} (its templates tried with a folder named {SAMPLE_FOLDER:?})"),
             ),
         }
+    }
+}
+
+/// The checks of an app a set generated, as a written one passes them.
+///
+/// # Errors
+/// Each problem, `key: message`, joined by `; `.
+pub fn check_generated(app: &AppConfig, clusters: &crate::config::Clusters) -> Result<(), String> {
+    let mut problems = Problems::default();
+    one_app(app, clusters, &|k: &str| k.to_string(), &mut problems);
+    match problems.0.as_slice() {
+        [] => Ok(()),
+        all => Err(all
+            .iter()
+            .map(|p| format!("{}: {}", p.key, p.message))
+            .collect::<Vec<_>>()
+            .join("; ")),
     }
 }

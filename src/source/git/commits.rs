@@ -37,11 +37,7 @@ pub fn ancestry(source: &Path, previous: &str, new: &str) -> Option<String> {
 /// the same digest at two commits means the same files there.
 pub fn paths_digest(source: &Path, sha: &str, paths: &[String]) -> Option<String> {
     let repo = repository(source).ok()?;
-    let tree = repo
-        .find_commit(Oid::from_str(sha).ok()?)
-        .ok()?
-        .tree()
-        .ok()?;
+    let tree = tree_of(&repo, sha)?;
     let id_of = |path: &str| match path {
         "" => tree.id(),
         p => tree
@@ -59,15 +55,16 @@ pub fn paths_digest(source: &Path, sha: &str, paths: &[String]) -> Option<String
     Some(crate::digest::hex(&crate::digest::sha256_parts(parts)))
 }
 
+/// The tree of commit `sha` in `repo`.
+fn tree_of<'r>(repo: &'r git2::Repository, sha: &str) -> Option<git2::Tree<'r>> {
+    repo.find_commit(Oid::from_str(sha).ok()?).ok()?.tree().ok()
+}
+
 /// The id of each of `paths`' trees at commit `sha` (the same id: the same files), in
 /// their order; `None` when the commit cannot be read.
 pub fn tree_ids(source: &Path, sha: &str, paths: &[String]) -> Option<Vec<String>> {
     let repo = repository(source).ok()?;
-    let tree = repo
-        .find_commit(Oid::from_str(sha).ok()?)
-        .ok()?
-        .tree()
-        .ok()?;
+    let tree = tree_of(&repo, sha)?;
     let id_of = |path: &String| {
         tree.get_path(Path::new(path))
             .map_or(Oid::ZERO_SHA1, |e| e.id())
