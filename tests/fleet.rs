@@ -404,6 +404,20 @@ async fn a_set_syncs_its_folders_to_the_clusters_it_selects() {
         "{out}"
     );
 
+    // A branch that adds a folder: `berth plan --revision` shows its new apps, and
+    // writes nothing.
+    repo.git(&["checkout", "-q", "-b", "more"]);
+    repo.write("addons/extra/cm.yaml", &config_map("extra", "1"));
+    repo.commit("extra");
+    repo.git(&["checkout", "-q", "main"]);
+    let (code, out, err) = berth(&config, &["plan", "--revision", "more"]);
+    assert_eq!(code, 0, "{out}{err}");
+    for cluster in ["east", "west"] {
+        let new = format!("addons-extra-{cluster}: commit ");
+        assert!(out.contains(&new), "{out}");
+    }
+    assert_eq!(values(&clients, &ns, "extra").await, [None, None, None]);
+
     // metrics removed, logs added: metrics' apps are removed (pruned), logs' synced.
     repo.git(&["rm", "-q", "-r", "addons/metrics"]);
     repo.write("addons/logs/cm.yaml", &config_map("logs", "1"));

@@ -17,6 +17,9 @@ use crate::shutdown::{stopped, Signal};
 use crate::source::git;
 use crate::sync::{note_waiting, Level, Progress, Report, Step, SyncOptions, Syncer, Waiting};
 
+/// Over how long the apps an outage failed sync again once the server answers.
+const RECONNECT_SPREAD: Duration = Duration::from_secs(5);
+
 /// One app's loop: it syncs on its interval, on a commit and on a webhook, one sync at
 /// a time, until it is stopped.
 pub(super) async fn app_loop(
@@ -59,6 +62,8 @@ pub(super) async fn app_loop(
             Some(false) => continue,
             None => return,
         }
+        let reach = &syncer.cluster(&app).reach;
+        let outages = reach.outages();
         let Some(record) =
             sync_once(&app, &shared, &syncer, options, &mut inbox.stop, &report).await
         else {
@@ -68,9 +73,10 @@ pub(super) async fn app_loop(
         let delay = interval + crate::retry::random_below(jitter);
         synced(&shared, &app.name, &record, delay);
         let wake = tokio::time::Instant::now() + delay;
-        // A sync an outage failed runs again as soon as the server answers.
-        let reach = &syncer.cluster(&app).reach;
-        let outage = (record.outcome == Outcome::Failed && reach.is_down()).then_some(&**reach);
+        // A sync an outage failed runs again as soon as the server answers — also when it
+        // answers again by the sync's end (an overload: other apps' requests went through).
+        let failed_by_outage = reach.is_down() || reach.outages() != outages;
+        let outage = (record.outcome == Outcome::Failed && failed_by_outage).then_some(&**reach);
         let next = match drop_stale_commits(&app, &record, &mut inbox.triggers) {
             Some(wanted) => Some(wanted),
             None => inbox.next(wake, outage).await,
@@ -101,7 +107,11 @@ impl Inbox {
     ) -> Option<Trigger> {
         let back = async {
             match outage {
-                Some(reach) => reach.back().await,
+                Some(reach) => {
+                    reach.back().await;
+                    // The apps one outage failed come back spread out, not all at once.
+                    tokio::time::sleep(crate::retry::random_below(RECONNECT_SPREAD)).await;
+                }
                 None => std::future::pending().await,
             }
         };

@@ -77,6 +77,9 @@ impl Agent {
         if expanded.apps == running.apps {
             return;
         }
+        for unknown in sets::unknown_dependencies(&expanded) {
+            tracing::warn!("{unknown}");
+        }
         match self.apply(expanded).await {
             Ok(said) => tracing::info!(set = %set, "app set {set} listed: {said}"),
             Err(e) => tracing::error!(set = %set, "app set {set}: {e}"),

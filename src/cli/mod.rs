@@ -77,6 +77,9 @@ pub async fn with_sets(
             say(format_args!("app set {}: {problem}", listing.set));
         }
     }
+    for unknown in sets::unknown_dependencies(&config) {
+        say(unknown);
+    }
     (config, listings)
 }
 

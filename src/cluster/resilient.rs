@@ -63,6 +63,8 @@ pub struct Reach {
     /// Whether outages are logged (not for a command's one-shot probe, which says it).
     logged: bool,
     down_since: Mutex<Option<Instant>>,
+    /// How many outages began.
+    outages: std::sync::atomic::AtomicU64,
     down: watch::Sender<bool>,
     stopping: watch::Sender<bool>,
 }
@@ -83,6 +85,7 @@ impl Reach {
             logged,
             server: server.to_string(),
             down_since: Mutex::new(None),
+            outages: std::sync::atomic::AtomicU64::new(0),
             down: watch::Sender::new(false),
             stopping: watch::Sender::new(false),
         })
@@ -96,6 +99,12 @@ impl Reach {
     /// True from a failed connection until the next answer.
     pub fn is_down(&self) -> bool {
         *self.down.borrow()
+    }
+
+    /// How many outages began so far: a sync that failed while the count changed was
+    /// failed by an outage, even when the server answers again by its end.
+    pub fn outages(&self) -> u64 {
+        self.outages.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// When the outage began, while there is one.
@@ -157,6 +166,8 @@ impl Reach {
             first
         });
         if first {
+            self.outages
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if self.logged {
                 tracing::warn!(server = %self.server, error = %cause, "the API server at {} is unreachable: {cause}; syncs fail until it answers again", self.server);
             }

@@ -190,6 +190,22 @@ pub fn expand(
     expanded
 }
 
+/// The `depends_on` names no app has once the sets are listed (validation lets a name no
+/// written app has stand for a generated one), each said: `app web: depends_on names
+/// "db-east", which no app is (nor any app set makes)`. Such a dependency is not waited on.
+pub fn unknown_dependencies(config: &Config) -> Vec<String> {
+    let mut unknown = Vec::new();
+    for app in &config.apps {
+        for dep in app.depends_on.iter().filter(|d| config.app(d).is_none()) {
+            unknown.push(format!(
+                "app {}: depends_on names {dep:?}, which no app is (nor any app set makes): not waited on",
+                app.name
+            ));
+        }
+    }
+    unknown
+}
+
 /// `config` with each set's apps as it listed them last: what `berth status`, `plan` and
 /// the other commands that read no repository see.
 pub fn expand_remembered(config: &Config) -> Config {

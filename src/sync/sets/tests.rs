@@ -186,3 +186,19 @@ fn a_folder_renamed_with_its_files_hands_its_apps_over_cluster_by_cluster() {
     ]);
     assert!(renamed(&c, &c.app_sets[0], &before, &changed).is_empty());
 }
+
+#[test]
+fn a_dependency_on_an_app_no_set_makes_is_said() {
+    let state = tempfile::tempdir().unwrap();
+    let text = CONFIG.replace(
+        "name = \"addons-dns-east\"",
+        "name = \"solo\"\ndepends_on = [\"addons-dns-east\", \"addons-dsn-east\"]",
+    );
+    let c = config(state.path(), &text);
+    let mut listings = [listing(&["addons/dns"])];
+    let expanded = expand(&c, &mut listings, &|_| Vec::new());
+    assert_eq!(
+        unknown_dependencies(&expanded),
+        ["app solo: depends_on names \"addons-dsn-east\", which no app is (nor any app set makes): not waited on"]
+    );
+}
