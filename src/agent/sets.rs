@@ -1,5 +1,5 @@
-//! App sets under `berth run`: one loop per set lists it on the agent's interval and on a
-//! commit in its local repository; the agent makes its apps from each listing and runs
+//! App sets under `berth run`: one loop per set lists it on the agent's interval, on a
+//! commit in its local repository and on a webhook of any app of its repository; the agent makes its apps from each listing and runs
 //! them as a reload runs a changed configuration — a folder added becomes an app, one
 //! removed takes its app away through `removed.rs`, as an app removed from the
 //! configuration is — without a reload.
@@ -14,6 +14,7 @@ use super::apps::Agent;
 use super::{SetTask, Shared, DEBOUNCE};
 use crate::config::{AppSetConfig, Config};
 use crate::history::{Outcome, Trigger};
+use crate::service::http::Hook;
 use crate::shutdown::{self, stopped, Signal};
 use crate::source::git;
 use crate::source::shared::INTERVAL_SHARE;
@@ -32,9 +33,26 @@ impl Agent {
         let config = self.config();
         for set in config.app_sets.clone() {
             let (trigger, triggers) = mpsc::channel(1);
+            let key = Self::watcher_key(&set.name);
             if let Some(sample) = set.sample(&config.cluster).ok().flatten() {
+                // A webhook of any app of the repository lists the set too (the set
+                // has no webhook of its own: `secret` None).
+                if let Some(endpoint) = &self.shared.endpoint {
+                    if let Ok(mut hooks) = endpoint.hooks.write() {
+                        let repo = git::remote_url(&sample.repo);
+                        let (secret, trigger) = (None, trigger.clone());
+                        hooks.insert(
+                            key.clone(),
+                            Hook {
+                                secret,
+                                repo,
+                                trigger,
+                            },
+                        );
+                    }
+                }
                 if let Some(path) = git::local_path(&sample.repo) {
-                    self.subscribe(&Self::watcher_key(&set.name), path, trigger);
+                    self.subscribe(&key, path, trigger);
                 }
             }
             let (stop, stopping) = shutdown::channel();
@@ -54,7 +72,13 @@ impl Agent {
     pub(super) async fn stop_sets(&mut self) {
         let running = std::mem::take(&mut self.sets);
         for (name, task) in running {
-            self.unsubscribe(&Self::watcher_key(&name));
+            let key = Self::watcher_key(&name);
+            self.unsubscribe(&key);
+            if let Some(endpoint) = &self.shared.endpoint {
+                if let Ok(mut hooks) = endpoint.hooks.write() {
+                    hooks.remove(&key);
+                }
+            }
             let _ = task.stop.send(true);
             let _ = task.task.await;
         }

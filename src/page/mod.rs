@@ -34,7 +34,6 @@ use futures::future::BoxFuture;
 use hyper::{header, Response};
 use jiff::Timestamp;
 
-use crate::cluster::ClusterError;
 use crate::config::{AppConfig, Config, Published};
 use crate::history::HistoryLog;
 use crate::live::live_app;
@@ -175,8 +174,7 @@ impl StatusPage {
     async fn read_live(&self, app: &str) -> html::Live {
         let syncer = self.syncer();
         let Some(cluster) = syncer.cluster_of(app) else {
-            let gone = ClusterError::Connect(format!("app {app} is no longer configured"));
-            return Err(Arc::new(gone.into()));
+            return Err(Arc::new(html::Unanswered::Unconfigured(app.to_string())));
         };
         let read = live_app(
             &cluster.client,

@@ -25,6 +25,9 @@ pub enum Unanswered {
     /// No answer in time.
     #[error("no answer within {}s", .0.as_secs())]
     Timeout(std::time::Duration),
+    /// The app is no longer configured (removed, or no longer made by its set).
+    #[error("app {0} is no longer configured")]
+    Unconfigured(String),
 }
 
 /// The app's objects as the cluster has them, each with what its last sync did.
