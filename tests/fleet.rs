@@ -68,11 +68,21 @@ fn berth(config: &std::path::Path, args: &[&str]) -> (i32, String, String) {
 
 /// The ConfigMap `name` in `ns` of each cluster, by value (`None`: absent).
 async fn values(clients: &[kube::Client], ns: &str, name: &str) -> Vec<Option<String>> {
+    read_each(clients, ns, name, |m| m.data?.get("value").cloned()).await
+}
+
+/// What `read` says of the ConfigMap `name` in `ns` of each cluster (`None`: absent).
+async fn read_each(
+    clients: &[kube::Client],
+    ns: &str,
+    name: &str,
+    read: impl Fn(ConfigMap) -> Option<String>,
+) -> Vec<Option<String>> {
     let mut found = Vec::new();
     for client in clients {
         let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
         let map = maps.get_opt(name).await.ok().flatten();
-        found.push(map.and_then(|m| m.data?.get("value").cloned()));
+        found.push(map.and_then(&read));
     }
     found
 }
@@ -322,13 +332,7 @@ fn set_config(
 
 /// The uid of the ConfigMap `name` in `ns` of each cluster.
 async fn uids(clients: &[kube::Client], ns: &str, name: &str) -> Vec<Option<String>> {
-    let mut found = Vec::new();
-    for client in clients {
-        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-        let map = maps.get_opt(name).await.ok().flatten();
-        found.push(map.and_then(|m| m.metadata.uid));
-    }
-    found
+    read_each(clients, ns, name, |m| m.metadata.uid).await
 }
 
 /// The berth app that owns the ConfigMap `name` in `ns` (its `berth.dev/app` label).

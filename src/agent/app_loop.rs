@@ -29,11 +29,7 @@ pub(super) async fn app_loop(
     jitter: Duration,
     mut inbox: Inbox,
 ) {
-    let log = ProgressLog {
-        app: &app.name,
-        page: shared.page.as_deref(),
-        step: std::sync::Mutex::new(None),
-    };
+    let log = ProgressLog::new(&app.name, shared.page.as_deref());
     let report = |progress: Progress<'_>| log.say(progress);
     let mut options = SyncOptions::new(Trigger::Interval);
     let mut gate = Gate::default();
@@ -75,8 +71,9 @@ pub(super) async fn app_loop(
         let wake = tokio::time::Instant::now() + delay;
         // A sync an outage failed runs again as soon as the server answers — also when it
         // answers again by the sync's end (an overload: other apps' requests went through).
-        let failed_by_outage = reach.is_down() || reach.outages() != outages;
-        let outage = (record.outcome == Outcome::Failed && failed_by_outage).then_some(&**reach);
+        let outage = (record.outcome == Outcome::Failed
+            && (reach.is_down() || reach.outages() != outages))
+            .then_some(&**reach);
         let next = match drop_stale_commits(&app, &record, &mut inbox.triggers) {
             Some(wanted) => Some(wanted),
             None => inbox.next(wake, outage).await,
@@ -204,7 +201,15 @@ struct ProgressLog<'a> {
     step: std::sync::Mutex<Option<Step>>,
 }
 
-impl ProgressLog<'_> {
+impl<'a> ProgressLog<'a> {
+    fn new(app: &'a str, page: Option<&'a StatusPage>) -> Self {
+        ProgressLog {
+            app,
+            page,
+            step: std::sync::Mutex::new(None),
+        }
+    }
+
     fn say(&self, progress: Progress<'_>) {
         log_progress(self.app, progress);
         let step = || self.step.lock().unwrap_or_else(|e| e.into_inner());

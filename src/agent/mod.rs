@@ -329,14 +329,7 @@ pub async fn run(
         apps: BTreeMap::new(),
         watchers: HashMap::new(),
         members: Vec::new(),
-        listings: config
-            .app_sets
-            .iter()
-            .map(|s| {
-                let listing = Listing::remembered(&config.agent.state_dir, &s.name);
-                (s.name.clone(), listing)
-            })
-            .collect(),
+        listings: sets::remembered(&config),
         sets: BTreeMap::new(),
         listed: listed_tx,
         handed_over: std::collections::HashSet::new(),

@@ -21,6 +21,14 @@ use crate::source::shared::INTERVAL_SHARE;
 use crate::sync::sets::{self, Listing};
 use crate::sync::Progress;
 
+/// Each set of `config` as it listed last (its loop lists it again at once).
+pub(super) fn remembered(config: &Config) -> std::collections::BTreeMap<String, Listing> {
+    let state_dir = &config.agent.state_dir;
+    (config.app_sets.iter())
+        .map(|s| (s.name.clone(), Listing::remembered(state_dir, &s.name)))
+        .collect()
+}
+
 impl Agent {
     /// The subscriber name of a set's loop among a repository's watchers.
     fn watcher_key(set: &str) -> String {

@@ -23,7 +23,7 @@ mod values;
 pub use agent::{AgentConfig, ClusterConfig, Clusters, LogFormat, DEFAULT_RENDER_MEMORY};
 pub use app::{
     AppConfig, AuthConfig, DecryptConfig, DecryptProvider, GitRef, HelmConfig, OnFailure,
-    RenderMode, RolloutConfig, RolloutEngine, ScopeConfig, VerifyConfig, VerifyMode,
+    RenderMode, RevisionError, RolloutConfig, RolloutEngine, ScopeConfig, VerifyConfig, VerifyMode,
     DEFAULT_KNOWN_HOSTS,
 };
 pub use app_set::{AppSetConfig, Selector, SetError, SAMPLE_FOLDER};

@@ -10,9 +10,12 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::config::{check_generated, AppConfig, AppSetConfig, Config};
+use crate::config::{
+    check_generated, AppConfig, AppSetConfig, Config, Problem as Invalid, SetError,
+};
+use crate::source::folders::{self, FolderError};
+use crate::source::git::{self, SourceError};
 use crate::source::shared::Sources;
-use crate::source::{folders, git};
 
 /// A set's state file is read no further than this (10,000 folders take ~1 MiB).
 const MAX_STATE: u64 = 4 << 20;
@@ -55,6 +58,45 @@ pub enum Problem {
     /// Its folders cannot be read, or its apps not made: they stay as they were.
     #[error("{0}; its apps stay as they were")]
     Unlisted(String),
+}
+
+/// Why a set cannot be listed at its commit, or its apps not made.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    /// A key of the set, or a template for one folder and cluster.
+    #[error(transparent)]
+    Set(#[from] SetError),
+    /// Its selector matches no cluster.
+    #[error("it selects no cluster")]
+    NoCluster,
+    /// The revision to list it at is not one.
+    #[error(transparent)]
+    Revision(#[from] crate::config::RevisionError),
+    /// Its repository cannot be fetched.
+    #[error(transparent)]
+    Fetch(#[from] SourceError),
+    /// Its folders cannot be read.
+    #[error(transparent)]
+    Folders(#[from] FolderError),
+    /// The task that reads them failed.
+    #[error("listing its folders: {0}")]
+    Task(tokio::task::JoinError),
+    /// The commit cannot be read from the repository's cache.
+    #[error("cannot read commit {0} in its repository")]
+    Commit(String),
+    /// An app it makes is not one.
+    #[error("its app {app} (path {path}): {}", problems.iter().map(|p| format!("{}: {}", p.key, p.message)).collect::<Vec<_>>().join("; "))]
+    Invalid {
+        /// The app.
+        app: String,
+        /// Its paths.
+        path: String,
+        /// What is wrong.
+        problems: Vec<Invalid>,
+    },
+    /// A name it makes is taken.
+    #[error("it makes an app named {0:?}, which another app has (give app_name a template that tells them apart)")]
+    Taken(String),
 }
 
 /// A set's listing: the folders its apps are made from, and why they are the last ones
@@ -107,7 +149,10 @@ pub async fn list(
             }
         }
         Ok(now) => (now, None),
-        Err(e) => (before.unwrap_or_default(), Some(Problem::Unlisted(e))),
+        Err(e) => (
+            before.unwrap_or_default(),
+            Some(Problem::Unlisted(e.to_string())),
+        ),
     };
     Listing {
         set: set.name.clone(),
@@ -123,34 +168,23 @@ async fn list_commit(
     set: &AppSetConfig,
     since: Instant,
     revision: Option<&str>,
-) -> Result<Listed, String> {
-    let Some(globs) = set.folder_globs().map_err(|e| e.to_string())? else {
+) -> Result<Listed, ListError> {
+    let Some(globs) = set.folder_globs()? else {
         return Ok(Listed::default());
     };
-    let sample = set
-        .sample(&config.cluster)
-        .map_err(|e| e.to_string())?
-        .ok_or("it selects no cluster")?;
+    let sample = set.sample(&config.cluster)?.ok_or(ListError::NoCluster)?;
     let sample = match revision {
-        Some(revision) => sample.at_revision(revision).map_err(|e| e.to_string())?,
+        Some(revision) => sample.at_revision(revision)?,
         None => sample,
     };
-    let checkout = sources
-        .fetch(&sample, since)
-        .await
-        .map_err(|e| e.to_string())?;
+    let checkout = sources.fetch(&sample, since).await?;
     let (dir, depth) = (checkout.dir.clone(), set.folder_depth());
     let paths = tokio::task::spawn_blocking(move || folders::matching(&dir, &globs, depth))
         .await
-        .map_err(|e| format!("listing its folders: {e}"))?
-        .map_err(|e| e.to_string())?;
+        .map_err(ListError::Task)??;
     let sha = &checkout.commit.sha;
-    let trees = git::tree_ids(&checkout.source, sha, &paths).ok_or_else(|| {
-        format!(
-            "cannot read commit {} in its repository",
-            checkout.commit.short()
-        )
-    })?;
+    let trees = git::tree_ids(&checkout.source, sha, &paths)
+        .ok_or_else(|| ListError::Commit(checkout.commit.short().to_string()))?;
     Ok(Listed {
         commit: sha.clone(),
         folders: paths
@@ -179,7 +213,7 @@ pub fn expand(
             Some(listing) => match made(config, set, &listing.listed, &taken) {
                 Ok(apps) => apps,
                 Err(e) => {
-                    listing.problem = Some(Problem::Unlisted(e));
+                    listing.problem = Some(Problem::Unlisted(e.to_string()));
                     kept(&set.name)
                 }
             },
@@ -263,21 +297,20 @@ fn made(
     set: &AppSetConfig,
     listed: &Listed,
     taken: &HashSet<String>,
-) -> Result<Vec<AppConfig>, String> {
-    let apps = set
-        .generate(&listed.paths(), &config.cluster)
-        .map_err(|e| e.to_string())?;
+) -> Result<Vec<AppConfig>, ListError> {
+    let apps = set.generate(&listed.paths(), &config.cluster)?;
     let mut names = HashSet::new();
     for app in &apps {
-        if let Err(e) = check_generated(app, &config.cluster) {
-            let path = app.path.join(", ");
-            return Err(format!("its app {} (path {path}): {e}", app.name));
+        if let Err(problems) = check_generated(app, &config.cluster) {
+            let (app, path) = (app.name.clone(), app.path.join(", "));
+            return Err(ListError::Invalid {
+                app,
+                path,
+                problems,
+            });
         }
         if taken.contains(&app.name) || !names.insert(app.name.as_str()) {
-            return Err(format!(
-                "it makes an app named {:?}, which another app has (give app_name a template that tells them apart)",
-                app.name
-            ));
+            return Err(ListError::Taken(app.name.clone()));
         }
     }
     Ok(apps)

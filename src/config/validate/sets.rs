@@ -56,16 +56,16 @@ pub(super) fn app_sets(config: &Config, problems: &mut Problems) {
 /// The checks of an app a set generated, as a written one passes them.
 ///
 /// # Errors
-/// Each problem, `key: message`, joined by `; `.
-pub fn check_generated(app: &AppConfig, clusters: &crate::config::Clusters) -> Result<(), String> {
+/// Each problem, its key the app's (`namespace`, `path`).
+pub fn check_generated(
+    app: &AppConfig,
+    clusters: &crate::config::Clusters,
+) -> Result<(), Vec<crate::config::Problem>> {
     let mut problems = Problems::default();
     one_app(app, clusters, &|k: &str| k.to_string(), &mut problems);
-    match problems.0.as_slice() {
-        [] => Ok(()),
-        all => Err(all
-            .iter()
-            .map(|p| format!("{}: {}", p.key, p.message))
-            .collect::<Vec<_>>()
-            .join("; ")),
+    if problems.0.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.0)
     }
 }
