@@ -20,12 +20,16 @@
 //!
 //! `BERTH_BENCH_FLEET` and `BERTH_BENCH_GROWTH` (comma-separated sizes) replace the scale
 //! cases' sizes; `BERTH_BENCH_ONLY=scale` runs only them (a trial; the file is written
-//! all the same); `BERTH_BENCH_ONLY=fetch` runs the git cases alone and only prints them;
-//! `BERTH_BENCH_ONLY=chain` runs the ordering case alone and only prints it, and
-//! `BERTH_BENCH_ONLY=chart` the chart case, `BERTH_BENCH_ONLY=secrets` the sops case,
-//! `BERTH_BENCH_ONLY=plan` the pull-request case, `BERTH_BENCH_ONLY=page` the status page's,
-//! `BERTH_BENCH_ONLY=clusters` the fleet case (four control planes; `BERTH_BENCH_CLUSTERS`
-//! the apps on each, 250 by default).
+//! all the same). `BERTH_BENCH_ONLY=<case>` runs one case alone and only prints it:
+//! `fleet`, `growth`, `fetch` (the git cases), `chain` (ordering), `chart`, `secrets`
+//! (sops), `plan` (the pull-request case), `page` (the status page's), `clusters` (four
+//! control planes; `BERTH_BENCH_CLUSTERS` the apps on each, 250 by default).
+//!
+//! A case that fails is reported with the others' figures and fails the run; the daemons'
+//! logs are kept in `target/bench-logs/` (`daemon.rs`, which also traces them with
+//! heaptrack under `BERTH_BENCH_HEAPTRACK=1`). `BERTH_BENCH_SMOKE=1` runs every case once
+//! at a small size (`scripts/test` does, after the tests). The run's figures replace what
+//! lies between the markers of `docs/benchmarks.md`; the rest of it is written by hand.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -38,12 +42,15 @@ use berth_testenv::{assets, ControlPlane, UpOptions};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 
+use daemon::Daemon;
+
 #[path = "scale/chain.rs"]
 mod chain;
 #[path = "render/chart.rs"]
 mod chart;
 #[path = "scale/clusters.rs"]
 mod clusters;
+mod daemon;
 #[path = "scale/fleet.rs"]
 mod fleet;
 #[path = "scale/page.rs"]
@@ -54,7 +61,26 @@ mod plan;
 mod secrets;
 
 const NAMESPACES: usize = 10;
-const REPS: usize = 3;
+
+/// `BERTH_BENCH_SMOKE=1`: every case once at a small size, so that no case breaks unseen
+/// (`scripts/test` runs it after the tests); its figures mean nothing.
+fn smoke() -> bool {
+    std::env::var_os("BERTH_BENCH_SMOKE").is_some()
+}
+
+/// `full` in a measured run, `small` in a smoke run.
+fn sized(full: usize, small: usize) -> usize {
+    if smoke() {
+        small
+    } else {
+        full
+    }
+}
+
+/// How many times each case runs.
+fn reps() -> usize {
+    sized(3, 1)
+}
 
 struct Bench {
     cp: ControlPlane,
@@ -279,11 +305,11 @@ impl Bench {
     }
 
     /// Returns the configuration of berth's last cold apply (its repository's prefix is
-    /// `b{REPS - 1}`).
+    /// `b{reps() - 1}`).
     fn cold_apply(&mut self) -> Result<PathBuf> {
         let (mut berth, mut ceiling, mut ssa, mut csa) = (vec![], vec![], vec![], vec![]);
         let mut last = PathBuf::new();
-        for rep in 0..REPS {
+        for rep in 0..reps() {
             let dir = self.repo(&format!("b{rep}"))?;
             let config = self.config(&format!("cold-{rep}"), &dir, 16)?;
             berth.push(self.berth_apply(&config)?);
@@ -333,7 +359,7 @@ impl Bench {
     fn no_change(&mut self, config: &Path) -> Result<()> {
         let (mut berth, mut kubectl, mut writes) = (vec![], vec![], vec![]);
         let dir = self.work.join("repo-s0");
-        for _ in 0..REPS {
+        for _ in 0..reps() {
             let since = jiff::Timestamp::now();
             berth.push(self.berth_sync(config)?);
             std::thread::sleep(Duration::from_millis(300)); // the audit log is written after the response
@@ -365,13 +391,9 @@ impl Bench {
         config: &Path,
         prefix: &str,
         client: &kube::Client,
-    ) -> Result<std::process::Child> {
+    ) -> Result<Daemon> {
         let repo = self.work.join(format!("repo-{prefix}"));
-        let daemon = Command::new(&self.berth)
-            .args(["run", "--log-format", "text", "--config"])
-            .arg(config)
-            .stderr(std::process::Stdio::null())
-            .spawn()?;
+        let daemon = Daemon::start(&self.berth, config, "latency")?;
         let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &format!("{prefix}-0"));
         let rv = || async {
             maps.get("config-0")
@@ -381,38 +403,44 @@ impl Bench {
         };
         // Wait for the first sync (no change) to be done: a no-op commit round-trips.
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let mut samples = Vec::new();
-        for i in 0..20 {
-            let before = rv().await;
-            let file = repo.join(format!("{prefix}-0/configmaps.yaml"));
-            let text = std::fs::read_to_string(&file)?;
-            let old = if i == 0 {
-                "value: \"0\"".to_string()
-            } else {
-                format!("value: \"v{}\"", i - 1)
-            };
-            std::fs::write(&file, text.replacen(&old, &format!("value: \"v{i}\""), 1))?;
-            git(&repo, &["commit", "-qam", &format!("change {i}")])?;
-            let start = Instant::now();
-            loop {
-                if rv().await != before {
-                    break;
+        let samples = daemon.explain(
+            async {
+                let mut samples = Vec::new();
+                for i in 0..sized(20, 3) {
+                    let before = rv().await;
+                    let file = repo.join(format!("{prefix}-0/configmaps.yaml"));
+                    let text = std::fs::read_to_string(&file)?;
+                    let old = if i == 0 {
+                        "value: \"0\"".to_string()
+                    } else {
+                        format!("value: \"v{}\"", i - 1)
+                    };
+                    std::fs::write(&file, text.replacen(&old, &format!("value: \"v{i}\""), 1))?;
+                    git(&repo, &["commit", "-qam", &format!("change {i}")])?;
+                    let start = Instant::now();
+                    loop {
+                        if rv().await != before {
+                            break;
+                        }
+                        if start.elapsed() > Duration::from_secs(30) {
+                            bail!("commit {i} was not applied within 30 s");
+                        }
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    samples.push(start.elapsed().as_secs_f64() * 1000.0);
                 }
-                if start.elapsed() > Duration::from_secs(30) {
-                    bail!("commit {i} was not applied within 30 s");
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                anyhow::Ok(samples)
             }
-            samples.push(start.elapsed().as_secs_f64() * 1000.0);
-        }
+            .await,
+        )?;
         let s = Samples(samples);
         self.rows.push(format!("| 3. commit → applied (notify), 20 commits | berth run | p50 {:.0} ms | p95 {:.0} ms | max {:.0} ms | — |", s.median(), s.percentile(0.95), s.max()));
         self.notes.push(format!("Commit-to-applied: p50 {:.0} ms, p95 {:.0} ms (target p50 < 500 ms), each commit re-planning all 1010 objects.", s.median(), s.percentile(0.95)));
         Ok(daemon)
     }
 
-    fn memory_cpu(&mut self, daemon: &mut std::process::Child) -> Result<()> {
-        let pid = daemon.id();
+    fn memory_cpu(&mut self, daemon: Daemon) -> Result<()> {
+        let pid = daemon.pid();
         let cpu = || -> Result<u64> {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
             let fields: Vec<&str> = stat
@@ -426,11 +454,10 @@ impl Bench {
         let ticks = 100.0; // USER_HZ
         let before = cpu()?;
         let start = Instant::now();
-        std::thread::sleep(Duration::from_secs(60));
+        std::thread::sleep(Duration::from_secs(sized(60, 5) as u64));
         let used = (cpu()? - before) as f64 / ticks / start.elapsed().as_secs_f64() * 100.0;
         let (peak, now) = fleet::rss(pid);
-        let _ = daemon.kill();
-        let _ = daemon.wait();
+        drop(daemon);
         self.rows.push(format!("| 4. berth run, 1010 objects | peak RSS | {peak:.1} MiB | now {now:.1} MiB | — | {:.2} of Flux's idle 108 MiB |", peak / 108.0));
         self.rows.push(format!("| 4. berth run, 1010 objects | idle CPU over 60 s | {used:.3} % of a core | — | — | — |"));
         self.notes.push(format!("berth run: peak RSS {peak:.1} MiB (target < 50 MB; Flux's kustomize-controller is documented at 108–171 MiB idle), idle CPU {used:.3} % of a core (target < 1 %)."));
@@ -478,7 +505,7 @@ impl Bench {
         let state = self.work.join("big-state");
         // The first fetch: berth takes the newest commit alone, as git clone --depth 1.
         let (mut first, mut shallow, mut whole) = (vec![], vec![], vec![]);
-        for rep in 0..REPS {
+        for rep in 0..reps() {
             let _ = std::fs::remove_dir_all(&state);
             let start = Instant::now();
             berth::source::git::fetch(&app, &state, Default::default())?;
@@ -516,7 +543,7 @@ impl Bench {
             first.median() / whole.median()
         ));
         let (mut berth, mut cli_times) = (vec![], vec![]);
-        for rep in 0..REPS {
+        for rep in 0..reps() {
             std::fs::write(
                 origin.join("files/00/file-0.yaml"),
                 format!("value: new-{rep}\n"),
@@ -658,23 +685,28 @@ async fn main() -> Result<()> {
         notes: Vec::new(),
         fleet_notes: Vec::new(),
     };
-    let sizes = |var: &str, default: &[usize]| -> Vec<usize> {
+    // The scale cases' sizes: from the environment, else the measured run's or the smoke's.
+    let sizes = |var: &str, full: &[usize], small: &[usize]| -> Vec<usize> {
         std::env::var(var)
             .ok()
             .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
-            .unwrap_or_else(|| default.to_vec())
+            .unwrap_or_else(|| if smoke() { small } else { full }.to_vec())
     };
+    let clusters = sizes("BERTH_BENCH_CLUSTERS", &[250], &[5])[0];
+    let fleets = sizes("BERTH_BENCH_FLEET", &[100, 500, 1000], &[10]);
+    let growths = sizes("BERTH_BENCH_GROWTH", &[1000, 5000, 10000], &[100]);
     let only = std::env::var("BERTH_BENCH_ONLY").unwrap_or_default();
     let only_scale = only == "scale";
     if [
-        "fetch", "chain", "chart", "secrets", "plan", "page", "clusters",
+        "fetch", "chain", "chart", "secrets", "plan", "page", "clusters", "fleet", "growth",
     ]
     .contains(&only.as_str())
     {
         // One case alone (the git and render cases need no cluster), printed only.
-        let clusters = sizes("BERTH_BENCH_CLUSTERS", &[250])[0];
         let result = match only.as_str() {
             "clusters" => b.clusters(clusters).await,
+            "fleet" => fleets.iter().try_for_each(|&apps| b.fleet(apps)),
+            "growth" => growths.iter().try_for_each(|&objects| b.growth(objects)),
             "fetch" => b.git_fetch(),
             "chart" => b.chart(),
             "secrets" => b.secrets(),
@@ -691,55 +723,55 @@ async fn main() -> Result<()> {
         }
         return Ok(());
     }
-    let result = async {
-        let sizes_growth = sizes("BERTH_BENCH_GROWTH", &[1000, 5000, 10000]);
-        let sizes_fleet = sizes("BERTH_BENCH_FLEET", &[100, 500, 1000]);
-        // Cases that wait for the Deployment controller go first: every cold apply below
-        // leaves it 300 Deployments to process at 20 QPS. The fleets' Deployments are
-        // all waited for by their first syncs.
-        if !only_scale {
-            b.cold_apply_and_follow()?;
-            b.rollout_requests()?;
-            b.chain()?;
+    // A case that fails is reported (a daemon's log kept, its path in the message), the
+    // others still run, and the run fails at the end.
+    let mut failed = Vec::new();
+    let mut check = |case: String, result: Result<()>| {
+        if let Err(e) = result {
+            eprintln!("{case}: failed: {e:#}");
+            failed.push(format!("{case}: failed: {e:#}"));
         }
-        // A scale case that fails is reported, and the others still run.
-        for apps in sizes_fleet {
-            if let Err(e) = b.fleet(apps) {
-                b.notes.push(format!("{apps} apps: failed: {e:#}"));
-            }
-        }
-        for objects in sizes_growth {
-            if let Err(e) = b.growth(objects) {
-                b.notes
-                    .push(format!("One app of {objects} objects: failed: {e:#}"));
-            }
-        }
-        let clusters = sizes("BERTH_BENCH_CLUSTERS", &[250])[0];
-        if let Err(e) = b.clusters(clusters).await {
-            b.notes.push(format!(
-                "{clusters} apps on each of four clusters: failed: {e:#}"
-            ));
-        }
-        if !only_scale {
+    };
+    // Cases that wait for the Deployment controller go first: every cold apply below
+    // leaves it 300 Deployments to process at 20 QPS. The fleets' Deployments are all
+    // waited for by their first syncs.
+    if !only_scale {
+        check("cold apply and follow".into(), b.cold_apply_and_follow());
+        check("rollout requests".into(), b.rollout_requests());
+        check("ordering".into(), b.chain());
+    }
+    for apps in fleets {
+        check(format!("{apps} apps"), b.fleet(apps));
+    }
+    for objects in growths {
+        check(format!("One app of {objects} objects"), b.growth(objects));
+    }
+    check(
+        format!("{clusters} apps on each of four clusters"),
+        b.clusters(clusters).await,
+    );
+    if !only_scale {
+        let resync = async {
             let config = b.cold_apply()?;
             b.no_change(&config)?;
-            let mut daemon = b
-                .latency(&config, &format!("b{}", REPS - 1), &client)
+            let daemon = b
+                .latency(&config, &format!("b{}", reps() - 1), &client)
                 .await?;
-            b.memory_cpu(&mut daemon)?;
-            b.git_fetch()?;
-            b.chart()?;
-            b.secrets()?;
-            b.plan_affected()?;
-            b.page_memory()?;
-        }
-        anyhow::Ok(())
+            b.memory_cpu(daemon)
+        };
+        check("cold apply, resync, latency, memory".into(), resync.await);
+        check("git fetch".into(), b.git_fetch());
+        check("charts".into(), b.chart());
+        check("secrets".into(), b.secrets());
+        check("pull requests".into(), b.plan_affected());
+        check("status page".into(), b.page_memory());
     }
-    .await;
     let _ = ControlPlane::down(&b.cp.dir);
     let _ = std::fs::remove_dir_all(&work);
-    result?;
-    let mut md = format!("# Benchmarks\n\nMachine: {}\n\nEach case ran {REPS} times (the latency case 20 commits) in one run of `scripts/bench`, {:.0} s in all. Ratios are berth's median ÷ the peer's median.\n\n| case | tool | median | min | max | ratio |\n| --- | --- | --- | --- | --- | --- |\n", machine(), started.elapsed().as_secs_f64());
+    let mut md = format!("Machine: {}\n\nEach case ran {} times (the latency case {} commits) in one run of `scripts/bench`, {:.0} s in all. Ratios are berth's median ÷ the peer's median.\n\n| case | tool | median | min | max | ratio |\n| --- | --- | --- | --- | --- | --- |\n", machine(), reps(), sized(20, 3), started.elapsed().as_secs_f64());
+    if smoke() {
+        md.insert_str(0, "A smoke run (`BERTH_BENCH_SMOKE=1`): each case once at a small size; the figures mean nothing.\n\n");
+    }
     for r in &b.rows {
         md.push_str(r);
         md.push('\n');
@@ -748,14 +780,38 @@ async fn main() -> Result<()> {
     for (apps, seconds, peak, sent, kubectl) in &b.fleet_notes {
         let _ = writeln!(md, "- {apps} apps × 4 objects, one commit changing all: every app applied {seconds:.1} s after the commit (goal < 60 s at 1000), berth run's peak RSS {peak:.1} MiB (goal < 80 MiB), {sent} requests ({:.1} per app); kubectl apply --server-side of the same change: {kubectl:.1} s.", *sent as f64 / *apps as f64);
     }
-    for n in &b.notes {
+    for n in b.notes.iter().chain(&failed) {
         let _ = writeln!(md, "- {n}");
     }
     println!("{md}");
+    write_generated(&out, &md)?;
+    eprintln!("written to {}", out.display());
+    if !failed.is_empty() {
+        bail!(
+            "{} of the cases failed:\n{}",
+            failed.len(),
+            failed.join("\n")
+        );
+    }
+    Ok(())
+}
+
+/// Where in `docs/benchmarks.md` a run's figures go: what lies between the two markers is
+/// replaced, what is written around them by hand is kept.
+const BEGIN: &str = "<!-- scripts/bench writes from here -->\n";
+const END: &str = "<!-- scripts/bench writes up to here -->\n";
+
+/// Writes `generated` between the markers of `out`, or a new file of them.
+fn write_generated(out: &Path, generated: &str) -> Result<()> {
+    let old = std::fs::read_to_string(out).unwrap_or_default();
+    let text = match (old.find(BEGIN), old.find(END)) {
+        (Some(begin), Some(end)) if begin < end => {
+            format!("{}{BEGIN}{generated}{}", &old[..begin], &old[end..])
+        }
+        _ => format!("# Benchmarks\n\n{BEGIN}{generated}{END}"),
+    };
     if let Some(parent) = out.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    std::fs::write(&out, md)?;
-    eprintln!("written to {}", out.display());
-    Ok(())
+    Ok(std::fs::write(out, text)?)
 }

@@ -14,7 +14,9 @@ use super::{run, timed, Bench, Samples};
 const TEMPLATES: usize = 50;
 /// Runs of each tool, interleaved: a render takes a twentieth of a second, and helm's own
 /// time varies by a few milliseconds from run to run.
-const RUNS: usize = 60;
+fn runs() -> usize {
+    super::sized(60, 3)
+}
 
 /// Template `i`: a Deployment and a ConfigMap named from the release, with the chart's
 /// labels and values.
@@ -128,7 +130,7 @@ impl Bench {
             bail!("berth render gave {objects} objects, not {}", 2 * TEMPLATES);
         }
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-        for _ in 0..RUNS {
+        for _ in 0..runs() {
             theirs.push(timed(&mut helm)?);
             ours.push(timed(&mut berth)?);
         }

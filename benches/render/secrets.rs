@@ -12,13 +12,18 @@ use anyhow::{bail, Result};
 use super::{run, timed, Bench, Samples};
 
 /// Secrets rendered.
-const SECRETS: usize = 1000;
+fn secrets() -> usize {
+    super::sized(1000, 50)
+}
 /// Runs of each render.
-const RUNS: usize = 30;
+fn runs() -> usize {
+    super::sized(30, 3)
+}
 
 impl Bench {
     /// `berth render` of the encrypted Secrets beside the plain ones.
     pub(crate) fn secrets(&mut self) -> Result<()> {
+        let secrets = secrets();
         let dir = self.work.join("secrets");
         std::fs::create_dir_all(&dir)?;
         let key = dir.join("age.key");
@@ -32,7 +37,7 @@ impl Bench {
             ))
             .arg("secrets")
             .arg(&dir)
-            .arg(SECRETS.to_string())
+            .arg(secrets.to_string())
             .arg(recipient.trim()))?;
         let mut plain = Command::new(&self.berth);
         plain.args(["render", "plain"]).current_dir(&dir);
@@ -43,12 +48,12 @@ impl Bench {
             .current_dir(&dir);
         for cmd in [&mut plain, &mut encrypted] {
             let objects = run(cmd)?.matches("\nkind: Secret\n").count();
-            if objects != SECRETS {
-                bail!("berth render gave {objects} Secrets, not {SECRETS}");
+            if objects != secrets {
+                bail!("berth render gave {objects} Secrets, not {secrets}");
             }
         }
         let (mut ours, mut clear) = (Vec::new(), Vec::new());
-        for _ in 0..RUNS {
+        for _ in 0..runs() {
             clear.push(timed(&mut plain)?);
             ours.push(timed(&mut encrypted)?);
         }
@@ -58,7 +63,7 @@ impl Bench {
             ours.median(),
             clear.median()
         );
-        let case = format!("10. render {SECRETS} Secrets");
+        let case = format!("10. render {secrets} Secrets");
         self.table(
             &case,
             &[("berth render, encrypted with sops (age)", &ours)],
@@ -67,7 +72,7 @@ impl Bench {
         );
         self.table(&case, &[("berth render, in clear", &clear)], "s", None);
         self.notes.push(format!(
-            "Secrets: berth render of {SECRETS} Secrets encrypted with sops took {:.0} ms, the same in clear {:.0} ms: {:.2}× (goal ≤ 2×).",
+            "Secrets: berth render of {secrets} Secrets encrypted with sops took {:.0} ms, the same in clear {:.0} ms: {:.2}× (goal ≤ 2×).",
             ours.median() * 1e3,
             clear.median() * 1e3,
             ours.median() / clear.median()

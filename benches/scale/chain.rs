@@ -7,11 +7,11 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 
+use super::daemon::Daemon;
 use super::{git, run, Bench, Samples};
 
 const LEVELS: usize = 5;
@@ -110,15 +110,9 @@ impl Bench {
         }
         let path = state.join("berth.toml");
         std::fs::write(&path, config)?;
-        let mut daemon = Command::new(&self.berth)
-            .args(["run", "--log-format", "text", "--config"])
-            .arg(&path)
-            .stderr(std::process::Stdio::null())
-            .spawn()?;
-        let result = self.chain_commits(&repo, ns, &state);
-        let _ = daemon.kill();
-        let _ = daemon.wait();
-        let (total, parts) = result?;
+        let daemon = Daemon::start(&self.berth, &path, "chain")?;
+        let (total, parts) = daemon.explain(self.chain_commits(&repo, ns, &state))?;
+        drop(daemon);
         let kubectl = self.chain_kubectl()?;
         let overhead = Samples(total.0.iter().zip(&parts.0).map(|(t, p)| t - p).collect());
         eprintln!(
@@ -163,7 +157,7 @@ impl Bench {
         let first = git(repo, &["rev-parse", "HEAD"])?.trim().to_string();
         records_of(state, &first, Duration::from_secs(600))?;
         let (mut totals, mut parts) = (Vec::new(), Vec::new());
-        for version in 2..2 + super::REPS {
+        for version in 2..2 + super::reps() {
             write_chain(repo, ns, version)?;
             let committed = jiff::Timestamp::now();
             git(repo, &["commit", "-qam", &format!("version {version}")])?;
@@ -217,7 +211,7 @@ impl Bench {
         write_chain(&dir, ns, 1)?;
         by_level(self)?;
         let mut times = Vec::new();
-        for version in 2..2 + super::REPS {
+        for version in 2..2 + super::reps() {
             write_chain(&dir, ns, version)?;
             times.push(by_level(self)?);
         }

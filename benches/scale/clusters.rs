@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::Result;
 use berth_testenv::{assets, ControlPlane, UpOptions};
 
+use super::daemon::Daemon;
 use super::fleet::{rss, wait_named, write_fleet};
 use super::{git, run, timed, Bench};
 
@@ -128,12 +129,8 @@ impl Bench {
             .flat_map(|f| (0..kubeconfigs.len()).map(move |c| format!("app-{f}-c{c}")))
             .collect();
         let first = git(&repo, &["rev-parse", "HEAD"])?.trim().to_string();
-        let mut daemon = Command::new(&self.berth)
-            .args(["run", "--log-format", "text", "--config"])
-            .arg(&path)
-            .stderr(std::fs::File::create(state.join("berth.log"))?)
-            .spawn()?;
-        let measured = (|| -> Result<Measured> {
+        let daemon = Daemon::start(&self.berth, &path, label)?;
+        daemon.explain((|| -> Result<Measured> {
             let first = wait_named(&state, &names, &first, Duration::from_secs(1800))?;
             write_fleet(&repo, label, folders, 2)?;
             git(&repo, &["commit", "-qam", "version 2"])?;
@@ -141,18 +138,10 @@ impl Bench {
             let seconds = wait_named(&state, &names, &second, Duration::from_secs(900))?;
             Ok(Measured {
                 seconds,
-                peak: rss(daemon.id()).0,
+                peak: rss(daemon.pid()).0,
                 first,
             })
-        })();
-        let _ = daemon.kill();
-        let _ = daemon.wait();
-        measured.map_err(|e| {
-            e.context(format!(
-                "the daemon's log: {}",
-                state.join("berth.log").display()
-            ))
-        })
+        })())
     }
 }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 
+use super::daemon::Daemon;
 use super::{git, requests, run, timed, Bench, Samples};
 
 /// Flux's published figures for the same workload (16-core runner): apps, seconds, MiB.
@@ -168,15 +169,10 @@ impl Bench {
         let (repo, path) = self.fleet_setup(&format!("fleet-{apps}"), &ns, apps)?;
         let first = git(&repo, &["rev-parse", "HEAD"])?.trim().to_string();
         let state = path.parent().unwrap_or(&self.work).to_path_buf();
-        let mut daemon = Command::new(&self.berth)
-            .args(["run", "--log-format", "text", "--config"])
-            .arg(&path)
-            .stderr(std::process::Stdio::null())
-            .spawn()?;
-        let result = self.fleet_change(apps, &ns, &repo, &state, &first, daemon.id());
-        let _ = daemon.kill();
-        let _ = daemon.wait();
-        let (seconds, peak, sent) = result?;
+        let daemon = Daemon::start(&self.berth, &path, &format!("fleet-{apps}"))?;
+        let (seconds, peak, sent) =
+            daemon.explain(self.fleet_change(apps, &ns, &repo, &state, &first, daemon.pid()))?;
+        drop(daemon);
         // kubectl: the same change to the same objects, applied by kubectl before.
         let mirror = self.work.join(format!("fleet-{apps}-kubectl"));
         let kns = format!("{ns}-kubectl");
@@ -274,7 +270,7 @@ impl Bench {
     /// is not there yet; berth, too, dry-runs and applies them first).
     pub fn kubectl_like_berth(&mut self, berth: &Samples) -> Result<()> {
         let mut times = Vec::new();
-        for rep in 0..super::REPS {
+        for rep in 0..super::reps() {
             let dir = self.repo(&format!("d{rep}"))?;
             let (mut namespaces, mut rest) = (Vec::new(), Vec::new());
             for folder in std::fs::read_dir(&dir)? {

@@ -8,19 +8,23 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 
+use super::daemon::Daemon;
 use super::fleet::{rss, wait_applied, write_fleet};
 use super::{git, run, Bench};
 
-const APPS: usize = 100;
+fn apps() -> usize {
+    super::sized(100, 10)
+}
 /// How long each run is measured.
-const WINDOW: Duration = Duration::from_secs(60);
+fn window() -> Duration {
+    Duration::from_secs(super::sized(60, 10) as u64)
+}
 
 /// What the page's reader saw.
 #[derive(Default)]
@@ -33,9 +37,10 @@ impl Bench {
     /// `berth run` of 100 apps with the status page: memory with the page open, beside
     /// without.
     pub(crate) fn page_memory(&mut self) -> Result<()> {
-        let ns = format!("page-{APPS}");
+        let apps = apps();
+        let ns = format!("page-{apps}");
         run(self.kubectl().args(["create", "namespace", &ns]))?;
-        let (repo, path) = self.fleet_setup(&format!("page-{APPS}"), &ns, APPS)?;
+        let (repo, path) = self.fleet_setup(&format!("page-{apps}"), &ns, apps)?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -50,11 +55,9 @@ impl Bench {
         let state = path.parent().unwrap_or(&self.work).to_path_buf();
         // Every app applied once, by a run not measured.
         let first = git(&repo, &["rev-parse", "HEAD"])?.trim().to_string();
-        let mut warm = self.daemon(&path)?;
-        let warmed = wait_applied(&state, APPS, &first, Duration::from_secs(600));
-        let _ = warm.kill();
-        let _ = warm.wait();
-        warmed?;
+        let warm = Daemon::start(&self.berth, &path, "page-warm")?;
+        warm.explain(wait_applied(&state, apps, &first, Duration::from_secs(600)))?;
+        drop(warm);
         let mut runs = Vec::new();
         for (version, open) in [(2, false), (3, true)] {
             runs.push(self.page_run(&repo, &ns, &path, port, version, open)?);
@@ -65,24 +68,16 @@ impl Bench {
         let kib = looked.bytes.load(Ordering::Relaxed) as f64 / 1024.0;
         eprintln!("page: closed {closed_peak:.1}/{closed_mean:.1} MiB, open {open_peak:.1}/{open_mean:.1} MiB, {events} events");
         self.rows.push(format!(
-            "| 12. berth run, {APPS} apps, 1 min with a commit to all and 15 s resyncs | status page open (events read, /api/apps every 5 s) | {open_peak:.1} MiB peak | {open_mean:.1} MiB mean | {events} events, {kib:.0} KiB | {:+.1} % peak, {:+.1} % mean over the page closed ({closed_peak:.1} / {closed_mean:.1} MiB) |",
+            "| 12. berth run, {apps} apps, 1 min with a commit to all and 15 s resyncs | status page open (events read, /api/apps every 5 s) | {open_peak:.1} MiB peak | {open_mean:.1} MiB mean | {events} events, {kib:.0} KiB | {:+.1} % peak, {:+.1} % mean over the page closed ({closed_peak:.1} / {closed_mean:.1} MiB) |",
             (open_peak / closed_peak - 1.0) * 100.0,
             (open_mean / closed_mean - 1.0) * 100.0,
         ));
         self.notes.push(format!(
-            "The status page on {APPS} apps: berth run's peak RSS {open_peak:.1} MiB with the page open and live, {closed_peak:.1} MiB without ({:+.1} %; goal under +10 %); mean {open_mean:.1} against {closed_mean:.1} MiB ({:+.1} %). {events} live events ({kib:.0} KiB) reached the page in the minute.",
+            "The status page on {apps} apps: berth run's peak RSS {open_peak:.1} MiB with the page open and live, {closed_peak:.1} MiB without ({:+.1} %; goal under +10 %); mean {open_mean:.1} against {closed_mean:.1} MiB ({:+.1} %). {events} live events ({kib:.0} KiB) reached the page in the minute.",
             (open_peak / closed_peak - 1.0) * 100.0,
             (open_mean / closed_mean - 1.0) * 100.0,
         ));
         Ok(())
-    }
-
-    fn daemon(&self, config: &Path) -> Result<std::process::Child> {
-        Ok(Command::new(&self.berth)
-            .args(["run", "--log-format", "text", "--config"])
-            .arg(config)
-            .stderr(std::process::Stdio::null())
-            .spawn()?)
     }
 
     /// One measured minute: a fresh `berth run`, a commit of `version` to every app, the
@@ -96,9 +91,13 @@ impl Bench {
         version: usize,
         open: bool,
     ) -> Result<(f64, f64, Arc<Looked>)> {
-        let mut daemon = self.daemon(config)?;
-        let pid = daemon.id();
-        let result = (|| {
+        let daemon = Daemon::start(
+            &self.berth,
+            config,
+            if open { "page-open" } else { "page-closed" },
+        )?;
+        let pid = daemon.pid();
+        daemon.explain((|| {
             let up = Instant::now();
             while get(port, "/healthz").is_err() {
                 if up.elapsed() > Duration::from_secs(30) {
@@ -112,11 +111,11 @@ impl Bench {
                 let (stop, looked) = (stop.clone(), looked.clone());
                 std::thread::spawn(move || look(port, &stop, &looked))
             });
-            write_fleet(repo, ns, APPS, version)?;
+            write_fleet(repo, ns, apps(), version)?;
             git(repo, &["commit", "-qam", &format!("version {version}")])?;
             let start = Instant::now();
             let mut samples = Vec::new();
-            while start.elapsed() < WINDOW {
+            while start.elapsed() < window() {
                 samples.push(rss(pid).1);
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -127,10 +126,7 @@ impl Bench {
             let peak = rss(pid).0;
             let mean = samples.iter().sum::<f64>() / samples.len().max(1) as f64;
             Ok((peak, mean, looked))
-        })();
-        let _ = daemon.kill();
-        let _ = daemon.wait();
-        result
+        })())
     }
 }
 
