@@ -88,8 +88,6 @@ struct Bench {
     berth: PathBuf,
     rows: Vec<String>,
     notes: Vec<String>,
-    /// Per fleet size: seconds, peak MiB, requests, kubectl's seconds.
-    fleet_notes: Vec<(usize, f64, f64, usize, f64)>,
 }
 
 #[derive(Clone)]
@@ -441,21 +439,9 @@ impl Bench {
 
     fn memory_cpu(&mut self, daemon: Daemon) -> Result<()> {
         let pid = daemon.pid();
-        let cpu = || -> Result<u64> {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-            let fields: Vec<&str> = stat
-                .rsplit_once(')')
-                .map(|(_, r)| r)
-                .unwrap_or("")
-                .split_whitespace()
-                .collect();
-            Ok(fields[11].parse::<u64>()? + fields[12].parse::<u64>()?)
-        };
-        let ticks = 100.0; // USER_HZ
-        let before = cpu()?;
-        let start = Instant::now();
+        let (before, start) = (fleet::cpu_seconds(pid)?, Instant::now());
         std::thread::sleep(Duration::from_secs(sized(60, 5) as u64));
-        let used = (cpu()? - before) as f64 / ticks / start.elapsed().as_secs_f64() * 100.0;
+        let used = (fleet::cpu_seconds(pid)? - before) / start.elapsed().as_secs_f64() * 100.0;
         let (peak, now) = fleet::rss(pid);
         drop(daemon);
         self.rows.push(format!("| 4. berth run, 1010 objects | peak RSS | {peak:.1} MiB | now {now:.1} MiB | — | {:.2} of Flux's idle 108 MiB |", peak / 108.0));
@@ -683,7 +669,6 @@ async fn main() -> Result<()> {
         berth: PathBuf::from(env!("CARGO_BIN_EXE_berth")),
         rows: Vec::new(),
         notes: Vec::new(),
-        fleet_notes: Vec::new(),
     };
     // The scale cases' sizes: from the environment, else the measured run's or the smoke's.
     let sizes = |var: &str, full: &[usize], small: &[usize]| -> Vec<usize> {
@@ -777,9 +762,6 @@ async fn main() -> Result<()> {
         md.push('\n');
     }
     md.push_str("\n## Against the targets\n\n");
-    for (apps, seconds, peak, sent, kubectl) in &b.fleet_notes {
-        let _ = writeln!(md, "- {apps} apps × 4 objects, one commit changing all: every app applied {seconds:.1} s after the commit (goal < 60 s at 1000), berth run's peak RSS {peak:.1} MiB (goal < 80 MiB), {sent} requests ({:.1} per app); kubectl apply --server-side of the same change: {kubectl:.1} s.", *sent as f64 / *apps as f64);
-    }
     for n in b.notes.iter().chain(&failed) {
         let _ = writeln!(md, "- {n}");
     }

@@ -10,7 +10,28 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 
 use super::daemon::Daemon;
-use super::{git, requests, run, timed, Bench, Samples};
+use super::{git, requests, requests_for, run, timed, Bench, Samples, TRACKED, WRITES};
+
+/// Fleets larger than this get their first sync from `berth sync --no-wait` before
+/// `berth run` starts: the cluster's Deployment controller, at kube-controller-manager's
+/// 20 writes a second, takes about 3 writes per new Deployment — 25 minutes for 10,000.
+const FOLLOWED: usize = 1000;
+
+/// What one fleet run measured.
+struct Fleet {
+    /// Seconds to every app's first record.
+    first: f64,
+    /// The Deployment controller's writes to Deployments and ReplicaSets meanwhile.
+    controller_writes: usize,
+    /// Seconds from the commit to every app's record of it.
+    seconds: f64,
+    /// Peak RSS over the whole run, MiB.
+    peak: f64,
+    /// Requests berth sent for the commit.
+    sent: usize,
+    /// Percent of a core in the minute after.
+    idle: f64,
+}
 
 /// Flux's published figures for the same workload (16-core runner): apps, seconds, MiB.
 const FLUX: [(usize, f64, f64); 3] = [(100, 28.0, 32.0), (500, 122.0, 122.0), (1000, 256.0, 175.0)];
@@ -35,6 +56,19 @@ pub(crate) fn write_fleet(dir: &Path, ns: &str, apps: usize, version: usize) -> 
         std::fs::write(d.join("objects.yaml"), app_objects(ns, i, version))?;
     }
     Ok(())
+}
+
+/// CPU seconds a process has used (user and system).
+pub fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    Ok(ticks as f64 / 100.0) // USER_HZ
 }
 
 /// Peak and current RSS of a process, in MiB.
@@ -124,7 +158,8 @@ fn run_measured(cmd: &mut Command) -> Result<(f64, f64)> {
 
 impl Bench {
     /// `apps` apps of four objects in `ns`, at version 1, committed to a repository
-    /// `work/<label>`, and berth's configuration of them with its state in
+    /// `work/<label>`, and berth's configuration of them — one app set over the folders,
+    /// each app named after its folder (`app-<i>`) — with its state in
     /// `work/state-<label>`: the repository and the configuration's path. Each is a
     /// deployment of its own: its inventories in a namespace of their own, so another
     /// case's apps (same names, another repository) are not taken for a rewound history.
@@ -141,18 +176,12 @@ impl Bench {
         git(&repo, &["commit", "-qm", "version 1"])?;
         let state = self.work.join(format!("state-{label}"));
         std::fs::create_dir_all(&state)?;
-        let mut config = format!(
-            "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\ninventory_namespace = \"berth-{label}\"\n[cluster]\nkubeconfig = \"{}\"\n",
+        let config = format!(
+            "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\ninventory_namespace = \"berth-{label}\"\n[cluster]\nkubeconfig = \"{}\"\n[[app_set]]\nname = \"fleet\"\nrepo = \"{}\"\nfolders = \"apps/*\"\napp_name = \"{{folder}}\"\n[app_set.scope]\nnamespaces = [\"*\"]\n",
             state.display(),
-            self.cp.kubeconfig.display()
+            self.cp.kubeconfig.display(),
+            repo.display()
         );
-        for i in 0..apps {
-            let _ = write!(
-                config,
-                "[[app]]\nname = \"app-{i}\"\nrepo = \"{}\"\npath = \"apps/app-{i}\"\n[app.scope]\nnamespaces = [\"*\"]\n",
-                repo.display()
-            );
-        }
         let path = state.join("berth.toml");
         std::fs::write(&path, config)?;
         Ok((repo, path))
@@ -161,17 +190,24 @@ impl Bench {
     /// Flux's workload at `apps` apps: `berth run` watching the repository, one commit
     /// changing every app's four objects (their labels; not the pod templates, so the
     /// cluster's Deployment controller, at its default 20 QPS, is not what is measured);
-    /// time to every app's record of the commit, peak RSS, requests; beside `kubectl apply
-    /// --server-side` of the same change, and Flux's published figures.
+    /// time to every app's record of the commit, peak RSS over the whole run, requests,
+    /// and the CPU of the steady state after it; beside `kubectl apply --server-side` of
+    /// the same change, and Flux's published figures. Before, `berth run`'s first sync of
+    /// every app (following the Deployments' rollouts), and the part of it the Deployment
+    /// controller's writes take at 20 a second.
     pub fn fleet(&mut self, apps: usize) -> Result<()> {
         let ns = format!("fleet-{apps}");
         run(self.kubectl().args(["create", "namespace", &ns]))?;
         let (repo, path) = self.fleet_setup(&format!("fleet-{apps}"), &ns, apps)?;
-        let first = git(&repo, &["rev-parse", "HEAD"])?.trim().to_string();
         let state = path.parent().unwrap_or(&self.work).to_path_buf();
+        if apps > FOLLOWED {
+            run(Command::new(&self.berth)
+                .args(["sync", "--no-wait", "--config"])
+                .arg(&path))?;
+        }
+        let since = jiff::Timestamp::now();
         let daemon = Daemon::start(&self.berth, &path, &format!("fleet-{apps}"))?;
-        let (seconds, peak, sent) =
-            daemon.explain(self.fleet_change(apps, &ns, &repo, &state, &first, daemon.pid()))?;
+        let m = daemon.explain(self.fleet_change(apps, &ns, &repo, &state, since, daemon.pid()))?;
         drop(daemon);
         // kubectl: the same change to the same objects, applied by kubectl before.
         let mirror = self.work.join(format!("fleet-{apps}-kubectl"));
@@ -188,39 +224,79 @@ impl Bench {
                 .args(["apply", "--server-side", "-R", "-f"])
                 .arg(&mirror),
         )?;
-        let (_, flux_s, flux_mib) = FLUX
+        let flux = FLUX
             .iter()
             .find(|f| f.0 == apps)
-            .copied()
-            .unwrap_or_default();
-        eprintln!("fleet of {apps}: berth {seconds:.1}s, {peak:.1} MiB, {sent} requests; kubectl {kubectl:.1}s");
+            .map_or(String::new(), |(_, s, mib)| {
+                format!("; Flux: {s:.0} s, {mib:.0} MiB")
+            });
+        let first = if apps > FOLLOWED {
+            format!(
+                "first sync {:.0} s (the apps applied before by berth sync --no-wait)",
+                m.first
+            )
+        } else {
+            let share = m.controller_writes as f64 / 20.0;
+            format!(
+                "first sync {:.0} s, berth's own part {:.0} % (the Deployment controller's {} writes take {share:.0} s at 20 a second)",
+                m.first,
+                (m.first - share).max(0.0) / m.first * 100.0,
+                m.controller_writes
+            )
+        };
+        eprintln!("fleet of {apps}: berth {:.1}s, {:.1} MiB, {} requests, idle {:.2} %; {first}; kubectl {kubectl:.1}s", m.seconds, m.peak, m.sent, m.idle);
         self.rows.push(format!(
-            "| 6. {apps} apps × 4 objects, one commit changing all (notify) | berth run | {seconds:.1} s | {peak:.1} MiB peak | {sent} requests | {:.2} of kubectl ({kubectl:.1} s); Flux: {flux_s:.0} s, {flux_mib:.0} MiB |",
-            seconds / kubectl
+            "| 6. {apps} apps × 4 objects from one app set, one commit changing all (notify) | berth run | every app applied in {:.1} s; peak {:.1} MiB | {first} | {} requests; idle {:.2} % of a core | {:.2} of kubectl ({kubectl:.1} s){flux} |",
+            m.seconds, m.peak, m.sent, m.idle, m.seconds / kubectl
         ));
-        self.fleet_notes.push((apps, seconds, peak, sent, kubectl));
+        self.notes.push(format!(
+            "{apps} apps × 4 objects from one app set, one commit changing all: every app applied {:.1} s after the commit ({:.2} of kubectl apply --server-side's {kubectl:.1} s); berth run's peak RSS over the whole run {:.1} MiB; {} requests ({:.1} per app); {first}; afterwards, with no commit and interval = \"1h\", {:.2} % of a core.",
+            m.seconds, m.seconds / kubectl, m.peak, m.sent, m.sent as f64 / apps as f64, m.idle
+        ));
         Ok(())
     }
 
+    /// The measured part of [`Self::fleet`]: `berth run` (process `pid`, started at
+    /// `since`) syncs every app, then a commit changes them all.
     fn fleet_change(
         &mut self,
         apps: usize,
         ns: &str,
         repo: &Path,
         state: &Path,
-        first: &str,
+        since: jiff::Timestamp,
         pid: u32,
-    ) -> Result<(f64, f64, usize)> {
-        let initial = wait_applied(state, apps, first, Duration::from_secs(900))?;
-        eprintln!("fleet of {apps}: first sync of every app in {initial:.0}s");
+    ) -> Result<Fleet> {
+        let sha = git(repo, &["rev-parse", "HEAD"])?.trim().to_string();
+        let first = wait_applied(state, apps, &sha, Duration::from_secs(1800))?;
+        std::thread::sleep(Duration::from_millis(500)); // the audit log lags the answers
+        let controller_writes = requests_for(
+            &self.cp,
+            since,
+            "kube-controller-manager",
+            Some(WRITES),
+            Some(TRACKED),
+        );
+        eprintln!("fleet of {apps}: first sync of every app in {first:.0}s");
         write_fleet(repo, ns, apps, 2)?;
         let since = jiff::Timestamp::now();
         git(repo, &["commit", "-qam", "version 2"])?;
-        let second = git(repo, &["rev-parse", "HEAD"])?.trim().to_string();
-        let seconds = wait_applied(state, apps, &second, Duration::from_secs(600))?;
-        std::thread::sleep(Duration::from_millis(100)); // the audit log lags the answers
+        let sha = git(repo, &["rev-parse", "HEAD"])?.trim().to_string();
+        let seconds = wait_applied(state, apps, &sha, Duration::from_secs(900))?;
+        std::thread::sleep(Duration::from_millis(500));
         let sent = requests(&self.cp, since, "berth/", None);
-        Ok((seconds, rss(pid).0, sent))
+        // The steady state: no commit, every app's next interval an hour away.
+        let (cpu, start) = (cpu_seconds(pid)?, Instant::now());
+        std::thread::sleep(Duration::from_secs(super::sized(60, 5) as u64));
+        let idle = (cpu_seconds(pid)? - cpu) / start.elapsed().as_secs_f64() * 100.0;
+        Ok(Fleet {
+            first,
+            controller_writes,
+            seconds,
+            peak: rss(pid).0,
+            sent,
+            idle,
+        })
     }
 
     /// One app of `objects` ConfigMaps: cold apply, no-change resync and peak RSS of
