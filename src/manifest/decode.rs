@@ -9,10 +9,10 @@
 //! refused. serde's nesting limit (128) stays on for block nesting.
 //!
 //! A file decoded once is not decoded again while its bytes stay the same: the documents
-//! are kept, keyed by the file's path and git blob id, in a cache bounded by the bytes of
-//! the files it holds ([`CACHE_BUDGET`]; the least recently used half goes first). A
-//! commit that changes a few files decodes only those; their decoded size is still
-//! charged to the render.
+//! are kept (as compact JSON), keyed by the file's path and git blob id, in a cache
+//! bounded by the bytes it holds ([`CACHE_BUDGET`]; the least recently used half goes
+//! first). A commit that changes a few files decodes only those; their decoded size is
+//! still charged to the render.
 //!
 //! In files of their own:
 //! - `cache.rs`: the documents kept between renders;
@@ -54,23 +54,23 @@ impl Visitor for Stream<'_> {
             if self.budget.charge_decoded(size).is_err() {
                 return Err(self.render_exceeded(documents.first().map(|m| m.origin.clone())));
             }
-            for m in documents.iter() {
-                f(Ok(m.clone()))?;
+            for m in documents {
+                f(Ok(m))?;
             }
             return Ok(());
         }
         let (mut documents, mut clean) = (Vec::new(), true);
         let used = self.budget.used();
         let flow = self.decode(&mut |item| {
-            match &item {
-                Ok(m) => documents.push(m.clone()),
-                Err(_) => clean = false,
+            match item.as_ref().map(cache::Kept::of) {
+                Ok(Some(kept)) => documents.push(kept),
+                _ => clean = false,
             }
             f(item)
         });
         if flow.is_ok() && clean {
             let size = self.budget.used() - used;
-            cache::keep(key, documents, self.bytes.len(), size);
+            cache::keep(key, documents, size);
         }
         flow
     }
