@@ -678,7 +678,7 @@ async fn main() -> Result<()> {
             .unwrap_or_else(|| if smoke() { small } else { full }.to_vec())
     };
     let clusters = sizes("BERTH_BENCH_CLUSTERS", &[250], &[5])[0];
-    let fleets = sizes("BERTH_BENCH_FLEET", &[100, 500, 1000], &[10]);
+    let fleets = sizes("BERTH_BENCH_FLEET", &[100, 500, 1000, 10000], &[10]);
     let growths = sizes("BERTH_BENCH_GROWTH", &[1000, 5000, 10000], &[100]);
     let only = std::env::var("BERTH_BENCH_ONLY").unwrap_or_default();
     let only_scale = only == "scale";

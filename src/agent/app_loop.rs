@@ -23,7 +23,7 @@ const RECONNECT_SPREAD: Duration = Duration::from_secs(5);
 /// One app's loop: it syncs on its interval, on a commit and on a webhook, one sync at
 /// a time, until it is stopped.
 pub(super) async fn app_loop(
-    app: AppConfig,
+    app: Arc<AppConfig>,
     shared: Arc<Shared>,
     interval: Duration,
     jitter: Duration,

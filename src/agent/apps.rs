@@ -134,6 +134,7 @@ impl Agent {
             )));
         }
         let (interval, jitter) = (self.config().agent.interval, self.config().agent.jitter);
+        let app = Arc::new(app);
         tasks.push(tokio::spawn(super::app_loop::app_loop(
             app.clone(),
             self.shared.clone(),
@@ -339,7 +340,7 @@ impl Agent {
                     self.stop(&name).await;
                     removed += 1;
                 }
-                Some(app) if self.apps.get(&name).is_some_and(|t| &t.app != app) => {
+                Some(app) if self.apps.get(&name).is_some_and(|t| *t.app != *app) => {
                     self.stop(&name).await;
                     self.start(app.clone());
                     changed += 1;

@@ -118,7 +118,8 @@ impl Heartbeat {
 }
 
 struct AppTask {
-    app: AppConfig,
+    /// The app's configuration, shared with its loop.
+    app: Arc<AppConfig>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }

@@ -17,8 +17,9 @@ use crate::source::folders::{self, FolderError};
 use crate::source::git::{self, SourceError};
 use crate::source::shared::Sources;
 
-/// A set's state file is read no further than this (10,000 folders take ~1 MiB).
-const MAX_STATE: u64 = 4 << 20;
+/// A set's state file is read no further than this (10,000 folders take ~1 MiB; the walk
+/// stops at 50,000).
+const MAX_STATE: u64 = 16 << 20;
 
 /// One folder a set's apps are made from.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
