@@ -89,7 +89,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--kube-version {v:?} is not a Kubernetes version such as 1.31 or v1.31.2");
     }
     let input = input(&args)?;
-    berth::manifest::decode::keep_nothing();
     let builder = Builder {
         input,
         namespace: args.namespace,

@@ -14,6 +14,8 @@ use tokio::signal::unix::{signal, SignalKind};
 pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     super::own_state(&config, "run")?;
+    // Each app renders its files again at each sync: those unchanged are not decoded again.
+    berth::manifest::decode::keep_decoded();
     let syncer = Syncer::connect(&config, true).await?.notify(&config)?;
     // A cluster that is down does not stop the agent: it serves /healthz (alive), /readyz
     // says the cluster is unreachable, and each app's next sync finds it back.

@@ -27,7 +27,7 @@ use super::object::{Manifest, Origin};
 use super::visitor::{json_type, Flow, Item, Visitor};
 use text::{decode_text, document_lines};
 
-pub use cache::{keep_nothing, CACHE_BUDGET};
+pub use cache::{keep_decoded, CACHE_BUDGET};
 
 mod cache;
 mod pieces;

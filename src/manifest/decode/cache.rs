@@ -11,17 +11,18 @@ use std::sync::{Arc, Mutex};
 use super::Manifest;
 use crate::manifest::object::Origin;
 
-/// Whether decoded files are kept for the next render (off for a process that renders
-/// once: `berth render`).
-static KEEP: AtomicBool = AtomicBool::new(true);
+/// Whether decoded files are kept for the next render: only in a process that renders the
+/// same files again and again (`berth run`). The one-shot commands render each app once,
+/// and hashing and keeping what they decode would be work and memory for nothing (an app
+/// of 10,000 ConfigMaps synced once kept them all).
+static KEEP: AtomicBool = AtomicBool::new(false);
 
-/// Keeps no decoded file from now on: this process renders once, and hashing and copying
-/// what it decodes would be work for nothing.
-pub fn keep_nothing() {
-    KEEP.store(false, Ordering::Relaxed);
+/// Keeps decoded files from now on: this process renders the same files again.
+pub fn keep_decoded() {
+    KEEP.store(true, Ordering::Relaxed);
 }
 
-/// Whether decoded files are kept ([`keep_nothing`] was not called).
+/// Whether decoded files are kept ([`keep_decoded`] was called).
 pub(super) fn keeping() -> bool {
     KEEP.load(Ordering::Relaxed)
 }
