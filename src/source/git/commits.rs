@@ -4,6 +4,7 @@ use std::path::Path;
 
 use git2::Oid;
 
+use super::paths::lookup;
 use super::repository;
 use crate::source::CommitInfo;
 
@@ -38,12 +39,7 @@ pub fn ancestry(source: &Path, previous: &str, new: &str) -> Option<String> {
 pub fn paths_digest(source: &Path, sha: &str, paths: &[String]) -> Option<String> {
     let repo = repository(source).ok()?;
     let tree = tree_of(&repo, sha)?;
-    let id_of = |path: &str| match path {
-        "" => tree.id(),
-        p => tree
-            .get_path(Path::new(p))
-            .map_or(Oid::ZERO_SHA1, |e| e.id()),
-    };
+    let id_of = |path: &str| lookup(&repo, tree.id(), path).map_or(Oid::ZERO_SHA1, |e| e.id);
     let mut read: Vec<(String, Oid)> = paths.iter().map(|p| (p.clone(), id_of(p))).collect();
     for target in link_targets(&repo, &tree, paths) {
         let id = id_of(&target);
@@ -66,8 +62,8 @@ pub fn tree_ids(source: &Path, sha: &str, paths: &[String]) -> Option<Vec<String
     let repo = repository(source).ok()?;
     let tree = tree_of(&repo, sha)?;
     let id_of = |path: &String| {
-        tree.get_path(Path::new(path))
-            .map_or(Oid::ZERO_SHA1, |e| e.id())
+        lookup(&repo, tree.id(), path)
+            .map_or(Oid::ZERO_SHA1, |e| e.id)
             .to_string()
     };
     Some(paths.iter().map(id_of).collect())
@@ -109,11 +105,7 @@ fn link_targets(repo: &git2::Repository, tree: &git2::Tree<'_>, paths: &[String]
         }
         let sub = match path.as_str() {
             "" => Some(tree.clone()),
-            p => tree
-                .get_path(Path::new(p))
-                .ok()
-                .and_then(|e| e.to_object(repo).ok())
-                .and_then(|o| o.into_tree().ok()),
+            p => lookup(repo, tree.id(), p).and_then(|e| repo.find_tree(e.id).ok()),
         };
         let links = match sub {
             Some(sub) => links_in(repo, &sub, &path),
@@ -150,8 +142,8 @@ fn links_in(repo: &git2::Repository, sub: &git2::Tree<'_>, at: &str) -> Vec<Stri
 
 /// Where the entry at `path` points, when it is a link.
 fn links_in_entry(repo: &git2::Repository, tree: &git2::Tree<'_>, path: &str) -> Vec<String> {
-    match tree.get_path(Path::new(path)) {
-        Ok(e) if e.filemode() == 0o120000 => target(repo, e.id(), path).into_iter().collect(),
+    match lookup(repo, tree.id(), path) {
+        Some(e) if e.mode == 0o120000 => target(repo, e.id, path).into_iter().collect(),
         _ => Vec::new(),
     }
 }

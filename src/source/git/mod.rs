@@ -17,6 +17,7 @@ use super::CommitInfo;
 
 mod commits;
 mod fetch;
+mod paths;
 #[cfg(test)]
 mod tests;
 mod trees;
