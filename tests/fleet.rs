@@ -24,6 +24,27 @@ fn config_map(name: &str, value: &str) -> String {
 
 /// A configuration of the three clusters (short request bounds: a stopped API server
 /// fails a sync in seconds) and `apps`, each `(name, cluster, path)`.
+/// The `[agent]` table of a test's configuration and a `[[cluster]]` table for each of
+/// `cps`, named after [`NAMES`], with `keys(i)` added to the `i`-th.
+fn agent_and_clusters(
+    state: &std::path::Path,
+    cps: &[ControlPlane],
+    keys: impl Fn(usize) -> String,
+) -> String {
+    let mut text = format!(
+        "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\n",
+        state.display()
+    );
+    for (i, (name, cp)) in NAMES.iter().zip(cps).enumerate() {
+        text += &format!(
+            "[[cluster]]\nname = \"{name}\"\nkubeconfig = \"{}\"\n{}",
+            cp.kubeconfig.display(),
+            keys(i)
+        );
+    }
+    text
+}
+
 fn fleet_config(
     state: &std::path::Path,
     cps: &[ControlPlane],
@@ -31,16 +52,9 @@ fn fleet_config(
     ns: &str,
     apps: &[(&str, &str, &str)],
 ) -> std::path::PathBuf {
-    let mut text = format!(
-        "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\n",
-        state.display()
-    );
-    for (name, cp) in NAMES.iter().zip(cps) {
-        text += &format!(
-            "[[cluster]]\nname = \"{name}\"\nkubeconfig = \"{}\"\nrequest_timeout = \"3s\"\nretry_for = \"2s\"\n",
-            cp.kubeconfig.display()
-        );
-    }
+    let mut text = agent_and_clusters(state, cps, |_| {
+        "request_timeout = \"3s\"\nretry_for = \"2s\"\n".to_string()
+    });
     for (app, cluster, path) in apps {
         text += &format!(
             "[[app]]\nname = \"{app}\"\ncluster = \"{cluster}\"\nrepo = \"{}\"\npath = \"{path}\"\nnamespace = \"{ns}\"\ncreate_namespace = true\n",
@@ -308,16 +322,10 @@ fn set_config(
     folders: &str,
     extra: &str,
 ) -> std::path::PathBuf {
-    let mut text = format!(
-        "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\n",
-        state.display()
-    );
-    for ((name, cp), env) in NAMES.iter().zip(cps).zip(["prod", "prod", "test"]) {
-        text += &format!(
-            "[[cluster]]\nname = \"{name}\"\nkubeconfig = \"{}\"\nlabels = {{ env = \"{env}\" }}\n",
-            cp.kubeconfig.display()
-        );
-    }
+    let env = ["prod", "prod", "test"];
+    let mut text = agent_and_clusters(state, cps, |i| {
+        format!("labels = {{ env = \"{}\" }}\n", env[i])
+    });
     let repo = repo.dir.path().display();
     text += &format!(
         "[[app]]\nname = \"{set}-solo\"\ncluster = \"north\"\nrepo = \"{repo}\"\npath = \"solo\"\nnamespace = \"{ns}\"\ncreate_namespace = true\n"

@@ -3,7 +3,6 @@
 //! beside kubectl applying the same change cluster by cluster and the published Argo CD
 //! figures; then the same 1000 apps on one cluster, for what each added cluster costs.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -100,42 +99,27 @@ impl Bench {
     /// (each app's objects in the namespace `<label>`): the first sync of every app, then
     /// one commit changing all.
     fn set_run(&self, label: &str, folders: usize, kubeconfigs: &[PathBuf]) -> Result<Measured> {
-        let repo = self.work.join(label);
-        write_fleet(&repo, label, folders, 1)?;
-        git(&repo, &["init", "-q", "-b", "main"])?;
-        git(&repo, &["add", "-A"])?;
-        git(&repo, &["commit", "-qm", "version 1"])?;
-        let state = self.work.join(format!("state-{label}"));
-        std::fs::create_dir_all(&state)?;
-        let mut config = format!(
-            "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\ninventory_namespace = \"berth-{label}\"\n",
-            state.display()
-        );
-        for (i, kubeconfig) in kubeconfigs.iter().enumerate() {
-            let _ = write!(
-                config,
-                "[[cluster]]\nname = \"c{i}\"\nkubeconfig = \"{}\"\n",
-                kubeconfig.display()
-            );
-        }
-        let _ = write!(
-            config,
-            "[[app_set]]\nname = \"fleet\"\nrepo = \"{}\"\nfolders = \"apps/*\"\nclusters = \"*\"\napp_name = \"{{folder}}-{{cluster}}\"\nnamespace = \"{label}\"\ncreate_namespace = true\n[app_set.scope]\nnamespaces = [\"*\"]\n",
-            repo.display()
-        );
-        let path = state.join("berth.toml");
-        std::fs::write(&path, config)?;
+        let repo = self.fleet_repo(label, label, folders)?;
+        let path = self.set_config(
+            label,
+            &repo,
+            kubeconfigs,
+            &format!("app_name = \"{{folder}}-{{cluster}}\"\nnamespace = \"{label}\"\ncreate_namespace = true\n"),
+        )?;
+        let state = path.parent().unwrap_or(&self.work).to_path_buf();
         let names: Vec<String> = (0..folders)
             .flat_map(|f| (0..kubeconfigs.len()).map(move |c| format!("app-{f}-c{c}")))
             .collect();
         let first = git(&repo, &["rev-parse", "HEAD"])?.trim().to_string();
+        let since = jiff::Timestamp::now();
         let daemon = Daemon::start(&self.berth, &path, label)?;
         daemon.explain((|| -> Result<Measured> {
-            let first = wait_named(&state, &names, &first, Duration::from_secs(1800))?;
+            let first = wait_named(&state, &names, (&first, since), Duration::from_secs(1800))?;
             write_fleet(&repo, label, folders, 2)?;
+            let since = jiff::Timestamp::now();
             git(&repo, &["commit", "-qam", "version 2"])?;
             let second = git(&repo, &["rev-parse", "HEAD"])?.trim().to_string();
-            let seconds = wait_named(&state, &names, &second, Duration::from_secs(900))?;
+            let seconds = wait_named(&state, &names, (&second, since), Duration::from_secs(900))?;
             Ok(Measured {
                 seconds,
                 peak: rss(daemon.pid()).0,

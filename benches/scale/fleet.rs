@@ -85,11 +85,16 @@ pub fn rss(pid: u32) -> (f64, f64) {
     (kb("VmHWM:") / 1024.0, kb("VmRSS:") / 1024.0)
 }
 
-/// Whether `app` has a succeeded (or no-change) record of commit `sha`.
-fn applied(log: &berth::history::HistoryLog, app: &str, sha: &str) -> bool {
+/// A commit, and the time after which a sync of it counts.
+pub(crate) type Wanted<'a> = (&'a str, jiff::Timestamp);
+
+/// Whether `app` has a succeeded (or no-change) record of the commit `wanted`, started
+/// after its time (not a record of the same commit by an earlier process).
+fn applied(log: &berth::history::HistoryLog, app: &str, (sha, since): Wanted) -> bool {
     log.read(app).is_ok_and(|records| {
         records.iter().any(|r| {
-            r.commit.as_ref().is_some_and(|c| c.sha == sha)
+            r.started_at >= since
+                && r.commit.as_ref().is_some_and(|c| c.sha == sha)
                 && matches!(
                     r.outcome,
                     berth::history::Outcome::Succeeded | berth::history::Outcome::NoChange
@@ -98,26 +103,31 @@ fn applied(log: &berth::history::HistoryLog, app: &str, sha: &str) -> bool {
     })
 }
 
-/// Waits until every app `app-<i>` of `apps` has applied `sha`; how long that took.
-pub(crate) fn wait_applied(state: &Path, apps: usize, sha: &str, timeout: Duration) -> Result<f64> {
+/// Waits until every app `app-<i>` of `apps` has applied `wanted`; how long that took.
+pub(crate) fn wait_applied(
+    state: &Path,
+    apps: usize,
+    wanted: Wanted,
+    timeout: Duration,
+) -> Result<f64> {
     let names: Vec<String> = (0..apps).map(|i| format!("app-{i}")).collect();
-    wait_named(state, &names, sha, timeout)
+    wait_named(state, &names, wanted, timeout)
 }
 
-/// Waits until every app of `apps` has applied `sha`; how long that took. Only the apps
+/// Waits until every app of `apps` has applied `wanted`; how long that took. Only the apps
 /// still waited for are read again, less often while they are many (10,000 histories
 /// read ten times a second would take a core from what is measured).
 pub(crate) fn wait_named(
     state: &Path,
     apps: &[String],
-    sha: &str,
+    wanted: Wanted,
     timeout: Duration,
 ) -> Result<f64> {
     let start = Instant::now();
     let log = berth::history::HistoryLog::new(state);
     let mut pending: Vec<&String> = apps.iter().collect();
     loop {
-        pending.retain(|app| !applied(&log, app, sha));
+        pending.retain(|app| !applied(&log, app, wanted));
         if pending.is_empty() {
             return Ok(start.elapsed().as_secs_f64());
         }
@@ -126,7 +136,7 @@ pub(crate) fn wait_named(
                 "{} of {} apps applied {} within {timeout:?} (not {}, …)",
                 apps.len() - pending.len(),
                 apps.len(),
-                &sha[..7],
+                &wanted.0[..7],
                 pending[0]
             );
         }
@@ -160,32 +170,68 @@ fn run_measured(cmd: &mut Command) -> Result<(f64, f64)> {
 impl Bench {
     /// `apps` apps of four objects in `ns`, at version 1, committed to a repository
     /// `work/<label>`, and berth's configuration of them — one app set over the folders,
-    /// each app named after its folder (`app-<i>`) — with its state in
-    /// `work/state-<label>`: the repository and the configuration's path. Each is a
-    /// deployment of its own: its inventories in a namespace of their own, so another
-    /// case's apps (same names, another repository) are not taken for a rewound history.
+    /// each app named after its folder (`app-<i>`): the repository and the
+    /// configuration's path.
     pub(crate) fn fleet_setup(
         &self,
         label: &str,
         ns: &str,
         apps: usize,
     ) -> Result<(PathBuf, PathBuf)> {
+        let repo = self.fleet_repo(label, ns, apps)?;
+        let config = self.set_config(
+            label,
+            &repo,
+            std::slice::from_ref(&self.cp.kubeconfig),
+            "app_name = \"{folder}\"\n",
+        )?;
+        Ok((repo, config))
+    }
+
+    /// `apps` apps of four objects in `ns`, at version 1, committed to a repository
+    /// `work/<label>`.
+    pub(crate) fn fleet_repo(&self, label: &str, ns: &str, apps: usize) -> Result<PathBuf> {
         let repo = self.work.join(label);
         write_fleet(&repo, ns, apps, 1)?;
         git(&repo, &["init", "-q", "-b", "main"])?;
         git(&repo, &["add", "-A"])?;
         git(&repo, &["commit", "-qm", "version 1"])?;
+        Ok(repo)
+    }
+
+    /// berth's configuration of one app set over the folders `apps/*` of `repo` on every
+    /// cluster of `kubeconfigs` (named `c0`, `c1`, …), with `keys` added to the set; its
+    /// state in `work/state-<label>`, where the configuration is written: its path. Each
+    /// is a deployment of its own: its inventories in a namespace of their own, so another
+    /// case's apps (same names, another repository) are not taken for a rewound history.
+    pub(crate) fn set_config(
+        &self,
+        label: &str,
+        repo: &Path,
+        kubeconfigs: &[PathBuf],
+        keys: &str,
+    ) -> Result<PathBuf> {
         let state = self.work.join(format!("state-{label}"));
         std::fs::create_dir_all(&state)?;
-        let config = format!(
-            "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\ninventory_namespace = \"berth-{label}\"\n[cluster]\nkubeconfig = \"{}\"\n[[app_set]]\nname = \"fleet\"\nrepo = \"{}\"\nfolders = \"apps/*\"\napp_name = \"{{folder}}\"\n[app_set.scope]\nnamespaces = [\"*\"]\n",
-            state.display(),
-            self.cp.kubeconfig.display(),
+        let mut config = format!(
+            "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\ninventory_namespace = \"berth-{label}\"\n",
+            state.display()
+        );
+        for (i, kubeconfig) in kubeconfigs.iter().enumerate() {
+            let _ = write!(
+                config,
+                "[[cluster]]\nname = \"c{i}\"\nkubeconfig = \"{}\"\n",
+                kubeconfig.display()
+            );
+        }
+        let _ = write!(
+            config,
+            "[[app_set]]\nname = \"fleet\"\nrepo = \"{}\"\nfolders = \"apps/*\"\nclusters = \"*\"\n{keys}[app_set.scope]\nnamespaces = [\"*\"]\n",
             repo.display()
         );
         let path = state.join("berth.toml");
         std::fs::write(&path, config)?;
-        Ok((repo, path))
+        Ok(path)
     }
 
     /// Flux's workload at `apps` apps: `berth run` watching the repository, one commit
@@ -269,7 +315,7 @@ impl Bench {
         pid: u32,
     ) -> Result<Fleet> {
         let sha = git(repo, &["rev-parse", "HEAD"])?.trim().to_string();
-        let first = wait_applied(state, apps, &sha, Duration::from_secs(1800))?;
+        let first = wait_applied(state, apps, (&sha, since), Duration::from_secs(1800))?;
         std::thread::sleep(Duration::from_millis(500)); // the audit log lags the answers
         let controller_writes = requests_for(
             &self.cp,
@@ -283,7 +329,7 @@ impl Bench {
         let since = jiff::Timestamp::now();
         git(repo, &["commit", "-qam", "version 2"])?;
         let sha = git(repo, &["rev-parse", "HEAD"])?.trim().to_string();
-        let seconds = wait_applied(state, apps, &sha, Duration::from_secs(900))?;
+        let seconds = wait_applied(state, apps, (&sha, since), Duration::from_secs(900))?;
         std::thread::sleep(Duration::from_millis(500));
         let sent = requests(&self.cp, since, "berth/", None);
         // The steady state: no commit, every app's next interval an hour away.

@@ -55,8 +55,14 @@ impl Bench {
         let state = path.parent().unwrap_or(&self.work).to_path_buf();
         // Every app applied once, by a run not measured.
         let first = git(&repo, &["rev-parse", "HEAD"])?.trim().to_string();
+        let since = jiff::Timestamp::now();
         let warm = Daemon::start(&self.berth, &path, "page-warm")?;
-        warm.explain(wait_applied(&state, apps, &first, Duration::from_secs(600)))?;
+        warm.explain(wait_applied(
+            &state,
+            apps,
+            (&first, since),
+            Duration::from_secs(600),
+        ))?;
         drop(warm);
         let mut runs = Vec::new();
         for (version, open) in [(2, false), (3, true)] {

@@ -39,16 +39,23 @@ pub fn ancestry(source: &Path, previous: &str, new: &str) -> Option<String> {
 pub fn paths_digest(source: &Path, sha: &str, paths: &[String]) -> Option<String> {
     let repo = repository(source).ok()?;
     let tree = tree_of(&repo, sha)?;
-    let id_of = |path: &str| lookup(&repo, tree.id(), path).map_or(Oid::ZERO_SHA1, |e| e.id);
-    let mut read: Vec<(String, Oid)> = paths.iter().map(|p| (p.clone(), id_of(p))).collect();
+    let mut read: Vec<(String, Oid)> = paths
+        .iter()
+        .map(|p| (p.clone(), id_at(&repo, &tree, p)))
+        .collect();
     for target in link_targets(&repo, &tree, paths) {
-        let id = id_of(&target);
+        let id = id_at(&repo, &tree, &target);
         read.push((target, id));
     }
     let parts = read
         .iter()
         .flat_map(|(path, id)| [path.as_bytes(), &[0], id.as_bytes()]);
     Some(crate::digest::hex(&crate::digest::sha256_parts(parts)))
+}
+
+/// The id of what `path` holds in `tree`; the zero id when nothing is there.
+fn id_at(repo: &git2::Repository, tree: &git2::Tree<'_>, path: &str) -> Oid {
+    lookup(repo, tree.id(), path).map_or(Oid::ZERO_SHA1, |e| e.id)
 }
 
 /// The tree of commit `sha` in `repo`.
@@ -61,12 +68,12 @@ fn tree_of<'r>(repo: &'r git2::Repository, sha: &str) -> Option<git2::Tree<'r>> 
 pub fn tree_ids(source: &Path, sha: &str, paths: &[String]) -> Option<Vec<String>> {
     let repo = repository(source).ok()?;
     let tree = tree_of(&repo, sha)?;
-    let id_of = |path: &String| {
-        lookup(&repo, tree.id(), path)
-            .map_or(Oid::ZERO_SHA1, |e| e.id)
-            .to_string()
-    };
-    Some(paths.iter().map(id_of).collect())
+    Some(
+        paths
+            .iter()
+            .map(|p| id_at(&repo, &tree, p).to_string())
+            .collect(),
+    )
 }
 
 /// The commit the app's ref names now in its local repository (a path or `file://`), read
@@ -103,10 +110,7 @@ fn link_targets(repo: &git2::Repository, tree: &git2::Tree<'_>, paths: &[String]
         if walked.len() >= MAX_LINKS || found.len() >= MAX_LINKS {
             break;
         }
-        let sub = match path.as_str() {
-            "" => Some(tree.clone()),
-            p => lookup(repo, tree.id(), p).and_then(|e| repo.find_tree(e.id).ok()),
-        };
+        let sub = lookup(repo, tree.id(), &path).and_then(|e| repo.find_tree(e.id).ok());
         let links = match sub {
             Some(sub) => links_in(repo, &sub, &path),
             // A file: a link itself, or not.
