@@ -99,7 +99,9 @@ async fn apply_one(
     api.patch(m.name(), &params, &Patch::Apply(&m.object))
         .await
         .map(|obj| {
-            if settings.bodies {
+            // An object waited for keeps its body: the apply's answer is the first look at
+            // its health.
+            if settings.bodies || (!dry_run && crate::health::waits_for(m.group(), m.kind())) {
                 obj
             } else {
                 metadata_only(obj)

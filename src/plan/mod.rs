@@ -200,17 +200,18 @@ pub const PENDING: &str = "pending";
 pub const UNFINISHED: &str = "unfinished";
 
 /// The inventory written before a sync's first write: `old`, plus a pending entry for
-/// each target it does not hold yet; a Deployment it holds is marked [`UNFINISHED`]
-/// (its rollout starts: if the sync is killed, the next one knows it resumes it).
+/// each target it does not hold yet; a Deployment it holds whose spec the write may change
+/// (each target comes with whether it may) is marked [`UNFINISHED`] (its rollout starts:
+/// if the sync is killed, the next one knows it resumes it).
 pub fn write_ahead<'a>(
     old: &Inventory,
-    targets: impl IntoIterator<Item = &'a Target>,
+    targets: impl IntoIterator<Item = (&'a Target, bool)>,
 ) -> Inventory {
     let held: HashSet<ObjectKey> = old.objects.iter().map(|e| e.key.clone()).collect();
     let mut ahead = old.clone();
-    for t in targets {
+    for (t, respecs) in targets {
         let key = t.manifest.key();
-        if key.group == "apps" && key.kind == "Deployment" {
+        if respecs && key.group == "apps" && key.kind == "Deployment" {
             if let Some(e) = ahead.objects.iter_mut().find(|e| e.key == key) {
                 e.digest = UNFINISHED.to_string();
             }

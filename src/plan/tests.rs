@@ -307,7 +307,7 @@ fn write_ahead_adds_pending_entries_for_new_objects_only() {
             manifest: m,
         })
         .collect();
-    let ahead = write_ahead(&old, &targets);
+    let ahead = write_ahead(&old, targets.iter().map(|t| (t, true)));
     assert_eq!(
         ahead.objects[0], old.objects[0],
         "held entries are untouched"
@@ -317,7 +317,7 @@ fn write_ahead_adds_pending_entries_for_new_objects_only() {
     assert_eq!(ahead.objects[1].digest, PENDING);
     assert_eq!(ahead.commit, old.commit);
     assert_eq!(
-        write_ahead(&ahead, &targets),
+        write_ahead(&ahead, targets.iter().map(|t| (t, true))),
         ahead,
         "nothing new: unchanged"
     );
@@ -388,13 +388,18 @@ fn a_deployment_written_ahead_is_unfinished_until_the_sync_stores_its_end() {
         },
         manifest: web,
     };
-    let ahead = write_ahead(&old, [&target]);
+    let ahead = write_ahead(&old, [(&target, true)]);
     assert_eq!(ahead.objects[0].digest, UNFINISHED);
     assert_eq!(
         ahead.objects[0].observed, "3",
         "its rollout is still told apart"
     );
     assert_eq!(ahead.commit, old.commit);
+    assert_eq!(
+        write_ahead(&old, [(&target, false)]),
+        old,
+        "a Deployment whose spec stays starts no rollout: nothing written ahead"
+    );
 }
 
 #[test]

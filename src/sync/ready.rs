@@ -88,20 +88,25 @@ pub(super) async fn poll(ctx: &Ctx<'_>, waiting: &mut [Waiting<'_>], timeout: Du
     }
 }
 
-/// Reads one object and notes where it stands; says so when that changed.
+/// Reads one object and notes where it stands; says so when that changed. The apply's
+/// answer, the object as it stood once written (its body kept), is the first look: when
+/// it is ready already, no request is sent.
 async fn check(ctx: &Ctx<'_>, w: &mut Waiting<'_>, started: Instant) {
-    let m = &w.write.target.manifest;
-    let now = match w.api.get_opt(m.name()).await {
-        Ok(Some(obj)) => {
-            let json = serde_json::to_value(&obj).unwrap_or_default();
-            w.selects_pods = selects_pods(m.group(), m.kind(), &json);
-            let client = &ctx.cluster.client;
-            let ns = m.namespace_or_default();
-            let endpoints = ctx.app.rollout.require_endpoints;
-            live_health(client, m.group(), m.kind(), ns, &json, endpoints).await
+    let write = w.write;
+    let m = &write.target.manifest;
+    let applied = (write.applied.as_ref()).filter(|obj| w.last.is_none() && !obj.data.is_null());
+    let ready_at_once = match applied {
+        Some(obj) => health_of(ctx, w, obj).await == Health::Current,
+        None => false,
+    };
+    let now = if ready_at_once {
+        Health::Current
+    } else {
+        match w.api.get_opt(m.name()).await {
+            Ok(Some(obj)) => health_of(ctx, w, &obj).await,
+            Ok(None) => Health::InProgress("not found (deleted meanwhile?)".into()),
+            Err(e) => Health::InProgress(format!("cannot read it: {e}")),
         }
-        Ok(None) => Health::InProgress("not found (deleted meanwhile?)".into()),
-        Err(e) => Health::InProgress(format!("cannot read it: {e}")),
     };
     if w.last.as_ref() != Some(&now) {
         ctx.say(&format!("{}: {}", m.key().kubectl(), said(&now)));
@@ -115,6 +120,17 @@ async fn check(ctx: &Ctx<'_>, w: &mut Waiting<'_>, started: Instant) {
         }),
         Health::InProgress(_) => None,
     };
+}
+
+/// Where `obj`, the object `w` waits for, stands.
+async fn health_of(ctx: &Ctx<'_>, w: &mut Waiting<'_>, obj: &DynamicObject) -> Health {
+    let m = &w.write.target.manifest;
+    let json = serde_json::to_value(obj).unwrap_or_default();
+    w.selects_pods = selects_pods(m.group(), m.kind(), &json);
+    let client = &ctx.cluster.client;
+    let ns = m.namespace_or_default();
+    let endpoints = ctx.app.rollout.require_endpoints;
+    live_health(client, m.group(), m.kind(), ns, &json, endpoints).await
 }
 
 /// The record of how waiting for `w` ended.

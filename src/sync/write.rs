@@ -52,6 +52,15 @@ impl Write {
             && self.live.as_deref() == Some(observed(&obj.metadata).as_str())
     }
 
+    /// From the dry run: whether the write may change the object's spec — its generation
+    /// moves from `recorded`, the one berth left it at. Yes when either is not known: a
+    /// change of labels alone starts no rollout, and the inventory need not say one began.
+    pub fn may_change_spec(&self, recorded: Option<&str>) -> bool {
+        let after = self.dry_run.as_ref().map(|o| observed(&o.metadata));
+        let known = recorded.filter(|r| r.starts_with('g'));
+        known.is_none() || after.as_deref() != known
+    }
+
     /// From the dry run: whether the object exists, and at which resourceVersion.
     pub fn existing(&self) -> Option<Option<&str>> {
         let obj = self.dry_run.as_ref()?;
@@ -125,4 +134,52 @@ pub(super) struct Validated {
     pub first: Vec<usize>,
     /// Objects that can only be dry-run once stage 0 is applied.
     pub late: Vec<usize>,
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::api::ApiResource;
+
+    use super::*;
+    use crate::manifest::{Manifest, Origin};
+    use crate::plan::Resolved;
+
+    /// A write of Deployment `web` whose dry run answers with `generation`.
+    fn dry_run_at(generation: Option<i64>) -> Write {
+        let json = serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop", "generation": generation},
+        });
+        let manifest = Manifest {
+            decrypted: Vec::new(),
+            object: serde_json::from_value(json.clone()).unwrap(),
+            origin: Origin::file("web.yaml"),
+        };
+        let resolved = Resolved {
+            resource: ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()),
+            namespaced: true,
+        };
+        let target = Target { resolved, manifest };
+        Write {
+            dry_run: Some(serde_json::from_value(json).unwrap()),
+            ..Write::new(target, Change::Changed, String::new())
+        }
+    }
+
+    #[test]
+    fn a_write_changes_the_spec_when_its_generation_moves_or_is_not_known() {
+        assert!(
+            !dry_run_at(Some(3)).may_change_spec(Some("g3")),
+            "labels alone"
+        );
+        assert!(dry_run_at(Some(4)).may_change_spec(Some("g3")));
+        assert!(dry_run_at(Some(3)).may_change_spec(None), "never recorded");
+        assert!(
+            dry_run_at(Some(3)).may_change_spec(Some("rv3")),
+            "no generation recorded"
+        );
+        let mut unchecked = dry_run_at(Some(3));
+        unchecked.dry_run = None;
+        assert!(unchecked.may_change_spec(Some("g3")), "not dry-run");
+    }
 }

@@ -89,7 +89,15 @@ impl InventoryStore {
         writes: &[Write],
         journal: &mut Journal<'_>,
     ) -> Result<Inventory, Stop> {
-        let ahead = plan::write_ahead(old, writes.iter().map(|w| &w.target));
+        let recorded = old.by_key();
+        let targets = writes.iter().map(|w| {
+            let entry = recorded.get(&w.target.manifest.key());
+            (
+                &w.target,
+                w.may_change_spec(entry.map(|e| e.observed.as_str())),
+            )
+        });
+        let ahead = plan::write_ahead(old, targets);
         if ahead != *old && !self.store(ctx, old, &ahead, journal).await {
             return Err(Stop::Failed);
         }
