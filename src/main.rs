@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use berth::config::LogFormat;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -51,6 +51,16 @@ enum Command {
     Validate(cli::validate::Args),
     /// Run the manifest pipeline on a folder, a file or stdin (-) and print the objects.
     Render(Box<cli::render::Args>),
+    /// Write a starter configuration for one app (to --config), and say what to run next.
+    Init(cli::init::Args),
+    /// Print shell completions: `berth completions bash > /etc/bash_completion.d/berth`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (berth.1, and berth-COMMAND.1 for each command) into DIR.
+    #[command(hide = true)]
+    Manpage { dir: PathBuf },
 }
 
 fn main() -> ExitCode {
@@ -90,7 +100,24 @@ fn main() -> ExitCode {
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
     let log_format = init_logging(&cli);
-    let result = match cli.command {
+    let result = dispatch(cli);
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            // One format per stream: with JSON logs, the last error is a JSON line too.
+            if log_format == LogFormat::Json {
+                tracing::error!(target: "berth", error = format!("{e:#}"), "failed");
+            } else {
+                eprintln!("error: {e:#}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the command.
+fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
         Command::Run => runtime().and_then(|rt| rt.block_on(cli::run::run(&cli.config))),
         Command::Reload => cli::run::reload(&cli.config),
         Command::Sync(args) => {
@@ -110,17 +137,15 @@ fn main() -> ExitCode {
         Command::Resume(args) => cli::suspend::run(&cli.config, args, false),
         Command::Validate(args) => cli::validate::run(&cli.config, args),
         Command::Render(args) => cli::render::run(*args),
-    };
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            // One format per stream: with JSON logs, the last error is a JSON line too.
-            if log_format == LogFormat::Json {
-                tracing::error!(target: "berth", error = format!("{e:#}"), "failed");
-            } else {
-                eprintln!("error: {e:#}");
-            }
-            ExitCode::FAILURE
+        Command::Init(args) => cli::init::run(&cli.config, args),
+        Command::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "berth", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Manpage { dir } => {
+            clap_mangen::generate_to(Cli::command(), &dir)?;
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

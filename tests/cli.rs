@@ -687,3 +687,107 @@ fn a_server_that_is_not_an_api_server_is_named_with_its_answer() {
     );
     assert!(!err.contains("Failed to parse"), "{err}");
 }
+
+/// The README's "your own repository in five minutes", as written there: `berth init` on a
+/// fresh repository (which, run again, refuses to overwrite what it wrote), `berth
+/// validate` without a cluster, then `berth plan`, `berth sync` and `berth run` against
+/// the cluster `$KUBECONFIG` names (the starter leaves `[cluster]` to the usual rules).
+#[test]
+fn your_own_repository_in_five_minutes() {
+    let repo = common::Repo::new();
+    for file in ["config.yaml", "frontend.yaml"] {
+        let text = std::fs::read_to_string(format!(
+            "{}/examples/guestbook/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        repo.write(&format!("deploy/{file}"), &text);
+    }
+    repo.commit("guestbook");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("berth.toml").display().to_string();
+    let state = dir.path().join("state").display().to_string();
+    let ns = format!("five-minutes-{}", std::process::id() % 100_000);
+    let repo_dir = repo.dir.path().display().to_string();
+    let init = [
+        "init",
+        "--repo",
+        &repo_dir,
+        "--path",
+        "deploy",
+        "--namespace",
+        &ns,
+        "--name",
+        "shop",
+        "--config",
+        &config,
+        "--state-dir",
+        &state,
+    ];
+    let (code, out, err) = berth(&init);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("next:\n  berth validate --config {config}")),
+        "{out}"
+    );
+    let (code, _, err) = berth(&init);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("exists: berth init does not overwrite"),
+        "{err}"
+    );
+    let (code, out, err) = berth(&["validate", "--config", &config]);
+    assert_eq!(code, 0, "{out}{err}");
+
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let with_cluster = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(args)
+            .args(["--config", &config])
+            .env("KUBECONFIG", &cp.kubeconfig)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let (code, plan) = with_cluster(&["plan"]);
+    assert_eq!(code, Some(0), "{plan}");
+    assert!(
+        plan.contains(&format!("deployment.apps/frontend -n {ns} create")),
+        "{plan}"
+    );
+    let (code, synced) = with_cluster(&["sync"]);
+    assert_eq!(code, Some(0), "{synced}");
+    let live = Command::new("kubectl")
+        .args(["get", "deployment", "frontend", "-n", &ns, "--kubeconfig"])
+        .arg(&cp.kubeconfig)
+        .output()
+        .unwrap();
+    assert!(live.status.success(), "{synced}");
+
+    let kubeconfig = cp.kubeconfig.display().to_string();
+    let mut daemon =
+        common::Daemon::start(std::path::Path::new(&config), &[("KUBECONFIG", kubeconfig)]);
+    let frontend = repo.dir.path().join("deploy/frontend.yaml");
+    let text = std::fs::read_to_string(&frontend).unwrap();
+    std::fs::write(&frontend, text.replace("guestbook:v3", "guestbook:v4")).unwrap();
+    let sha = repo.commit("guestbook v4");
+    let history = berth::history::HistoryLog::new(std::path::Path::new(&state));
+    common::eventually(
+        "berth run syncs the next commit",
+        std::time::Duration::from_secs(120),
+        || {
+            history.read("shop").is_ok_and(|records| {
+                records.iter().any(|r| {
+                    r.commit.as_ref().is_some_and(|c| c.sha == sha)
+                        && r.outcome == berth::history::Outcome::Succeeded
+                })
+            })
+        },
+    );
+    daemon.signal(libc::SIGTERM);
+    assert!(daemon.wait(std::time::Duration::from_secs(30)).success());
+}

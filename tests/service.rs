@@ -917,3 +917,116 @@ async fn the_installed_layout_runs_as_an_unprivileged_user_with_its_secrets_as_c
         .unwrap();
     assert_eq!(history.last().unwrap().outcome, Outcome::Succeeded);
 }
+
+/// The Debian package as the README installs it: `scripts/package` (of this build's
+/// binary), `apt-get install ./berth_*.deb`; the files where operators look for them, the
+/// unit verified and neither enabled nor started, the man page and completions; then
+/// removed (the configuration, a conffile, kept) and purged (nothing of berth left). It
+/// installs on this machine, so it runs as root only (in CI), and never over a berth
+/// package someone installed.
+#[test]
+fn the_debian_package_installs_verifies_and_purges_cleanly() {
+    use std::os::unix::fs::PermissionsExt;
+    let run = |program: &str, args: &[&str]| {
+        let out = std::process::Command::new(program)
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .output()
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    // SAFETY: getuid has no preconditions.
+    let root = unsafe { libc::getuid() } == 0;
+    if !root || !Path::new("/usr/bin/dpkg").exists() || run("dpkg", &["-s", "berth"]).0 {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "the package test needs root, dpkg and no berth package installed"
+        );
+        eprintln!(
+            "skipped: installing the package needs root and dpkg, and no berth package installed"
+        );
+        return;
+    }
+    let package = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/package");
+    let (built, said) = run(package, &["--binary", env!("CARGO_BIN_EXE_berth")]);
+    assert!(built, "scripts/package: {said}");
+    let deb = said.lines().last().unwrap().trim().to_string();
+    let name = Path::new(&deb).file_name().unwrap().to_str().unwrap();
+    assert!(
+        name.starts_with(concat!("berth_", env!("CARGO_PKG_VERSION"), "_"))
+            && name.ends_with(".deb"),
+        "{deb}"
+    );
+    /// Purges the package whatever the test's outcome.
+    struct Purge;
+    impl Drop for Purge {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("dpkg")
+                .args(["--purge", "berth"])
+                .output();
+        }
+    }
+    let _purge = Purge;
+    let (installed, said) = run("apt-get", &["install", "-y", "-q", &deb]);
+    assert!(installed, "apt-get install {deb}: {said}");
+
+    let mode = |p: &str| {
+        std::fs::metadata(p)
+            .map(|m| m.permissions().mode() & 0o777)
+            .ok()
+    };
+    assert_eq!(mode("/usr/bin/berth"), Some(0o755));
+    assert_eq!(mode("/etc/berth/berth.toml"), Some(0o644));
+    assert_eq!(mode("/etc/berth/credentials"), Some(0o700));
+    let unit = std::fs::read_to_string("/usr/lib/systemd/system/berth.service").unwrap();
+    assert!(unit.contains("\nExecStart=/usr/bin/berth run\n"), "{unit}");
+    let (_, conffiles) = run("dpkg-query", &["-W", "-f=${Conffiles}", "berth"]);
+    assert!(conffiles.contains("/etc/berth/berth.toml"), "{conffiles}");
+    for completion in [
+        "/usr/share/bash-completion/completions/berth",
+        "/usr/share/zsh/vendor-completions/_berth",
+        "/usr/share/fish/vendor_completions.d/berth.fish",
+    ] {
+        let text = std::fs::read_to_string(completion).unwrap();
+        assert!(text.contains("validate"), "{completion}: {text}");
+    }
+    let (_, man) = run("sh", &["-c", "gzip -dc /usr/share/man/man1/berth.1.gz"]);
+    assert!(
+        man.contains(".TH berth 1") && man.contains("berth\\-init(1)"),
+        "{man}"
+    );
+    let (_, init) = run(
+        "sh",
+        &["-c", "gzip -dc /usr/share/man/man1/berth-init.1.gz"],
+    );
+    assert!(init.contains("\\-\\-namespace"), "{init}");
+    let (_, version) = run("berth", &["--version"]);
+    assert_eq!(version.trim(), concat!("berth ", env!("CARGO_PKG_VERSION")));
+    let wants = Path::new("/etc/systemd/system/multi-user.target.wants/berth.service");
+    assert!(!wants.exists(), "the package enabled the service");
+    let (verified, complaints) = run(
+        "systemd-analyze",
+        &["verify", "/usr/lib/systemd/system/berth.service"],
+    );
+    assert!(
+        verified && complaints.trim().is_empty(),
+        "systemd-analyze verify: {complaints}"
+    );
+
+    let (removed, said) = run("apt-get", &["remove", "-y", "-q", "berth"]);
+    assert!(removed, "apt-get remove: {said}");
+    assert!(!Path::new("/usr/bin/berth").exists());
+    assert!(
+        Path::new("/etc/berth/berth.toml").exists(),
+        "a conffile stays until purged"
+    );
+    let (purged, said) = run("apt-get", &["purge", "-y", "-q", "berth"]);
+    assert!(purged, "apt-get purge: {said}");
+    assert!(
+        !Path::new("/etc/berth").exists(),
+        "purged, /etc/berth is left"
+    );
+    assert!(!run("dpkg", &["-s", "berth"]).0);
+}
