@@ -106,18 +106,8 @@ fn quoted(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
 }
 
-/// The starter configuration for `args`, its app named `name`.
-fn starter(args: &Args, name: &str) -> anyhow::Result<String> {
-    // A local repository is read from wherever the service runs: its absolute path.
-    let repo = if berth::source::git::local_path(&args.repo).is_some() && !args.repo.contains("://")
-    {
-        absolute(Path::new(&args.repo))?.display().to_string()
-    } else {
-        args.repo.clone()
-    };
-    let state_dir = absolute(&args.state_dir)?.display().to_string();
-    Ok(format!(
-        r#"# berth configuration, written by `berth init`. Every key, its default and what it does:
+/// The starter configuration, its values `@NAME@` and the like (TOML strings).
+const STARTER: &str = r#"# berth configuration, written by `berth init`. Every key, its default and what it does:
 # docs/configuration.md (or berth's config/berth.toml). Keys commented out are at their
 # defaults. Check the file with `berth validate`; a running agent reads it again on
 # `systemctl reload berth`.
@@ -125,7 +115,7 @@ fn starter(args: &Args, name: &str) -> anyhow::Result<String> {
 [agent]
 # Where repository caches and the sync history are kept (the systemd unit's is
 # /var/lib/berth).
-state_dir = {state_dir}
+state_dir = @STATE_DIR@
 # How often each app is synced when no commit or webhook comes first, plus up to
 # `jitter` of random delay.
 # interval = "1m"
@@ -142,17 +132,17 @@ state_dir = {state_dir}
 
 [[app]]
 # A DNS label: it names the app's inventory and the berth.dev/app label of its objects.
-name = {name}
+name = @NAME@
 # https://…, ssh://…, git@host:path, file://… or a local path. A private repository
 # needs [app.auth] (a token or an ssh key, as a credential).
-repo = {repo}
+repo = @REPO@
 # The branch, tag or commit to follow. Unset: the repository's default branch.
 # branch = "main"
 # The folders to render: plain YAML, a kustomization or a Helm chart.
-path = [{path}]
+path = [@PATH@]
 # The namespace of the objects that name none; the app may write there only
 # ([app.scope] opens more).
-namespace = {namespace}
+namespace = @NAMESPACE@
 # Create that namespace when it is missing.
 create_namespace = true
 # Delete the objects git no longer holds (only those labelled as this app's).
@@ -161,13 +151,43 @@ create_namespace = true
 # [app.rollout]
 # on_failure = "rollback"
 # timeout = "5m"
-"#,
-        state_dir = quoted(&state_dir),
-        name = quoted(name),
-        repo = quoted(&repo),
-        path = quoted(&args.path),
-        namespace = quoted(&args.namespace),
-    ))
+"#;
+
+/// The starter configuration for `args`, its app named `name`.
+fn starter(args: &Args, name: &str) -> anyhow::Result<String> {
+    // A local repository is read from wherever the service runs: its absolute path.
+    let repo = if berth::source::git::local_path(&args.repo).is_some() && !args.repo.contains("://")
+    {
+        absolute(Path::new(&args.repo))?.display().to_string()
+    } else {
+        args.repo.clone()
+    };
+    let state_dir = absolute(&args.state_dir)?.display().to_string();
+    let values = [
+        ("@STATE_DIR@", state_dir.as_str()),
+        ("@NAME@", name),
+        ("@REPO@", &repo),
+        ("@PATH@", &args.path),
+        ("@NAMESPACE@", &args.namespace),
+    ];
+    // One pass: a value that holds a marker's text is not replaced again.
+    let (mut text, mut rest) = (String::new(), STARTER);
+    while let Some(at) = rest.find('@') {
+        text.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        match values.iter().find(|(marker, _)| tail.starts_with(marker)) {
+            Some((marker, value)) => {
+                text.push_str(&quoted(value));
+                rest = &tail[marker.len()..];
+            }
+            None => {
+                text.push('@');
+                rest = &tail[1..];
+            }
+        }
+    }
+    text.push_str(rest);
+    Ok(text)
 }
 
 #[cfg(test)]
@@ -214,6 +234,12 @@ mod tests {
             )
         );
         assert!(app.create_namespace && !app.prune);
+        let odd = Args {
+            namespace: "@NAME@".into(),
+            ..args
+        };
+        let text = starter(&odd, "shop").unwrap();
+        assert!(text.contains("namespace = \"@NAME@\"\n"), "{text}");
         assert_eq!(config.agent.state_dir, Path::new("/var/lib/berth"));
     }
 }
