@@ -981,7 +981,10 @@ fn the_debian_package_installs_verifies_and_purges_cleanly() {
     assert_eq!(mode("/etc/berth/berth.toml"), Some(0o644));
     assert_eq!(mode("/etc/berth/credentials"), Some(0o700));
     let unit = std::fs::read_to_string("/usr/lib/systemd/system/berth.service").unwrap();
-    assert!(unit.contains("\nExecStart=/usr/bin/berth run\n"), "{unit}");
+    assert!(
+        unit.contains("\nExecStart=/usr/bin/berth --config /etc/berth/berth.toml run\n"),
+        "{unit}"
+    );
     let (_, conffiles) = run("dpkg-query", &["-W", "-f=${Conffiles}", "berth"]);
     assert!(conffiles.contains("/etc/berth/berth.toml"), "{conffiles}");
     for completion in [

@@ -72,24 +72,6 @@ pub fn cpu_seconds(pid: u32) -> Result<f64> {
     Ok(ticks as f64 / 100.0) // USER_HZ
 }
 
-/// The writes of kube-controller-manager's Deployment controller since `since`: each
-/// controller there has a client of its own, with its own 20-a-second limit, and names
-/// itself at the end of its user agent (`…/deployment-controller`).
-fn deployment_controller_writes(cp: &berth_testenv::ControlPlane, since: jiff::Timestamp) -> usize {
-    let events = cp.audit_events(since);
-    let ids: std::collections::BTreeSet<&str> = events
-        .iter()
-        .filter(|e| {
-            let agent = e["userAgent"].as_str().unwrap_or("");
-            agent.starts_with("kube-controller-manager/")
-                && agent.ends_with("/deployment-controller")
-                && WRITES.contains(&e["verb"].as_str().unwrap_or(""))
-        })
-        .filter_map(|e| e["auditID"].as_str())
-        .collect();
-    ids.len()
-}
-
 /// Peak and current RSS of a process, in MiB.
 pub fn rss(pid: u32) -> (f64, f64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -336,7 +318,12 @@ impl Bench {
         let sha = git(repo, &["rev-parse", "HEAD"])?.trim().to_string();
         let first = wait_applied(state, apps, (&sha, since), Duration::from_secs(1800))?;
         std::thread::sleep(Duration::from_millis(500)); // the audit log lags the answers
-        let controller_writes = deployment_controller_writes(&self.cp, since);
+        let controller_writes = requests(
+            &self.cp,
+            since,
+            "kube-controller-manager/*/deployment-controller",
+            Some(WRITES),
+        );
         eprintln!("fleet of {apps}: first sync of every app in {first:.0}s");
         write_fleet(repo, ns, apps, 2)?;
         let since = jiff::Timestamp::now();

@@ -96,11 +96,6 @@ fn name_of(repo: &str) -> Option<String> {
     })
 }
 
-/// A path given on the command line, made absolute (the service runs elsewhere).
-fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
-    Ok(std::path::absolute(path)?)
-}
-
 /// A TOML string.
 fn quoted(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
@@ -155,14 +150,9 @@ create_namespace = true
 
 /// The starter configuration for `args`, its app named `name`.
 fn starter(args: &Args, name: &str) -> anyhow::Result<String> {
-    // A local repository is read from wherever the service runs: its absolute path.
-    let repo = if berth::source::git::local_path(&args.repo).is_some() && !args.repo.contains("://")
-    {
-        absolute(Path::new(&args.repo))?.display().to_string()
-    } else {
-        args.repo.clone()
-    };
-    let state_dir = absolute(&args.state_dir)?.display().to_string();
+    // Paths are read from wherever the service runs: made absolute.
+    let repo = berth::source::git::remote_url(&args.repo);
+    let state_dir = std::path::absolute(&args.state_dir)?.display().to_string();
     let values = [
         ("@STATE_DIR@", state_dir.as_str()),
         ("@NAME@", name),

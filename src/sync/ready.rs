@@ -10,7 +10,7 @@ use super::context::Ctx;
 use super::write::Write;
 use crate::cluster::api_for;
 use crate::cluster::health::{live_health, said};
-use crate::health::{selects_pods, Health};
+use crate::health::{health, selects_pods, Health};
 use crate::history::ObjectHealth;
 
 /// How often the objects waited for are read again.
@@ -94,19 +94,21 @@ pub(super) async fn poll(ctx: &Ctx<'_>, waiting: &mut [Waiting<'_>], timeout: Du
 async fn check(ctx: &Ctx<'_>, w: &mut Waiting<'_>, started: Instant) {
     let write = w.write;
     let m = &write.target.manifest;
-    let applied = (write.applied.as_ref()).filter(|obj| w.last.is_none() && !obj.data.is_null());
-    let ready_at_once = match applied {
-        Some(obj) => health_of(ctx, w, obj).await == Health::Current,
-        None => false,
-    };
-    let now = if ready_at_once {
-        Health::Current
-    } else {
-        match w.api.get_opt(m.name()).await {
-            Ok(Some(obj)) => health_of(ctx, w, &obj).await,
+    // The first look is the apply's answer, when it says the object itself is ready (a
+    // read of the object would say no more); what more it needs (endpoints) is read once.
+    let answer = (write.applied.as_ref())
+        .filter(|obj| w.last.is_none() && !obj.data.is_null())
+        .map(|obj| serde_json::to_value(obj).unwrap_or_default())
+        .filter(|json| health(m.group(), m.kind(), json) == Health::Current);
+    let now = match answer {
+        Some(json) => health_of(ctx, w, &json).await,
+        None => match w.api.get_opt(m.name()).await {
+            Ok(Some(obj)) => {
+                health_of(ctx, w, &serde_json::to_value(obj).unwrap_or_default()).await
+            }
             Ok(None) => Health::InProgress("not found (deleted meanwhile?)".into()),
             Err(e) => Health::InProgress(format!("cannot read it: {e}")),
-        }
+        },
     };
     if w.last.as_ref() != Some(&now) {
         ctx.say(&format!("{}: {}", m.key().kubectl(), said(&now)));
@@ -122,15 +124,14 @@ async fn check(ctx: &Ctx<'_>, w: &mut Waiting<'_>, started: Instant) {
     };
 }
 
-/// Where `obj`, the object `w` waits for, stands.
-async fn health_of(ctx: &Ctx<'_>, w: &mut Waiting<'_>, obj: &DynamicObject) -> Health {
+/// Where `json`, the object `w` waits for, stands.
+async fn health_of(ctx: &Ctx<'_>, w: &mut Waiting<'_>, json: &serde_json::Value) -> Health {
     let m = &w.write.target.manifest;
-    let json = serde_json::to_value(obj).unwrap_or_default();
-    w.selects_pods = selects_pods(m.group(), m.kind(), &json);
+    w.selects_pods = selects_pods(m.group(), m.kind(), json);
     let client = &ctx.cluster.client;
     let ns = m.namespace_or_default();
     let endpoints = ctx.app.rollout.require_endpoints;
-    live_health(client, m.group(), m.kind(), ns, &json, endpoints).await
+    live_health(client, m.group(), m.kind(), ns, json, endpoints).await
 }
 
 /// The record of how waiting for `w` ended.
