@@ -230,3 +230,81 @@ fn the_paths_digest_covers_what_their_links_point_at() {
     git(d.path(), &["commit", "-qam", "the link's target"]);
     assert_ne!(digest(), first, "the link's target changed");
 }
+
+#[test]
+fn a_file_is_written_once_whatever_the_commits_that_hold_it() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let o = origin();
+    std::fs::write(o.path().join("same.yaml"), "kept: yes\n").unwrap();
+    // The blob of a.yaml ("v: 2"), as a file that runs.
+    std::fs::write(o.path().join("tool.sh"), "v: 2\n").unwrap();
+    std::fs::set_permissions(o.path().join("tool.sh"), PermissionsExt::from_mode(0o755)).unwrap();
+    git(o.path(), &["add", "."]);
+    git(o.path(), &["commit", "-qm", "three"]);
+    let state = tempfile::tempdir().unwrap();
+    let fetched = || fetch(&app(o.path(), ""), state.path(), TreeLimits::default()).unwrap();
+    let first = fetched();
+    std::fs::write(o.path().join("a.yaml"), "v: 3\n").unwrap();
+    git(o.path(), &["commit", "-qam", "four"]);
+    let second = fetched();
+    assert_eq!(
+        (content(&first), content(&second)),
+        ("v: 2\n".into(), "v: 3\n".into())
+    );
+    let meta = |c: &Checkout, file: &str| std::fs::symlink_metadata(c.dir.join(file)).unwrap();
+    assert_eq!(
+        meta(&first, "same.yaml").ino(),
+        meta(&second, "same.yaml").ino()
+    );
+    assert_ne!(meta(&first, "a.yaml").ino(), meta(&second, "a.yaml").ino());
+    // One blob, a file that runs and one that does not: two files.
+    assert_eq!(meta(&second, "tool.sh").mode() & 0o111, 0o100);
+    assert_eq!(meta(&first, "a.yaml").mode() & 0o111, 0);
+    assert_eq!(
+        std::fs::read_to_string(second.dir.join("tool.sh")).unwrap(),
+        "v: 2\n"
+    );
+
+    // A store's entry that is not a plain file (planted in state_dir) is not linked.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), "stolen\n").unwrap();
+    std::fs::write(o.path().join("new.yaml"), "v: 5\n").unwrap();
+    let id = git(o.path(), &["hash-object", "-w", "new.yaml"]);
+    let blobs = second.source.join("blobs");
+    std::os::unix::fs::symlink(outside.path().join("secret"), blobs.join(&id)).unwrap();
+    git(o.path(), &["add", "."]);
+    git(o.path(), &["commit", "-qm", "five"]);
+    let third = fetched();
+    let new = third.dir.join("new.yaml");
+    assert!(std::fs::symlink_metadata(&new).unwrap().is_file());
+    assert_eq!(std::fs::read_to_string(&new).unwrap(), "v: 5\n");
+
+    // Once old trees go, so do the blobs' files that only they held.
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let mut trees = vec![first.dir.clone(), second.dir.clone(), third.dir.clone()];
+    for n in 6..10 {
+        std::fs::write(o.path().join("a.yaml"), format!("v: {n}\n")).unwrap();
+        git(o.path(), &["commit", "-qam", "more"]);
+        // Each tree last used an hour ago, in the order they were written.
+        for (age, tree) in trees.iter().enumerate().filter(|(_, t)| t.exists()) {
+            let used = hour_ago + std::time::Duration::from_secs(age as u64);
+            std::fs::File::open(tree)
+                .unwrap()
+                .set_modified(used)
+                .unwrap();
+        }
+        trees.push(fetched().dir);
+    }
+    assert!(!first.dir.exists() && !second.dir.exists());
+    let left: Vec<_> = std::fs::read_dir(&blobs).unwrap().flatten().collect();
+    assert!(
+        left.iter().all(|e| e.metadata().unwrap().nlink() > 1),
+        "{left:?}"
+    );
+    let v1 = git(o.path(), &["rev-parse", "HEAD~5:a.yaml"]);
+    assert!(
+        !blobs.join(v1).exists(),
+        "the blob of v: 3, in no tree kept"
+    );
+    assert!(blobs.join(id).is_file(), "new.yaml, in every tree kept");
+}

@@ -1,5 +1,8 @@
 //! The commits' written-out trees (`trees/<sha>/` in the repository's cache): each written
-//! once, atomically, and read by every app; the unused ones removed.
+//! once, atomically, and read by every app; the unused ones removed. A file is written once
+//! whatever the commits that hold it: the trees' files are hard links to one file per blob
+//! (`blobs/<id>`), so a new commit writes its changed files and links the rest, as `git
+//! checkout` rewrites only what changed.
 use std::path::{Path, PathBuf};
 
 use std::os::unix::ffi::OsStrExt;
@@ -106,9 +109,11 @@ pub(super) fn write_tree(
     let items = measure(repo, &tree, limits)?;
     let tmp = trees.join(format!(".{}.{}", commit.id(), std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
+    let blobs = blobs_dir(trees);
     // The files in it take the process's umask (see `state::restrict_umask`).
     let written = crate::state::private_dir(&tmp)
-        .and_then(|()| write_items(repo, &tmp, &items))
+        .and_then(|()| crate::state::private_dir(&blobs))
+        .and_then(|()| write_items(repo, &tmp, &items, &blobs))
         .and_then(|()| std::fs::rename(&tmp, &dir));
     match written {
         Ok(()) => Ok(dir),
@@ -219,8 +224,17 @@ fn file_item(
     Ok(Item::File(path, id, mode & 0o111 != 0))
 }
 
-/// Writes what [`measure`] found under `dir`.
-fn write_items(repo: &Repository, dir: &Path, items: &[Item]) -> std::io::Result<()> {
+/// The files of the blobs the trees hold, one per blob (and whether it runs), beside the
+/// trees.
+fn blobs_dir(trees: &Path) -> PathBuf {
+    trees.with_file_name("blobs")
+}
+
+/// Writes what [`measure`] found under `dir`. A file whose blob is in `blobs` is linked
+/// from there; one that is not is written, then linked there for the trees to come. Only a
+/// file complete in a tree is ever linked into `blobs`, and only a plain file is linked
+/// from it.
+fn write_items(repo: &Repository, dir: &Path, items: &[Item], blobs: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let blob = |id: Oid| repo.find_blob(id).map_err(std::io::Error::other);
     for item in items {
@@ -228,10 +242,21 @@ fn write_items(repo: &Repository, dir: &Path, items: &[Item]) -> std::io::Result
             Item::Folder(path) => crate::state::private_dir(&dir.join(path))?,
             Item::File(path, id, runs) => {
                 let path = dir.join(path);
+                let stored = blobs.join(if *runs {
+                    format!("{id}-x")
+                } else {
+                    id.to_string()
+                });
+                let plain = std::fs::symlink_metadata(&stored).is_ok_and(|m| m.is_file());
+                if plain && std::fs::hard_link(&stored, &path).is_ok() {
+                    continue;
+                }
                 std::fs::write(&path, blob(*id)?.content())?;
                 if *runs {
                     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
                 }
+                // A file system without hard links writes every file, as before.
+                let _ = std::fs::hard_link(&path, &stored);
             }
             Item::Hole(path, size) => std::fs::File::create(dir.join(path))?.set_len(*size)?,
             Item::Link(path, id) => {
@@ -258,8 +283,29 @@ fn trees_by_age(trees: &Path) -> Vec<(std::time::SystemTime, PathBuf)> {
 }
 
 /// Removes trees beyond the newest [`TREES_KEPT`] that nobody used for [`TREE_GRACE`], and
-/// half-written ones (`.SHA.PID`) that a killed process left for as long.
+/// half-written ones (`.SHA.PID`) that a killed process left for as long; then the blobs'
+/// files that no tree links to any more.
 pub(super) fn prune_trees(trees: &Path) {
+    if remove_old_trees(trees) {
+        prune_blobs(&blobs_dir(trees));
+    }
+}
+
+/// Removes the files of `blobs` that only the store itself still links to.
+fn prune_blobs(blobs: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let unlinked = std::fs::read_dir(blobs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.metadata().is_ok_and(|m| !m.is_file() || m.nlink() == 1));
+    for entry in unlinked {
+        let _ = std::fs::remove_file(entry.path());
+    }
+}
+
+/// [`prune_trees`]'s trees: whether any was removed.
+fn remove_old_trees(trees: &Path) -> bool {
     let abandoned = std::fs::read_dir(trees)
         .into_iter()
         .flatten()
@@ -270,14 +316,16 @@ pub(super) fn prune_trees(trees: &Path) {
                 .and_then(|m| m.modified())
                 .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > TREE_GRACE))
         });
+    let mut removed = false;
     for entry in abandoned {
-        let _ = std::fs::remove_dir_all(entry.path());
+        removed |= std::fs::remove_dir_all(entry.path()).is_ok();
     }
     let found = trees_by_age(trees);
     let old = found.len().saturating_sub(TREES_KEPT);
     for (used, dir) in &found[..old] {
         if used.elapsed().is_ok_and(|age| age > TREE_GRACE) {
-            let _ = std::fs::remove_dir_all(dir);
+            removed |= std::fs::remove_dir_all(dir).is_ok();
         }
     }
+    removed
 }
