@@ -81,8 +81,8 @@ pub(super) enum TreeError {
 /// One entry to write, found by [`measure`].
 enum Item {
     Folder(PathBuf),
-    /// A file, its blob, and whether it runs.
-    File(PathBuf, Oid, bool),
+    /// A file, its blob, whether it runs, and whether the blob's file is in the store.
+    File(PathBuf, Oid, bool, bool),
     /// A blob past [`TreeLimits::blob`]: a hole of its size.
     Hole(PathBuf, u64),
     Link(PathBuf, Oid),
@@ -106,10 +106,10 @@ pub(super) fn write_tree(
     let tree = commit
         .tree()
         .map_err(|e| TreeError::Io(std::io::Error::other(e)))?;
-    let items = measure(repo, &tree, limits)?;
+    let blobs = blobs_dir(trees);
+    let items = measure(repo, &tree, limits, &blobs)?;
     let tmp = trees.join(format!(".{}.{}", commit.id(), std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    let blobs = blobs_dir(trees);
     // The files in it take the process's umask (see `state::restrict_umask`).
     let written = crate::state::private_dir(&tmp)
         .and_then(|()| crate::state::private_dir(&blobs))
@@ -131,11 +131,13 @@ pub(super) fn write_tree(
 }
 
 /// What the tree holds, measured from the trees and the objects' headers (no blob is
-/// inflated): refused past `limits`, or at a name git would not check out.
+/// inflated; a blob whose file is in `blobs` is measured by that file): refused past
+/// `limits`, or at a name git would not check out.
 fn measure(
     repo: &Repository,
     tree: &git2::Tree<'_>,
     limits: TreeLimits,
+    blobs: &Path,
 ) -> Result<Vec<Item>, TreeError> {
     let odb = repo
         .odb()
@@ -164,7 +166,10 @@ fn measure(
                 // A submodule: an empty folder, as git leaves it.
                 0o160000 => Item::Folder(path),
                 0o120000 => link_item(&odb, path, entry.id())?,
-                mode => file_item(&odb, path, entry.id(), mode, limits, &mut bytes)?,
+                mode => {
+                    let file = (path, entry.id(), mode & 0o111 != 0);
+                    file_item(&odb, blobs, file, limits, &mut bytes)?
+                }
             };
             items.push(item);
         }
@@ -198,19 +203,26 @@ fn link_item(odb: &git2::Odb<'_>, path: PathBuf, id: Oid) -> Result<Item, TreeEr
 }
 
 /// The file `path` of blob `id` (a hole past `limits.blob`), its size added to `bytes`:
-/// refused once they pass `limits.bytes`.
+/// refused once they pass `limits.bytes`. Its size is that of the blob's file in `blobs`
+/// when there is one (a plain file: what would be linked), else the object's header.
 fn file_item(
     odb: &git2::Odb<'_>,
-    path: PathBuf,
-    id: Oid,
-    mode: i32,
+    blobs: &Path,
+    (path, id, runs): (PathBuf, Oid, bool),
     limits: TreeLimits,
     bytes: &mut u64,
 ) -> Result<Item, TreeError> {
-    let (size, _) = odb
-        .read_header(id)
-        .map_err(|e| TreeError::Io(std::io::Error::other(e)))?;
-    let size = size as u64;
+    let stored = std::fs::symlink_metadata(blobs.join(stored_name(id, runs)))
+        .ok()
+        .filter(std::fs::Metadata::is_file);
+    let size = match &stored {
+        Some(file) => file.len(),
+        None => {
+            odb.read_header(id)
+                .map_err(|e| TreeError::Io(std::io::Error::other(e)))?
+                .0 as u64
+        }
+    };
     if size > limits.blob {
         return Ok(Item::Hole(path, size));
     }
@@ -221,7 +233,16 @@ fn file_item(
             limits.bytes
         )));
     }
-    Ok(Item::File(path, id, mode & 0o111 != 0))
+    Ok(Item::File(path, id, runs, stored.is_some()))
+}
+
+/// The name of the file of blob `id` in the store (`-x`: one that runs).
+fn stored_name(id: Oid, runs: bool) -> String {
+    if runs {
+        format!("{id}-x")
+    } else {
+        id.to_string()
+    }
 }
 
 /// The files of the blobs the trees hold, one per blob (and whether it runs), beside the
@@ -232,23 +253,18 @@ fn blobs_dir(trees: &Path) -> PathBuf {
 
 /// Writes what [`measure`] found under `dir`. A file whose blob is in `blobs` is linked
 /// from there; one that is not is written, then linked there for the trees to come. Only a
-/// file complete in a tree is ever linked into `blobs`, and only a plain file is linked
-/// from it.
+/// file complete in a tree is ever linked into `blobs`, and only a plain file (as measured)
+/// is linked from it.
 fn write_items(repo: &Repository, dir: &Path, items: &[Item], blobs: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let blob = |id: Oid| repo.find_blob(id).map_err(std::io::Error::other);
     for item in items {
         match item {
             Item::Folder(path) => crate::state::private_dir(&dir.join(path))?,
-            Item::File(path, id, runs) => {
+            Item::File(path, id, runs, in_store) => {
                 let path = dir.join(path);
-                let stored = blobs.join(if *runs {
-                    format!("{id}-x")
-                } else {
-                    id.to_string()
-                });
-                let plain = std::fs::symlink_metadata(&stored).is_ok_and(|m| m.is_file());
-                if plain && std::fs::hard_link(&stored, &path).is_ok() {
+                let stored = blobs.join(stored_name(*id, *runs));
+                if *in_store && std::fs::hard_link(&stored, &path).is_ok() {
                     continue;
                 }
                 std::fs::write(&path, blob(*id)?.content())?;
