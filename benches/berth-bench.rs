@@ -450,7 +450,7 @@ impl Bench {
         let (before, start) = (fleet::cpu_seconds(pid)?, Instant::now());
         std::thread::sleep(Duration::from_secs(sized(60, 5) as u64));
         let used = (fleet::cpu_seconds(pid)? - before) / start.elapsed().as_secs_f64() * 100.0;
-        let (peak, now) = fleet::rss(pid);
+        let (peak, now) = daemon::rss(pid);
         drop(daemon);
         self.rows.push(format!("| 4. berth run, 1010 objects | peak RSS | {peak:.1} MiB | now {now:.1} MiB | — | {:.2} of Flux's idle 108 MiB |", peak / 108.0));
         self.rows.push(format!("| 4. berth run, 1010 objects | idle CPU over 60 s | {used:.3} % of a core | — | — | — |"));

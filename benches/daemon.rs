@@ -52,7 +52,13 @@ impl Daemon {
 
     /// `result`, its error naming the daemon's log.
     pub fn explain<T>(&self, result: Result<T>) -> Result<T> {
-        result.with_context(|| format!("berth run's log: {}", self.log.display()))
+        result.with_context(|| {
+            let (peak, now) = rss(self.pid());
+            format!(
+                "berth run's log: {}; its RSS: peak {peak:.1} MiB, now {now:.1} MiB",
+                self.log.display()
+            )
+        })
     }
 }
 
@@ -79,4 +85,18 @@ impl Drop for Daemon {
             eprintln!("heaptrack's trace: {} ({interpreted:?})", out.display());
         }
     }
+}
+
+/// Peak and current RSS of a process, in MiB.
+pub fn rss(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (kb("VmHWM:") / 1024.0, kb("VmRSS:") / 1024.0)
 }

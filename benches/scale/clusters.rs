@@ -10,8 +10,9 @@ use std::time::Duration;
 use anyhow::Result;
 use berth_testenv::{assets, ControlPlane, UpOptions};
 
+use super::daemon::rss;
 use super::daemon::Daemon;
-use super::fleet::{rss, wait_named, write_fleet};
+use super::fleet::{wait_named, write_fleet};
 use super::{git, run, timed, Bench};
 
 /// Argo CD's published memory figures (its application controller), as issue 46 cites

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 
-use super::daemon::Daemon;
+use super::daemon::{rss, Daemon};
 use super::{git, requests, run, timed, Bench, Samples, WRITES};
 
 /// Fleets larger than this get their first sync from `berth sync --no-wait` before
@@ -70,20 +70,6 @@ pub fn cpu_seconds(pid: u32) -> Result<f64> {
         .collect();
     let ticks = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
     Ok(ticks as f64 / 100.0) // USER_HZ
-}
-
-/// Peak and current RSS of a process, in MiB.
-pub fn rss(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb = |key: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (kb("VmHWM:") / 1024.0, kb("VmRSS:") / 1024.0)
 }
 
 /// A commit, and the time after which a sync of it counts.
@@ -252,6 +238,10 @@ impl Bench {
             run(Command::new(&self.berth)
                 .args(["sync", "--no-wait", "--config"])
                 .arg(&path))?;
+            // Its Deployments leave the Deployment controller minutes of writes (four a
+            // Deployment, 20 a second): the commit is measured after them, as the smaller
+            // fleets' is after a first sync that follows every rollout.
+            self.wait_deployments_seen(&ns, apps)?;
         }
         let since = jiff::Timestamp::now();
         let daemon = Daemon::start(&self.berth, &path, &format!("fleet-{apps}"))?;
@@ -304,6 +294,37 @@ impl Bench {
         Ok(())
     }
 
+    /// Waits until the Deployment controller has seen each of the `apps` Deployments in
+    /// `ns` (their status has an observedGeneration), saying how many it has every minute.
+    fn wait_deployments_seen(&self, ns: &str, apps: usize) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            let seen = self
+                .kubectl()
+                .args(["get", "deployments", "-n", ns, "-o"])
+                .arg("jsonpath={range .items[*]}{.status.observedGeneration}{\"\\n\"}{end}")
+                .output()?;
+            let seen = String::from_utf8_lossy(&seen.stdout)
+                .lines()
+                .filter(|l| !l.is_empty())
+                .count();
+            if seen >= apps {
+                eprintln!(
+                    "fleet of {apps}: the Deployment controller saw every Deployment in {:.0}s",
+                    start.elapsed().as_secs_f64()
+                );
+                return Ok(());
+            }
+            if start.elapsed() > Duration::from_secs(3600) {
+                bail!("the Deployment controller saw {seen} of {apps} Deployments within 3600 s");
+            }
+            if start.elapsed().as_secs() % 60 < 10 {
+                eprintln!("fleet of {apps}: the Deployment controller has seen {seen} of {apps} Deployments");
+            }
+            std::thread::sleep(Duration::from_secs(10));
+        }
+    }
+
     /// The measured part of [`Self::fleet`]: `berth run` (process `pid`, started at
     /// `since`) syncs every app, then a commit changes them all.
     fn fleet_change(
@@ -329,7 +350,9 @@ impl Bench {
         let since = jiff::Timestamp::now();
         git(repo, &["commit", "-qam", "version 2"])?;
         let sha = git(repo, &["rev-parse", "HEAD"])?.trim().to_string();
-        let seconds = wait_applied(state, apps, (&sha, since), Duration::from_secs(900))?;
+        // At least 900 s, and 5 apps a second.
+        let timeout = Duration::from_secs((apps as u64 / 5).max(900));
+        let seconds = wait_applied(state, apps, (&sha, since), timeout)?;
         std::thread::sleep(Duration::from_millis(500));
         let sent = requests(&self.cp, since, "berth/", None);
         // The steady state: no commit, every app's next interval an hour away.

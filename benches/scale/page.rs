@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 
+use super::daemon::rss;
 use super::daemon::Daemon;
-use super::fleet::{rss, wait_applied, write_fleet};
+use super::fleet::{wait_applied, write_fleet};
 use super::{git, run, Bench};
 
 fn apps() -> usize {
