@@ -39,6 +39,7 @@ impl Bench {
                 bin: assets::ensure()?,
                 deployment_controller: true,
                 kubelet: None,
+                controller_qps: None,
             })
             .await;
             match plane {

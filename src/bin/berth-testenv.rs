@@ -69,6 +69,7 @@ async fn main() -> anyhow::Result<()> {
                 bin: assets::ensure()?,
                 deployment_controller: !no_deployment_controller,
                 kubelet: Some(std::env::current_exe().context("finding berth-testenv itself")?),
+                controller_qps: None,
             };
             eprintln!(
                 "starting etcd, kube-apiserver and kube-controller-manager in {}…",

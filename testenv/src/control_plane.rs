@@ -25,6 +25,9 @@ pub struct UpOptions {
     pub deployment_controller: bool,
     /// The `berth-testenv` binary to run as the kubelet stand-in, if any.
     pub kubelet: Option<PathBuf>,
+    /// kube-controller-manager's requests a second to the API server (its
+    /// `--kube-api-qps`, the burst the same); `None` keeps its default of 20 (burst 30).
+    pub controller_qps: Option<u32>,
 }
 
 /// A running control plane.
@@ -319,6 +322,10 @@ fn spawn_apiserver(
             "ServiceAccount",
             "--audit-log-path",
             &format!("{d}/audit.log"),
+            // Never rotated (its writer rotates at 100 MB unless told): the benchmarks
+            // count a 10,000-app commit's requests in it.
+            "--audit-log-maxsize",
+            "1000000",
             "--audit-policy-file",
             &write(dir, "audit-policy.yaml", AUDIT_POLICY)?,
         ]),
@@ -335,10 +342,15 @@ fn spawn_controllers(
     } else {
         "*,-serviceaccount-token,-deployment"
     };
+    let mut command = Command::new(opts.bin.join("kube-controller-manager"));
+    if let Some(qps) = opts.controller_qps {
+        command.arg(format!("--kube-api-qps={qps}"));
+        command.arg(format!("--kube-api-burst={qps}"));
+    }
     spawn(
         dir,
         "kube-controller-manager",
-        Command::new(opts.bin.join("kube-controller-manager")).args([
+        command.args([
             "--kubeconfig",
             &kubeconfig.to_string_lossy(),
             "--leader-elect=false",

@@ -71,6 +71,7 @@ fn start(deployment_controller: bool, role: &str) -> Option<ControlPlane> {
         bin,
         deployment_controller,
         kubelet: Some(PathBuf::from(env!("CARGO_BIN_EXE_berth-testenv"))),
+        controller_qps: None,
     };
     // Its own thread and runtime: the tests' runtimes come and go.
     let started = std::thread::spawn(move || {
