@@ -308,3 +308,36 @@ fn a_file_is_written_once_whatever_the_commits_that_hold_it() {
     );
     assert!(blobs.join(id).is_file(), "new.yaml, in every tree kept");
 }
+
+#[test]
+fn a_large_commit_links_every_unchanged_file() {
+    use std::os::unix::fs::MetadataExt;
+    // Enough files for the links to be spread over the cores; none holds what another
+    // file does (one blob in two places is one file in the store).
+    let o = origin();
+    for f in 0..2500 {
+        let folder = o.path().join(format!("files/{:02}", f % 50));
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join(format!("f-{f}.yaml")), format!("n: {f}\n")).unwrap();
+    }
+    git(o.path(), &["add", "."]);
+    git(o.path(), &["commit", "-qm", "many"]);
+    let state = tempfile::tempdir().unwrap();
+    let fetched = || fetch(&app(o.path(), ""), state.path(), TreeLimits::default()).unwrap();
+    let first = fetched();
+    std::fs::write(o.path().join("files/07/f-7.yaml"), "v: changed\n").unwrap();
+    git(o.path(), &["commit", "-qam", "one changed"]);
+    let second = fetched();
+    for f in 0..2500 {
+        let file = format!("files/{:02}/f-{f}.yaml", f % 50);
+        let (a, b) = (first.dir.join(&file), second.dir.join(&file));
+        let same = std::fs::metadata(&a).unwrap().ino() == std::fs::metadata(&b).unwrap().ino();
+        let expected = if f == 7 {
+            "v: changed\n".to_string()
+        } else {
+            format!("n: {f}\n")
+        };
+        assert_eq!(std::fs::read_to_string(&b).unwrap(), expected, "{file}");
+        assert_eq!(same, f != 7, "{file}");
+    }
+}

@@ -251,28 +251,35 @@ fn blobs_dir(trees: &Path) -> PathBuf {
     trees.with_file_name("blobs")
 }
 
-/// Writes what [`measure`] found under `dir`. A file whose blob is in `blobs` is linked
-/// from there; one that is not is written, then linked there for the trees to come. Only a
-/// file complete in a tree is ever linked into `blobs`, and only a plain file (as measured)
-/// is linked from it.
+/// Writes what [`measure`] found under `dir`: its folders, then the files whose blob is in
+/// `blobs`, linked from there on every core ([`link_stored`]), then what git itself must
+/// write. A file written from git is linked into `blobs` for the trees to come. Only a file
+/// complete in a tree is ever linked into `blobs`, and only a plain file (as measured) is
+/// linked from it.
 fn write_items(repo: &Repository, dir: &Path, items: &[Item], blobs: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let blob = |id: Oid| repo.find_blob(id).map_err(std::io::Error::other);
     for item in items {
+        if let Item::Folder(path) = item {
+            crate::state::private_dir(&dir.join(path))?;
+        }
+    }
+    let stored: Vec<&Item> = (items.iter())
+        .filter(|i| matches!(i, Item::File(.., true)))
+        .collect();
+    let unlinked = link_stored(dir, blobs, &stored);
+    let rest = (items.iter()).filter(|i| !matches!(i, Item::Folder(_) | Item::File(.., true)));
+    let blob = |id: Oid| repo.find_blob(id).map_err(std::io::Error::other);
+    for item in rest.chain(unlinked) {
         match item {
-            Item::Folder(path) => crate::state::private_dir(&dir.join(path))?,
-            Item::File(path, id, runs, in_store) => {
+            Item::Folder(_) => {}
+            Item::File(path, id, runs, _) => {
                 let path = dir.join(path);
-                let stored = blobs.join(stored_name(*id, *runs));
-                if *in_store && std::fs::hard_link(&stored, &path).is_ok() {
-                    continue;
-                }
                 std::fs::write(&path, blob(*id)?.content())?;
                 if *runs {
                     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
                 }
                 // A file system without hard links writes every file, as before.
-                let _ = std::fs::hard_link(&path, &stored);
+                let _ = std::fs::hard_link(&path, blobs.join(stored_name(*id, *runs)));
             }
             Item::Hole(path, size) => std::fs::File::create(dir.join(path))?.set_len(*size)?,
             Item::Link(path, id) => {
@@ -283,6 +290,44 @@ fn write_items(repo: &Repository, dir: &Path, items: &[Item], blobs: &Path) -> s
         }
     }
     Ok(())
+}
+
+/// Links each of `stored` (files whose blob is in `blobs`) into `dir` from `blobs`, the
+/// work spread over the cores (one per 1000 files at most); the ones not linked, for git
+/// to write. A new commit that changes a few of its files links all the others.
+fn link_stored<'i>(dir: &Path, blobs: &Path, stored: &[&'i Item]) -> Vec<&'i Item> {
+    let link = |item: &Item| match item {
+        Item::File(path, id, runs, _) => {
+            std::fs::hard_link(blobs.join(stored_name(*id, *runs)), dir.join(path)).is_ok()
+        }
+        _ => false,
+    };
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let threads = cores.min(stored.len() / 1000).max(1);
+    if threads == 1 {
+        return stored.iter().copied().filter(|i| !link(i)).collect();
+    }
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = stored
+            .chunks(stored.len().div_ceil(threads))
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .copied()
+                        .filter(|i| !link(i))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|linking| {
+                linking
+                    .join()
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e))
+            })
+            .collect()
+    })
 }
 
 /// The written-out trees, oldest use first.
