@@ -91,6 +91,8 @@ pub(super) struct Inbox {
     pub triggers: mpsc::Receiver<Trigger>,
     pub stop: Signal,
     pub heart: Arc<Heartbeat>,
+    /// How often the heart beats while idle ([`super::beat_every`]).
+    pub beat: Option<Duration>,
 }
 
 impl Inbox {
@@ -123,10 +125,18 @@ impl Inbox {
                     break t;
                 }
                 () = stopped(&mut self.stop) => return None,
-                () = tokio::time::sleep(TICK) => self.heart.beat(),
+                () = sleep_for(self.beat) => self.heart.beat(),
             }
         };
         (!*self.stop.borrow()).then_some(next)
+    }
+}
+
+/// Sleeps for `time`; never ends when there is none.
+async fn sleep_for(time: Option<Duration>) {
+    match time {
+        Some(time) => tokio::time::sleep(time).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -378,5 +388,22 @@ mod tests {
     fn an_idle_apps_task_is_small() {
         let size = future_size(app_loop);
         assert!(size < 6 << 10, "app_loop's future is {size} bytes");
+    }
+
+    /// Without a watchdog an idle app never wakes to beat; with one it beats often enough
+    /// never to be taken for stuck (a beat older than the period and a tick), and no more
+    /// often than once a second.
+    #[test]
+    fn an_idle_app_beats_only_for_the_watchdog() {
+        assert_eq!(super::super::beat_every(None), None);
+        for secs in [1, 2, 60, 600] {
+            let period = Duration::from_secs(secs);
+            let beat = super::super::beat_every(Some(period)).unwrap();
+            assert!(beat < period + TICK && beat >= TICK, "{secs}s: {beat:?}");
+        }
+        assert_eq!(
+            super::super::beat_every(Some(Duration::from_secs(60))),
+            Some(Duration::from_secs(30))
+        );
     }
 }

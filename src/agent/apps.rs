@@ -144,6 +144,7 @@ impl Agent {
                 triggers,
                 stop: stopping,
                 heart,
+                beat: super::beat_every(crate::service::notify::watchdog_period()),
             },
         )));
         self.apps
