@@ -220,6 +220,19 @@ const READS: &[&str] = &["get", "list", "watch"];
 const TRACKED: &[&str] = &["deployments", "replicasets"];
 
 impl Bench {
+    /// A control plane beside `self.cp`, in `work/<name>`: the Deployment controller on,
+    /// sending `controller_qps` requests a second (else its default 20), no kubelet.
+    async fn extra_plane(&self, name: &str, controller_qps: Option<u32>) -> Result<ControlPlane> {
+        Ok(ControlPlane::up(&UpOptions {
+            dir: self.work.join(name),
+            bin: assets::ensure()?,
+            deployment_controller: true,
+            kubelet: None,
+            controller_qps,
+        })
+        .await?)
+    }
+
     /// `kubectl apply --server-side` of a file, then `kubectl rollout status` of it.
     fn kubectl_apply_and_wait(&self, file: &Path, deployment: &str) -> Result<()> {
         run(self

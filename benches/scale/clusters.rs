@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::Result;
-use berth_testenv::{assets, ControlPlane, UpOptions};
+use berth_testenv::ControlPlane;
 
 use super::daemon::rss;
 use super::daemon::Daemon;
@@ -34,21 +34,14 @@ impl Bench {
     pub async fn clusters(&mut self, per_cluster: usize) -> Result<()> {
         let mut planes = Vec::new();
         for i in 1..4 {
-            let plane = ControlPlane::up(&UpOptions {
-                dir: self.work.join(format!("cp-{i}")),
-                bin: assets::ensure()?,
-                deployment_controller: true,
-                kubelet: None,
-                controller_qps: None,
-            })
-            .await;
+            let plane = self.extra_plane(&format!("cp-{i}"), None).await;
             match plane {
                 Ok(plane) => planes.push(plane),
                 Err(e) => {
                     for plane in &planes {
                         let _ = ControlPlane::down(&plane.dir);
                     }
-                    return Err(e.into());
+                    return Err(e);
                 }
             }
         }

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use berth_testenv::{assets, ControlPlane, UpOptions};
+use berth_testenv::ControlPlane;
 
 use super::daemon::{rss, Daemon};
 use super::{git, requests, run, timed, Bench, Samples, WRITES};
@@ -240,14 +240,9 @@ impl Bench {
         if apps <= FOLLOWED {
             return self.fleet_here(apps);
         }
-        let plane = ControlPlane::up(&UpOptions {
-            dir: self.work.join(format!("cp-fleet-{apps}")),
-            bin: assets::ensure()?,
-            deployment_controller: true,
-            kubelet: None,
-            controller_qps: Some(OWN_PLANE_QPS),
-        })
-        .await?;
+        let plane = self
+            .extra_plane(&format!("cp-fleet-{apps}"), Some(OWN_PLANE_QPS))
+            .await?;
         let main = std::mem::replace(&mut self.cp, plane);
         let result = self.fleet_here(apps);
         let plane = std::mem::replace(&mut self.cp, main);

@@ -3,6 +3,7 @@
 //! process recorded by pid so that `down` stops exactly what `up` started.
 
 use std::fs;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -74,16 +75,17 @@ impl ControlPlane {
 
     /// The audit log's events received at or after `since` (request metadata: verb,
     /// objectRef, userAgent, auditID), for counting what a client sent.
+    /// The log is never rotated and grows to gigabytes in a long benchmark: it is read a
+    /// line at a time, and only the lines received since `since` are parsed.
     pub fn audit_events(&self, since: jiff::Timestamp) -> Vec<serde_json::Value> {
-        let log = fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
-        log.lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|e| {
-                e["requestReceivedTimestamp"]
-                    .as_str()
-                    .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-                    .is_some_and(|t| t >= since)
-            })
+        let Ok(log) = fs::File::open(self.dir.join("audit.log")) else {
+            return Vec::new();
+        };
+        BufReader::new(log)
+            .lines()
+            .map_while(Result::ok)
+            .filter(|l| received(l).is_some_and(|t| t >= since))
+            .filter_map(|l| serde_json::from_str(&l).ok())
             .collect()
     }
 
@@ -422,5 +424,31 @@ fn not_ready(component: &'static str, dir: &Path) -> TestenvError {
         component,
         seconds: READY_TIMEOUT.as_secs(),
         log: dir.join(format!("{component}.log")).display().to_string(),
+    }
+}
+
+/// An audit log line's `requestReceivedTimestamp`, found without parsing the line.
+fn received(line: &str) -> Option<jiff::Timestamp> {
+    const KEY: &str = "\"requestReceivedTimestamp\":\"";
+    let rest = &line[line.find(KEY)? + KEY.len()..];
+    rest[..rest.find('"')?].parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::received;
+
+    #[test]
+    fn an_audit_line_is_dated_by_when_its_request_was_received() {
+        let line = r#"{"kind":"Event","level":"Metadata","auditID":"a","stage":"ResponseComplete","verb":"patch","requestReceivedTimestamp":"2026-11-27T13:01:06.123456Z","stageTimestamp":"2026-11-27T13:01:07.000000Z"}"#;
+        assert_eq!(
+            received(line),
+            Some("2026-11-27T13:01:06.123456Z".parse().unwrap())
+        );
+        assert_eq!(received(r#"{"kind":"Event"}"#), None);
+        assert_eq!(
+            received(r#"{"requestReceivedTimestamp":"not a time"}"#),
+            None
+        );
     }
 }
