@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::{status_line, Heartbeat, Shared, DEBOUNCE, TICK};
+use super::{Heartbeat, Said, Shared, DEBOUNCE, TICK};
 use crate::cluster::resilient::Reach;
 use crate::config::AppConfig;
 use crate::history::{Outcome, SyncRecord, Trigger};
@@ -187,7 +187,7 @@ async fn sit_out(
     };
     let name = &app.name;
     tracing::info!(app = %name, "suspended ({why}): not synced until `berth resume {name}`");
-    shared.set_status(name, format!("{name}: suspended"));
+    shared.set_status(name, Said::new(format!("{name}: suspended"), false));
     if let Some(page) = &shared.page {
         page.board.suspended(name, &why);
     }
@@ -279,7 +279,7 @@ async fn sync_once(
 /// that depend on it, and the status page (the next sync due `delay` from now).
 fn synced(shared: &Shared, app: &str, record: &SyncRecord, delay: Duration) {
     shared.metrics.observe(record);
-    shared.set_status(app, status_line(record));
+    shared.set_status(app, Said::of(record));
     shared.wake_dependents(app);
     if let Some(page) = &shared.page {
         let next =
@@ -337,7 +337,10 @@ impl Gate {
     ) {
         self.since.get_or_insert_with(tokio::time::Instant::now);
         note_waiting(&syncer.agent.state_dir, &app.name, Some(&waiting));
-        shared.set_status(&app.name, format!("{}: {waiting}", app.name));
+        shared.set_status(
+            &app.name,
+            Said::new(format!("{}: {waiting}", app.name), false),
+        );
         if let Some(page) = &shared.page {
             page.board.waiting(&app.name, &waiting.to_string());
         }

@@ -8,13 +8,15 @@
 //!
 //! Here: starting the daemon and serving until shutdown; `apps.rs` holds the app tasks
 //! (start, stop, reload), `app_loop.rs` each app's loop, `removed.rs` the apps a restart
-//! finds removed, `background.rs` the endpoint, the watchdog and the other tasks.
+//! finds removed, `background.rs` the endpoint, the watchdog and the other tasks,
+//! `status.rs` the `STATUS=` line.
 
 mod app_loop;
 mod apps;
 mod background;
 mod removed;
 mod sets;
+mod status;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -27,7 +29,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::{AppConfig, Config, Published};
-use crate::history::{Outcome, SyncRecord, Trigger};
+use crate::history::Trigger;
 use crate::page::StatusPage;
 use crate::service::http::Endpoint;
 use crate::service::listener;
@@ -38,6 +40,7 @@ use crate::sync::sets::Listing;
 use crate::sync::Syncer;
 use apps::Agent;
 use background::{start_background, start_http};
+use status::{status_text, Said};
 
 /// How long after a ref change or webhook the sync starts, so the rest of a push lands.
 const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -143,7 +146,7 @@ struct Shared {
     notifier: Notifier,
     metrics: Arc<Metrics>,
     hearts: Mutex<BTreeMap<String, Arc<Heartbeat>>>,
-    status: Mutex<BTreeMap<String, (String, Timestamp)>>,
+    status: Mutex<BTreeMap<String, Said>>,
     /// Each running app's triggers: a sync that ends wakes the apps that depend on it.
     triggers: Mutex<BTreeMap<String, mpsc::Sender<Trigger>>>,
     endpoint: Option<Arc<Endpoint>>,
@@ -208,40 +211,24 @@ impl Shared {
         }
     }
 
-    /// The app's line of `STATUS=`.
-    fn set_status(&self, app: &str, line: String) {
+    /// The app's word in `STATUS=`.
+    fn set_status(&self, app: &str, said: Said) {
         if let Ok(mut status) = self.status.lock() {
-            status.insert(app.to_string(), (line, Timestamp::now()));
+            status.insert(app.to_string(), said);
         }
         self.publish_status();
     }
 
-    /// `STATUS=guestbook: synced abc1234 (3 changed) 12s ago; …`
+    /// `STATUS=`, for systemd: nothing is built outside it.
     fn publish_status(&self) {
+        if !self.notifier.is_on() {
+            return;
+        }
         let Ok(status) = self.status.lock() else {
             return;
         };
-        let now = Timestamp::now();
-        let line: Vec<String> = status
-            .values()
-            .map(|(text, at)| format!("{text} {}s ago", now.duration_since(*at).as_secs()))
-            .collect();
-        if !line.is_empty() {
-            self.notifier.send(&format!("STATUS={}", line.join("; ")));
-        }
-    }
-}
-
-/// The one-line summary of a sync, for `STATUS=`.
-pub fn status_line(r: &SyncRecord) -> String {
-    let commit = r.short_commit().to_string();
-    match r.outcome {
-        Outcome::Succeeded => format!("{}: synced {commit} ({} changed)", r.app, r.changes()),
-        Outcome::NoChange => format!("{}: synced {commit} (no change)", r.app),
-        Outcome::Held => format!("{}: held at {commit}", r.app),
-        Outcome::RolledBack => format!("{}: rolled back, held at {commit}", r.app),
-        Outcome::Failed | Outcome::Interrupted => {
-            format!("{}: {} at {commit}", r.app, r.outcome.as_str())
+        if let Some(text) = status_text(&status, Timestamp::now()) {
+            self.notifier.send(&format!("STATUS={text}"));
         }
     }
 }

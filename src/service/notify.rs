@@ -24,6 +24,11 @@ impl Notifier {
         Notifier { target }
     }
 
+    /// Whether there is a systemd to tell.
+    pub fn is_on(&self) -> bool {
+        self.target.is_some()
+    }
+
     /// Sends `READY=1`, `STATUS=…`, `WATCHDOG=1`, … (failures are logged, never fatal).
     pub fn send(&self, message: &str) {
         if let Some((socket, addr)) = &self.target {
