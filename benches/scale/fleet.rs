@@ -108,8 +108,9 @@ pub(crate) fn wait_applied(
 }
 
 /// Waits until every app of `apps` has applied `wanted`; how long that took. Only the apps
-/// still waited for are read again, less often while they are many (10,000 histories
-/// read ten times a second would take a core from what is measured).
+/// still waited for are looked at again, less often while they are many, and a history is
+/// read only when its file has grown (10,000 histories read ten times a second would take
+/// a core from what is measured).
 pub(crate) fn wait_named(
     state: &Path,
     apps: &[String],
@@ -118,9 +119,13 @@ pub(crate) fn wait_named(
 ) -> Result<f64> {
     let start = Instant::now();
     let log = berth::history::HistoryLog::new(state);
-    let mut pending: Vec<&String> = apps.iter().collect();
+    let mut pending: Vec<(&String, u64)> = apps.iter().map(|app| (app, 0)).collect();
     loop {
-        pending.retain(|app| !applied(&log, app, wanted));
+        pending.retain_mut(|(app, read)| {
+            let size = std::fs::metadata(log.file(app)).map_or(0, |m| m.len());
+            let grown = std::mem::replace(read, size) != size;
+            !(grown && applied(&log, app, wanted))
+        });
         if pending.is_empty() {
             return Ok(start.elapsed().as_secs_f64());
         }
@@ -130,7 +135,7 @@ pub(crate) fn wait_named(
                 apps.len() - pending.len(),
                 apps.len(),
                 &wanted.0[..7],
-                pending[0]
+                pending[0].0
             );
         }
         std::thread::sleep(Duration::from_millis(100 + pending.len() as u64 / 10));

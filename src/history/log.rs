@@ -138,7 +138,8 @@ impl HistoryLog {
         }
     }
 
-    fn file(&self, app: &str) -> PathBuf {
+    /// The file of `app`'s records.
+    pub fn file(&self, app: &str) -> PathBuf {
         self.dir.join(format!("{app}.jsonl"))
     }
 
