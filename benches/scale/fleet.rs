@@ -8,7 +8,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use berth_testenv::ControlPlane;
 
 use super::daemon::{rss, Daemon};
 use super::{git, requests, run, timed, Bench, Samples, WRITES};
@@ -245,14 +244,10 @@ impl Bench {
         if apps <= FOLLOWED {
             return self.fleet_here(apps);
         }
-        let plane = self
-            .extra_plane(&format!("cp-fleet-{apps}"), Some(OWN_PLANE_QPS))
-            .await?;
-        let main = std::mem::replace(&mut self.cp, plane);
-        let result = self.fleet_here(apps);
-        let plane = std::mem::replace(&mut self.cp, main);
-        let _ = ControlPlane::down(&plane.dir);
-        result
+        self.on_extra_plane(&format!("cp-fleet-{apps}"), Some(OWN_PLANE_QPS), |b| {
+            b.fleet_here(apps)
+        })
+        .await
     }
 
     /// [`Self::fleet`] on `self.cp`.

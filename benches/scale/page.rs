@@ -36,8 +36,14 @@ struct Looked {
 
 impl Bench {
     /// `berth run` of 100 apps with the status page: memory with the page open, beside
-    /// without.
-    pub(crate) fn page_memory(&mut self) -> Result<()> {
+    /// without. On a control plane of its own: its first sync follows 100 new Deployments'
+    /// rollouts, which on the shared one queue behind the cold applies' thousands.
+    pub(crate) async fn page_memory(&mut self) -> Result<()> {
+        self.on_extra_plane("cp-page", None, Self::page_here).await
+    }
+
+    /// [`Self::page_memory`] on `self.cp`.
+    fn page_here(&mut self) -> Result<()> {
         let apps = apps();
         let ns = format!("page-{apps}");
         run(self.kubectl().args(["create", "namespace", &ns]))?;
