@@ -304,3 +304,61 @@ fn up_prints_only_exports_while_building_the_control_plane() {
     assert!(stderr.contains("Reading package lists..."), "{stderr}");
     assert!(stderr.contains("building the control plane"), "{stderr}");
 }
+
+/// The pids a control plane recorded in its state folder that are zombies: exited, their
+/// exit never collected by this process, which started them.
+fn zombies(pids: &[i32]) -> Vec<i32> {
+    pids.iter()
+        .copied()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        })
+        .collect()
+}
+
+/// A component killed as a crash would be, and a control plane stopped, leave no zombie
+/// in the process that started them (the fault suite kills components dozens of times; a
+/// benchmark starts and stops a dozen control planes).
+#[tokio::test]
+async fn killed_components_and_stopped_control_planes_leave_no_zombies() {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let Some(bin) = berth_testenv::assets::find() else {
+        assert!(!ci, "control plane binaries not found");
+        eprintln!("SKIPPED: control plane binaries not found");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let cp = berth_testenv::ControlPlane::up(&berth_testenv::UpOptions {
+        dir: tmp.path().join("cp"),
+        bin,
+        deployment_controller: false,
+        kubelet: None,
+        controller_qps: None,
+    })
+    .await
+    .expect("the control plane starts");
+    let pids: Vec<i32> = std::fs::read_to_string(cp.dir.join("pids"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .collect();
+    assert_eq!(
+        pids.len(),
+        3,
+        "etcd, kube-apiserver, kube-controller-manager: {pids:?}"
+    );
+
+    cp.kill("kube-controller-manager").unwrap();
+    assert_eq!(zombies(&pids), Vec::<i32>::new(), "after the kill");
+    berth_testenv::ControlPlane::down(&cp.dir).unwrap();
+    assert_eq!(zombies(&pids), Vec::<i32>::new(), "after down");
+    assert!(pids
+        .iter()
+        .all(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists()));
+}

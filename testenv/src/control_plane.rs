@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use super::process::{
-    alive, check_running, command_line, free_port, openssl, random_hex, spawn, write, PIDS,
+    alive, check_running, command_line, free_port, openssl, random_hex, reap, spawn, write, PIDS,
 };
 use super::{io, TestenvError};
 
@@ -109,6 +109,7 @@ impl ControlPlane {
         while alive(pid) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
+        reap(pid);
         Ok(())
     }
 
@@ -176,6 +177,9 @@ impl ControlPlane {
         for &pid in ours.iter().filter(|&&p| alive(p)) {
             // SAFETY: as above; it ignored SIGTERM for 10 s.
             unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        for &pid in &ours {
+            reap(pid);
         }
         match fs::remove_dir_all(dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {

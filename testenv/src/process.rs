@@ -114,3 +114,15 @@ pub(super) fn alive(pid: i32) -> bool {
     // A zombie still has /proc/<pid>, but its cmdline is empty.
     command_line(pid).is_some_and(|c| !c.is_empty())
 }
+
+/// Collects the exit status of a process this one started and has sent SIGKILL or a
+/// SIGTERM it obeyed: without it the process stays a zombie until this one exits (the
+/// fault suite kills components dozens of times; a benchmark starts and stops a dozen
+/// control planes). It waits for the exit, which [`alive`] may report a moment early (a
+/// dying process's command line is gone before it can be collected); nothing for a
+/// process that is not this one's child.
+pub(super) fn reap(pid: i32) {
+    // SAFETY: waitpid(2) of one pid, with no status to write; it fails at once (ECHILD)
+    // for a pid that is not this process's child.
+    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+}
