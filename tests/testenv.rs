@@ -236,10 +236,7 @@ async fn ready_after_delays_readiness() {
 /// build (noisy on stdout, as apt and make are) copies the real binaries into the cache.
 #[test]
 fn up_prints_only_exports_while_building_the_control_plane() {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let Some(real) = berth_testenv::assets::find() else {
-        assert!(!ci, "control plane binaries not found");
-        eprintln!("SKIPPED: control plane binaries not found");
+    let Some(real) = common::assets_or_skip() else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -327,10 +324,7 @@ fn zombies(pids: &[i32]) -> Vec<i32> {
 /// benchmark starts and stops a dozen control planes).
 #[tokio::test]
 async fn killed_components_and_stopped_control_planes_leave_no_zombies() {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let Some(bin) = berth_testenv::assets::find() else {
-        assert!(!ci, "control plane binaries not found");
-        eprintln!("SKIPPED: control plane binaries not found");
+    let Some(bin) = common::assets_or_skip() else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();

@@ -50,14 +50,20 @@ pub fn control_plane_without_deployment_controller() -> Option<&'static ControlP
         .as_ref()
 }
 
-fn start(deployment_controller: bool, role: &str) -> Option<ControlPlane> {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let Some(bin) = assets::find() else {
+/// The folder of the control plane's binaries, or `None` (the test skipped, the reason
+/// printed) when run by hand without them; under CI their absence fails the test.
+pub fn assets_or_skip() -> Option<PathBuf> {
+    let found = assets::find();
+    if found.is_none() {
         let why = "control plane binaries not found: set KUBEBUILDER_ASSETS or run `cargo run --bin berth-testenv -- assets`";
-        assert!(!ci, "{why}");
+        assert!(!std::env::var("CI").is_ok_and(|v| v == "true"), "{why}");
         eprintln!("SKIPPED: {why}");
-        return None;
-    };
+    }
+    found
+}
+
+fn start(deployment_controller: bool, role: &str) -> Option<ControlPlane> {
+    let bin = assets_or_skip()?;
     let dir = std::env::temp_dir().join(format!("berth-test-{}-{role}", std::process::id()));
     let mut dirs = STATE_DIRS.lock().expect("state dirs");
     if dirs.is_empty() {
