@@ -413,6 +413,7 @@ async fn an_inventory_of_twelve_thousand_objects_is_split_and_read_back() {
         held: None,
         ready: None,
         failed: false,
+        origin: None,
     };
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let parts = || async {

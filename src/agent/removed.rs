@@ -81,7 +81,7 @@ impl Agent {
         let state_dir = self.config().agent.state_dir.clone();
         let removed: Vec<AppConfig> = last_apps(&state_dir)
             .into_iter()
-            .filter(|a| self.config().app(&a.name).is_none() && !self.handed_over.contains(&a.name))
+            .filter(|a| !self.config().has_app(&a.name) && !self.handed_over.contains(&a.name))
             .collect();
         let owners = match &self.shared.shard {
             Some(_) if !removed.is_empty() && self.members.is_empty() => return,

@@ -106,6 +106,9 @@ impl Agent {
         if let Some(problem) = self.listings.get(&set).and_then(|l| l.problem.as_ref()) {
             tracing::warn!(set = %set, "app set {set}: {problem}");
         }
+        for refused in expanded.refused.iter().filter(|r| r.set == set) {
+            tracing::warn!(set = %set, app = %refused.app, "{refused}");
+        }
         if expanded.apps == running.apps {
             return;
         }

@@ -78,6 +78,9 @@ pub async fn with_sets(
             say(format_args!("app set {}: {problem}", listing.set));
         }
     }
+    for refused in &config.refused {
+        say(refused);
+    }
     for unknown in sets::unknown_dependencies(&config) {
         say(unknown);
     }

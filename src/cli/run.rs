@@ -62,16 +62,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
 pub fn reload(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config = config::load(config_path)?;
     let pid_file = agent::pid_file(&config);
-    let pid: i32 = std::fs::read_to_string(&pid_file)
-        .with_context(|| {
-            format!(
-                "no running berth found ({} is missing): is `berth run` up?",
-                pid_file.display()
-            )
-        })?
-        .trim()
-        .parse()
-        .with_context(|| format!("{} does not hold a pid", pid_file.display()))?;
+    let pid = running_berth(&pid_file)?;
     let answers = agent::reload_answer(&config.agent.state_dir);
     let before = read_answer(&answers);
     // SAFETY: kill(2) on the pid the running agent wrote for exactly this.
@@ -103,6 +94,39 @@ pub fn reload(config_path: &Path) -> anyhow::Result<ExitCode> {
         "berth (pid {pid}) did not answer within {}s: its log (journalctl -u berth) says whether the new configuration was taken",
         RELOAD_WAIT.as_secs()
     )
+}
+
+/// The pid of the running agent, from its pid file: read without following a link, no
+/// further than 64 bytes, and only a process (above 1) that is a running berth: a pid
+/// file left behind by a killed agent, or written by someone else, signals nothing.
+///
+/// # Errors
+/// No such file, not a pid, or no berth runs as that pid.
+fn running_berth(pid_file: &Path) -> anyhow::Result<i32> {
+    use std::io::Read;
+    let mut text = String::new();
+    berth::state::open_state(pid_file)
+        .and_then(|f| f.take(64).read_to_string(&mut text))
+        .with_context(|| {
+            format!(
+                "no running berth found ({} cannot be read): is `berth run` up?",
+                pid_file.display()
+            )
+        })?;
+    let pid = text
+        .trim()
+        .parse::<i32>()
+        .ok()
+        .filter(|pid| *pid > 1)
+        .with_context(|| format!("{} does not hold a pid", pid_file.display()))?;
+    let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    if name.trim_end() != "berth" {
+        anyhow::bail!(
+            "no running berth found: {} names pid {pid}, which is not berth (left by an agent that was killed?): is `berth run` up?",
+            pid_file.display()
+        );
+    }
+    Ok(pid)
 }
 
 /// How long `berth reload` waits for the agent's answer (a reload that changes the

@@ -122,6 +122,16 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         }
         Output::Table => print_tables(&statuses, &config),
     }
+    let named = |r: &&config::Refused| args.apps.is_empty() || args.apps.contains(&r.app);
+    for refused in config.refused.iter().filter(named) {
+        match args.output {
+            Output::Json => println!(
+                "{}",
+                serde_json::json!({"app": refused.app, "cluster": refused.cluster, "refused": refused.why})
+            ),
+            Output::Table => println!("refused: {refused}"),
+        }
+    }
     for (name, down) in &live.down {
         match config.cluster {
             config::Clusters::One(_) => eprintln!(

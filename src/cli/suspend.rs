@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use berth::config::{self, AppConfig};
+use berth::suspend::Target;
 
 use super::sync::select;
 
@@ -29,11 +30,25 @@ pub fn run(config_path: &Path, args: Args, suspend: bool) -> anyhow::Result<Exit
     let apps = chosen(&config, &args, verb)?;
     let state = &config.agent.state_dir;
     let by = format!("{}@{}", user(), berth::service::lease::host_name());
-    for app in apps {
+    if let Some(set) = &args.set {
+        // The set itself: its apps now, and those its folders add later.
+        let target = Target::Set(set);
         let said = if suspend {
-            berth::suspend::suspend(state, &app.name, &by)?;
+            berth::suspend::suspend(state, target, &by)?;
+            "suspended: its apps now, and any it makes later"
+        } else if berth::suspend::resume(state, target)? {
+            "resumed"
+        } else {
+            "was not suspended by berth suspend --set"
+        };
+        super::say(format_args!("app set {set} {said}"));
+    }
+    for app in apps {
+        let target = Target::App(&app.name);
+        let said = if suspend {
+            berth::suspend::suspend(state, target, &by)?;
             "suspended"
-        } else if !berth::suspend::resume(state, &app.name)? {
+        } else if !berth::suspend::resume(state, target)? {
             "was not suspended by berth suspend"
         } else {
             "resumed"
@@ -86,12 +101,13 @@ fn chosen<'a>(
         let of = config.apps.iter().filter(|a| a.set.as_ref() == Some(set));
         let named = of.filter(|a| !apps.iter().any(|b| b.name == a.name));
         apps.extend(named.collect::<Vec<_>>());
+        // A set is suspended as a whole, even before it makes an app.
+        return Ok(apps);
     }
     if apps.is_empty() {
         match (&args.cluster, &args.set) {
             (Some(cluster), _) => anyhow::bail!("no app is synced to cluster {cluster}"),
-            (None, Some(set)) => anyhow::bail!("app set {set} has generated no app yet (berth validate lists what it generates)"),
-            (None, None) => anyhow::bail!("name the apps to {verb} (or --cluster NAME for every app of a cluster, --set NAME for every app of a set)"),
+            (None, _) => anyhow::bail!("name the apps to {verb} (or --cluster NAME for every app of a cluster, --set NAME for every app of a set)"),
         }
     }
     Ok(apps)

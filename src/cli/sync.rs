@@ -41,7 +41,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let file = config::load(config_path)?;
     super::own_state(&file, "sync")?;
     let (config, listings) = super::with_sets(&file, None).await;
-    let sets_listed = listings.iter().all(|l| l.problem.is_none());
+    let sets_listed = listings.iter().all(|l| l.problem.is_none()) && config.refused.is_empty();
     let mut apps = select(&config.apps, &args.apps)?;
     if args.with_deps {
         let named: Vec<&str> = apps.iter().map(|a| a.name.as_str()).collect();
@@ -52,9 +52,13 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             .filter(|a| wanted.contains(&a.name))
             .collect();
     }
-    let Some((apps, all_reached)) = set_aside(&config, apps).await? else {
+    let (apps, all_reached) = set_aside(&config, apps)
+        .await?
+        .unwrap_or((Vec::new(), true));
+    // With no app to sync, the sets' removals are still made, and their listings kept.
+    if apps.is_empty() && (!args.apps.is_empty() || config.app_sets.is_empty()) {
         return Ok(exit_code(sets_listed));
-    };
+    }
     let syncer = Syncer::connect(&config, false).await?.notify(&config)?;
     let (stop, shutdown) = berth::shutdown::channel();
     tokio::spawn(async move {
@@ -147,7 +151,7 @@ async fn remove_gone(
         }
         let gone: Vec<AppConfig> = sets::remembered_apps(file, set)
             .into_iter()
-            .filter(|a| config.app(&a.name).is_none() && !handed.contains(&a.name))
+            .filter(|a| !config.has_app(&a.name) && !handed.contains(&a.name))
             .collect();
         let mut removed = true;
         // Dependents first: the reverse of the order they sync in.

@@ -2,7 +2,7 @@
 //! app's configured ref, fetched into the repository's cache as a sync fetches it (or a
 //! folder given with `--dir`, such as a working tree), without a cluster.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -35,13 +35,22 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         berth::plural(config.apps.len(), "app")
     );
     let mut failed = !trusted_keys(&config) | !receivers(&config);
-    let mut apps = config.apps.clone();
+    let mut generated_apps = Vec::new();
     for set in &config.app_sets {
-        match generated(&config, set, args.dir.as_ref(), &apps) {
-            Some(made) => apps.extend(made),
+        match generated(&config, set, args.dir.as_ref()) {
+            Some((made, refused)) => {
+                generated_apps.extend(made);
+                failed |= refused > 0;
+            }
             None => failed = true,
         }
     }
+    for refused in berth::sync::sets::refuse_clashes(&config.apps, &mut generated_apps) {
+        println!("{refused}");
+        failed = true;
+    }
+    let mut apps = config.apps.clone();
+    apps.extend(generated_apps);
     for app in &apps {
         failed |= !renders(&config, app, args.dir.as_ref());
     }
@@ -53,14 +62,14 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The apps `set` generates from the folders of its repository's commit (or `--dir`),
-/// listed (set, app, cluster, path, namespace) so that a change to a set can be reviewed;
-/// `None`, said why, when it cannot make them or a name it makes is taken.
+/// listed (set, app, cluster, path, namespace) so that a change to a set can be reviewed,
+/// with how many it makes that are refused (said); `None`, said why, when it cannot make
+/// them.
 fn generated(
     config: &Config,
     set: &AppSetConfig,
     dir: Option<&PathBuf>,
-    taken: &[AppConfig],
-) -> Option<Vec<AppConfig>> {
+) -> Option<(Vec<AppConfig>, usize)> {
     let said = |e: &dyn std::fmt::Display| {
         println!("app set {}: {e}", set.name);
         None
@@ -83,10 +92,9 @@ fn generated(
         Ok(apps) => apps,
         Err(e) => return said(&e),
     };
-    let mut names: HashSet<&str> = taken.iter().map(|a| a.name.as_str()).collect();
-    if let Some(twice) = apps.iter().find(|a| !names.insert(a.name.as_str())) {
-        let why = "another app has it (give app_name a template that tells them apart)";
-        return said(&format!("it makes an app named {:?}: {why}", twice.name));
+    let (apps, refused) = berth::sync::sets::within_reach(config, set, apps);
+    for r in &refused {
+        println!("{r}");
     }
     println!(
         "app set {}: {} from {shown}",
@@ -108,7 +116,7 @@ fn generated(
     if !apps.is_empty() {
         print!("{}", super::history::table(&rows.collect::<Vec<_>>()));
     }
-    Some(apps)
+    Some((apps, refused.len()))
 }
 
 /// Renders one app as a sync would and says what it made; false when it cannot.

@@ -355,7 +355,7 @@ pub fn store_local(state_dir: &Path, app: &str, inventory: &Inventory) -> std::i
     )
 }
 
-pub use live::{live_objects, owned_elsewhere};
+pub use live::{live_objects, namespaces_of_others, owned_elsewhere};
 
 mod live;
 

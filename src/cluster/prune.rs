@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use futures::{stream, StreamExt};
-use kube::api::{Api, DeleteParams, DynamicObject};
+use kube::api::{Api, DeleteParams, DynamicObject, Preconditions};
 
 use super::apply::api_message;
 use super::discovery::ClusterKinds;
@@ -77,7 +77,14 @@ async fn prune_one(
             let note = format!("annotated {ANNOTATION_PRUNE}: \"false\"");
             Ok((Action::Kept, Some(note)))
         }
-        Some(_) => delete_listed(&api, &entry.key.name, dry_run).await,
+        Some(LiveObject {
+            asked_by_another: Some(other),
+            ..
+        }) => {
+            let note = format!("app {other} asked berth for it (create_namespace)");
+            Ok((Action::Kept, Some(note)))
+        }
+        Some(l) => delete_listed(&api, &entry.key.name, l.uid.as_deref(), dry_run).await,
         // Not in the labelled list: deleted already, or someone else owns it now.
         None => look_up_unlisted(&api, &entry.key.name, app).await,
     };
@@ -95,20 +102,30 @@ async fn prune_one(
     }
 }
 
-/// Deletes a labelled candidate (`dry_run`: only checked); one already gone counts as pruned.
+/// Deletes a labelled candidate, the object read (its `uid`) and no other made since under
+/// its name (`dry_run`: only checked); one already gone counts as pruned.
 async fn delete_listed(
     api: &Api<DynamicObject>,
     name: &str,
+    uid: Option<&str>,
     dry_run: bool,
 ) -> Result<(Action, Option<String>), kube::Error> {
     let params = DeleteParams {
         dry_run,
+        preconditions: uid.map(|uid| Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: None,
+        }),
         ..DeleteParams::background()
     };
     match api.delete(name, &params).await {
         Ok(_) => Ok((Action::Pruned, None)),
         Err(kube::Error::Api(s)) if s.code == 404 => {
             Ok((Action::Pruned, Some("already gone".into())))
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 && uid.is_some() => {
+            let note = "replaced since it was read (another uid): not the app's object";
+            Ok((Action::Kept, Some(note.into())))
         }
         Err(e) => Err(e),
     }

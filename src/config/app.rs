@@ -56,6 +56,9 @@ pub struct AppConfig {
     /// The `[[app_set]]` that generated it; `None` for a written `[[app]]`.
     #[serde(skip)]
     pub set: Option<String>,
+    /// The set's folder it was generated from (its path in the repository).
+    #[serde(skip)]
+    pub folder: Option<String>,
     /// Delete objects that an earlier commit applied and this one no longer holds.
     #[serde(default)]
     pub prune: bool,

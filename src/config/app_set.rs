@@ -31,9 +31,54 @@ pub struct AppSetConfig {
     /// A set that generates nothing where it generated apps before removes them (else it
     /// removes nothing and says so on every sync).
     pub allow_empty: bool,
+    /// The most apps it may make (folders × clusters): a listing making more is refused,
+    /// and its apps stay as they were.
+    pub max_apps: usize,
     /// Every other key: an `[[app]]`'s, its string values templates.
     pub template: toml::Table,
 }
+
+/// An app a set makes that does not run, and why: a name another app has, or a namespace
+/// no set may reach. It is neither synced nor removed: its objects stay as they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The app's name.
+    pub app: String,
+    /// Its set.
+    pub set: String,
+    /// Its folder, when the set has folders.
+    pub folder: Option<String>,
+    /// Its cluster.
+    pub cluster: String,
+    /// Why it does not run.
+    pub why: String,
+}
+
+impl Refused {
+    /// `app` refused for `why`.
+    pub fn of(app: &AppConfig, why: String) -> Refused {
+        Refused {
+            app: app.name.clone(),
+            set: app.set.clone().unwrap_or_default(),
+            folder: app.folder.clone(),
+            cluster: app.cluster.clone().unwrap_or_default(),
+            why,
+        }
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "app {} (app set {}", self.app, self.set)?;
+        if let Some(folder) = &self.folder {
+            write!(f, ", folder {folder}")?;
+        }
+        write!(f, ", cluster {}): {}", self.cluster, self.why)
+    }
+}
+
+/// How many apps a set may make unless its `max_apps` says otherwise.
+pub const DEFAULT_MAX_APPS: usize = 10_000;
 
 /// `clusters = "*"`, `{}` (every cluster) or `{ env = "prod" }` (each label matches).
 #[derive(Debug, Clone, PartialEq)]
@@ -65,6 +110,18 @@ pub enum SetError {
         set: String,
         /// What is wrong.
         message: String,
+    },
+    /// It would make more apps than its `max_apps`.
+    #[error("app set {set}: its {} make {apps} apps, more than its max_apps ({max}); none is made (raise max_apps on the set, or split it)", crate::plural(*folders, "folder"))]
+    TooMany {
+        /// The set.
+        set: String,
+        /// The folders matching.
+        folders: usize,
+        /// The apps they would make.
+        apps: usize,
+        /// Its bound.
+        max: usize,
     },
     /// A template or the app it makes is wrong for one folder and cluster.
     #[error("app set {set}{}, cluster {cluster}: {message}", folder.as_ref().map(|f| format!(", folder {f}")).unwrap_or_default())]
@@ -115,6 +172,11 @@ impl<'de> Deserialize<'de> for AppSetConfig {
             Some(toml::Value::Boolean(b)) => b,
             Some(_) => return Err(D::Error::custom("allow_empty: must be true or false")),
         };
+        let max_apps = match take("max_apps") {
+            None => DEFAULT_MAX_APPS,
+            Some(toml::Value::Integer(n)) if n > 0 => usize::try_from(n).unwrap_or(usize::MAX),
+            Some(_) => return Err(D::Error::custom("max_apps: must be a whole number above 0")),
+        };
         for key in ["cluster", "name"] {
             if template.contains_key(key) {
                 let why = "a set's apps take theirs from the set";
@@ -127,6 +189,7 @@ impl<'de> Deserialize<'de> for AppSetConfig {
             clusters,
             app_name,
             allow_empty,
+            max_apps,
             template,
         })
     }
@@ -215,6 +278,15 @@ impl AppSetConfig {
         } else {
             folders.iter().map(|f| Some(f.as_str())).collect()
         };
+        let count = folders.len().saturating_mul(targets.len());
+        if count > self.max_apps {
+            return Err(SetError::TooMany {
+                set: self.name.clone(),
+                folders: folders.len(),
+                apps: count,
+                max: self.max_apps,
+            });
+        }
         let mut apps = Vec::new();
         for folder in &folders {
             for cluster in &targets {
@@ -258,6 +330,7 @@ impl AppSetConfig {
             .try_into::<AppConfig>()
             .map_err(|e| fault(e.message().to_string()))?;
         app.set = Some(self.name.clone());
+        app.folder = path.map(str::to_string);
         Ok(app)
     }
 

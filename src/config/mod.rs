@@ -26,7 +26,7 @@ pub use app::{
     RenderMode, RevisionError, RolloutConfig, RolloutEngine, ScopeConfig, VerifyConfig, VerifyMode,
     DEFAULT_KNOWN_HOSTS,
 };
-pub use app_set::{AppSetConfig, Selector, SetError, SAMPLE_FOLDER};
+pub use app_set::{AppSetConfig, Refused, Selector, SetError, DEFAULT_MAX_APPS, SAMPLE_FOLDER};
 pub use error::{io_message, ConfigError, Problem};
 use error::{toml_error, unknown_field};
 pub use globs::{compile_globs, Globs};
@@ -63,6 +63,9 @@ pub struct Config {
     /// Where berth tells people what happened.
     #[serde(default, rename = "notify")]
     pub notify: Vec<NotifyConfig>,
+    /// The apps the sets make that do not run (see [`Refused`]), once the sets are listed.
+    #[serde(skip)]
+    pub refused: Vec<Refused>,
 }
 
 /// The running configuration, published once: the agent sends a reloaded one, and each
@@ -115,6 +118,12 @@ impl Config {
     /// The app of that name.
     pub fn app(&self, name: &str) -> Option<&AppConfig> {
         self.apps.iter().find(|a| a.name == name)
+    }
+
+    /// Whether an app of that name is configured, running or [refused](Refused): an app
+    /// it has is not removed.
+    pub fn has_app(&self, name: &str) -> bool {
+        self.app(name).is_some() || self.refused.iter().any(|r| r.app == name)
     }
 
     /// The clusters `apps` are synced to, in the order the apps first name them, each with

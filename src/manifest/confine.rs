@@ -49,22 +49,24 @@ impl Confinement {
         self.cluster_kinds.iter().any(|k| k == "*" || k == kind)
     }
 
-    /// Why `m` may not be written, if it may not.
-    fn refusal(&self, m: &Manifest, scope: Option<Scope>) -> Option<String> {
-        let (kind, name) = (m.kind(), m.name());
-        if is_berths_own(&m.key(), &self.reserved) {
+    /// Why the object `key` (of a kind whose scope is `scope`) may not be written, if it
+    /// may not.
+    fn refusal(&self, key: &ObjectKey, scope: Option<Scope>) -> Option<String> {
+        let (kind, name) = (key.kind.as_str(), key.name.as_str());
+        if is_berths_own(key, &self.reserved) {
             return Some(format!(
                 "is berth's own state (agent.inventory_namespace {:?} holds the inventories and Leases); no app may write it",
                 self.reserved
             ));
         }
-        match (m.namespace(), scope) {
+        match (key.namespace.as_deref(), scope) {
             (Some(ns), _) if !self.namespace_allowed(ns) => Some(format!(
                 "is in namespace {ns:?}, outside the app's scope ([app.scope] namespaces = {:?})",
                 self.shown
             )),
             (None, Some(Scope::Cluster)) => {
-                let own_namespace = kind == "Namespace" && self.namespace_allowed(name);
+                let own_namespace =
+                    key.group.is_empty() && kind == "Namespace" && self.namespace_allowed(name);
                 (!own_namespace && !self.kind_allowed(kind)).then(|| {
                     format!(
                         "is cluster-scoped, outside the app's scope (add {kind:?} to [app.scope] cluster_kinds to allow it)"
@@ -73,6 +75,19 @@ impl Confinement {
             }
             _ => None,
         }
+    }
+
+    /// Why the app may not delete the object `key` (one its inventory lists), if it may
+    /// not: outside its scope as it is now, or berth's own state. Every deletion of an
+    /// app's objects asks this first (the prune step: a commit's prune, an app removed, a
+    /// rename's leftovers).
+    pub fn refuses_deleting(&self, key: &ObjectKey) -> Option<String> {
+        let scope = if key.namespace.is_some() {
+            Scope::Namespaced
+        } else {
+            Scope::Cluster
+        };
+        self.refusal(key, Some(scope))
     }
 }
 
@@ -104,7 +119,7 @@ pub struct Confine<'a> {
 impl Decorator for Confine<'_> {
     fn decorate(&self, m: &mut Manifest) -> Result<(), ManifestError> {
         let scope = self.scopes.scope(m.group(), m.kind());
-        match self.confinement.refusal(m, scope) {
+        match self.confinement.refusal(&m.key(), scope) {
             Some(why) => Err(ManifestError::Refused {
                 origin: m.origin.clone(),
                 object: m.key().to_string(),

@@ -50,6 +50,9 @@ pub use visitor::Visitor;
 
 /// The ownership label: `berth.dev/app=<app>` on every object berth applies.
 pub const LABEL_APP: &str = "berth.dev/app";
+/// The prefix of the label each app that asked berth for a namespace (`create_namespace`)
+/// sets on it: `namespace.berth.dev/APP`.
+pub const LABEL_NAMESPACE_FOR: &str = "namespace.berth.dev/";
 /// The repository-relative file an object came from.
 pub const ANNOTATION_SOURCE_PATH: &str = "berth.dev/source-path";
 /// The commit an object was applied from.

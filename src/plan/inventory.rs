@@ -42,6 +42,46 @@ pub struct Inventory {
     /// changes nothing does not make the app ready again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub failed: bool,
+    /// The app it belongs to, beyond its name: a sync refuses an inventory another app's.
+    /// (`None`: written before berth kept it; the app's next write records it.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<AppOrigin>,
+}
+
+/// Where an app comes from: what tells two apps apart beyond a name, which a folder in a
+/// shared set can choose.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppOrigin {
+    /// The app set that makes it; `None`: a written `[[app]]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set: Option<String>,
+    /// The set's folder it is made from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folder: Option<String>,
+    /// Its cluster.
+    pub cluster: String,
+    /// Its repository.
+    pub repo: String,
+}
+
+impl AppOrigin {
+    /// Whether both name the same app: the same set and folder (or both written) on the
+    /// same cluster. Its repository may change (a written app moved to another); the rewind
+    /// check then compares nothing.
+    pub fn same_app(&self, other: &AppOrigin) -> bool {
+        self.set == other.set && self.folder == other.folder && self.cluster == other.cluster
+    }
+}
+
+impl std::fmt::Display for AppOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.set, &self.folder) {
+            (Some(set), Some(folder)) => write!(f, "app set {set}'s folder {folder}")?,
+            (Some(set), None) => write!(f, "app set {set}")?,
+            (None, _) => f.write_str("a written [[app]]")?,
+        }
+        write!(f, " on cluster {} (repository {})", self.cluster, self.repo)
+    }
 }
 
 /// Why an app is held.
@@ -85,10 +125,24 @@ pub fn digest(m: &Manifest) -> String {
 /// The berth app that owns a live object, when it is not the one syncing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OtherOwner {
-    /// That app (its `berth.dev/app` label).
+    /// That app (its `berth.dev/app` label, or the app `create_namespace` made the
+    /// namespace for); empty when no app is.
     pub app: String,
     /// `berth.dev/shared: "true"` is set on the live object.
     pub shared: bool,
+    /// How it is that app's.
+    pub claim: Claim,
+}
+
+/// How a live object is another's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Its `berth.dev/app` label names another app.
+    Label,
+    /// A namespace berth created for another app (`create_namespace`).
+    CreateNamespace,
+    /// A namespace berth did not make, which an app set's app may not take.
+    NotBerths,
 }
 
 /// What berth sees of a live object it owns.
@@ -98,4 +152,9 @@ pub struct LiveObject {
     pub observed: String,
     /// `berth.dev/prune: "false"` is set.
     pub keep: bool,
+    /// Its uid: a deletion's precondition, so that only the object read is deleted.
+    pub uid: Option<String>,
+    /// Another app that asked berth for this namespace (`create_namespace`): it is not
+    /// deleted while one has.
+    pub asked_by_another: Option<String>,
 }

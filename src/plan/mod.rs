@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 mod inventory;
 pub mod phases;
 
-pub use inventory::{digest, Entry, Held, Inventory, LiveObject, OtherOwner};
+pub use inventory::{digest, AppOrigin, Claim, Entry, Held, Inventory, LiveObject, OtherOwner};
 
 use kube::api::ApiResource;
 
@@ -83,16 +83,27 @@ impl UnknownKind {
     }
 }
 
-/// An object the commit renders that another berth app owns.
+/// An object the commit renders that is another's: another berth app's, or a namespace an
+/// app set's app did not make.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{origin}: {key} belongs to app {owner} (its {LABEL_APP} label); refused: an object has one owner (set {ANNOTATION_SHARED}: \"true\" on it in every app that renders it to share it)")]
+#[error("{origin}: {key} {}", says(*claim, owner))]
 pub struct Taken {
     /// Where this app's object came from.
     pub origin: Origin,
     /// The object.
     pub key: ObjectKey,
-    /// The app that owns it.
+    /// The app that owns it (empty: none).
     pub owner: String,
+    /// How.
+    pub claim: Claim,
+}
+
+fn says(claim: Claim, owner: &str) -> String {
+    match claim {
+        Claim::Label => format!("belongs to app {owner} (its {LABEL_APP} label); refused: an object has one owner (set {ANNOTATION_SHARED}: \"true\" on it in every app that renders it to share it)"),
+        Claim::CreateNamespace => format!("was created for app {owner} (create_namespace); refused: a namespace has one owner, and no other app takes or deletes it"),
+        Claim::NotBerths => format!("exists and berth did not make it; refused: an app set's app takes no namespace it did not make (label it {LABEL_APP}=<app> to hand it to one)"),
+    }
 }
 
 /// The `targets` another app owns (`owners`, as the cluster says), unless both mark the
@@ -111,6 +122,7 @@ pub fn taken<'a>(
                 origin: t.manifest.origin.clone(),
                 key,
                 owner: owner.app.clone(),
+                claim: owner.claim,
             })
         })
         .collect()
@@ -188,6 +200,7 @@ pub fn next_inventory(
         // Set by the sync once it knows how it ended.
         ready: None,
         failed: false,
+        origin: old.origin.clone(),
     }
 }
 

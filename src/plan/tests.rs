@@ -52,6 +52,8 @@ fn live(entries: &[(&Manifest, &str)]) -> HashMap<ObjectKey, LiveObject> {
                 LiveObject {
                     observed: o.to_string(),
                     keep: false,
+                    uid: None,
+                    asked_by_another: None,
                 },
             )
         })
@@ -79,6 +81,7 @@ fn classifies_new_changed_drifted_same_and_prune() {
         held: None,
         ready: None,
         failed: false,
+        origin: None,
     };
     let live = live(&[
         (&same, "rv1"),
@@ -139,6 +142,7 @@ fn unchanged_commit_is_a_no_op() {
         held: None,
         ready: None,
         failed: false,
+        origin: None,
     };
     let p = plan(vec![a.clone()], resolve, &inventory, &live(&[(&a, "rv1")])).unwrap();
     assert!(p.is_no_op());
@@ -229,6 +233,7 @@ fn next_inventory_after_a_complete_and_a_failed_apply() {
         }),
         ready: None,
         failed: false,
+        origin: None,
     };
     let fresh = entry(&written, "rv9");
 
@@ -260,6 +265,7 @@ fn unfinished_entries_go_back_to_what_they_were_before_the_sync() {
         held: None,
         ready: None,
         failed: false,
+        origin: None,
     };
     let next = Inventory {
         commit: Some("c2".into()),
@@ -267,6 +273,7 @@ fn unfinished_entries_go_back_to_what_they_were_before_the_sync() {
         held: None,
         ready: None,
         failed: false,
+        origin: None,
     };
     let out = unfinished(&next, &old, &[a.key(), b.key()]);
     assert_eq!(
@@ -299,6 +306,7 @@ fn write_ahead_adds_pending_entries_for_new_objects_only() {
         held: None,
         ready: None,
         failed: false,
+        origin: None,
     };
     let targets: Vec<Target> = [cm("a", "2"), b.clone()]
         .into_iter()
@@ -349,6 +357,7 @@ fn an_object_another_app_owns_is_taken_only_when_both_share_it() {
     let owner = |shared| OtherOwner {
         app: "other".into(),
         shared,
+        claim: crate::plan::Claim::Label,
     };
     let owners = HashMap::from([(mine.key(), owner(true)), (marked.key(), owner(true))]);
     let refused: Vec<String> = taken(draft.new_targets(), &owners)

@@ -115,6 +115,21 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// Where the app comes from: what its inventory must say.
+    pub fn origin(&self) -> crate::plan::AppOrigin {
+        self.origin_of(self.app)
+    }
+
+    /// Where `app`, of this sync's cluster, comes from.
+    pub fn origin_of(&self, app: &AppConfig) -> crate::plan::AppOrigin {
+        crate::plan::AppOrigin {
+            set: app.set.clone(),
+            folder: app.folder.clone(),
+            cluster: self.cluster.name.clone(),
+            repo: app.repo.clone(),
+        }
+    }
+
     /// The context of a one-shot command (`berth plan`, `berth rollback`): started from
     /// the command line, never interrupted.
     pub fn for_command(syncer: &'a Syncer, app: &'a AppConfig, report: Report<'a>) -> Self {

@@ -139,6 +139,19 @@ pub enum SyncError {
         /// The new folder's.
         to: String,
     },
+    /// The app's inventory belongs to another app of the same name (a folder of another
+    /// set, another cluster): nothing is written, pruned or handed over on its word.
+    #[error("inventory {inventory} belongs to {theirs}, not to this app ({ours}): refused; nothing was written or pruned (two apps share the name {app:?}: rename one, or delete the inventory if that app is gone)")]
+    ForeignInventory {
+        /// The app.
+        app: String,
+        /// The inventory, `namespace/name`.
+        inventory: String,
+        /// Whose it is.
+        theirs: crate::plan::AppOrigin,
+        /// This app's origin.
+        ours: crate::plan::AppOrigin,
+    },
     /// A sync's history record could not be written.
     #[error("this sync's history record could not be written ({0}): the cluster holds what it lists; free space in [agent] state_dir")]
     Unrecorded(crate::history::HistoryError),

@@ -264,7 +264,9 @@ pub(super) async fn prepare(
 ) -> Result<Prepared, Stop> {
     let (inventory, store) = inventory::load(ctx, journal).await?;
     rec.previous_commit = inventory.commit.clone();
-    let previous = inventory.commit.as_deref();
+    // Like with like: a commit of another repository (a written app moved) is no rewind.
+    let same_repo = (inventory.origin.as_ref()).is_none_or(|o| o.repo == ctx.app.repo);
+    let previous = inventory.commit.as_deref().filter(|_| same_repo);
     rec.history_rewritten = rewind::rewritten(ctx, &checkout, previous).await;
     if let Some(note) = &rec.history_rewritten {
         rewind::guard_rewind(ctx, note, journal)?;

@@ -52,7 +52,7 @@ impl Syncer {
         report: Report<'_>,
     ) -> SyncRecord {
         self.under_lock(from, shutdown, report, async |ctx, journal| {
-            let handed = move_inventory(ctx, &to.name, journal).await?;
+            let handed = move_inventory(ctx, to, journal).await?;
             Ok(format!(
                 "its folder renamed: {} handed over to app {}",
                 crate::plural(handed, "object"),
@@ -115,9 +115,15 @@ impl Syncer {
 
 /// Stores the app's inventory as `to`'s (refused when `to` has one), then deletes the
 /// app's, in the cluster and in berth's local copies. Returns how many objects it lists.
-async fn move_inventory(ctx: &Ctx<'_>, to: &str, journal: &mut Journal<'_>) -> Result<usize, Stop> {
+async fn move_inventory(
+    ctx: &Ctx<'_>,
+    to: &AppConfig,
+    journal: &mut Journal<'_>,
+) -> Result<usize, Stop> {
     use crate::cluster::inventory::{delete, load, local_path, store, store_local};
-    let (old, _) = inventory::load(ctx, journal).await?;
+    let (mut old, _) = inventory::load(ctx, journal).await?;
+    old.origin = Some(ctx.origin_of(to));
+    let to = to.name.as_str();
     let agent = &ctx.syncer.agent;
     let (client, ns) = (&ctx.cluster.client, &agent.inventory_namespace);
     match load(client, ns, to).await {

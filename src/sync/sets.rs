@@ -5,13 +5,13 @@
 //! set that cannot be listed keeps its apps by it, and the apps a set no longer makes —
 //! removed as an app removed from the configuration is — are found by it.
 
-use std::collections::HashSet;
-use std::io::Read;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::config::{
-    check_generated, AppConfig, AppSetConfig, Config, Problem as Invalid, SetError,
+    check_generated, compile_globs, AgentConfig, AppConfig, AppSetConfig, Config,
+    Problem as Invalid, Refused, SetError,
 };
 use crate::source::folders::{self, FolderError};
 use crate::source::git::{self, SourceError};
@@ -59,6 +59,10 @@ pub enum Problem {
     /// Its folders cannot be read, or its apps not made: they stay as they were.
     #[error("{0}; its apps stay as they were")]
     Unlisted(String),
+    /// Its state file is not one and it cannot be listed: its apps stay as they run, none
+    /// is removed, until it is listed again.
+    #[error("{0}: its apps stay as they run and none is removed until it is listed again")]
+    Torn(String),
 }
 
 /// Why a set cannot be listed at its commit, or its apps not made.
@@ -95,9 +99,6 @@ pub enum ListError {
         /// What is wrong.
         problems: Vec<Invalid>,
     },
-    /// A name it makes is taken.
-    #[error("it makes an app named {0:?}, which another app has (give app_name a template that tells them apart)")]
-    Taken(String),
 }
 
 /// A set's listing: the folders its apps are made from, and why they are the last ones
@@ -113,12 +114,17 @@ pub struct Listing {
 }
 
 impl Listing {
-    /// What the set's state file holds: the last listing.
+    /// What the set's state file holds: the last listing (a state file that is not one is
+    /// the listing's problem: the set's apps are not known, and none is removed).
     pub fn remembered(state_dir: &Path, set: &str) -> Listing {
+        let (listed, problem) = match read_state(state_dir, set) {
+            Ok(listed) => (listed.unwrap_or_default(), None),
+            Err(torn) => (Listed::default(), Some(Problem::Torn(torn))),
+        };
         Listing {
             set: set.to_string(),
-            listed: remembered(state_dir, set).unwrap_or_default(),
-            problem: None,
+            listed,
+            problem,
         }
     }
 }
@@ -134,8 +140,22 @@ pub async fn list(
     since: Instant,
     revision: Option<&str>,
 ) -> Listing {
-    let before = remembered(&config.agent.state_dir, &set.name);
-    let (listed, problem) = match list_commit(sources, config, set, since, revision).await {
+    let before = read_state(&config.agent.state_dir, &set.name);
+    let listing = list_commit(sources, config, set, since, revision).await;
+    let before = match (before, &listing) {
+        (Ok(before), _) => before,
+        // A listing of the commit mends a torn state file; without one, nothing is known.
+        (Err(_), Ok(_)) => None,
+        (Err(torn), Err(e)) => {
+            let torn = format!("{e}, and {torn}");
+            return Listing {
+                set: set.name.clone(),
+                listed: Listed::default(),
+                problem: Some(Problem::Torn(torn)),
+            };
+        }
+    };
+    let (listed, problem) = match listing {
         Ok(now) if now.folders.is_empty() && !set.folders.is_empty() && !set.allow_empty => {
             match before {
                 Some(before) if !before.folders.is_empty() => {
@@ -198,8 +218,10 @@ async fn list_commit(
 
 /// `config` with each set's apps made from its listing, after the written apps (`config`
 /// may be expanded already: its generated apps are made again). A set not listed, or
-/// whose apps cannot be made from its listing — a template that fails for a folder, a name
-/// another app has — keeps `kept(set)`'s apps; its listing's problem says why.
+/// whose apps cannot be made from its listing — a template that fails for a folder, more
+/// apps than its `max_apps` — keeps `kept(set)`'s apps; its listing's problem says why.
+/// An app that cannot run — a name two apps have, a namespace no set may reach — is
+/// refused: in `refused`, neither run nor removed.
 pub fn expand(
     config: &Config,
     listings: &mut [Listing],
@@ -207,22 +229,74 @@ pub fn expand(
 ) -> Config {
     let mut expanded = config.clone();
     expanded.apps.retain(|a| a.set.is_none());
-    let mut taken: HashSet<String> = expanded.apps.iter().map(|a| a.name.clone()).collect();
+    expanded.refused.clear();
+    let mut generated = Vec::new();
     for set in &config.app_sets {
         let apps = match listings.iter_mut().find(|l| l.set == set.name) {
             None => kept(&set.name),
-            Some(listing) => match made(config, set, &listing.listed, &taken) {
-                Ok(apps) => apps,
+            Some(listing) if matches!(listing.problem, Some(Problem::Torn(_))) => kept(&set.name),
+            Some(listing) => match made(config, set, &listing.listed) {
+                Ok((apps, refused)) => {
+                    expanded.refused.extend(refused);
+                    apps
+                }
                 Err(e) => {
                     listing.problem = Some(Problem::Unlisted(e.to_string()));
                     kept(&set.name)
                 }
             },
         };
-        taken.extend(apps.iter().map(|a| a.name.clone()));
-        expanded.apps.extend(apps);
+        generated.extend(apps);
     }
     expanded
+        .refused
+        .extend(refuse_clashes(&expanded.apps, &mut generated));
+    expanded.apps.extend(generated);
+    expanded
+}
+
+/// Takes out of `generated` every app whose name another app has (see [`clashes`]), and
+/// returns them refused.
+pub fn refuse_clashes(written: &[AppConfig], generated: &mut Vec<AppConfig>) -> Vec<Refused> {
+    let clashes = clashes(written, generated);
+    let refused = (generated.iter())
+        .filter_map(|app| Some(Refused::of(app, clashes.get(&app.name)?.clone())))
+        .collect();
+    generated.retain(|a| !clashes.contains_key(&a.name));
+    refused
+}
+
+/// The names more than one app has, each with what says so: every generated app of such a
+/// name is refused — never the first made — naming each app that has it. A written app
+/// keeps its name: a folder cannot take it, nor stop it.
+fn clashes(written: &[AppConfig], generated: &[AppConfig]) -> BTreeMap<String, String> {
+    let mut holders: BTreeMap<&str, Vec<&AppConfig>> = BTreeMap::new();
+    for app in written.iter().chain(generated) {
+        holders.entry(app.name.as_str()).or_default().push(app);
+    }
+    let said = |app: &AppConfig| match (&app.set, &app.folder) {
+        (None, _) => "the written [[app]]".to_string(),
+        (Some(set), Some(folder)) => format!(
+            "app set {set} (folder {folder}, cluster {})",
+            app.cluster.as_deref().unwrap_or_default()
+        ),
+        (Some(set), None) => format!(
+            "app set {set} (cluster {})",
+            app.cluster.as_deref().unwrap_or_default()
+        ),
+    };
+    holders
+        .into_iter()
+        .filter(|(_, apps)| apps.len() > 1)
+        .map(|(name, apps)| {
+            let who: Vec<String> = apps.iter().map(|a| said(a)).collect();
+            let why = format!(
+                "the name {name:?} is made by {}: each app of the sets that make it is refused until one is renamed (give app_name a template that tells them apart)",
+                who.join(" and by ")
+            );
+            (name.to_string(), why)
+        })
+        .collect()
 }
 
 /// The `depends_on` names no app has once the sets are listed (validation lets a name no
@@ -253,12 +327,10 @@ pub fn expand_remembered(config: &Config) -> Config {
 }
 
 /// The apps `set` made from its last listing, under `config` (none when they cannot be
-/// made).
+/// made; those refused left out).
 pub fn remembered_apps(config: &Config, set: &AppSetConfig) -> Vec<AppConfig> {
     let listed = remembered(&config.agent.state_dir, &set.name).unwrap_or_default();
-    let written = config.apps.iter().filter(|a| a.set.is_none());
-    let taken = written.map(|a| a.name.clone()).collect();
-    made(config, set, &listed, &taken).unwrap_or_default()
+    made(config, set, &listed).map_or_else(|_| Vec::new(), |(apps, _)| apps)
 }
 
 /// The apps a rename hands over, `(from, to)`: for each folder `before` has and `now` has
@@ -289,18 +361,17 @@ pub fn renamed(
     pairs
 }
 
-/// The apps of `set` for `listed`, each checked as a written app is.
+/// The apps of `set` for `listed`, each checked as a written app is, and those refused: a
+/// folder whose apps would reach a reserved namespace (see [`out_of_reach`]).
 ///
 /// # Errors
-/// The first app that cannot be made, or whose name another app has.
+/// The first app that cannot be made, or more apps than the set's `max_apps`.
 fn made(
     config: &Config,
     set: &AppSetConfig,
     listed: &Listed,
-    taken: &HashSet<String>,
-) -> Result<Vec<AppConfig>, ListError> {
+) -> Result<(Vec<AppConfig>, Vec<Refused>), ListError> {
     let apps = set.generate(&listed.paths(), &config.cluster)?;
-    let mut names = HashSet::new();
     for app in &apps {
         if let Err(problems) = check_generated(app, &config.cluster) {
             let (app, path) = (app.name.clone(), app.path.join(", "));
@@ -310,12 +381,92 @@ fn made(
                 problems,
             });
         }
-        if taken.contains(&app.name) || !names.insert(app.name.as_str()) {
-            return Err(ListError::Taken(app.name.clone()));
+    }
+    Ok(within_reach(config, set, apps))
+}
+
+/// The apps of `set` that may run, and those refused: each whose templates reach a
+/// reserved namespace (see [`out_of_reach`]).
+pub fn within_reach(
+    config: &Config,
+    set: &AppSetConfig,
+    apps: Vec<AppConfig>,
+) -> (Vec<AppConfig>, Vec<Refused>) {
+    let reserved = reserved_namespaces(&config.agent);
+    let (mut made, mut refused) = (Vec::with_capacity(apps.len()), Vec::new());
+    for app in apps {
+        match out_of_reach(set, &app, &reserved) {
+            Some(why) => refused.push(Refused::of(&app, why)),
+            None => made.push(app),
         }
     }
-    Ok(apps)
+    (made, refused)
 }
+
+/// The namespaces no set's app may have or reach: Kubernetes' own, and berth's
+/// (`agent.inventory_namespace`). Only a written app may name them.
+pub fn reserved_namespaces(agent: &AgentConfig) -> [&str; 5] {
+    [
+        "kube-system",
+        "kube-public",
+        "kube-node-lease",
+        "default",
+        agent.inventory_namespace.as_str(),
+    ]
+}
+
+/// Why a set's app may not run: a namespace or scope its templates fill in (from a
+/// folder's name, a cluster's, a label) reaches a reserved namespace, or a folder's name
+/// holding a glob's character fills in a scope (a folder named `*` would make
+/// `scope = ["{folder}"]` every namespace). What the set writes literally stands.
+fn out_of_reach(set: &AppSetConfig, app: &AppConfig, reserved: &[&str]) -> Option<String> {
+    let filled = |v: Option<&toml::Value>| v.and_then(toml::Value::as_str).is_some_and(is_template);
+    let template = &set.template;
+    let scope_template = (template.get("scope"))
+        .and_then(|s| s.get("namespaces"))
+        .and_then(toml::Value::as_array);
+    let mut reached: Vec<&str> = Vec::new();
+    if filled(template.get("namespace")) && reserved.contains(&app.namespace.as_str()) {
+        reached.push(&app.namespace);
+    }
+    let filled_scope: Vec<&String> = match (scope_template, &app.scope.namespaces) {
+        (Some(written), Some(made)) => (written.iter().zip(made))
+            .filter(|(w, _)| filled(Some(w)))
+            .map(|(_, m)| m)
+            .collect(),
+        _ => Vec::new(),
+    };
+    if let Some(folder) =
+        (app.folder.as_deref()).filter(|f| !filled_scope.is_empty() && f.contains(GLOB_CHARS))
+    {
+        return Some(format!(
+            "its folder {folder:?} holds a glob's character, which its scope's template would take as one: skipped"
+        ));
+    }
+    let globs = compile_globs(&filled_scope.into_iter().cloned().collect::<Vec<_>>())
+        .ok()
+        .flatten();
+    reached.extend(
+        reserved
+            .iter()
+            .filter(|ns| globs.as_ref().is_some_and(|g| g.is_match(ns))),
+    );
+    let reached = reached.first()?;
+    Some(format!(
+        "its templates make namespace {:?} and scope {:?}, which reach namespace {reached:?}: {} are out of any template's reach (only a written [[app]] may name them); skipped",
+        app.namespace,
+        app.scope_namespaces(),
+        reserved.join(", ")
+    ))
+}
+
+/// Whether a set's value is a template: it holds a placeholder.
+fn is_template(text: &str) -> bool {
+    text.replace("{{", "").contains('{')
+}
+
+/// The characters of a glob: a folder's name holding one could widen a scope.
+const GLOB_CHARS: &[char] = &['*', '?', '[', ']', '{', '}', '!', '\\'];
 
 fn state_path(state_dir: &Path, set: &str) -> PathBuf {
     state_dir.join("sets").join(format!("{set}.json"))
@@ -324,20 +475,27 @@ fn state_path(state_dir: &Path, set: &str) -> PathBuf {
 /// What `set` listed last; `None` when it never listed, or its state file is not one
 /// (said: nothing is removed on its word).
 pub fn remembered(state_dir: &Path, set: &str) -> Option<Listed> {
+    read_state(state_dir, set).unwrap_or_else(|torn| {
+        tracing::warn!(set = %set, "app set {set}: {torn}: nothing is removed on its word");
+        None
+    })
+}
+
+/// What `set` listed last (`None`: never listed); `Err`, saying why, when its state file is
+/// there but not one (torn, damaged, too large, a link).
+fn read_state(state_dir: &Path, set: &str) -> Result<Option<Listed>, String> {
     let path = state_path(state_dir, set);
-    let mut text = Vec::new();
-    crate::state::open_state(&path)
-        .ok()?
-        .take(MAX_STATE)
-        .read_to_end(&mut text)
-        .ok()?;
-    match serde_json::from_slice::<Listed>(&text) {
-        Ok(listed) => Some(listed),
-        Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "a set's state file cannot be read: the set is taken as never listed");
-            None
-        }
-    }
+    let torn = |why: &dyn std::fmt::Display| {
+        format!("its state file {} is not one ({why})", path.display())
+    };
+    let file = match crate::state::open_state(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        file => file,
+    };
+    let text = crate::manifest::read::read_capped(file, MAX_STATE).map_err(|e| torn(&e))?;
+    serde_json::from_slice::<Listed>(&text)
+        .map(Some)
+        .map_err(|e| torn(&e))
 }
 
 /// Keeps what `listing` lists, when it is the commit's (a listing with a problem keeps

@@ -51,6 +51,7 @@ pub(super) async fn apply_waves(
         held: None,
         ready: None,
         failed: false,
+        origin: waves.old.origin.clone(),
     };
     let mut numbers = numbers.into_iter();
     while let Some(wave) = numbers.next() {

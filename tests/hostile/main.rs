@@ -8,15 +8,17 @@
 //! One module per surface: `render` (bounded inputs, kustomize), `scope` (apps confined,
 //! berth's own state), `git` (replayed and tagged commits, and what a commit may cost to
 //! write out), `http` (the endpoint), `tools`
-//! (the confined runner: kustomize and helm).
+//! (the confined runner: kustomize and helm), `fleet` (a team's folder in a shared app set).
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod fleet;
 mod git;
 mod http;
 mod render;
 mod scope;
+mod state;
 mod tools;
 
 use std::path::Path;

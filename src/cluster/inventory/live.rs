@@ -9,8 +9,8 @@ use kube::core::PartialObjectMeta;
 use super::ANNOTATION_PRUNE;
 use crate::cluster::apply::observed;
 use crate::cluster::ClusterError;
-use crate::manifest::{ObjectKey, ANNOTATION_SHARED, LABEL_APP};
-use crate::plan::{LiveObject, OtherOwner, Resolved};
+use crate::manifest::{ObjectKey, ANNOTATION_SHARED, LABEL_APP, LABEL_NAMESPACE_FOR};
+use crate::plan::{Claim, LiveObject, OtherOwner, Resolved};
 
 /// A resource and namespace with at most this many of the app's objects is read object
 /// by object; with more, one list. A list filters every object of its kind in the
@@ -31,7 +31,7 @@ pub async fn live_objects(
     let found = labelled(client, wanted, Owned::By(app)).await?;
     Ok(found
         .into_iter()
-        .map(|(key, item)| (key, live_object(&item)))
+        .map(|(key, item)| (key, live_object(&item, app)))
         .collect())
 }
 
@@ -62,6 +62,7 @@ pub async fn owned_elsewhere(
                     .as_ref()
                     .and_then(|a| a.get(ANNOTATION_SHARED))
                     .is_some_and(|v| v == "true"),
+                claim: Claim::Label,
             };
             (key, owner)
         })
@@ -163,8 +164,10 @@ fn key_of(r: &Resolved, item: &PartialObjectMeta<kube::api::DynamicObject>) -> O
     }
 }
 
-fn live_object(item: &PartialObjectMeta<kube::api::DynamicObject>) -> LiveObject {
+fn live_object(item: &PartialObjectMeta<kube::api::DynamicObject>, app: &str) -> LiveObject {
     LiveObject {
+        uid: item.metadata.uid.clone(),
+        asked_by_another: asked_by_another(item.metadata.labels.as_ref(), app),
         observed: observed(&item.metadata),
         keep: item
             .metadata
@@ -173,4 +176,69 @@ fn live_object(item: &PartialObjectMeta<kube::api::DynamicObject>) -> LiveObject
             .and_then(|a| a.get(ANNOTATION_PRUNE))
             .is_some_and(|v| v == "false"),
     }
+}
+
+/// Another app than `app` whose `create_namespace` label (`namespace.berth.dev/APP`) the
+/// object carries.
+fn asked_by_another(labels: Option<&BTreeMap<String, String>>, app: &str) -> Option<String> {
+    labels?
+        .keys()
+        .filter_map(|k| k.strip_prefix(LABEL_NAMESPACE_FOR))
+        .find(|asker| *asker != app)
+        .map(str::to_string)
+}
+
+/// The live namespaces among `names` that `app` may not take: one berth created for
+/// another app (`create_namespace`), and — for an app set's app (`generated`) — any that
+/// exists and is not labelled as the app's own. A namespace another app's label names is
+/// [`owned_elsewhere`]'s.
+///
+/// # Errors
+/// A request failed.
+pub async fn namespaces_of_others(
+    client: &kube::Client,
+    names: Vec<String>,
+    app: &str,
+    generated: bool,
+) -> Result<HashMap<ObjectKey, OtherOwner>, ClusterError> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let mut found = HashMap::new();
+    for name in names {
+        let meta = api
+            .get_metadata_opt(&name)
+            .await
+            .map_err(|cause| ClusterError::Request {
+                what: format!("reading namespace {name}"),
+                cause,
+            })?;
+        let Some(meta) = meta else { continue };
+        let labels = meta.metadata.labels.as_ref();
+        let owner = labels.and_then(|l| l.get(LABEL_APP));
+        if owner.is_some() {
+            continue;
+        }
+        let asked_by_me =
+            labels.is_some_and(|l| l.contains_key(&format!("{LABEL_NAMESPACE_FOR}{app}")));
+        let (who, claim) = match asked_by_another(labels, app) {
+            Some(other) if !asked_by_me => (other, Claim::CreateNamespace),
+            _ if generated && !asked_by_me => (String::new(), Claim::NotBerths),
+            _ => continue,
+        };
+        let key = ObjectKey {
+            group: String::new(),
+            kind: "Namespace".into(),
+            namespace: None,
+            name,
+        };
+        let shared = false;
+        found.insert(
+            key,
+            OtherOwner {
+                app: who,
+                shared,
+                claim,
+            },
+        );
+    }
+    Ok(found)
 }

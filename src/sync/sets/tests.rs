@@ -86,24 +86,153 @@ fn a_set_makes_one_app_per_folder_and_cluster_after_the_written_ones() {
 }
 
 #[test]
-fn a_name_another_app_has_keeps_the_sets_apps_and_says_why() {
+fn a_name_a_written_app_has_is_refused_to_the_set_and_kept_by_the_written_app() {
     let state = tempfile::tempdir().unwrap();
     let c = config(state.path(), CONFIG);
     let mut listings = [listing(&["addons/dns"])];
-    let kept = |set: &str| {
-        assert_eq!(set, "addons");
-        Vec::new()
-    };
-    let expanded = expand(&c, &mut listings, &kept);
+    let expanded = expand(&c, &mut listings, &|_| Vec::new());
     assert_eq!(
         names(&expanded),
-        ["addons-dns-east"],
-        "the written app only"
+        ["addons-dns-east", "addons-dns-west"],
+        "the written app, and the set's other cluster"
     );
+    assert_eq!(expanded.app("addons-dns-east").unwrap().set, None);
+    assert_eq!(listings[0].problem, None, "the set's other apps are listed");
+    let refused: Vec<String> = expanded.refused.iter().map(|r| r.to_string()).collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].contains("the name \"addons-dns-east\" is made by the written [[app]] and by app set addons (folder addons/dns, cluster east)"),
+        "{refused:?}"
+    );
+    assert!(expanded.has_app("addons-dns-east"));
+}
+
+/// Set `mono` over `teama/*` and set `mono-b` over `teamb/*`: folder `teama/b-web` makes
+/// the name folder `teamb/web` does. Neither wins, whichever is listed first, and neither
+/// is removed.
+#[test]
+fn two_sets_making_one_name_are_both_refused_naming_both_folders() {
+    let state = tempfile::tempdir().unwrap();
+    let text = r#"
+[agent]
+state_dir = "STATE"
+
+[cluster]
+
+[[app_set]]
+name = "mono"
+repo = "/srv/git/mono"
+folders = ["teama/*"]
+namespace = "mono-a"
+
+[[app_set]]
+name = "mono-b"
+repo = "/srv/git/mono"
+folders = ["teamb/*"]
+namespace = "mono-b"
+"#;
+    let c = config(state.path(), text);
+    let of = |set: &str, paths: &[&str]| Listing {
+        set: set.into(),
+        ..listing(paths)
+    };
+    for order in [[0, 1], [1, 0]] {
+        let all = [
+            of("mono", &["teama/b-web", "teama/api"]),
+            of("mono-b", &["teamb/web"]),
+        ];
+        let mut listings = order.map(|i| all[i].clone());
+        let expanded = expand(&c, &mut listings, &|_| Vec::new());
+        assert_eq!(names(&expanded), ["mono-api"], "{order:?}");
+        assert!(listings.iter().all(|l| l.problem.is_none()));
+        let refused: Vec<String> = expanded.refused.iter().map(|r| r.to_string()).collect();
+        assert_eq!(refused.len(), 2, "{refused:?}");
+        for r in &refused {
+            assert!(
+                r.contains("is made by app set mono (folder teama/b-web, cluster default) and by app set mono-b (folder teamb/web, cluster default)"),
+                "{r}"
+            );
+        }
+        assert!(expanded.has_app("mono-b-web"), "refused: never removed");
+    }
+}
+
+#[test]
+fn a_template_reaching_a_reserved_namespace_skips_that_folder_and_says_so() {
+    let state = tempfile::tempdir().unwrap();
+    let text = CONFIG.replace("addons-dns-east", "solo")
+        + "[app_set.scope]\nnamespaces = [\"{folder}\", \"shared-{folder}\"]\n";
+    let c = config(state.path(), &text);
+    let folders = [
+        "addons/dns",
+        "addons/kube-system",
+        "addons/default",
+        "addons/berth-system",
+        "addons/kube-node-lease",
+    ];
+    let mut listings = [listing(&folders)];
+    let expanded = expand(&c, &mut listings, &|_| Vec::new());
+    assert_eq!(
+        names(&expanded),
+        ["solo", "addons-dns-east", "addons-dns-west"]
+    );
+    assert_eq!(expanded.refused.len(), 8, "4 folders × 2 clusters");
+    let said = expanded.refused[0].to_string();
+    assert!(
+        said.contains("folder addons/kube-system")
+            && said.contains("reach namespace \"kube-system\"")
+            && said.ends_with("skipped"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_folder_named_as_a_glob_cannot_widen_a_templated_scope() {
+    let state = tempfile::tempdir().unwrap();
+    let text = CONFIG.replace("addons-dns-east", "solo").replace(
+        "namespace = \"{folder}\"",
+        "namespace = \"team\"\napp_name = \"any-{cluster}\"\n[app_set.scope]\nnamespaces = [\"{folder}\"]",
+    );
+    let c = config(state.path(), &text);
+    let mut listings = [listing(&["addons/[a-z]*"])];
+    let expanded = expand(&c, &mut listings, &|_| Vec::new());
+    assert_eq!(names(&expanded), ["solo"]);
+    assert_eq!(expanded.refused.len(), 2);
+    assert!(
+        expanded.refused[0].why.contains("glob"),
+        "{:?}",
+        expanded.refused
+    );
+}
+
+#[test]
+fn a_namespace_the_set_writes_literally_stands() {
+    let state = tempfile::tempdir().unwrap();
+    let text = CONFIG
+        .replace("addons-dns-east", "solo")
+        .replace("namespace = \"{folder}\"\n", "");
+    let c = config(state.path(), &text);
+    let mut listings = [listing(&["addons/dns"])];
+    let expanded = expand(&c, &mut listings, &|_| Vec::new());
+    assert_eq!(
+        expanded.app("addons-dns-east").unwrap().namespace,
+        "default"
+    );
+    assert!(expanded.refused.is_empty());
+}
+
+#[test]
+fn more_apps_than_max_apps_are_refused_naming_the_set_and_the_bound() {
+    let state = tempfile::tempdir().unwrap();
+    let text = CONFIG.replace("addons-dns-east", "solo") + "max_apps = 3\n";
+    let c = config(state.path(), &text);
+    let mut listings = [listing(&["addons/a", "addons/b"])];
+    let kept = |_: &str| Vec::new();
+    let expanded = expand(&c, &mut listings, &kept);
+    assert_eq!(names(&expanded), ["solo"]);
     let problem = listings[0].problem.as_ref().unwrap().to_string();
     assert!(
-        problem.contains("it makes an app named \"addons-dns-east\", which another app has")
-            && problem.ends_with("its apps stay as they were"),
+        problem.contains("app set addons: its 2 folders make 4 apps, more than its max_apps (3)"),
         "{problem}"
     );
 }

@@ -6,6 +6,7 @@ use crate::cluster::inventory::{self, Version};
 use crate::cluster::ClusterError;
 use crate::plan::{self, Inventory};
 use crate::sync::context::{Ctx, Journal, Stop};
+use crate::sync::error::SyncError;
 use crate::sync::write::Write;
 
 /// [`InventoryStore::keep_ready`] for a commit the sync skipped without reading the
@@ -73,6 +74,15 @@ pub(in crate::sync) async fn load(
     if let Some(w) = warning {
         tracing::warn!(app = %app, "{w}");
         ctx.warn(&w);
+    }
+    let ours = ctx.origin();
+    if let Some(theirs) = inv.origin.as_ref().filter(|o| !o.same_app(&ours)) {
+        return Err(journal.stop(SyncError::ForeignInventory {
+            app: app.clone(),
+            inventory: name,
+            theirs: theirs.clone(),
+            ours,
+        }));
     }
     Ok((inv, store))
 }
@@ -143,6 +153,7 @@ impl InventoryStore {
         let client = &ctx.cluster.client;
         let (ns, app) = (&agent.inventory_namespace, &ctx.app.name);
         let mut next = next.clone();
+        next.origin = Some(ctx.origin());
         for attempt in 1..=3 {
             journal.requests += 1;
             let version = self.version.as_ref();

@@ -19,7 +19,7 @@ use crate::sync::write::Write;
 /// The label every namespace berth created carries.
 const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "berth");
 /// The prefix of the label each app that asked for the namespace sets (`…/APP`).
-const ASKED_BY: &str = "namespace.berth.dev/";
+const ASKED_BY: &str = crate::manifest::LABEL_NAMESPACE_FOR;
 
 /// What `create_namespace` asks of a sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! The plan step: what the commit writes, keeps and prunes, drafted from the inventory
 //! (pure, [`crate::plan::draft`]), refused where another app owns an object it would
-//! take ([`crate::plan::taken`]), and settled against the live objects of what git did
+//! take, or a namespace is not its to take ([`crate::plan::taken`]), and settled against the live objects of what git did
 //! not change (drift).
 
 use crate::cluster::discovery::ClusterKinds;
@@ -27,9 +27,20 @@ pub(in crate::sync) async fn plan(
         }
     };
     let client = &ctx.cluster.client;
-    let owners = inventory::owned_elsewhere(client, resources(draft.new_targets()), &ctx.app.name)
+    let app = &ctx.app.name;
+    let mut owners = inventory::owned_elsewhere(client, resources(draft.new_targets()), app)
         .await
         .map_err(|e| journal.stop(e))?;
+    let namespaces: Vec<String> = (draft.new_targets())
+        .map(|t| &t.manifest)
+        .filter(|m| m.group().is_empty() && m.kind() == "Namespace")
+        .map(|m| m.name().to_string())
+        .collect();
+    let generated = ctx.app.set.is_some();
+    let others = inventory::namespaces_of_others(client, namespaces, app, generated)
+        .await
+        .map_err(|e| journal.stop(e))?;
+    owners.extend(others);
     let taken = taken(draft.new_targets(), &owners);
     if !taken.is_empty() {
         taken.into_iter().for_each(|e| journal.fail(e));

@@ -5,8 +5,9 @@
 use crate::cluster::discovery::ClusterKinds;
 use crate::cluster::inventory;
 use crate::cluster::prune::{self, Pruned};
+use crate::cluster::Action;
 use crate::history::ObjectAction;
-use crate::manifest::confine::is_berths_own;
+use crate::manifest::confine::Confinement;
 use crate::plan::{Entry, Inventory};
 use crate::sync::context::{Ctx, Journal, Stop};
 
@@ -24,18 +25,7 @@ pub(in crate::sync) async fn prune(
     if !ctx.app.prune || candidates.is_empty() {
         return Ok(());
     }
-    // berth's own state is never an app's to delete, even when an inventory written
-    // before it was protected lists it: it leaves the inventory, untouched.
-    let reserved = &ctx.syncer.agent.inventory_namespace;
-    let (own, candidates): (Vec<Entry>, Vec<Entry>) = candidates
-        .into_iter()
-        .partition(|e| is_berths_own(&e.key, reserved));
-    for e in &own {
-        ctx.warn(&format!(
-            "{} is berth's own state: not pruned, and no longer the app's",
-            e.key
-        ));
-    }
+    let candidates = within_scope(ctx, candidates, journal);
     if let Err(stop) = ctx.interrupted() {
         next.objects.extend(candidates);
         next.commit = old.commit.clone();
@@ -47,6 +37,38 @@ pub(in crate::sync) async fn prune(
         next.commit = old.commit.clone();
     }
     Ok(())
+}
+
+/// The candidates the app may delete as its scope is now. Those outside it, or berth's own
+/// state (an inventory written before either was checked may list them, or one handed
+/// over from another folder's app), are kept and said, and leave the inventory: never
+/// deleted on this app's word. A scope that cannot be read keeps every candidate.
+fn within_scope(ctx: &Ctx<'_>, candidates: Vec<Entry>, journal: &mut Journal<'_>) -> Vec<Entry> {
+    let confinement = match Confinement::for_app(ctx.app, &ctx.syncer.agent) {
+        Ok(c) => c,
+        Err(e) => {
+            ctx.warn(&format!(
+                "[app.scope] does not compile ({e}): nothing is pruned"
+            ));
+            return Vec::new();
+        }
+    };
+    let mut within = Vec::with_capacity(candidates.len());
+    for entry in candidates {
+        let Some(why) = confinement.refuses_deleting(&entry.key) else {
+            within.push(entry);
+            continue;
+        };
+        let note = format!("not pruned: it {why}");
+        ctx.say(&format!("{} kept ({note})", entry.key.kubectl()));
+        journal.objects.push(ObjectAction {
+            key: entry.key,
+            action: Action::Kept,
+            source: None,
+            note: Some(note),
+        });
+    }
+    within
 }
 
 /// Deletes the candidates; returns the entries that must stay in the inventory (their
