@@ -226,19 +226,10 @@ async fn a_gigabyte_blob_is_refused_by_its_size_unread_in_the_first_fetch_and_a_
     refused(sync(&setup), "again.yaml");
 }
 
-#[tokio::test]
-async fn a_git_bomb_is_refused_before_a_file_is_written() {
-    let Some(cp) = common::control_plane() else {
-        return;
-    };
-    let client = common::client(cp).await;
-    let ns = common::namespace(&client, "git-bomb").await;
-    let repo = Repo::new();
-    repo.write("cm.yaml", &config_map("v1"));
-    repo.commit("v1");
-    // Ten entries of one blob, then five levels of ten entries of the level below: a
-    // million files from a few kilobytes of objects (made with git's plumbing: an index
-    // of them would be the bomb).
+/// Commits, beside `cm.yaml`, a folder `name` of 10^`levels` files: ten entries of one
+/// blob, then levels of ten entries of the level below, from a few kilobytes of objects
+/// (made with git's plumbing: an index of them would be the bomb).
+fn commit_bomb(repo: &Repo, name: &str, levels: usize) {
     let mktree = |entries: String| {
         let mut mktree = std::process::Command::new("git")
             .arg("mktree")
@@ -254,20 +245,81 @@ async fn a_git_bomb_is_refused_before_a_file_is_written() {
         let out = mktree.wait_with_output().unwrap();
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
-    let mut below = ("100644 blob", repo.git(&["rev-parse", "HEAD:cm.yaml"]));
-    for _ in 0..6 {
+    let cm = repo.git(&["rev-parse", "HEAD:cm.yaml"]);
+    let mut below = ("100644 blob", cm.clone());
+    for _ in 0..levels {
         let entries: String = (0..10)
             .map(|i| format!("{} {}\t{i}\n", below.0, below.1))
             .collect();
         below = ("040000 tree", mktree(entries));
     }
-    let cm = repo.git(&["rev-parse", "HEAD:cm.yaml"]);
     let root = mktree(format!(
-        "100644 blob {cm}\tcm.yaml\n040000 tree {}\tbomb\n",
+        "100644 blob {cm}\tcm.yaml\n040000 tree {}\t{name}\n",
         below.1
     ));
-    let commit = repo.git(&["commit-tree", &root, "-p", "HEAD", "-m", "a million files"]);
+    let commit = repo.git(&["commit-tree", &root, "-p", "HEAD", "-m", "a bomb"]);
     repo.git(&["update-ref", "refs/heads/main", &commit]);
+}
+
+/// 10^5 files under the app's own path, below the whole tree's bound (2 × 10^5): counted
+/// against `max_objects` before anything is written.
+#[tokio::test]
+async fn a_git_bomb_under_the_apps_path_is_refused_before_a_file_is_written() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "path-bomb").await;
+    let repo = Repo::new();
+    repo.write("cm.yaml", &config_map("v1"));
+    repo.commit("v1");
+    commit_bomb(&repo, "deploy", 5);
+    let setup = Setup::new(cp, "path-bomb", &repo, &ns, "path = \"deploy\"");
+    let run = sync(&setup);
+    assert_eq!(run.code, Some(1), "{}", run.out);
+    assert!(
+        run.out.contains(
+            "the app's paths (deploy) hold more than 20000 files (agent.max_objects); nothing was written"
+        ),
+        "{}",
+        run.out
+    );
+    let disk = disk_mib(setup.state.path());
+    eprintln!(
+        "git bomb under the app's path: {} MiB resident at most, {disk} MiB on disk, {:?}",
+        run.peak_mib, run.took
+    );
+    let trees = std::fs::read_dir(setup.state.path().join("sources"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|r| {
+            r.path()
+                .join("trees")
+                .read_dir()
+                .is_ok_and(|mut d| d.next().is_some())
+        })
+        .count();
+    assert_eq!(trees, 0, "no tree written");
+    assert!(disk < 20, "{disk} MiB on disk");
+    assert!(
+        run.took < std::time::Duration::from_secs(20),
+        "{:?}",
+        run.took
+    );
+}
+
+#[tokio::test]
+async fn a_git_bomb_is_refused_before_a_file_is_written() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "git-bomb").await;
+    let repo = Repo::new();
+    repo.write("cm.yaml", &config_map("v1"));
+    repo.commit("v1");
+    commit_bomb(&repo, "bomb", 6);
     let setup = Setup::new(cp, "git-bomb", &repo, &ns, "path = \"cm.yaml\"");
     let run = sync(&setup);
     assert_eq!(run.code, Some(1), "{}", run.out);

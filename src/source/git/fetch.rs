@@ -97,7 +97,7 @@ pub fn fetch(
         .peel_to_commit()
         .map_err(|e| cache_err(e.message().to_string()))?;
     let trees = source.join("trees");
-    let dir = write_tree(&repo, &commit, &trees, limits).map_err(|e| match e {
+    let dir = write_tree(&repo, &commit, &trees, limits, &app.path).map_err(|e| match e {
         TreeError::Refused(why) => SourceError::Tree {
             commit: commit.id().to_string()[..7].to_string(),
             why,

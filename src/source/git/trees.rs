@@ -19,7 +19,7 @@ pub fn tree_at(state_dir: &Path, repo: &str, sha: &str, limits: TreeLimits) -> O
     let source = source_dir(state_dir, repo);
     let git = repository(&source).ok()?;
     let commit = git.find_commit(Oid::from_str(sha).ok()?).ok()?;
-    let dir = write_tree(&git, &commit, &source.join("trees"), limits).ok()?;
+    let dir = write_tree(&git, &commit, &source.join("trees"), limits, &[]).ok()?;
     Some(Checkout {
         dir,
         source,
@@ -40,6 +40,9 @@ const TREE_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
 pub struct TreeLimits {
     /// The most files and folders (10 × `agent.max_objects`).
     pub files: usize,
+    /// The most files under the paths of the app that fetches (`agent.max_objects`):
+    /// counted before anything is written.
+    pub app_files: usize,
     /// The most bytes of the files written whole (16 × `agent.max_app_size`).
     pub bytes: u64,
     /// A larger blob is never inflated: it is written as a file of its size that holds
@@ -53,6 +56,7 @@ impl TreeLimits {
     pub fn of(agent: &AgentConfig) -> Self {
         TreeLimits {
             files: agent.max_objects.saturating_mul(10),
+            app_files: agent.max_objects,
             bytes: agent.max_app_size.saturating_mul(16),
             blob: agent.max_file_size,
         }
@@ -96,16 +100,18 @@ pub(super) fn write_tree(
     commit: &git2::Commit<'_>,
     trees: &Path,
     limits: TreeLimits,
+    paths: &[String],
 ) -> Result<PathBuf, TreeError> {
+    let tree = commit
+        .tree()
+        .map_err(|e| TreeError::Io(std::io::Error::other(e)))?;
+    count_under(repo, &tree, paths, limits)?;
     let dir = trees.join(commit.id().to_string());
     if dir.is_dir() {
         let touched =
             std::fs::File::open(&dir).and_then(|d| d.set_modified(std::time::SystemTime::now()));
         return touched.map(|()| dir).map_err(TreeError::Io);
     }
-    let tree = commit
-        .tree()
-        .map_err(|e| TreeError::Io(std::io::Error::other(e)))?;
     let blobs = blobs_dir(trees);
     let items = measure(repo, &tree, limits, &blobs)?;
     let tmp = trees.join(format!(".{}.{}", commit.id(), std::process::id()));
@@ -128,6 +134,52 @@ pub(super) fn write_tree(
             }
         }
     }
+}
+
+/// Refuses a tree whose `paths` (an app's, relative to the root; `.` the root) hold more
+/// than [`TreeLimits::app_files`] files, counted from the tree objects alone (no blob is
+/// read, nothing written; a subtree repeated under many names is counted each time, so a
+/// few hundred bytes of trees that would write 10^5 files are refused at the bound).
+pub(super) fn count_under(
+    repo: &Repository,
+    tree: &git2::Tree<'_>,
+    paths: &[String],
+    limits: TreeLimits,
+) -> Result<(), TreeError> {
+    let io = |e: git2::Error| TreeError::Io(std::io::Error::other(e));
+    let mut roots: Vec<Oid> = Vec::new();
+    let mut files = 0usize;
+    for path in paths {
+        let path = path.trim_matches('/').trim_start_matches("./");
+        if path.is_empty() || path == "." {
+            roots.push(tree.id());
+            continue;
+        }
+        match tree.get_path(Path::new(path)) {
+            Ok(entry) if entry.filemode() == 0o040000 => roots.push(entry.id()),
+            Ok(_) => files += 1,
+            // A path the commit lacks is the render's to say.
+            Err(_) => {}
+        }
+    }
+    let mut folders = roots;
+    while let Some(id) = folders.pop() {
+        for entry in repo.find_tree(id).map_err(io)?.iter() {
+            match entry.filemode() {
+                0o040000 => folders.push(entry.id()),
+                0o160000 => {}
+                _ => files += 1,
+            }
+            if files > limits.app_files {
+                return Err(TreeError::Refused(format!(
+                    "the app's paths ({}) hold more than {} files (agent.max_objects); nothing was written",
+                    paths.join(", "),
+                    limits.app_files
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What the tree holds, measured from the trees and the objects' headers (no blob is
