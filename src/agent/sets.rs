@@ -97,12 +97,13 @@ impl Agent {
     /// problem said, on every listing.
     pub(super) async fn take_listing(&mut self, listing: Listing, prune: bool, shutdown: &Signal) {
         let set = listing.set.clone();
-        if prune && listing.problem.is_none() {
-            self.hand_over(&listing, shutdown).await;
-        }
-        self.listings.insert(set.clone(), listing);
+        let before = self.listings.insert(set.clone(), listing.clone());
         let running = self.config();
         let expanded = self.expanded(&running);
+        let listed = self.listings.get(&set).is_some_and(|l| l.problem.is_none());
+        if let (true, true, Some(before)) = (prune, listed, before) {
+            self.hand_over(&before, &listing, &expanded, shutdown).await;
+        }
         if let Some(problem) = self.listings.get(&set).and_then(|l| l.problem.as_ref()) {
             tracing::warn!(set = %set, "app set {set}: {problem}");
         }
@@ -124,18 +125,24 @@ impl Agent {
         }
     }
 
-    /// Hands the objects of each folder `listing` finds renamed (its files unchanged) from
-    /// the old folder's apps, stopped first, to the new one's, before they start; the
-    /// apps handed over are not removed (`removed.rs`).
-    async fn hand_over(&mut self, listing: &Listing, shutdown: &Signal) {
+    /// Hands the objects of each folder `listing` finds renamed since `before` (its files
+    /// unchanged) from the old folder's apps, stopped first, to the new one's that will
+    /// run (`expanded`), before they start; the apps handed over are not removed
+    /// (`removed.rs`).
+    async fn hand_over(
+        &mut self,
+        before: &Listing,
+        listing: &Listing,
+        expanded: &Config,
+        shutdown: &Signal,
+    ) {
         let running = self.config();
-        let set = running.app_sets.iter().find(|s| s.name == listing.set);
-        let (Some(set), Some(before)) = (set, self.listings.get(&listing.set)) else {
+        let Some(set) = running.app_sets.iter().find(|s| s.name == listing.set) else {
             return;
         };
         let syncer = self.shared.syncer();
         for (from, to) in sets::renamed(&running, set, &before.listed, &listing.listed) {
-            if running.app(&to.name).is_some() {
+            if running.app(&to.name).is_some() || expanded.app(&to.name).is_none() {
                 continue;
             }
             self.stop(&from.name).await;

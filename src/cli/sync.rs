@@ -75,7 +75,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     };
     let mut ok = all_reached && sets_listed;
     if args.apps.is_empty() {
-        let handed = hand_over(&syncer, &file, &listings, &shutdown).await;
+        let handed = hand_over(&syncer, &file, &config, &listings, &shutdown).await;
         ok &= remove_gone(&syncer, &file, &config, &listings, &handed, &shutdown).await;
     }
     let ended = in_order(&syncer, &apps, options, args.with_deps, &shutdown).await;
@@ -100,10 +100,12 @@ fn exit_code(ok: bool) -> ExitCode {
 }
 
 /// Hands the objects of each folder renamed in a set (its files unchanged) from the old
-/// folder's apps to the new one's, before either syncs; the names of the apps handed over.
+/// folder's apps to the new one's that run (in `config`), before either syncs; the names
+/// of the apps handed over.
 async fn hand_over(
     syncer: &Syncer,
     file: &config::Config,
+    config: &config::Config,
     listings: &[sets::Listing],
     shutdown: &berth::shutdown::Signal,
 ) -> HashSet<String> {
@@ -113,7 +115,11 @@ async fn hand_over(
         let (Some(before), None) = (before, &listing.problem) else {
             continue;
         };
-        for (from, to) in sets::renamed(file, set, &before, &listing.listed) {
+        let renamed = sets::renamed(file, set, &before, &listing.listed);
+        for (from, to) in renamed
+            .into_iter()
+            .filter(|(_, to)| config.app(&to.name).is_some())
+        {
             let name = &from.name;
             let print = move |line: &str| super::say(format_args!("{name}: {line}"));
             let record = syncer

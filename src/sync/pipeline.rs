@@ -129,6 +129,9 @@ async fn steps(
     journal: &mut Journal<'_>,
 ) -> Result<Ended, Stop> {
     let checkout = fetch_verified(ctx, lock, rec, journal).await?;
+    if let Some(skip) = skip::folder_gone(ctx, &checkout) {
+        return Ok(skipped(rec, skip, None));
+    }
     if let Some((skip, inputs)) = skip::untouched(ctx, &checkout) {
         inventory::keep_ready(ctx, &checkout.commit.sha, journal).await?;
         return Ok(skipped(rec, skip, Some(inputs)));

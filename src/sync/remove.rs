@@ -41,9 +41,11 @@ impl Syncer {
     }
 
     /// Hands the objects of `from` (a set's app whose folder was renamed) to `to`, the
-    /// renamed folder's app, which has no inventory yet: `from`'s inventory becomes
-    /// `to`'s, so `to`'s first sync takes its objects over instead of deleting and
-    /// creating them again. Recorded in `from`'s history.
+    /// renamed folder's app, which has no inventory yet: those `to` renders at the commit
+    /// under the same kind, namespace and name become `to`'s inventory, so `to`'s first
+    /// sync takes them over instead of deleting and creating them again; every other
+    /// object `from` held is removed as for a removed folder (pruned with `prune = true`,
+    /// inside `from`'s scope). Recorded in `from`'s history.
     pub async fn hand_over(
         &self,
         from: &AppConfig,
@@ -53,11 +55,21 @@ impl Syncer {
     ) -> SyncRecord {
         self.under_lock(from, shutdown, report, async |ctx, journal| {
             let handed = move_inventory(ctx, to, journal).await?;
-            Ok(format!(
+            let mut note = format!(
                 "its folder renamed: {} handed over to app {}",
-                crate::plural(handed, "object"),
+                crate::plural(handed.moved, "object"),
                 to.name
-            ))
+            );
+            if handed.left > 0 {
+                let left = crate::plural(handed.left, "other object");
+                note += &match ctx.app.prune {
+                    true => format!(", {left} (not the new folder's) pruned"),
+                    false => {
+                        format!(", {left} (not the new folder's) left as they are (prune is off)")
+                    }
+                };
+            }
+            Ok(note)
         })
         .await
     }
@@ -113,40 +125,105 @@ impl Syncer {
     }
 }
 
-/// Stores the app's inventory as `to`'s (refused when `to` has one), then deletes the
-/// app's, in the cluster and in berth's local copies. Returns how many objects it lists.
+/// What a hand-over did: how many objects became the new app's, and how many others the
+/// old one held.
+struct Handed {
+    moved: usize,
+    left: usize,
+}
+
+/// Stores the entries of the app's inventory that `to` renders (same kind, namespace and
+/// name) as `to`'s (refused when `to` has one), prunes the others as the app's (with
+/// `prune = true`), then deletes the app's inventory once it holds nothing, in the cluster
+/// and in berth's local copies.
 async fn move_inventory(
     ctx: &Ctx<'_>,
     to: &AppConfig,
     journal: &mut Journal<'_>,
-) -> Result<usize, Stop> {
+) -> Result<Handed, Stop> {
     use crate::cluster::inventory::{delete, load, local_path, store, store_local};
-    let (mut old, _) = inventory::load(ctx, journal).await?;
-    old.origin = Some(ctx.origin_of(to));
-    let to = to.name.as_str();
+    let (old, mut from_store) = inventory::load(ctx, journal).await?;
     let agent = &ctx.syncer.agent;
     let (client, ns) = (&ctx.cluster.client, &agent.inventory_namespace);
-    match load(client, ns, to).await {
+    match load(client, ns, &to.name).await {
         Ok(None) => {}
         Ok(Some(_)) => {
             return Err(journal.stop(SyncError::HandOver {
                 app: ctx.app.name.clone(),
-                to: to.to_string(),
+                to: to.name.clone(),
             }))
         }
         Err(e) => return Err(journal.stop(e)),
     }
-    store(client, ns, to, &agent.field_manager, &old, None)
+    let kept = rendered_by(ctx, to, journal).await?;
+    let (moved, left): (Vec<_>, Vec<_>) =
+        (old.objects.iter().cloned()).partition(|e| kept.contains(&e.key));
+    let handed = Handed {
+        moved: moved.len(),
+        left: left.len(),
+    };
+    let theirs = Inventory {
+        objects: moved,
+        origin: Some(ctx.origin_of(to)),
+        ..old.clone()
+    };
+    store(client, ns, &to.name, &agent.field_manager, &theirs, None)
         .await
         .map_err(|e| journal.stop(e))?;
-    if let Err(e) = store_local(&agent.state_dir, to, &old) {
-        tracing::warn!(app = %to, error = %e, "cannot keep a local copy of the inventory handed over");
+    if let Err(e) = store_local(&agent.state_dir, &to.name, &theirs) {
+        tracing::warn!(app = %to.name, error = %e, "cannot keep a local copy of the inventory handed over");
+    }
+    let mut ours = Inventory {
+        objects: Vec::new(),
+        ..old.clone()
+    };
+    if ctx.app.prune {
+        let (kinds, _) = ctx.discover(None, journal).await?;
+        prune::prune(ctx, &kinds, left, &old, &mut ours, journal).await?;
+        // The old folder's namespace goes with it, unless what was handed over is in it.
+        let own = Some(ctx.app.namespace.as_str());
+        let keeps_it = theirs
+            .objects
+            .iter()
+            .any(|e| e.key.namespace.as_deref() == own);
+        if ctx.app.namespace != to.namespace && !keeps_it {
+            super::steps::namespace::release(ctx, journal).await;
+        }
+    } else {
+        ours.objects = left;
+    }
+    if !ours.objects.is_empty() || !journal.errors.is_empty() {
+        from_store.store(ctx, &old, &ours, journal).await;
+        return match journal.errors.is_empty() {
+            true => Ok(handed),
+            false => Err(Stop::Failed),
+        };
     }
     delete(client, ns, &ctx.app.name)
         .await
         .map_err(|e| journal.stop(e))?;
     let _ = std::fs::remove_file(local_path(&agent.state_dir, &ctx.app.name));
-    Ok(old.objects.len())
+    Ok(handed)
+}
+
+/// The objects `to` renders at its commit (fetched as its sync would, its signature
+/// checked): what a hand-over may give it.
+async fn rendered_by(
+    ctx: &Ctx<'_>,
+    to: &AppConfig,
+    journal: &mut Journal<'_>,
+) -> Result<std::collections::HashSet<crate::manifest::ObjectKey>, Stop> {
+    let theirs = Ctx::new(
+        ctx.syncer,
+        to,
+        SyncOptions::new(Trigger::Removed),
+        ctx.shutdown,
+        ctx.report,
+    );
+    let checkout = super::steps::fetch::fetch(&theirs, journal).await?;
+    super::steps::verify::verify(&theirs, &checkout, journal)?;
+    let rendered = super::steps::render::render(&theirs, &checkout, journal).await?;
+    Ok(rendered.manifests.iter().map(|m| m.key()).collect())
 }
 
 /// Prunes every object of the app's inventory; deletes the inventory once none is left

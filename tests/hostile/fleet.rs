@@ -329,3 +329,111 @@ async fn prune_keeps_what_is_outside_the_apps_current_scope() {
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &other);
     assert!(maps.get_opt("elsewhere").await.unwrap().is_some());
 }
+
+/// Finding 7: a folder renamed under `namespace = "{folder}"` hands over only what keeps
+/// its kind, namespace and name; everything else the old app held is pruned, as for a
+/// removed folder, its namespace with it — nothing is left owned by no app.
+#[tokio::test]
+async fn a_rename_hands_over_only_what_keeps_its_identity() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let id = std::process::id() % 100_000;
+    let (old, new) = (format!("old-{id}"), format!("new-{id}"));
+    let repo = Repo::new();
+    repo.write(
+        &format!("addons/{old}/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata: {k: v}\n",
+    );
+    repo.commit("old");
+    let set = format!("ren{id}");
+    let fleet = Fleet::new(
+        cp,
+        &format!(
+            "[[app_set]]\nname = \"{set}\"\nrepo = \"{}\"\nfolders = \"addons/*\"\nnamespace = \"{{folder}}\"\ncreate_namespace = true\nprune = true\n[app_set.scope]\nnamespaces = [\"{{folder}}\"]\n",
+            repo.dir.path().display()
+        ),
+    );
+    let (code, said) = fleet.berth(&["sync"]);
+    assert_eq!(code, 0, "{said}");
+    let old_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &old);
+    assert!(old_maps.get_opt("settings").await.unwrap().is_some());
+    repo.git(&["mv", &format!("addons/{old}"), &format!("addons/{new}")]);
+    repo.commit("renamed");
+    let (code, said) = fleet.berth(&["sync"]);
+    assert_eq!(code, 0, "{said}");
+    assert!(
+        said.contains(&format!("{set}-{old}: its folder renamed: 0 objects handed over to app {set}-{new}, 1 other object (not the new folder's) pruned")),
+        "{said}"
+    );
+    let new_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &new);
+    assert!(new_maps.get_opt("settings").await.unwrap().is_some());
+    assert!(
+        old_maps.get_opt("settings").await.unwrap().is_none(),
+        "the old folder's object is pruned"
+    );
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let left = namespaces.get_opt(&old).await.unwrap();
+    assert!(
+        left.is_none_or(|ns| ns.metadata.deletion_timestamp.is_some()),
+        "the old folder's namespace goes"
+    );
+}
+
+/// Finding 8: a folder removed from a set while `berth run` follows it: its apps are not
+/// synced at the commit that removed it (no failed record, no false notification); they
+/// are removed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_removed_folders_app_does_not_fail_before_its_set_is_listed() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "gone-folder").await;
+    let id = std::process::id() % 100_000;
+    let repo = Repo::new();
+    for folder in ["stays", "goes"] {
+        repo.write(
+            &format!("addons/{folder}/cm.yaml"),
+            &config_map(folder, &ns),
+        );
+    }
+    repo.commit("two");
+    let set = format!("gone{id}");
+    let fleet = Fleet::new(
+        cp,
+        &format!(
+            "[[app_set]]\nname = \"{set}\"\nrepo = \"{}\"\nfolders = \"addons/*\"\nnamespace = \"{ns}\"\nprune = true\n",
+            repo.dir.path().display()
+        ),
+    );
+    let _daemon = common::Daemon::start(&fleet.config, &[]);
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let present = |name: &'static str| {
+        let maps = maps.clone();
+        async move { maps.get_opt(name).await.ok().flatten().is_some() }
+    };
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !(present("stays").await && present("goes").await) {
+        assert!(std::time::Instant::now() < end, "first sync");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    repo.git(&["rm", "-q", "-r", "addons/goes"]);
+    repo.commit("one goes");
+    while present("goes").await {
+        assert!(
+            std::time::Instant::now() < end + std::time::Duration::from_secs(30),
+            "removal"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let history = berth::history::HistoryLog::new(fleet.state.path());
+    let records = history.read(&format!("{set}-goes")).unwrap();
+    let failed: Vec<_> = records
+        .iter()
+        .filter(|r| r.outcome == berth::history::Outcome::Failed)
+        .map(|r| r.errors.clone())
+        .collect();
+    assert!(failed.is_empty(), "{failed:?}");
+}

@@ -19,6 +19,26 @@ pub(in crate::sync) struct Skip {
     pub unchanged: usize,
 }
 
+/// A set's app whose folder the commit no longer holds (removed or renamed in git, its set
+/// not listed again yet) is not synced at it: its set's next listing removes it, or hands
+/// its objects over. No failure is recorded, and nothing is written or pruned.
+pub(in crate::sync) fn folder_gone(ctx: &Ctx<'_>, checkout: &Checkout) -> Option<Skip> {
+    let folder = ctx.app.folder.as_deref()?;
+    if std::fs::symlink_metadata(checkout.dir.join(folder)).is_ok() {
+        return None;
+    }
+    let note = format!(
+        "its folder {folder} is gone at commit {}: not synced (its app set's next listing removes the app, or hands it over)",
+        checkout.commit.short()
+    );
+    ctx.say(&note);
+    Some(Skip {
+        outcome: Outcome::NoChange,
+        note: Some(note),
+        unchanged: 0,
+    })
+}
+
 /// A commit that changes none of the paths the app's last good sync read is not synced
 /// again (no request to the cluster) when a push triggered the sync, or when `berth sync`
 /// finds a new commit (not `--force`); the interval's syncs, and `berth sync` of the
