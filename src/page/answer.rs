@@ -57,6 +57,21 @@ pub(super) fn page(html: String) -> Response<Body> {
     answer(StatusCode::OK, html, "text/html; charset=utf-8")
 }
 
+/// A page of apps as JSON (an array, as a whole list was), with how many there are in
+/// `X-Total-Count` and the next page in `Link`, as paged APIs say them.
+pub(super) fn paged(page: html::IndexPage) -> Response<Body> {
+    let mut r = json(&page.apps);
+    let h = r.headers_mut();
+    h.insert("x-total-count", header::HeaderValue::from(page.kept));
+    if page.number < page.pages() {
+        let next = format!("</api/apps?page={}>; rel=\"next\"", page.number + 1);
+        if let Ok(value) = header::HeaderValue::from_str(&next) {
+            h.insert(header::LINK, value);
+        }
+    }
+    r
+}
+
 /// `value` as JSON.
 pub(super) fn json<T: serde::Serialize>(value: &T) -> Response<Body> {
     answer(StatusCode::OK, to_json(value), "application/json")

@@ -312,25 +312,46 @@ impl Board {
         });
     }
 
-    /// Every app, by name.
-    pub fn apps(&self) -> Vec<AppState> {
-        self.apps
-            .lock()
-            .map(|a| a.values().cloned().collect())
-            .unwrap_or_default()
+    /// A page of the apps `keep` keeps, by name: at most `limit` from the `offset`th, and
+    /// how many it keeps in all. Only the page's apps are copied.
+    pub fn page(
+        &self,
+        keep: impl Fn(&AppState) -> bool,
+        offset: usize,
+        limit: usize,
+    ) -> (Vec<AppState>, usize) {
+        let Ok(all) = self.apps.lock() else {
+            return (Vec::new(), 0);
+        };
+        let total = all.values().filter(|a| keep(a)).count();
+        let kept = all.values().filter(|a| keep(a));
+        (kept.skip(offset).take(limit).cloned().collect(), total)
+    }
+
+    /// The clusters of the apps, each once, sorted.
+    pub fn clusters(&self) -> Vec<String> {
+        let Ok(all) = self.apps.lock() else {
+            return Vec::new();
+        };
+        let clusters: std::collections::BTreeSet<&str> =
+            all.values().map(|a| a.cluster.as_str()).collect();
+        clusters.into_iter().map(str::to_string).collect()
+    }
+
+    /// The apps among `names` changed since version `seen` (every one of them: `None`).
+    pub fn among(&self, names: &[String], seen: Option<u64>) -> Vec<AppState> {
+        let Ok(all) = self.apps.lock() else {
+            return Vec::new();
+        };
+        let changed = |s: &&AppState| seen.is_none_or(|seen| s.version > seen);
+        (names.iter())
+            .filter_map(|n| all.get(n).filter(changed).cloned())
+            .collect()
     }
 
     /// One app.
     pub fn app(&self, name: &str) -> Option<AppState> {
         self.apps.lock().ok()?.get(name).cloned()
-    }
-
-    /// The apps changed since version `seen`.
-    pub fn since(&self, seen: u64) -> Vec<AppState> {
-        self.apps
-            .lock()
-            .map(|a| a.values().filter(|s| s.version > seen).cloned().collect())
-            .unwrap_or_default()
     }
 
     /// Tells each change: the newest version.
@@ -378,7 +399,9 @@ mod tests {
         board.set_apps(&[app("a", "/r"), app("b", "/r")], |_| None);
         let seen = *board.changed().borrow();
         board.syncing("a");
-        let changed = board.since(seen);
+        let names = ["a".to_string(), "b".to_string()];
+        assert_eq!(board.among(&names, None).len(), 2);
+        let changed = board.among(&names, Some(seen));
         assert_eq!(changed.len(), 1);
         assert_eq!(changed[0].name, "a");
         assert_eq!(changed[0].state, State::Syncing);
@@ -387,6 +410,18 @@ mod tests {
         board.progress("a", Some("apply"), "applying 3 objects");
         board.progress("a", Some("apply"), "applying 3 objects");
         assert_eq!(*board.changed().borrow(), now + 1);
+    }
+
+    #[test]
+    fn a_page_copies_its_apps_alone_and_counts_the_rest() {
+        let board = Board::default();
+        let apps: Vec<AppConfig> = (0..7).map(|i| app(&format!("app-{i}"), "/r")).collect();
+        board.set_apps(&apps, |_| None);
+        let (page, kept) = board.page(|a| a.name != "app-3", 2, 3);
+        let names: Vec<&str> = page.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["app-2", "app-4", "app-5"]);
+        assert_eq!(kept, 6);
+        assert_eq!(board.page(|_| true, 10, 3), (Vec::new(), 7));
     }
 
     #[test]
@@ -407,7 +442,7 @@ mod tests {
             &[app("a", "https://bot:s3cr3t@git.example.com/shop.git")],
             |_| None,
         );
-        let json = serde_json::to_string(&board.apps()).unwrap();
+        let json = serde_json::to_string(&board.page(|_| true, 0, usize::MAX).0).unwrap();
         assert!(!json.contains("s3cr3t"), "{json}");
         assert!(json.contains("git.example.com/shop.git"), "{json}");
     }
@@ -417,7 +452,12 @@ mod tests {
         let board = Board::default();
         board.set_apps(&[app("a", "/r"), app("b", "/r")], |_| None);
         board.set_apps(&[app("b", "/r")], |_| None);
-        let names: Vec<String> = board.apps().into_iter().map(|a| a.name).collect();
+        let names: Vec<String> = board
+            .page(|_| true, 0, usize::MAX)
+            .0
+            .into_iter()
+            .map(|a| a.name)
+            .collect();
         assert_eq!(names, ["b"]);
     }
 }

@@ -7,26 +7,27 @@ use hyper::body::Bytes;
 use hyper::Response;
 
 use super::answer::{secure, to_json};
-use super::{board, StatusPage};
+use super::StatusPage;
 use crate::service::http::Body;
 
 /// Changes this close together go out as one event.
 const COALESCE: Duration = Duration::from_millis(100);
 
 impl StatusPage {
-    /// `/api/events`: `event: apps` with every app (or the one asked for), then an
-    /// `event: app` with the apps each change touched, until a moment before the
-    /// connection `closes` (the browser reconnects after `retry`).
+    /// `/api/events`: `event: apps` with the apps `names` (one app's page, or a page of
+    /// `/`), then an `event: app` with those each change touched, until a moment before
+    /// the connection `closes` (the browser reconnects after `retry`). An event holds
+    /// [`super::html::PAGE_APPS`] apps at most.
     pub(super) fn events(
         self: &Arc<Self>,
-        only: Option<String>,
+        names: Vec<String>,
         closes: tokio::time::Instant,
     ) -> Response<Body> {
         struct Stream {
             page: Arc<StatusPage>,
             changed: tokio::sync::watch::Receiver<u64>,
             seen: Option<u64>,
-            only: Option<String>,
+            names: Vec<String>,
             until: tokio::time::Instant,
         }
         let until = closes - Duration::from_secs(1);
@@ -34,19 +35,13 @@ impl StatusPage {
             page: self.clone(),
             changed: self.board.changed(),
             seen: None,
-            only,
+            names,
             until,
         };
         let frames = futures::stream::unfold(start, |mut s| async move {
-            let keep =
-                |apps: Vec<board::AppState>, only: &Option<String>| -> Vec<board::AppState> {
-                    apps.into_iter()
-                        .filter(|a| only.as_ref().is_none_or(|o| &a.name == o))
-                        .collect()
-                };
             let Some(seen) = s.seen else {
                 s.seen = Some(*s.changed.borrow_and_update());
-                let apps = keep(s.page.board.apps(), &s.only);
+                let apps = s.page.board.among(&s.names, None);
                 let text = format!("retry: 500\nevent: apps\ndata: {}\n\n", to_json(&apps));
                 return Some((Ok(hyper::body::Frame::data(Bytes::from(text))), s));
             };
@@ -59,7 +54,7 @@ impl StatusPage {
                 // A sync says several lines at once: one event for them.
                 tokio::time::sleep(COALESCE).await;
                 let version = *s.changed.borrow_and_update();
-                let apps = keep(s.page.board.since(seen), &s.only);
+                let apps = s.page.board.among(&s.names, Some(seen));
                 s.seen = Some(version);
                 if !apps.is_empty() {
                     let text = format!("event: app\ndata: {}\n\n", to_json(&apps));

@@ -1,13 +1,13 @@
 //! The status page (`[agent] status_page = true`), served read-only by the agent's HTTP
 //! endpoint beside `/healthz` and the webhooks:
 //!
-//! - `/`: every app (`html::index`); `/apps/NAME`: its objects, Deployments and history
+//! - `/`: the apps, a page at a time (`html::index`); `/apps/NAME`: its objects, Deployments and history
 //!   (`html::app`); `/apps/NAME/syncs/ID`: one record, each rollout drawn as a chart
 //!   (`html::sync`, `chart.rs`); all rendered from the templates of `templates/`;
-//! - `/api/apps`, `/api/apps/NAME`, `/api/apps/NAME/syncs[?before=ID]`,
-//!   `/api/apps/NAME/syncs/ID`: the same as JSON; `/api/events[?app=NAME]`: server-sent
-//!   events, every app's state at once and then each change (`events.rs`,
-//!   `docs/status-page.md`);
+//! - `/api/apps[?page=N]`, `/api/apps/NAME`, `/api/apps/NAME/syncs[?before=ID]`,
+//!   `/api/apps/NAME/syncs/ID`: the same as JSON; `/api/events[?app=NAME|?page=N]`:
+//!   server-sent events, the page's apps at once and then each change (`events.rs`,
+//!   `docs/status-page.md`); `/` and the lists are a page of apps at a time;
 //! - `/assets/page.css` and `/assets/page.js`, compiled into the binary.
 //!
 //! What it shows comes from the [`Board`] the app loops keep in memory, the history log
@@ -40,7 +40,9 @@ use crate::live::live_app;
 use crate::service::http::{Body, Pages};
 use crate::shutdown::{stopped, Signal};
 use crate::sync::Syncer;
-use answer::{addressed, asset, json, misnamed, no_app, no_record, page, param, unauthorized};
+use answer::{
+    addressed, asset, json, misnamed, no_app, no_record, page, paged, param, unauthorized,
+};
 pub use auth::{AuthError, Credentials};
 pub use board::Board;
 
@@ -251,14 +253,7 @@ impl StatusPage {
     async fn html(&self, parts: &[&str], query: &str) -> Option<Response<Body>> {
         let now = Timestamp::now();
         Some(match parts {
-            [] | [""] => {
-                let filter = html::Filter {
-                    name: param(query, "name").unwrap_or_default(),
-                    outcome: param(query, "outcome").unwrap_or_default(),
-                    cluster: param(query, "cluster").unwrap_or_default(),
-                };
-                page(html::index(&self.board.apps(), &filter, now))
-            }
+            [] | [""] => page(html::index(&self.index_page(query), now)),
             ["assets", "page.css"] => asset(CSS, "text/css; charset=utf-8"),
             ["assets", "page.js"] => asset(JS, "text/javascript; charset=utf-8"),
             ["assets", "favicon.svg"] | ["favicon.ico"] => asset(ICON, "image/svg+xml"),
@@ -299,7 +294,7 @@ impl StatusPage {
         closes: tokio::time::Instant,
     ) -> Option<Response<Body>> {
         Some(match parts {
-            ["apps"] => json(&self.board.apps()),
+            ["apps"] => paged(self.index_page(query)),
             ["apps", app] => {
                 let Some(state) = self.board.app(app) else {
                     return Some(no_app(app, true));
@@ -323,9 +318,45 @@ impl StatusPage {
                 Some(record) => json(&record),
                 None => no_record(app, id, true),
             },
-            ["events"] => self.events(param(query, "app"), closes),
+            ["events"] => {
+                let names = match param(query, "app") {
+                    Some(app) => vec![app],
+                    None => (self.index_page(query).apps.into_iter())
+                        .map(|a| a.name)
+                        .collect(),
+                };
+                self.events(names, closes)
+            }
             _ => return None,
         })
+    }
+
+    /// The page of `/` a query asks for (`?page=N`, from 1, and the filter's
+    /// `name`, `outcome` and `cluster`): what `/`, `/api/apps` and `/api/events` answer,
+    /// [`html::PAGE_APPS`] apps at most.
+    fn index_page(&self, query: &str) -> html::IndexPage {
+        let filter = html::Filter {
+            name: param(query, "name").unwrap_or_default(),
+            outcome: param(query, "outcome").unwrap_or_default(),
+            cluster: param(query, "cluster").unwrap_or_default(),
+        };
+        let number = param(query, "page")
+            .and_then(|p| p.parse::<usize>().ok())
+            .unwrap_or(1)
+            .max(1);
+        let offset = (number - 1).saturating_mul(html::PAGE_APPS);
+        let (apps, kept) = self
+            .board
+            .page(|a| filter.keeps(a), offset, html::PAGE_APPS);
+        let (_, all) = self.board.page(|_| true, 0, 0);
+        html::IndexPage {
+            filter,
+            number,
+            apps,
+            kept,
+            all,
+            clusters: self.board.clusters(),
+        }
     }
 
     /// `read` of `app`'s history log, off the endpoint's threads (a log is files).

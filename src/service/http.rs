@@ -26,6 +26,7 @@ use tokio::sync::{mpsc, Semaphore};
 use super::listener::{Admitted, Lane, Listener, MAX_HEAD};
 use super::metrics::Metrics;
 use super::readiness::Readiness;
+use super::stall::{WriteStall, WRITE_STALL};
 use crate::history::Trigger;
 use crate::shutdown::Signal;
 
@@ -125,7 +126,7 @@ async fn connection(endpoint: Arc<Endpoint>, admitted: Admitted) {
         .header_read_timeout(lane.head_timeout())
         .keep_alive(lane.keep_alive())
         .max_buf_size(MAX_HEAD)
-        .serve_connection(TokioIo::new(stream), service);
+        .serve_connection(TokioIo::new(WriteStall::new(stream, WRITE_STALL)), service);
     tokio::pin!(conn);
     let ended = loop {
         tokio::select! {

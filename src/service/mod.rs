@@ -11,3 +11,4 @@ pub mod metrics;
 pub mod notify;
 pub mod readiness;
 pub mod shards;
+pub mod stall;

@@ -370,3 +370,117 @@ async fn the_status_page_can_require_credentials_on_loopback() {
     );
     assert_eq!(code, 200);
 }
+
+/// Finding 4: 5,000 apps (one set's, every app suspended), 150 event streams and 100 page
+/// requests that never read. Before, each unread `/` held the whole list (26 MB at 45,000
+/// apps) and each stream every app's state, until the connection's lifetime ended; now an
+/// answer is a page of apps, and a client that reads nothing is dropped after the write
+/// stall.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_pages_and_event_streams_at_5000_apps_hold_little_and_healthz_answers() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    const APPS: usize = 5000;
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "many-unread").await;
+    let repo = Repo::new();
+    repo.write("keep", "");
+    repo.commit("first");
+    let mktree = |entries: String| {
+        let mut mktree = std::process::Command::new("git")
+            .arg("mktree")
+            .current_dir(repo.dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        mktree
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(entries.as_bytes())
+            .unwrap();
+        let out = mktree.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let keep = repo.git(&["rev-parse", "HEAD:keep"]);
+    let folder = mktree(format!("100644 blob {keep}\tkeep\n"));
+    let apps = mktree(
+        (0..APPS)
+            .map(|i| format!("040000 tree {folder}\tapp-{i:04}\n"))
+            .collect(),
+    );
+    let root = mktree(format!(
+        "100644 blob {keep}\tkeep\n040000 tree {apps}\tapps\n"
+    ));
+    let commit = repo.git(&["commit-tree", &root, "-p", "HEAD", "-m", "5000 folders"]);
+    repo.git(&["update-ref", "refs/heads/main", &commit]);
+    let state = tempfile::tempdir().unwrap();
+    let port = common::free_port();
+    let config = state.path().join("berth.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"127.0.0.1:{port}\"\nstatus_page = true\n[cluster]\nkubeconfig = \"{}\"\n[[app_set]]\nname = \"many\"\nrepo = \"{}\"\nfolders = \"apps/*\"\nnamespace = \"{ns}\"\nsuspend = true\n",
+            state.path().display(),
+            cp.kubeconfig.display(),
+            repo.dir.path().display()
+        ),
+    )
+    .unwrap();
+    let daemon = Daemon::start(&config, &[]);
+    let pid = daemon.child.id();
+    let host = [("Host", format!("127.0.0.1:{port}"))];
+    eventually("the endpoint", Duration::from_secs(60), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    eventually("5000 apps on the page", Duration::from_secs(120), || {
+        http(port, "GET", "/", &host, b"")
+            .1
+            .contains("5000 of 5000 apps")
+    });
+    let before = rss_kib(pid);
+    berth::service::listener::raise_open_files();
+    let mut unread = Vec::new();
+    for (path, n) in [("/api/events", 150), ("/", 100)] {
+        for _ in 0..n {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let head = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+            s.write_all(head.as_bytes()).unwrap();
+            unread.push(s);
+        }
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let mut slowest = Duration::ZERO;
+    for _ in 0..20 {
+        let asked = Instant::now();
+        assert_eq!(http(port, "GET", "/healthz", &[], b"").0, 200);
+        slowest = slowest.max(asked.elapsed());
+    }
+    let held = rss_kib(pid);
+    let grown = held.saturating_sub(before) / 1024;
+    eprintln!(
+        "measured: {APPS} apps, 150 unread event streams and 100 unread pages: RSS {} → {} MiB (+{grown} MiB); /healthz at most {slowest:?} over 20 probes",
+        before / 1024,
+        held / 1024
+    );
+    drop(unread);
+    assert!(grown < 64, "{grown} MiB more");
+    assert!(slowest < Duration::from_secs(1), "{slowest:?}");
+    // A page of /api/apps, the rest named.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let head = format!(
+        "GET /api/apps?page=2 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(
+        answer.contains("x-total-count: 5000"),
+        "{}",
+        &answer[..answer.len().min(600)]
+    );
+    assert!(answer.contains("</api/apps?page=3>; rel=\"next\""));
+    assert_eq!(answer.matches("\"name\":\"many-app-").count(), 250);
+}

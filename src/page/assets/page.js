@@ -62,18 +62,21 @@
       row.hidden = !keep;
       if (keep) shown += 1;
     }
-    document.getElementById('count').textContent = `${shown} of ${all.length} apps`;
+    // A page of many: the server's count of every page stands.
+    const count = document.getElementById('count');
+    if (!('paged' in count.dataset)) count.textContent = `${shown} of ${count.dataset.all} apps`;
     const query = new URLSearchParams();
     if (name) query.set('name', name);
     if (outcome) query.set('outcome', outcome);
     if (cluster) query.set('cluster', cluster);
+    const number = new URLSearchParams(location.search).get('page');
+    if (number) query.set('page', number);
     history.replaceState(null, '', query.size ? `?${query}` : location.pathname);
   }
   if (nameInput) {
     nameInput.addEventListener('input', filter);
     outcomeInput.addEventListener('change', filter);
     if (clusterInput) clusterInput.addEventListener('change', filter);
-    nameInput.form.addEventListener('submit', (e) => { e.preventDefault(); filter(); });
   }
 
   // The newest record the page shows.
@@ -110,7 +113,8 @@
   }
 
   if (page === 'index' || page === 'app') {
-    const events = new EventSource(`/api/events${only ? `?app=${encodeURIComponent(only)}` : ''}`);
+    // The apps this page shows: one app, or this page of the list (its filter and number).
+    const events = new EventSource(`/api/events${only ? `?app=${encodeURIComponent(only)}` : location.search}`);
     events.addEventListener('apps', (e) => {
       JSON.parse(e.data).forEach(update);
       live.textContent = 'live';

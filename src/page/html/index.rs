@@ -1,4 +1,5 @@
-//! `/`: every app, with the filter by name, status and cluster (`index.html`).
+//! `/`: the apps, a page at a time, with the filter by name, status and cluster
+//! (`index.html`).
 
 use askama::Template;
 use jiff::Timestamp;
@@ -17,9 +18,13 @@ pub struct Filter {
     pub cluster: String,
 }
 
+/// Apps on one page of `/` (and of `/api/apps` and `/api/events`): what one answer holds
+/// at most, whatever the number of apps.
+pub const PAGE_APPS: usize = 250;
+
 impl Filter {
-    /// Whether `app`'s row is shown.
-    fn keeps(&self, app: &AppState) -> bool {
+    /// Whether `app` is kept.
+    pub fn keeps(&self, app: &AppState) -> bool {
         app.name.contains(&self.name)
             && (self.outcome.is_empty() || self.selects(status_word(app)))
             && (self.cluster.is_empty() || self.cluster == app.cluster)
@@ -29,14 +34,52 @@ impl Filter {
     fn selects(&self, word: &str) -> bool {
         self.outcome == word
     }
+
+    /// The query of page `number` under this filter.
+    fn query(&self, number: usize) -> String {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        for (key, value) in [
+            ("name", &self.name),
+            ("outcome", &self.outcome),
+            ("cluster", &self.cluster),
+        ] {
+            if !value.is_empty() {
+                query.append_pair(key, value);
+            }
+        }
+        query.append_pair("page", &number.to_string());
+        format!("?{}", query.finish())
+    }
 }
 
-/// One app's row: hidden when the filter leaves it out (the script filters again as
-/// the apps change).
+/// One page of the apps a filter keeps.
+#[derive(Debug)]
+pub struct IndexPage {
+    /// The filter.
+    pub filter: Filter,
+    /// Its number, from 1.
+    pub number: usize,
+    /// Its apps, by name.
+    pub apps: Vec<AppState>,
+    /// How many apps the filter keeps.
+    pub kept: usize,
+    /// How many apps there are.
+    pub all: usize,
+    /// The apps' clusters.
+    pub clusters: Vec<String>,
+}
+
+impl IndexPage {
+    /// How many pages the apps kept fill.
+    pub fn pages(&self) -> usize {
+        self.kept.div_ceil(PAGE_APPS).max(1)
+    }
+}
+
+/// One app's row.
 struct Row<'a> {
     app: &'a AppState,
     cells: Cells<'a>,
-    hidden: bool,
 }
 
 /// `/`.
@@ -46,28 +89,32 @@ struct Index<'a> {
     frame: Frame<'a>,
     filter: &'a Filter,
     rows: Vec<Row<'a>>,
-    /// How many rows the filter keeps.
-    shown: usize,
+    /// How many apps the filter keeps, and how many there are.
+    kept: usize,
+    all: usize,
+    /// The page's number and how many there are, and the links to the others.
+    number: usize,
+    pages: usize,
+    previous: Option<String>,
+    next: Option<String>,
     /// The apps' clusters, when there are several (a column and a filter then).
     clusters: Vec<&'a str>,
 }
 
-/// `/`: every app.
-pub fn index(apps: &[AppState], filter: &Filter, now: Timestamp) -> String {
-    let rows: Vec<Row> = apps
-        .iter()
+/// `/`: one page of the apps.
+pub fn index(page: &IndexPage, now: Timestamp) -> String {
+    let rows: Vec<Row> = (page.apps.iter())
         .map(|app| Row {
             app,
             cells: Cells::new(app, now),
-            hidden: !filter.keeps(app),
         })
         .collect();
-    let mut clusters: Vec<&str> = apps.iter().map(|a| a.cluster.as_str()).collect();
-    clusters.sort_unstable();
-    clusters.dedup();
+    let mut clusters: Vec<&str> = page.clusters.iter().map(String::as_str).collect();
     if clusters.len() < 2 {
         clusters.clear();
     }
+    let pages = page.pages();
+    let link = |number: usize| page.filter.query(number);
     rendered(&Index {
         clusters,
         frame: Frame {
@@ -75,8 +122,13 @@ pub fn index(apps: &[AppState], filter: &Filter, now: Timestamp) -> String {
             page: "index",
             app: None,
         },
-        filter,
-        shown: rows.iter().filter(|r| !r.hidden).count(),
+        filter: &page.filter,
+        kept: page.kept,
+        all: page.all,
+        number: page.number,
+        pages,
+        previous: (page.number > 1).then(|| link(page.number - 1)),
+        next: (page.number < pages).then(|| link(page.number + 1)),
         rows,
     })
 }

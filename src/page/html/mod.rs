@@ -16,7 +16,7 @@ use super::board::{AppState, HealthSummary, State};
 use crate::history::{short_age, CommitInfo};
 use crate::manifest::ObjectKey;
 pub use app::{app, Live, Unanswered};
-pub use index::{index, Filter};
+pub use index::{index, Filter, IndexPage, PAGE_APPS};
 pub use sync::sync;
 
 /// The version the page names (and its assets carry, so that an upgrade reloads them).
@@ -249,27 +249,75 @@ mod tests {
         board.set_apps(&[app("web-east", "east"), app("web-west", "west")], |_| {
             None
         });
-        let filter = |cluster: &str| Filter {
-            cluster: cluster.into(),
-            ..Filter::default()
+        let page = |cluster: &str| {
+            let filter = Filter {
+                cluster: cluster.into(),
+                ..Filter::default()
+            };
+            let (apps, kept) = board.page(|a| filter.keeps(a), 0, PAGE_APPS);
+            let all = board.page(|_| true, 0, 0).1;
+            let clusters = board.clusters();
+            IndexPage {
+                filter,
+                number: 1,
+                apps,
+                kept,
+                all,
+                clusters,
+            }
         };
-        let html = index(&board.apps(), &filter("west"), Timestamp::now());
+        let html = index(&page("west"), Timestamp::now());
         assert!(html.contains("<th scope=\"col\">Cluster</th>"), "{html}");
         assert!(
             html.contains("<option value=\"west\" selected>west</option>"),
             "{html}"
         );
-        assert!(
-            html.contains(
-                "<tr data-app=\"web-east\" data-cluster=\"east\" data-status=\"never\" hidden>"
-            ),
-            "{html}"
-        );
-        assert!(html.contains("1 of 2 apps"), "{html}");
+        assert!(!html.contains("data-app=\"web-east\""), "{html}");
+        assert!(html.contains(">1 of 2 apps</p>"), "{html}");
+        assert!(!html.contains("pager"), "one page: {html}");
         // One cluster: neither.
         board.set_apps(&[app("web-east", "east")], |_| None);
-        let html = index(&board.apps(), &filter(""), Timestamp::now());
+        let html = index(&page(""), Timestamp::now());
         assert!(!html.contains("Cluster"), "{html}");
+    }
+
+    #[test]
+    fn many_apps_are_a_page_at_a_time_with_links_that_keep_the_filter() {
+        let board = crate::page::board::Board::default();
+        let apps: Vec<crate::config::AppConfig> = (0..PAGE_APPS * 2 + 1)
+            .map(|i| {
+                let text = format!("[[app]]\nname = \"app-{i:04}\"\nrepo = \"/r\"\n");
+                crate::config::parse(&text).expect("config").apps.remove(0)
+            })
+            .collect();
+        board.set_apps(&apps, |_| None);
+        let filter = Filter {
+            name: "app-".into(),
+            ..Filter::default()
+        };
+        let (page, kept) = board.page(|a| filter.keeps(a), PAGE_APPS, PAGE_APPS);
+        let html = index(
+            &IndexPage {
+                filter,
+                number: 2,
+                apps: page,
+                kept,
+                all: kept,
+                clusters: board.clusters(),
+            },
+            Timestamp::now(),
+        );
+        assert_eq!(html.matches("<tr data-app=").count(), PAGE_APPS);
+        assert!(html.contains("data-app=\"app-0250\"") && !html.contains("data-app=\"app-0249\""));
+        assert!(html.contains("page 2 of 3"), "{html}");
+        assert!(
+            html.contains("href=\"?name=app-&#38;page=1\" rel=\"prev\""),
+            "{html}"
+        );
+        assert!(
+            html.contains("href=\"?name=app-&#38;page=3\" rel=\"next\""),
+            "{html}"
+        );
     }
 
     #[test]
