@@ -437,3 +437,75 @@ async fn a_removed_folders_app_does_not_fail_before_its_set_is_listed() {
         .collect();
     assert!(failed.is_empty(), "{failed:?}");
 }
+
+/// Finding 5: a commit of 45,000 folders sharing one tree (a few hundred KB) under a set's
+/// glob: refused at `berth validate` and at `berth sync`, naming the set and the bound,
+/// before any app is made — not 45,000 apps.
+#[test]
+fn a_set_of_45000_folders_is_refused_at_its_bound() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    const FOLDERS: usize = 45_000;
+    let repo = Repo::new();
+    repo.write("keep", "");
+    repo.commit("first");
+    let mktree = |entries: String| {
+        use std::io::Write;
+        let mut mktree = std::process::Command::new("git")
+            .arg("mktree")
+            .current_dir(repo.dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = mktree.stdin.take().unwrap();
+        stdin.write_all(entries.as_bytes()).unwrap();
+        drop(stdin);
+        let out = mktree.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let keep = repo.git(&["rev-parse", "HEAD:keep"]);
+    let folder = mktree(format!("100644 blob {keep}\tkeep\n"));
+    let teams = mktree(
+        (0..FOLDERS)
+            .map(|i| format!("040000 tree {folder}\tt{i:05}\n"))
+            .collect(),
+    );
+    let root = mktree(format!(
+        "100644 blob {keep}\tkeep\n040000 tree {teams}\tteams\n"
+    ));
+    let commit = repo.git(&["commit-tree", &root, "-p", "HEAD", "-m", "45,000 folders"]);
+    repo.git(&["update-ref", "refs/heads/main", &commit]);
+    let fleet = Fleet::new(
+        cp,
+        &format!(
+            "[[app_set]]\nname = \"wide\"\nrepo = \"{}\"\nfolders = \"teams/*\"\nnamespace = \"wide\"\n",
+            repo.dir.path().display()
+        ),
+    );
+    let config = fleet.config.to_string_lossy().into_owned();
+    for command in ["validate", "sync"] {
+        let run = crate::bounded(
+            fleet.state.path(),
+            &[command, "--config", &config],
+            1024,
+            std::time::Duration::from_secs(120),
+        );
+        eprintln!(
+            "measured: {FOLDERS} folders, berth {command}: {} MiB resident at most, {:?}",
+            run.peak_mib, run.took
+        );
+        assert_eq!(run.code, Some(1), "{}", run.out);
+        assert!(
+            run.out.contains("app set wide: its 45000 folders make 45000 apps, more than its max_apps (10000); none is made"),
+            "{}",
+            &run.out[..run.out.len().min(2000)]
+        );
+        assert!(run.peak_mib < 300, "{} MiB", run.peak_mib);
+    }
+    assert!(
+        !fleet.state.path().join("sets/wide.json").exists(),
+        "nothing listed is kept"
+    );
+}
