@@ -153,6 +153,34 @@ pub fn fresh_private_dir(base: &Path, prefix: &str) -> std::io::Result<std::path
     Err(taken.unwrap_or_else(|| std::io::Error::other("no free name")))
 }
 
+/// Removes the folders `<prefix><pid>-<n>` in `base` ([`fresh_private_dir`]'s) of berth
+/// processes that no longer run (killed mid-render): only this user's, only folders.
+pub fn remove_stale_dirs(base: &Path, prefix: &str) {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    for entry in std::fs::read_dir(base).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<libc::pid_t>().ok())
+            .filter(|pid| *pid > 1)
+        else {
+            continue;
+        };
+        let ours = entry
+            .path()
+            .symlink_metadata()
+            .is_ok_and(|m| m.is_dir() && m.uid() == me);
+        // SAFETY: signal 0 sends nothing; it asks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if ours && gone {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// Options that create a file 0600 and never follow a link in its place (a link planted
 /// at `state_dir/history/<app>.jsonl` would have berth write where it points); the caller
 /// adds how it opens it.
@@ -343,5 +371,21 @@ mod tests {
         );
         assert!(open_state(&planted).is_err());
         assert_eq!(std::fs::read(&outside).unwrap(), b"");
+    }
+
+    #[test]
+    fn a_folder_of_a_berth_that_no_longer_runs_is_removed() {
+        let base = tempfile::tempdir().unwrap();
+        // pid_max is at most 2^22: this pid never runs.
+        let stale = base.path().join("berth-x-99999999-0");
+        let mine = base
+            .path()
+            .join(format!("berth-x-{}-0", std::process::id()));
+        let other = base.path().join("berth-y-99999999-0");
+        for dir in [&stale, &mine, &other] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        remove_stale_dirs(base.path(), "berth-x-");
+        assert!(!stale.exists() && mine.exists() && other.exists());
     }
 }

@@ -384,6 +384,9 @@ pub fn chart_in(dir: &Path) -> bool {
     path.symlink_metadata().is_ok() && !path.is_dir()
 }
 
+/// The name of a sandbox's folder, before its pid and number.
+const SANDBOX_PREFIX: &str = "berth-helm-";
+
 /// A render's private folder: helm's home, config, cache, data and plugins; removed after.
 pub(super) struct Sandbox {
     pub(super) path: PathBuf,
@@ -396,7 +399,9 @@ impl Sandbox {
     pub(super) fn new(downloaded: bool) -> std::io::Result<Self> {
         let memory = (!downloaded).then(crate::state::memory_dir).flatten();
         let base = memory.unwrap_or_else(std::env::temp_dir);
-        let path = crate::state::fresh_private_dir(&base, "berth-helm-")?;
+        // A berth killed mid-render left its sandbox: gone with the first render after.
+        crate::state::remove_stale_dirs(&base, SANDBOX_PREFIX);
+        let path = crate::state::fresh_private_dir(&base, SANDBOX_PREFIX)?;
         Ok(Sandbox { path })
     }
 

@@ -149,3 +149,84 @@ fn a_charts_link_to_a_host_file_is_refused_unread() {
     );
     assert!(!run.out.contains("host-secret-5e2a"), "{}", run.out);
 }
+
+/// The pids of processes whose command line holds `marker`.
+fn running_with(marker: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let zombie = stat.contains(") Z ");
+        if !zombie && String::from_utf8_lossy(&cmdline).contains(marker) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Finding 10: a kustomize that starts a `setsid` child holding its stdout. Before, the
+/// process-group kill missed the child, the render waited for it (45.6 s against
+/// `render_timeout = "10s"`) and took the output. Now the child ends with the tool (a
+/// quick tool: its output taken at once), or at the timeout with it (a tool that hangs:
+/// refused within render_timeout + 15 s); none outlives the sync.
+#[tokio::test]
+async fn a_tools_setsid_child_ends_with_it_and_the_timeout_holds() {
+    let Some(cp) = crate::common::control_plane() else {
+        return;
+    };
+    let client = crate::common::client(cp).await;
+    let ns = crate::common::namespace(&client, "setsid-tool").await;
+    for (case, then) in [("quick", ""), ("hangs", "exec sleep 600\n")] {
+        let marker = format!("{}.{}", 7000 + std::process::id() % 1000, case.len());
+        let scripts = tempfile::tempdir().unwrap();
+        let script = scripts.path().join("kustomize");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\nsetsid sleep {marker} &\nprintf 'apiVersion: v1\\nkind: ConfigMap\\nmetadata:\\n  name: {case}\\ndata: {{k: v}}\\n'\n{then}"
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let repo = crate::common::Repo::new();
+        repo.write("kustomization.yaml", "resources: []\n");
+        repo.commit("a kustomization");
+        let setup = crate::common::Setup::new(cp, &format!("setsid-{case}"), &repo, &ns, "");
+        let text = std::fs::read_to_string(&setup.config).unwrap().replace(
+            "[cluster]",
+            &format!(
+                "kustomize = \"{}\"\nrender_timeout = \"10s\"\n[cluster]",
+                script.display()
+            ),
+        );
+        std::fs::write(&setup.config, text).unwrap();
+        let config = setup.config.to_string_lossy().into_owned();
+        let run = bounded(
+            setup.state.path(),
+            &["sync", "--config", &config],
+            MEMORY_MIB,
+            LIMIT,
+        );
+        eprintln!(
+            "measured: a setsid child, the tool {case}: the sync took {:?}",
+            run.took
+        );
+        let left = running_with(&format!("sleep {marker}"));
+        assert!(left.is_empty(), "{case}: {left:?} outlived the sync");
+        match case {
+            "quick" => {
+                assert_eq!(run.code, Some(0), "{}", run.out);
+                assert!(run.took < Duration::from_secs(10), "{:?}", run.took);
+            }
+            _ => {
+                assert_eq!(run.code, Some(1), "{}", run.out);
+                assert!(run.out.contains("did not finish within 10s"), "{}", run.out);
+                assert!(run.took < Duration::from_secs(25), "{:?}", run.took);
+            }
+        }
+    }
+}

@@ -175,31 +175,11 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// are removed first.
 fn private_folder() -> Result<PathBuf, PlainCopyError> {
     let base = crate::state::memory_dir().ok_or(PlainCopyError::NoTmpfs)?;
-    remove_stale(&base);
+    crate::state::remove_stale_dirs(&base, PREFIX);
     crate::state::fresh_private_dir(&base, PREFIX).map_err(|cause| PlainCopyError::Folder {
         folder: base,
         cause,
     })
-}
-
-/// Removes the plain copies of berth processes that no longer run (killed mid-render).
-fn remove_stale(base: &Path) {
-    for entry in std::fs::read_dir(base).into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
-            .strip_prefix(PREFIX)
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<libc::pid_t>().ok())
-        else {
-            continue;
-        };
-        // SAFETY: signal 0 sends nothing; it asks whether the process exists.
-        let gone = unsafe { libc::kill(pid, 0) } != 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        if gone {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
 }
 
 #[cfg(test)]
@@ -226,19 +206,5 @@ mod tests {
         );
         drop(copy);
         assert!(!path.exists());
-    }
-
-    #[test]
-    fn a_folder_of_a_berth_that_no_longer_runs_is_removed() {
-        let base = tempfile::tempdir().unwrap();
-        // pid_max is at most 2^22: this pid never runs.
-        let stale = base.path().join(format!("{PREFIX}99999999-0"));
-        let mine = base
-            .path()
-            .join(format!("{PREFIX}{}-0", std::process::id()));
-        std::fs::create_dir_all(&stale).unwrap();
-        std::fs::create_dir_all(&mine).unwrap();
-        remove_stale(base.path());
-        assert!(!stale.exists() && mine.exists());
     }
 }

@@ -1,23 +1,28 @@
 //! Running a render tool (kustomize, helm, and what they run): the one confined runner.
-//! A clean environment (only what the caller gives), no stdin; a process group of its
-//! own, killed whole at the timeout, when its output passes the bound, and after it
-//! exits (nothing it started outlives it); its memory capped (`RLIMIT_DATA`, which holds
-//! for `berth sync` run by hand as under systemd) and its CPU time (the hard
-//! `RLIMIT_CPU`: Go ignores SIGXCPU, not SIGKILL); stdout read to at most a bound and
-//! stderr to 64 KiB; and, where the kernel has Landlock, walls ([`landlock`]): it reads
-//! the system's programs and what [`Reach`] names, writes only its own folder, and
-//! connects nowhere over TCP unless the app allows remote bases or charts.
+//! A clean environment (only what the caller gives), no stdin; a [`shepherd`] between
+//! berth and the tool, which ends every process the tool started — `setsid` ones too —
+//! when it exits, at the timeout and when its output passes the bound (nothing it
+//! started outlives it); its memory capped (`RLIMIT_DATA`, which holds for `berth sync`
+//! run by hand as under systemd) and its CPU time (the hard `RLIMIT_CPU`: Go ignores
+//! SIGXCPU, not SIGKILL); stdout read to at most a bound and stderr to 64 KiB, neither
+//! past the timeout, whoever holds the pipe; and, where the kernel has Landlock, walls
+//! ([`landlock`]): it reads the system's programs and what [`Reach`] names, writes only
+//! its own folder, and connects nowhere over TCP unless the app allows remote bases or
+//! charts. A kill is named by its cause: the timeout, the output bound, the CPU time
+//! (the tool's, as the kernel counted it), or another's SIGKILL.
 
 pub mod landlock;
+mod shepherd;
 
 pub use landlock::Reach;
 
 use std::ffi::OsString;
 use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::process::{setrlimit, Resource, Rlimit};
 
@@ -58,6 +63,9 @@ pub enum ToolError {
     /// It used up the CPU time it may have (and the kernel killed it).
     #[error("used up its CPU time ({}s) and was stopped (agent.render_timeout)", .0.as_secs())]
     Cpu(Duration),
+    /// Something else killed it (the kernel's out-of-memory killer, an operator).
+    #[error("was killed (SIGKILL) after {}s of CPU time, neither by berth nor at its limits (the system's out-of-memory killer?)", .0.as_secs())]
+    Killed(Duration),
 }
 
 /// One run of a tool.
@@ -108,46 +116,46 @@ impl Tool<'_> {
     /// See [`ToolError`].
     pub fn run(&self) -> Result<Vec<u8>, ToolError> {
         let cpu = self.timeout.as_secs().max(1);
+        let deadline = Instant::now() + self.timeout;
         let mut child = self.spawn(cpu)?;
-        let group = libc::pid_t::try_from(child.id()).unwrap_or(0);
-        let stdout = child
-            .stdout
-            .take()
-            .map(|out| read_stdout(out, self.max_bytes, group));
+        // The shepherd: it leads the tool's process group, and is never reaped before
+        // the last signal to it or its group (see `reap`).
+        let shepherd = libc::pid_t::try_from(child.id()).unwrap_or(0);
+        let (events, event) = std::sync::mpsc::channel();
+        if let Some(out) = child.stdout.take() {
+            let (events, max) = (events.clone(), self.max_bytes);
+            std::thread::spawn(move || {
+                let _ = events.send(Event::Output(read_until(out, max, deadline)));
+            });
+        }
         let stderr = child.stderr.take().map(|err| {
             std::thread::spawn(move || {
-                let mut text = String::new();
-                let _ = err.take(64 << 10).read_to_string(&mut text);
-                text
+                let (text, _) = read_until(err, 64 << 10, deadline);
+                String::from_utf8_lossy(&text).into_owned()
             })
         });
-        // Waited for by a thread of its own, so that its exit is seen the moment it comes
-        // (a render costs no more than the tool's own time) and the timeout still holds.
-        let (exited, exit) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let _ = exited.send(child.wait());
+            let exited = wait_unreaped(shepherd);
+            let _ = events.send(Event::Exited(exited));
         });
-        let status = match exit.recv_timeout(self.timeout) {
-            Ok(Ok(status)) => status,
-            Ok(Err(e)) => return Err(ToolError::Spawn(e)),
-            Err(_) => {
-                // Not reaped when the time ran out, so the group is still the tool's.
-                kill_group(group);
-                let _ = exit.recv();
-                return Err(ToolError::Timeout(self.timeout));
+        let ended = follow(&event, self.timeout, deadline);
+        if ended.is_err() {
+            // The tool and everything it started, ended by the shepherd; then the shepherd.
+            signal(shepherd, libc::SIGTERM);
+            if !exited_within(&event, SHEPHERD_GRACE) {
+                signal(-shepherd, libc::SIGKILL);
+                exited_within(&event, SHEPHERD_GRACE);
             }
-        };
-        // What it started and left behind (helm under kustomize) ends with it.
-        kill_group(group);
-        let output = stdout.and_then(|t| t.join().ok()).unwrap_or_default();
-        let errors = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
-        if output.len() as u64 > self.max_bytes {
-            return Err(ToolError::TooLarge);
         }
+        // Anything left in its group (nothing, as a rule), while the shepherd is unreaped.
+        signal(-shepherd, libc::SIGKILL);
+        let (status, cpu_used) = reap(shepherd).map_err(ToolError::Spawn)?;
+        let errors = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
+        let output = ended?;
         if status.success() {
             return Ok(output);
         }
-        Err(self.failed(status, errors, cpu))
+        Err(self.failed(status, errors, cpu_used, cpu))
     }
 
     /// Starts it in a process group of its own, with a clean environment, its memory and
@@ -162,6 +170,7 @@ impl Tool<'_> {
         }
         let walls = landlock::Walls::new(&reach).map_err(ToolError::Walls)?;
         let memory = self.memory;
+        let berth = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
         let mut command = Command::new(program);
         command
             .args(args)
@@ -172,11 +181,12 @@ impl Tool<'_> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        // SAFETY: between fork and exec the closure only makes system calls (setrlimit,
-        // prctl, landlock_restrict_self) on values made before the fork; it allocates
-        // nothing.
+        // SAFETY: between fork and exec the closure only makes system calls (the
+        // shepherd's, see `shepherd`; setrlimit, prctl, landlock_restrict_self) on values
+        // made before the fork; it allocates nothing.
         unsafe {
             command.pre_exec(move || {
+                shepherd::split(berth)?;
                 limit(Resource::Data, memory)?;
                 limit(Resource::Cpu, cpu)?;
                 walls.enter()
@@ -186,36 +196,176 @@ impl Tool<'_> {
     }
 
     /// Why a run that exited unsuccessfully failed: out of memory (Go says "out of memory"
-    /// when an allocation past `RLIMIT_DATA` fails), out of CPU time (killed), or as it
-    /// said.
-    fn failed(&self, status: std::process::ExitStatus, errors: String, cpu: u64) -> ToolError {
+    /// when an allocation past `RLIMIT_DATA` fails), out of CPU time (killed once it had
+    /// used `cpu` seconds: `cpu_used`, as the kernel counted the tool's), killed by another,
+    /// or as it said.
+    fn failed(
+        &self,
+        status: std::process::ExitStatus,
+        errors: String,
+        cpu_used: Duration,
+        cpu: u64,
+    ) -> ToolError {
         let said = errors.to_lowercase();
         if said.contains("out of memory") || said.contains("cannot allocate memory") {
             return ToolError::Memory(self.memory);
         }
         if status.signal() == Some(libc::SIGKILL) {
-            return ToolError::Cpu(Duration::from_secs(cpu));
+            // RLIMIT_CPU's SIGKILL comes once the hard limit is reached: within a tick.
+            if cpu_used + Duration::from_millis(500) >= Duration::from_secs(cpu) {
+                return ToolError::Cpu(Duration::from_secs(cpu));
+            }
+            return ToolError::Killed(cpu_used);
         }
         ToolError::Failed(status, errors)
     }
 }
 
-/// Reads a tool's stdout on a thread of its own, at most `max_bytes` and one more: past
-/// that the group is killed at once, not when the tool blocks on a full pipe until the
-/// timeout.
-fn read_stdout(
-    out: std::process::ChildStdout,
-    max_bytes: u64,
-    group: libc::pid_t,
-) -> std::thread::JoinHandle<Vec<u8>> {
-    std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = out.take(max_bytes + 1).read_to_end(&mut bytes);
-        if bytes.len() as u64 > max_bytes {
-            kill_group(group);
+/// How long the shepherd has to end the tool and what it started once asked (it kills and
+/// reaps: milliseconds, unless something forks as fast as it is killed).
+const SHEPHERD_GRACE: Duration = Duration::from_secs(10);
+
+/// What the threads of one run say.
+enum Event {
+    /// The shepherd exited (not reaped yet); `Err` when it cannot be waited for.
+    Exited(std::io::Result<()>),
+    /// Stdout, read to its end, or why it was not.
+    Output((Vec<u8>, Option<Cut>)),
+}
+
+/// Why a stream was not read to its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// More than its bound.
+    TooLarge,
+    /// Not ended by the deadline.
+    Deadline,
+}
+
+/// Waits for the run's stdout and the shepherd's exit, until `deadline` (`timeout` from
+/// the start): the output, or why the run ends without it.
+fn follow(
+    event: &std::sync::mpsc::Receiver<Event>,
+    timeout: Duration,
+    deadline: Instant,
+) -> Result<Vec<u8>, ToolError> {
+    let (mut output, mut exited) = (None, false);
+    loop {
+        if let (Some(_), true) = (&output, exited) {
+            return Ok(output.unwrap_or_default());
         }
-        bytes
-    })
+        let left = deadline.saturating_duration_since(Instant::now());
+        match event.recv_timeout(left) {
+            Ok(Event::Exited(Ok(()))) => exited = true,
+            Ok(Event::Exited(Err(e))) => return Err(ToolError::Spawn(e)),
+            Ok(Event::Output((bytes, None))) => output = Some(bytes),
+            Ok(Event::Output((_, Some(Cut::TooLarge)))) => return Err(ToolError::TooLarge),
+            Ok(Event::Output((_, Some(Cut::Deadline)))) | Err(_) => {
+                return Err(ToolError::Timeout(timeout));
+            }
+        }
+    }
+}
+
+/// Whether the shepherd's exit is told within `grace` (other events passed over).
+fn exited_within(event: &std::sync::mpsc::Receiver<Event>, grace: Duration) -> bool {
+    let until = Instant::now() + grace;
+    loop {
+        match event.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            Ok(Event::Exited(_)) => return true,
+            Ok(Event::Output(_)) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Reads `from` to its end, at most `max` bytes and one more, and not past `deadline`
+/// (whoever holds the pipe's other end): what was read, and why not all of it.
+fn read_until(
+    mut from: impl Read + AsRawFd,
+    max: u64,
+    deadline: Instant,
+) -> (Vec<u8>, Option<Cut>) {
+    let (mut bytes, mut chunk) = (Vec::new(), vec![0u8; 64 << 10]);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut fd = libc::pollfd {
+            fd: from.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: poll(2) of one descriptor this thread owns.
+        match unsafe { libc::poll(&mut fd, 1, ms) } {
+            0 => return (bytes, Some(Cut::Deadline)),
+            n if n < 0 => {
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return (bytes, None);
+            }
+            _ => {}
+        }
+        match from.read(&mut chunk) {
+            Ok(0) => return (bytes, None),
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return (bytes, None),
+        }
+        if bytes.len() as u64 > max {
+            return (bytes, Some(Cut::TooLarge));
+        }
+    }
+}
+
+/// Waits until `pid` (a child) exits, leaving it unreaped: its pid and group stay its own
+/// until [`reap`], so a signal sent meanwhile reaches no other process.
+fn wait_unreaped(pid: libc::pid_t) -> std::io::Result<()> {
+    let id = libc::id_t::try_from(pid).map_err(std::io::Error::other)?;
+    loop {
+        // SAFETY: waitid(2) of this process's child, into a value of ours.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let flags = libc::WEXITED | libc::WNOWAIT;
+        // SAFETY: as above.
+        if unsafe { libc::waitid(libc::P_PID, id, &mut info, flags) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Reaps `pid` (exited): its status, and the CPU time it and what it reaped used.
+fn reap(pid: libc::pid_t) -> std::io::Result<(std::process::ExitStatus, Duration)> {
+    let mut status = 0;
+    // SAFETY: a plain C struct, zeroed, for wait4(2) to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: wait4(2) of this process's child, into values of ours.
+        if unsafe { libc::wait4(pid, &mut status, 0, &mut usage) } == pid {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    let time = |t: libc::timeval| {
+        let (secs, micros) = (u64::try_from(t.tv_sec), u64::try_from(t.tv_usec));
+        Duration::from_secs(secs.unwrap_or(0)) + Duration::from_micros(micros.unwrap_or(0))
+    };
+    let cpu = time(usage.ru_utime) + time(usage.ru_stime);
+    Ok((std::process::ExitStatus::from_raw(status), cpu))
+}
+
+/// `sig` to `pid` (a negative one: its group), a child not reaped yet.
+fn signal(pid: libc::pid_t, sig: libc::c_int) {
+    if pid != 0 && pid != -1 {
+        // SAFETY: kill(2) of the shepherd, or of the group it leads, before it is reaped.
+        unsafe { libc::kill(pid, sig) };
+    }
 }
 
 /// Sets a resource limit, soft and hard, on the calling process (between fork and exec).
@@ -225,15 +375,6 @@ fn limit(resource: Resource, value: u64) -> std::io::Result<()> {
         maximum: Some(value),
     };
     Ok(setrlimit(resource, limit)?)
-}
-
-/// SIGKILL to every process of the group `group` (a tool and what it started); nothing
-/// when it is gone.
-fn kill_group(group: libc::pid_t) {
-    if group > 0 {
-        // SAFETY: kill(2) of the process group the tool leads.
-        unsafe { libc::kill(-group, libc::SIGKILL) };
-    }
 }
 
 #[cfg(test)]
@@ -286,6 +427,89 @@ mod tests {
             dead
         });
         assert!(gone, "sleep {pid} outlived the tool");
+    }
+
+    /// The pid a script wrote to `file`, once it is there.
+    fn pid_in(file: &Path) -> i32 {
+        std::fs::read_to_string(file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// Whether `pid` is gone (or a zombie about to be).
+    fn gone(pid: i32) -> bool {
+        (0..100).any(|_| {
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let dead = state.is_empty() || state.contains(") Z ");
+            if !dead {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            dead
+        })
+    }
+
+    #[test]
+    fn a_setsid_child_holding_stdout_ends_with_the_tool() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let script = format!(
+            "setsid sleep 60 & echo $! > {}; echo done",
+            pid_file.display()
+        );
+        let reach = Reach {
+            write: vec![dir.path().to_path_buf()],
+            ..Reach::default()
+        };
+        let start = std::time::Instant::now();
+        let out = tool(dir.path(), &script, reach).run().unwrap();
+        assert_eq!(out, b"done\n");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        let pid = pid_in(&pid_file);
+        assert!(gone(pid), "the setsid child {pid} outlived the tool");
+    }
+
+    #[test]
+    fn at_the_timeout_the_tool_and_its_setsid_child_end_and_the_output_is_not_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let script = format!(
+            "setsid sleep 60 & echo $! > {}; echo partial; exec sleep 60",
+            pid_file.display()
+        );
+        let reach = Reach {
+            write: vec![dir.path().to_path_buf()],
+            ..Reach::default()
+        };
+        let mut t = tool(dir.path(), &script, reach);
+        t.timeout = Duration::from_secs(2);
+        let start = std::time::Instant::now();
+        let e = t.run().unwrap_err();
+        assert!(matches!(e, ToolError::Timeout(_)), "{e:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(
+            gone(pid_in(&pid_file)),
+            "the setsid child outlived the timeout"
+        );
+    }
+
+    #[test]
+    fn a_sigkill_from_elsewhere_is_not_called_cpu_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = tool(dir.path(), "kill -9 $$", Reach::default())
+            .run()
+            .unwrap_err();
+        assert!(matches!(e, ToolError::Killed(_)), "{e:?}");
+        assert!(e.to_string().starts_with("was killed (SIGKILL)"), "{e}");
     }
 
     #[test]
