@@ -73,7 +73,13 @@ pub struct StatusPage {
     /// Each app's last answer from the cluster, and when: asked again after
     /// [`LIVE_REUSE`], so that requests in a burst cost the cluster one read.
     answers: std::sync::Mutex<HashMap<String, (Instant, html::Live)>>,
+    /// The apps the sets make that do not run, and why (the first [`REFUSED_SHOWN`]), and
+    /// how many there are.
+    refused: RwLock<(Vec<String>, usize)>,
 }
+
+/// The refused apps `/` names at most.
+const REFUSED_SHOWN: usize = 50;
 
 impl StatusPage {
     /// The page of `config`'s agent, reading the cluster through `syncer`.
@@ -94,6 +100,7 @@ impl StatusPage {
             credentials,
             viewed_ms: AtomicI64::new(0),
             answers: std::sync::Mutex::new(HashMap::new()),
+            refused: RwLock::new((Vec::new(), 0)),
         };
         page.set_apps(config);
         Ok(page)
@@ -128,6 +135,14 @@ impl StatusPage {
             .set_apps(&apps, |app| self.history.newest(app).ok().flatten());
         if let Ok(mut answers) = self.answers.lock() {
             answers.retain(|name, _| apps.iter().any(|a| &a.name == name));
+        }
+        let shown = config
+            .refused
+            .iter()
+            .take(REFUSED_SHOWN)
+            .map(ToString::to_string);
+        if let Ok(mut refused) = self.refused.write() {
+            *refused = (shown.collect(), config.refused.len());
         }
     }
 
@@ -349,6 +364,7 @@ impl StatusPage {
             .board
             .page(|a| filter.keeps(a), offset, html::PAGE_APPS);
         let (_, all) = self.board.page(|_| true, 0, 0);
+        let (refused, refused_count) = self.refused.read().map(|r| r.clone()).unwrap_or_default();
         html::IndexPage {
             filter,
             number,
@@ -356,6 +372,8 @@ impl StatusPage {
             kept,
             all,
             clusters: self.board.clusters(),
+            refused,
+            refused_count,
         }
     }
 

@@ -67,6 +67,10 @@ pub struct IndexPage {
     pub all: usize,
     /// The apps' clusters.
     pub clusters: Vec<String>,
+    /// The apps the sets make that do not run, each with why (the first of them).
+    pub refused: Vec<String>,
+    /// How many apps are refused.
+    pub refused_count: usize,
 }
 
 impl IndexPage {
@@ -99,6 +103,9 @@ struct Index<'a> {
     next: Option<String>,
     /// The apps' clusters, when there are several (a column and a filter then).
     clusters: Vec<&'a str>,
+    /// The refused apps named, and how many there are.
+    refused: &'a [String],
+    refused_count: usize,
 }
 
 /// `/`: one page of the apps.
@@ -130,5 +137,7 @@ pub fn index(page: &IndexPage, now: Timestamp) -> String {
         previous: (page.number > 1).then(|| link(page.number - 1)),
         next: (page.number < pages).then(|| link(page.number + 1)),
         rows,
+        refused: &page.refused,
+        refused_count: page.refused_count,
     })
 }

@@ -264,6 +264,11 @@ mod tests {
                 kept,
                 all,
                 clusters,
+                refused: vec![
+                    "app a-b (app set a, folder x/b, cluster east): the name \"a-b\" is made by …"
+                        .into(),
+                ],
+                refused_count: 2,
             }
         };
         let html = index(&page("west"), Timestamp::now());
@@ -275,6 +280,10 @@ mod tests {
         assert!(!html.contains("data-app=\"web-east\""), "{html}");
         assert!(html.contains(">1 of 2 apps</p>"), "{html}");
         assert!(!html.contains("pager"), "one page: {html}");
+        assert!(
+            html.contains("Refused (2)") && html.contains("app a-b (app set a, folder x/b"),
+            "{html}"
+        );
         // One cluster: neither.
         board.set_apps(&[app("web-east", "east")], |_| None);
         let html = index(&page(""), Timestamp::now());
@@ -304,6 +313,8 @@ mod tests {
                 kept,
                 all: kept,
                 clusters: board.clusters(),
+                refused: Vec::new(),
+                refused_count: 0,
             },
             Timestamp::now(),
         );
