@@ -141,7 +141,7 @@ async fn move_inventory(
     to: &AppConfig,
     journal: &mut Journal<'_>,
 ) -> Result<Handed, Stop> {
-    use crate::cluster::inventory::{delete, load, local_path, store, store_local};
+    use crate::cluster::inventory::{load, store, store_local};
     let (old, mut from_store) = inventory::load(ctx, journal).await?;
     let agent = &ctx.syncer.agent;
     let (client, ns) = (&ctx.cluster.client, &agent.inventory_namespace);
@@ -173,25 +173,7 @@ async fn move_inventory(
     if let Err(e) = store_local(&agent.state_dir, &to.name, &theirs) {
         tracing::warn!(app = %to.name, error = %e, "cannot keep a local copy of the inventory handed over");
     }
-    let mut ours = Inventory {
-        objects: Vec::new(),
-        ..old.clone()
-    };
-    if ctx.app.prune {
-        let (kinds, _) = ctx.discover(None, journal).await?;
-        prune::prune(ctx, &kinds, left, &old, &mut ours, journal).await?;
-        // The old folder's namespace goes with it, unless what was handed over is in it.
-        let own = Some(ctx.app.namespace.as_str());
-        let keeps_it = theirs
-            .objects
-            .iter()
-            .any(|e| e.key.namespace.as_deref() == own);
-        if ctx.app.namespace != to.namespace && !keeps_it {
-            super::steps::namespace::release(ctx, journal).await;
-        }
-    } else {
-        ours.objects = left;
-    }
+    let ours = let_go(ctx, to, &old, left, &theirs, journal).await?;
     if !ours.objects.is_empty() || !journal.errors.is_empty() {
         from_store.store(ctx, &old, &ours, journal).await;
         return match journal.errors.is_empty() {
@@ -199,11 +181,52 @@ async fn move_inventory(
             false => Err(Stop::Failed),
         };
     }
-    delete(client, ns, &ctx.app.name)
-        .await
-        .map_err(|e| journal.stop(e))?;
-    let _ = std::fs::remove_file(local_path(&agent.state_dir, &ctx.app.name));
+    forget(ctx, journal).await?;
     Ok(handed)
+}
+
+/// What becomes of the objects of `old` that `to` does not take (`left`): pruned as for a
+/// removed folder with `prune = true` (the app's namespace released too, unless what was
+/// handed over, `theirs`, is in it), else kept. The app's inventory left.
+async fn let_go(
+    ctx: &Ctx<'_>,
+    to: &AppConfig,
+    old: &Inventory,
+    left: Vec<crate::plan::Entry>,
+    theirs: &Inventory,
+    journal: &mut Journal<'_>,
+) -> Result<Inventory, Stop> {
+    let mut ours = Inventory {
+        objects: Vec::new(),
+        ..old.clone()
+    };
+    if !ctx.app.prune {
+        ours.objects = left;
+        return Ok(ours);
+    }
+    let (kinds, _) = ctx.discover(None, journal).await?;
+    prune::prune(ctx, &kinds, left, old, &mut ours, journal).await?;
+    let own = Some(ctx.app.namespace.as_str());
+    let keeps_it = (theirs.objects.iter()).any(|e| e.key.namespace.as_deref() == own);
+    if ctx.app.namespace != to.namespace && !keeps_it {
+        super::steps::namespace::release(ctx, journal).await;
+    }
+    Ok(ours)
+}
+
+/// Deletes the app's inventory, in the cluster and berth's local copy.
+async fn forget(ctx: &Ctx<'_>, journal: &mut Journal<'_>) -> Result<(), Stop> {
+    let agent = &ctx.syncer.agent;
+    crate::cluster::inventory::delete(
+        &ctx.cluster.client,
+        &agent.inventory_namespace,
+        &ctx.app.name,
+    )
+    .await
+    .map_err(|e| journal.stop(e))?;
+    let local = crate::cluster::inventory::local_path(&agent.state_dir, &ctx.app.name);
+    let _ = std::fs::remove_file(local);
+    Ok(())
 }
 
 /// The objects `to` renders at its commit (fetched as its sync would, its signature
@@ -239,16 +262,7 @@ async fn prune_all(ctx: &Ctx<'_>, journal: &mut Journal<'_>) -> Result<usize, St
         store.store(ctx, &old, &next, journal).await;
         return Err(pruned.err().unwrap_or(Stop::Failed));
     }
-    let agent = &ctx.syncer.agent;
-    crate::cluster::inventory::delete(
-        &ctx.cluster.client,
-        &agent.inventory_namespace,
-        &ctx.app.name,
-    )
-    .await
-    .map_err(|e| journal.stop(e))?;
-    let local = crate::cluster::inventory::local_path(&agent.state_dir, &ctx.app.name);
-    let _ = std::fs::remove_file(local);
+    forget(ctx, journal).await?;
     super::steps::namespace::release(ctx, journal).await;
     Ok(listed)
 }

@@ -5,21 +5,15 @@
 //! set that cannot be listed keeps its apps by it, and the apps a set no longer makes —
 //! removed as an app removed from the configuration is — are found by it.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use crate::config::{
-    check_generated, compile_globs, AgentConfig, AppConfig, AppSetConfig, Config,
-    Problem as Invalid, Refused, SetError,
+    check_generated, AppConfig, AppSetConfig, Config, Problem as Invalid, Refused, SetError,
 };
 use crate::source::folders::{self, FolderError};
 use crate::source::git::{self, SourceError};
 use crate::source::shared::Sources;
-
-/// A set's state file is read no further than this (10,000 folders take ~1 MiB; the walk
-/// stops at 50,000).
-const MAX_STATE: u64 = 16 << 20;
 
 /// One folder a set's apps are made from.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -119,7 +113,7 @@ impl Listing {
     pub fn remembered(state_dir: &Path, set: &str) -> Listing {
         let (listed, problem) = match read_state(state_dir, set) {
             Ok(listed) => (listed.unwrap_or_default(), None),
-            Err(torn) => (Listed::default(), Some(Problem::Torn(torn))),
+            Err(torn) => (Listed::default(), Some(Problem::Torn(torn.to_string()))),
         };
         Listing {
             set: set.to_string(),
@@ -255,50 +249,6 @@ pub fn expand(
     expanded
 }
 
-/// Takes out of `generated` every app whose name another app has (see [`clashes`]), and
-/// returns them refused.
-pub fn refuse_clashes(written: &[AppConfig], generated: &mut Vec<AppConfig>) -> Vec<Refused> {
-    let clashes = clashes(written, generated);
-    let refused = (generated.iter())
-        .filter_map(|app| Some(Refused::of(app, clashes.get(&app.name)?.clone())))
-        .collect();
-    generated.retain(|a| !clashes.contains_key(&a.name));
-    refused
-}
-
-/// The names more than one app has, each with what says so: every generated app of such a
-/// name is refused — never the first made — naming each app that has it. A written app
-/// keeps its name: a folder cannot take it, nor stop it.
-fn clashes(written: &[AppConfig], generated: &[AppConfig]) -> BTreeMap<String, String> {
-    let mut holders: BTreeMap<&str, Vec<&AppConfig>> = BTreeMap::new();
-    for app in written.iter().chain(generated) {
-        holders.entry(app.name.as_str()).or_default().push(app);
-    }
-    let said = |app: &AppConfig| match (&app.set, &app.folder) {
-        (None, _) => "the written [[app]]".to_string(),
-        (Some(set), Some(folder)) => format!(
-            "app set {set} (folder {folder}, cluster {})",
-            app.cluster.as_deref().unwrap_or_default()
-        ),
-        (Some(set), None) => format!(
-            "app set {set} (cluster {})",
-            app.cluster.as_deref().unwrap_or_default()
-        ),
-    };
-    holders
-        .into_iter()
-        .filter(|(_, apps)| apps.len() > 1)
-        .map(|(name, apps)| {
-            let who: Vec<String> = apps.iter().map(|a| said(a)).collect();
-            let why = format!(
-                "the name {name:?} is made by {}: each app of the sets that make it is refused until one is renamed (give app_name a template that tells them apart)",
-                who.join(" and by ")
-            );
-            (name.to_string(), why)
-        })
-        .collect()
-}
-
 /// The `depends_on` names no app has once the sets are listed (validation lets a name no
 /// written app has stand for a generated one), each said: `app web: depends_on names
 /// "db-east", which no app is (nor any app set makes)`. Such a dependency is not waited on.
@@ -362,7 +312,7 @@ pub fn renamed(
 }
 
 /// The apps of `set` for `listed`, each checked as a written app is, and those refused: a
-/// folder whose apps would reach a reserved namespace (see [`out_of_reach`]).
+/// folder whose apps would reach a reserved namespace (see [`within_reach`]).
 ///
 /// # Errors
 /// The first app that cannot be made, or more apps than the set's `max_apps`.
@@ -385,150 +335,13 @@ fn made(
     Ok(within_reach(config, set, apps))
 }
 
-/// The apps of `set` that may run, and those refused: each whose templates reach a
-/// reserved namespace (see [`out_of_reach`]).
-pub fn within_reach(
-    config: &Config,
-    set: &AppSetConfig,
-    apps: Vec<AppConfig>,
-) -> (Vec<AppConfig>, Vec<Refused>) {
-    let reserved = reserved_namespaces(&config.agent);
-    let (mut made, mut refused) = (Vec::with_capacity(apps.len()), Vec::new());
-    for app in apps {
-        match out_of_reach(set, &app, &reserved) {
-            Some(why) => refused.push(Refused::of(&app, why)),
-            None => made.push(app),
-        }
-    }
-    (made, refused)
-}
-
-/// The namespaces no set's app may have or reach: Kubernetes' own, and berth's
-/// (`agent.inventory_namespace`). Only a written app may name them.
-pub fn reserved_namespaces(agent: &AgentConfig) -> [&str; 5] {
-    [
-        "kube-system",
-        "kube-public",
-        "kube-node-lease",
-        "default",
-        agent.inventory_namespace.as_str(),
-    ]
-}
-
-/// Why a set's app may not run: a namespace or scope its templates fill in (from a
-/// folder's name, a cluster's, a label) reaches a reserved namespace, or a folder's name
-/// holding a glob's character fills in a scope (a folder named `*` would make
-/// `scope = ["{folder}"]` every namespace). What the set writes literally stands.
-fn out_of_reach(set: &AppSetConfig, app: &AppConfig, reserved: &[&str]) -> Option<String> {
-    let filled = |v: Option<&toml::Value>| v.and_then(toml::Value::as_str).is_some_and(is_template);
-    let template = &set.template;
-    let scope_template = (template.get("scope"))
-        .and_then(|s| s.get("namespaces"))
-        .and_then(toml::Value::as_array);
-    let mut reached: Vec<&str> = Vec::new();
-    if filled(template.get("namespace")) && reserved.contains(&app.namespace.as_str()) {
-        reached.push(&app.namespace);
-    }
-    let filled_scope: Vec<&String> = match (scope_template, &app.scope.namespaces) {
-        (Some(written), Some(made)) => (written.iter().zip(made))
-            .filter(|(w, _)| filled(Some(w)))
-            .map(|(_, m)| m)
-            .collect(),
-        _ => Vec::new(),
-    };
-    if let Some(folder) =
-        (app.folder.as_deref()).filter(|f| !filled_scope.is_empty() && f.contains(GLOB_CHARS))
-    {
-        return Some(format!(
-            "its folder {folder:?} holds a glob's character, which its scope's template would take as one: skipped"
-        ));
-    }
-    let globs = compile_globs(&filled_scope.into_iter().cloned().collect::<Vec<_>>())
-        .ok()
-        .flatten();
-    reached.extend(
-        reserved
-            .iter()
-            .filter(|ns| globs.as_ref().is_some_and(|g| g.is_match(ns))),
-    );
-    let reached = reached.first()?;
-    Some(format!(
-        "its templates make namespace {:?} and scope {:?}, which reach namespace {reached:?}: {} are out of any template's reach (only a written [[app]] may name them); skipped",
-        app.namespace,
-        app.scope_namespaces(),
-        reserved.join(", ")
-    ))
-}
-
-/// Whether a set's value is a template: it holds a placeholder.
-fn is_template(text: &str) -> bool {
-    text.replace("{{", "").contains('{')
-}
-
-/// The characters of a glob: a folder's name holding one could widen a scope.
-const GLOB_CHARS: &[char] = &['*', '?', '[', ']', '{', '}', '!', '\\'];
-
-fn state_path(state_dir: &Path, set: &str) -> PathBuf {
-    state_dir.join("sets").join(format!("{set}.json"))
-}
-
-/// What `set` listed last; `None` when it never listed, or its state file is not one
-/// (said: nothing is removed on its word).
-pub fn remembered(state_dir: &Path, set: &str) -> Option<Listed> {
-    read_state(state_dir, set).unwrap_or_else(|torn| {
-        tracing::warn!(set = %set, "app set {set}: {torn}: nothing is removed on its word");
-        None
-    })
-}
-
-/// What `set` listed last (`None`: never listed); `Err`, saying why, when its state file is
-/// there but not one (torn, damaged, too large, a link).
-fn read_state(state_dir: &Path, set: &str) -> Result<Option<Listed>, String> {
-    let path = state_path(state_dir, set);
-    let torn = |why: &dyn std::fmt::Display| {
-        format!("its state file {} is not one ({why})", path.display())
-    };
-    let file = match crate::state::open_state(&path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        file => file,
-    };
-    let text = crate::manifest::read::read_capped(file, MAX_STATE).map_err(|e| torn(&e))?;
-    serde_json::from_slice::<Listed>(&text)
-        .map(Some)
-        .map_err(|e| torn(&e))
-}
-
-/// Keeps what `listing` lists, when it is the commit's (a listing with a problem keeps
-/// the last one).
-pub fn remember(state_dir: &Path, listing: &Listing) {
-    if listing.problem.is_some() {
-        return;
-    }
-    let written = serde_json::to_vec(&listing.listed)
-        .map_err(std::io::Error::other)
-        .and_then(|text| {
-            crate::state::private_dir(&state_dir.join("sets"))?;
-            crate::state::write_private(&state_path(state_dir, &listing.set), &text)
-        });
-    if let Err(e) = written {
-        tracing::warn!(set = %listing.set, error = %e, "cannot keep what the set listed: its apps are found again at the next listing");
-    }
-}
-
-/// Forgets the sets `config` no longer has (their apps were removed with them).
-pub fn forget_others(config: &Config) {
-    let folder = config.agent.state_dir.join("sets");
-    let Ok(entries) = std::fs::read_dir(&folder) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let set = name.to_str().and_then(|n| n.strip_suffix(".json"));
-        if set.is_some_and(|s| !config.app_sets.iter().any(|c| c.name == s)) {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
-}
+mod refuse;
+mod state;
+pub use refuse::{refuse_clashes, reserved_namespaces, within_reach};
+use state::read_state;
+#[cfg(test)]
+use state::state_path;
+pub use state::{forget_others, remember, remembered, TornState};
 
 #[cfg(test)]
 mod tests;

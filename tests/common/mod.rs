@@ -230,6 +230,50 @@ impl Repo {
         self.git(&["commit", "-q", "--allow-empty", "-m", message]);
         self.git(&["rev-parse", "HEAD"])
     }
+
+    /// A tree object of `entries` (`git mktree` lines: `MODE TYPE ID\tNAME`), made with
+    /// git's plumbing: a tree of many entries, or one folder under many names, costs a
+    /// few bytes, where an index or a work tree of them would cost what it stands for.
+    pub fn mktree(&self, entries: &str) -> String {
+        use std::io::Write;
+        let mut mktree = std::process::Command::new("git")
+            .arg("mktree")
+            .current_dir(self.dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run git mktree");
+        let mut stdin = mktree.stdin.take().expect("its stdin");
+        stdin
+            .write_all(entries.as_bytes())
+            .expect("write the entries");
+        drop(stdin);
+        let out = mktree.wait_with_output().expect("git mktree");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Commits the tree `root` after HEAD, as `main`.
+    pub fn commit_tree(&self, root: &str, message: &str) {
+        let commit = self.git(&["commit-tree", root, "-p", "HEAD", "-m", message]);
+        self.git(&["update-ref", "refs/heads/main", &commit]);
+    }
+
+    /// Commits `n` folders `under/f00000`…, each holding the same empty file `keep`, from
+    /// a few hundred kilobytes of objects.
+    pub fn commit_folders(&self, under: &str, n: usize) {
+        self.write("keep", "");
+        self.commit("keep");
+        let keep = self.git(&["rev-parse", "HEAD:keep"]);
+        let folder = self.mktree(&format!("100644 blob {keep}\tkeep\n"));
+        let entries: String = (0..n)
+            .map(|i| format!("040000 tree {folder}\tf{i:05}\n"))
+            .collect();
+        let folders = self.mktree(&entries);
+        let root = self.mktree(&format!(
+            "100644 blob {keep}\tkeep\n040000 tree {folders}\t{under}\n"
+        ));
+        self.commit_tree(&root, &format!("{n} folders"));
+    }
 }
 
 /// A berth configuration for one app reading `repo`, in its own state folder.

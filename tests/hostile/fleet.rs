@@ -448,35 +448,7 @@ fn a_set_of_45000_folders_is_refused_at_its_bound() {
     };
     const FOLDERS: usize = 45_000;
     let repo = Repo::new();
-    repo.write("keep", "");
-    repo.commit("first");
-    let mktree = |entries: String| {
-        use std::io::Write;
-        let mut mktree = std::process::Command::new("git")
-            .arg("mktree")
-            .current_dir(repo.dir.path())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = mktree.stdin.take().unwrap();
-        stdin.write_all(entries.as_bytes()).unwrap();
-        drop(stdin);
-        let out = mktree.wait_with_output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
-    let keep = repo.git(&["rev-parse", "HEAD:keep"]);
-    let folder = mktree(format!("100644 blob {keep}\tkeep\n"));
-    let teams = mktree(
-        (0..FOLDERS)
-            .map(|i| format!("040000 tree {folder}\tt{i:05}\n"))
-            .collect(),
-    );
-    let root = mktree(format!(
-        "100644 blob {keep}\tkeep\n040000 tree {teams}\tteams\n"
-    ));
-    let commit = repo.git(&["commit-tree", &root, "-p", "HEAD", "-m", "45,000 folders"]);
-    repo.git(&["update-ref", "refs/heads/main", &commit]);
+    repo.commit_folders("teams", FOLDERS);
     let fleet = Fleet::new(
         cp,
         &format!(

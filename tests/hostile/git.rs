@@ -230,35 +230,19 @@ async fn a_gigabyte_blob_is_refused_by_its_size_unread_in_the_first_fetch_and_a_
 /// blob, then levels of ten entries of the level below, from a few kilobytes of objects
 /// (made with git's plumbing: an index of them would be the bomb).
 fn commit_bomb(repo: &Repo, name: &str, levels: usize) {
-    let mktree = |entries: String| {
-        let mut mktree = std::process::Command::new("git")
-            .arg("mktree")
-            .current_dir(repo.dir.path())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        let mut stdin = mktree.stdin.take().unwrap();
-        stdin.write_all(entries.as_bytes()).unwrap();
-        drop(stdin);
-        let out = mktree.wait_with_output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
     let cm = repo.git(&["rev-parse", "HEAD:cm.yaml"]);
     let mut below = ("100644 blob", cm.clone());
     for _ in 0..levels {
         let entries: String = (0..10)
             .map(|i| format!("{} {}\t{i}\n", below.0, below.1))
             .collect();
-        below = ("040000 tree", mktree(entries));
+        below = ("040000 tree", repo.mktree(&entries));
     }
-    let root = mktree(format!(
+    let root = repo.mktree(&format!(
         "100644 blob {cm}\tcm.yaml\n040000 tree {}\t{name}\n",
         below.1
     ));
-    let commit = repo.git(&["commit-tree", &root, "-p", "HEAD", "-m", "a bomb"]);
-    repo.git(&["update-ref", "refs/heads/main", &commit]);
+    repo.commit_tree(&root, "a bomb");
 }
 
 /// 10^5 files under the app's own path, below the whole tree's bound (2 × 10^5): counted

@@ -385,37 +385,7 @@ async fn unread_pages_and_event_streams_at_5000_apps_hold_little_and_healthz_ans
     let client = common::client(cp).await;
     let ns = common::namespace(&client, "many-unread").await;
     let repo = Repo::new();
-    repo.write("keep", "");
-    repo.commit("first");
-    let mktree = |entries: String| {
-        let mut mktree = std::process::Command::new("git")
-            .arg("mktree")
-            .current_dir(repo.dir.path())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        mktree
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(entries.as_bytes())
-            .unwrap();
-        let out = mktree.wait_with_output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
-    let keep = repo.git(&["rev-parse", "HEAD:keep"]);
-    let folder = mktree(format!("100644 blob {keep}\tkeep\n"));
-    let apps = mktree(
-        (0..APPS)
-            .map(|i| format!("040000 tree {folder}\tapp-{i:04}\n"))
-            .collect(),
-    );
-    let root = mktree(format!(
-        "100644 blob {keep}\tkeep\n040000 tree {apps}\tapps\n"
-    ));
-    let commit = repo.git(&["commit-tree", &root, "-p", "HEAD", "-m", "5000 folders"]);
-    repo.git(&["update-ref", "refs/heads/main", &commit]);
+    repo.commit_folders("apps", APPS);
     let state = tempfile::tempdir().unwrap();
     let port = common::free_port();
     let config = state.path().join("berth.toml");
@@ -482,5 +452,5 @@ async fn unread_pages_and_event_streams_at_5000_apps_hold_little_and_healthz_ans
         &answer[..answer.len().min(600)]
     );
     assert!(answer.contains("</api/apps?page=3>; rel=\"next\""));
-    assert_eq!(answer.matches("\"name\":\"many-app-").count(), 250);
+    assert_eq!(answer.matches("\"name\":\"many-f").count(), 250);
 }
