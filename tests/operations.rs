@@ -663,3 +663,73 @@ async fn a_missing_crd_is_one_error_that_names_it() {
         "{out}"
     );
 }
+
+/// Issue 61, item 1: an app that names no branch of a local repository follows the branch
+/// checked out at its first sync, whatever the work tree checks out later. Before, `git
+/// checkout -b feature` and a commit there deployed the feature branch, and `main`'s next
+/// commit was refused as a force-push.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_repository_is_followed_on_its_branch_not_its_work_trees_head() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "work-tree").await;
+    let repo = Repo::new();
+    repo.write("cm.yaml", &config_map("state", "1"));
+    repo.commit("one");
+    let setup = Setup::new(cp, "work-tree", &repo, &ns, "");
+    let _daemon = common::Daemon::start(&setup.config, &[]);
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    common::wait_for_value(&maps, "state", "1", std::time::Duration::from_secs(60)).await;
+    repo.git(&["checkout", "-q", "-b", "feature/image"]);
+    repo.write("cm.yaml", &config_map("state", "feature"));
+    let feature = repo.commit("on a feature branch");
+    // The commit wakes the agent (it watches the repository): its sync ends before the
+    // work tree goes back to main.
+    let synced = setup.history().len();
+    let after_feature = || setup.history().len() > synced;
+    common::eventually(
+        "a sync after the feature commit",
+        std::time::Duration::from_secs(30),
+        after_feature,
+    );
+    let value = maps.get("state").await.unwrap().data.unwrap_or_default();
+    assert_eq!(
+        value.get("value").map(String::as_str),
+        Some("1"),
+        "the feature commit applied"
+    );
+    repo.git(&["checkout", "-q", "main"]);
+    repo.write("cm.yaml", &config_map("state", "2"));
+    let main = repo.commit("two, on main");
+    common::wait_for_value(&maps, "state", "2", std::time::Duration::from_secs(60)).await;
+    let recorded =
+        || (setup.history().iter()).any(|r| r.commit.as_ref().is_some_and(|c| c.sha == main));
+    common::eventually(
+        "main's commit recorded",
+        std::time::Duration::from_secs(30),
+        recorded,
+    );
+    let history = setup.history();
+    let of = |sha: &str| {
+        (history.iter())
+            .filter(|r| r.commit.as_ref().is_some_and(|c| c.sha == sha))
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        of(&feature).is_empty(),
+        "the feature branch was synced: {history:?}"
+    );
+    let applied = of(&main);
+    assert!(
+        applied
+            .iter()
+            .any(|r| r.outcome == Outcome::Succeeded && r.history_rewritten.is_none()),
+        "{applied:?}"
+    );
+    assert!(
+        history.iter().all(|r| r.outcome != Outcome::Failed),
+        "{history:?}"
+    );
+}

@@ -43,7 +43,8 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             )
         })?,
     };
-    let text = starter(&args, &name)?;
+    let branch = berth::source::git::default_branch(&args.repo);
+    let text = starter(&args, &name, branch.as_deref())?;
     // What is written must load: a bad name or path is refused here, with nothing written.
     berth::config::parse(&text).map_err(|e| {
         anyhow::anyhow!("berth init would write a configuration berth refuses: {e}")
@@ -149,7 +150,7 @@ create_namespace = true
 "#;
 
 /// The starter configuration for `args`, its app named `name`.
-fn starter(args: &Args, name: &str) -> anyhow::Result<String> {
+fn starter(args: &Args, name: &str, branch: Option<&str>) -> anyhow::Result<String> {
     // Paths are read from wherever the service runs: made absolute.
     let repo = berth::source::git::remote_url(&args.repo);
     let state_dir = std::path::absolute(&args.state_dir)?.display().to_string();
@@ -177,8 +178,24 @@ fn starter(args: &Args, name: &str) -> anyhow::Result<String> {
         }
     }
     text.push_str(rest);
+    // The branch the repository names its default now, written down: never a work tree's
+    // HEAD as it moves, nor a remote's default as it changes.
+    if let Some(branch) = branch {
+        text = text.replacen(
+            UNNAMED_BRANCH,
+            &format!(
+                "# The branch, tag or commit to follow: the repository's default branch when\n# berth init ran.\nbranch = {}\n",
+                quoted(branch)
+            ),
+            1,
+        );
+    }
     Ok(text)
 }
+
+/// The starter's lines for the branch when the repository's default is not known.
+const UNNAMED_BRANCH: &str =
+    "# The branch, tag or commit to follow. Unset: the repository's default branch.\n# branch = \"main\"\n";
 
 #[cfg(test)]
 mod tests {
@@ -207,7 +224,7 @@ mod tests {
             name: None,
             state_dir: "/var/lib/berth".into(),
         };
-        let config = berth::config::parse(&starter(&args, "shop").unwrap()).unwrap();
+        let config = berth::config::parse(&starter(&args, "shop", None).unwrap()).unwrap();
         let app = &config.apps[0];
         assert_eq!(
             (
@@ -228,8 +245,25 @@ mod tests {
             namespace: "@NAME@".into(),
             ..args
         };
-        let text = starter(&odd, "shop").unwrap();
+        let text = starter(&odd, "shop", None).unwrap();
         assert!(text.contains("namespace = \"@NAME@\"\n"), "{text}");
         assert_eq!(config.agent.state_dir, Path::new("/var/lib/berth"));
+    }
+
+    #[test]
+    fn the_repositorys_default_branch_is_written_when_known() {
+        let args = Args {
+            repo: "/srv/git/shop".into(),
+            path: ".".into(),
+            namespace: "shop".into(),
+            name: None,
+            state_dir: "/var/lib/berth".into(),
+        };
+        let text = starter(&args, "shop", Some("trunk")).unwrap();
+        let config = berth::config::parse(&text).unwrap();
+        assert_eq!(config.apps[0].branch.as_deref(), Some("trunk"));
+        assert!(!text.contains("# branch = "), "{text}");
+        let unknown = berth::config::parse(&starter(&args, "shop", None).unwrap()).unwrap();
+        assert_eq!(unknown.apps[0].branch, None);
     }
 }

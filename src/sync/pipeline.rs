@@ -270,9 +270,11 @@ pub(super) async fn prepare(
     // Like with like: a commit of another repository (a written app moved) is no rewind.
     let same_repo = (inventory.origin.as_ref()).is_none_or(|o| o.repo == ctx.app.repo);
     let previous = inventory.commit.as_deref().filter(|_| same_repo);
+    let state_dir = &ctx.syncer.agent.state_dir;
+    rewind::settle(state_dir, &ctx.app.name, inventory.commit.as_deref());
     rec.history_rewritten = rewind::rewritten(ctx, &checkout, previous).await;
     if let Some(note) = &rec.history_rewritten {
-        rewind::guard_rewind(ctx, note, journal)?;
+        rewind::guard_rewind(ctx, note, &checkout.commit.sha, journal)?;
     }
     lock.enter(ctx, Step::Render);
     let rendered = render::render(ctx, &checkout, journal).await?;

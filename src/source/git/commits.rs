@@ -33,6 +33,30 @@ pub fn ancestry(source: &Path, previous: &str, new: &str) -> Option<String> {
     }
 }
 
+/// The branches of the local repository at `path` whose history holds commit `sha`, by
+/// name: where a commit that is no longer an ancestor went (a branch switched in a work
+/// tree, not a force-push). At most the first 5.
+pub fn branches_holding(path: &Path, sha: &str) -> Vec<String> {
+    let Ok(repo) = git2::Repository::open(path) else {
+        return Vec::new();
+    };
+    let Ok(wanted) = Oid::from_str(sha) else {
+        return Vec::new();
+    };
+    let Ok(branches) = repo.branches(Some(git2::BranchType::Local)) else {
+        return Vec::new();
+    };
+    branches
+        .flatten()
+        .filter_map(|(branch, _)| {
+            let tip = branch.get().target()?;
+            let holds = tip == wanted || repo.graph_descendant_of(tip, wanted).unwrap_or(false);
+            holds.then(|| branch.name().ok().flatten().map(str::to_string))?
+        })
+        .take(5)
+        .collect()
+}
+
 /// A digest of what `paths` (relative to the repository's root; `""` is the root) hold at
 /// commit `sha`, and of what the links among them point at elsewhere in the repository:
 /// the same digest at two commits means the same files there.

@@ -70,6 +70,8 @@ pub fn fetch(
     bound_network_waits();
     remove_legacy_cache(state_dir, &app.name);
     let source = source_dir(state_dir, &app.repo);
+    let followed = followed(app, &source);
+    let app = followed.as_ref();
     let cache = source.join("git");
     let cache_err = |message: String| SourceError::Cache {
         path: source.clone(),
@@ -179,8 +181,76 @@ pub fn deepen(app: &AppConfig, state_dir: &Path) -> Result<bool, SourceError> {
         return Ok(false);
     }
     bound_network_waits();
-    fetch_into(app, &cache, Depth::Whole)?;
+    fetch_into(followed(app, &source).as_ref(), &cache, Depth::Whole)?;
     Ok(true)
+}
+
+/// The file in a repository's cache that names the branch a local repository's apps
+/// follow when they name no ref.
+const FOLLOWED_BRANCH: &str = "followed-branch";
+
+/// `app` as it is fetched. An app that names no ref of a local repository follows the
+/// branch its work tree had checked out at the repository's first fetch — recorded in the
+/// cache, and said once — never the work tree's HEAD as it moves: `git checkout -b
+/// feature` in that work tree deploys nothing. A detached HEAD at the first fetch is
+/// followed as HEAD (nothing to record).
+fn followed<'a>(app: &'a AppConfig, source: &Path) -> std::borrow::Cow<'a, AppConfig> {
+    use std::borrow::Cow;
+    let (GitRef::DefaultBranch, Some(path)) = (app.git_ref(), local_path(&app.repo)) else {
+        return Cow::Borrowed(app);
+    };
+    let record = source.join(FOLLOWED_BRANCH);
+    let recorded = crate::manifest::read::read_capped(crate::state::open_state(&record), 256)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .map(|b| b.trim().to_string())
+        .filter(|b| git2::Branch::name_is_valid(b).unwrap_or(false));
+    let branch = match recorded {
+        Some(branch) => branch,
+        None => {
+            let Some(branch) = checked_out(&path) else {
+                return Cow::Borrowed(app);
+            };
+            if let Err(e) = crate::state::private_dir(source)
+                .and_then(|()| crate::state::write_private(&record, branch.as_bytes()))
+            {
+                tracing::warn!(app = %app.name, error = %e, "cannot record the branch the app follows");
+            }
+            tracing::info!(app = %app.name, repo = %path.display(), "the app names no branch of its local repository: it follows branch {branch}, checked out there now, whatever the work tree checks out later (set branch = \"{branch}\" to say so)");
+            branch
+        }
+    };
+    Cow::Owned(AppConfig {
+        branch: Some(branch),
+        ..app.clone()
+    })
+}
+
+/// The default branch of repository `repo` (a local one's: the branch its work tree has
+/// checked out), when it can be asked without credentials; `None` else.
+pub fn default_branch(repo: &str) -> Option<String> {
+    if let Some(path) = local_path(repo) {
+        return checked_out(&path);
+    }
+    bound_network_waits();
+    let mut remote = git2::Remote::create_detached(remote_url(repo)).ok()?;
+    remote.connect(git2::Direction::Fetch).ok()?;
+    let branch = remote.default_branch().ok()?;
+    let branch = branch
+        .as_str()
+        .ok()?
+        .strip_prefix("refs/heads/")?
+        .to_string();
+    let _ = remote.disconnect();
+    Some(branch)
+}
+
+/// The branch the work tree of the local repository `path` has checked out, if one is.
+fn checked_out(path: &Path) -> Option<String> {
+    let repo = Repository::open(path).ok()?;
+    let head = repo.find_reference("HEAD").ok()?;
+    let target = head.symbolic_target().ok()??;
+    target.strip_prefix("refs/heads/").map(str::to_string)
 }
 
 /// Removes the per-app cache of berth before 0.2 (`state_dir/repos/<app>`): the shared one

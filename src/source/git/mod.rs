@@ -22,8 +22,8 @@ mod paths;
 mod tests;
 mod trees;
 
-pub use commits::{ancestry, local_tip, paths_digest, tree_ids};
-pub use fetch::{deepen, fetch};
+pub use commits::{ancestry, branches_holding, local_tip, paths_digest, tree_ids};
+pub use fetch::{deepen, default_branch, fetch};
 pub use trees::{tree_at, TreeLimits};
 
 /// Errors of the git source. Every message names the repository with its credentials

@@ -1,6 +1,10 @@
 //! The rewind guard: a branch or tag that moved to a commit not descending from the last
 //! applied one is refused (a force-push could replay any older commit), unless the app
-//! (`allow_rewind`) or this sync (`--accept-rewind`) accepts it.
+//! (`allow_rewind`) or `berth sync --accept-rewind` accepts it. An accepted rewind stays
+//! accepted for its commit until a sync applies that commit (a sync that fails after the
+//! guard does not use it up): `state_dir/rewinds/<app>` names it.
+
+use std::path::{Path, PathBuf};
 
 use crate::config::GitRef;
 use crate::source::git::{self, Checkout};
@@ -8,7 +12,9 @@ use crate::sync::context::{Ctx, Journal, Stop};
 use crate::sync::error::SyncError;
 
 /// What moved where, when `checkout` does not descend from `previous` (the history a
-/// shallow cache lacks is fetched first); `None` when it does.
+/// shallow cache lacks is fetched first); `None` when it does. For a local repository, a
+/// previous commit still on one of its branches is named with them: a branch switched, not
+/// a force-push.
 pub(in crate::sync) async fn rewritten(
     ctx: &Ctx<'_>,
     checkout: &Checkout,
@@ -16,22 +22,44 @@ pub(in crate::sync) async fn rewritten(
 ) -> Option<String> {
     let previous = previous?;
     let ancestry = || git::ancestry(&checkout.source, previous, &checkout.commit.sha);
-    let rewritten = ancestry();
+    let mut rewritten = ancestry();
     if rewritten.is_some() && ctx.syncer.sources.deepen(ctx.app).await {
-        return ancestry();
+        rewritten = ancestry();
     }
-    rewritten
+    let note = rewritten?;
+    let Some(path) = git::local_path(&ctx.app.repo) else {
+        return Some(note);
+    };
+    let branches = git::branches_holding(&path, previous);
+    if branches.is_empty() {
+        return Some(note);
+    }
+    Some(format!(
+        "previous commit {} is not an ancestor of {}, but is on branch {} of the local repository: the commits came from another branch (a branch switched in its work tree?), not from a force-push",
+        &previous[..previous.len().min(7)],
+        checkout.commit.short(),
+        branches.join(", ")
+    ))
 }
 
-/// Refuses a rewritten history unless it is accepted. A pinned commit is the operator's
-/// own choice in the configuration, never a replay.
+/// Refuses a rewritten history unless it is accepted: by the app, by this sync (which
+/// then accepts it until its commit is applied), or by an earlier sync's acceptance of
+/// this very commit. A pinned commit is the operator's own choice in the configuration,
+/// never a replay.
 pub(in crate::sync) fn guard_rewind(
     ctx: &Ctx<'_>,
     note: &str,
+    sha: &str,
     journal: &mut Journal<'_>,
 ) -> Result<(), Stop> {
     let pinned = matches!(ctx.app.git_ref(), GitRef::Commit(_));
-    if pinned || ctx.app.allow_rewind || ctx.options.accept_rewind {
+    let state_dir = &ctx.syncer.agent.state_dir;
+    if ctx.options.accept_rewind {
+        if let Err(e) = accept(state_dir, &ctx.app.name, sha) {
+            tracing::warn!(app = %ctx.app.name, error = %e, "cannot keep the rewind accepted: a sync that fails before applying it needs --accept-rewind again");
+        }
+    }
+    if pinned || ctx.app.allow_rewind || accepted(state_dir, &ctx.app.name, sha) {
         ctx.warn(note);
         return Ok(());
     }
@@ -39,4 +67,51 @@ pub(in crate::sync) fn guard_rewind(
         app: ctx.app.name.clone(),
         note: note.to_string(),
     }))
+}
+
+/// The acceptance of `app`'s rewind is used up once its inventory's commit is the one it
+/// accepted (that sync applied it).
+pub(in crate::sync) fn settle(state_dir: &Path, app: &str, applied: Option<&str>) {
+    let path = marker(state_dir, app);
+    if applied.is_some_and(|sha| read(&path).as_deref() == Some(sha)) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+fn marker(state_dir: &Path, app: &str) -> PathBuf {
+    state_dir.join("rewinds").join(app)
+}
+
+fn accept(state_dir: &Path, app: &str, sha: &str) -> std::io::Result<()> {
+    crate::state::private_dir(&state_dir.join("rewinds"))?;
+    crate::state::write_private(&marker(state_dir, app), sha.as_bytes())
+}
+
+fn accepted(state_dir: &Path, app: &str, sha: &str) -> bool {
+    read(&marker(state_dir, app)).as_deref() == Some(sha)
+}
+
+/// The commit a marker names (read bounded, without following a link).
+fn read(path: &Path) -> Option<String> {
+    let bytes = crate::manifest::read::read_capped(crate::state::open_state(path), 64).ok()?;
+    Some(String::from_utf8(bytes).ok()?.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_accepted_rewind_holds_for_its_commit_until_it_is_applied() {
+        let state = tempfile::tempdir().unwrap();
+        let (sha, other) = ("a".repeat(40), "b".repeat(40));
+        assert!(!accepted(state.path(), "web", &sha));
+        accept(state.path(), "web", &sha).unwrap();
+        assert!(accepted(state.path(), "web", &sha));
+        assert!(!accepted(state.path(), "web", &other), "another commit");
+        settle(state.path(), "web", Some(&other));
+        assert!(accepted(state.path(), "web", &sha), "not applied yet");
+        settle(state.path(), "web", Some(&sha));
+        assert!(!accepted(state.path(), "web", &sha), "used up once applied");
+    }
 }
