@@ -729,3 +729,35 @@ async fn kept_hook_runs_are_bounded_to_the_newest_three() {
         "the newest run is kept: {last} in {names:?}"
     );
 }
+
+/// Issue 61, item 2: a commit's pre hooks run once. A sync of the same commit again — a
+/// restart resuming it, or drift repaired — applies what it must and runs no pre hook: the
+/// migration does not run twice.
+#[tokio::test]
+async fn a_commits_pre_hooks_run_once_whatever_syncs_it_again() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "order-once").await;
+    let repo = Repo::new();
+    repo.write("settings.yaml", &named_map("settings", "1", ""));
+    repo.write("migrate.yaml", &job("migrate", "berth.dev/hook: pre", 0));
+    repo.commit("settings and their migration");
+    let setup = Setup::new(cp, "order-once", &repo, &ns, "");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(hooks_of(&setup.history().pop().unwrap()).len(), 1, "{out}");
+    // Drift: the settings deleted by hand, the same commit synced again.
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    maps.delete("settings", &Default::default()).await.unwrap();
+    let (code, out, err) = setup.berth(&["sync", "--force"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(maps.get_opt("settings").await.unwrap().is_some(), "{out}");
+    assert!(
+        out.contains("pre hooks: not run again (they completed for commit"),
+        "{out}"
+    );
+    let record = setup.history().pop().unwrap();
+    assert_eq!(hooks_of(&record), [], "the migration ran twice: {out}");
+}

@@ -414,6 +414,7 @@ async fn an_inventory_of_twelve_thousand_objects_is_split_and_read_back() {
         ready: None,
         failed: false,
         origin: None,
+        pre_hooks_ran: None,
     };
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let parts = || async {

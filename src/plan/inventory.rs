@@ -46,6 +46,10 @@ pub struct Inventory {
     /// (`None`: written before berth kept it; the app's next write records it.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<AppOrigin>,
+    /// The commit whose pre hooks completed: a sync of it resumed or repeated (a restart
+    /// mid-rollout, drift repaired) does not run them again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_hooks_ran: Option<String>,
 }
 
 /// Where an app comes from: what tells two apps apart beyond a name, which a folder in a

@@ -201,6 +201,7 @@ pub fn next_inventory(
         ready: None,
         failed: false,
         origin: old.origin.clone(),
+        pre_hooks_ran: old.pre_hooks_ran.clone(),
     }
 }
 

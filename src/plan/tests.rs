@@ -82,6 +82,7 @@ fn classifies_new_changed_drifted_same_and_prune() {
         ready: None,
         failed: false,
         origin: None,
+        pre_hooks_ran: None,
     };
     let live = live(&[
         (&same, "rv1"),
@@ -143,6 +144,7 @@ fn unchanged_commit_is_a_no_op() {
         ready: None,
         failed: false,
         origin: None,
+        pre_hooks_ran: None,
     };
     let p = plan(vec![a.clone()], resolve, &inventory, &live(&[(&a, "rv1")])).unwrap();
     assert!(p.is_no_op());
@@ -234,6 +236,7 @@ fn next_inventory_after_a_complete_and_a_failed_apply() {
         ready: None,
         failed: false,
         origin: None,
+        pre_hooks_ran: None,
     };
     let fresh = entry(&written, "rv9");
 
@@ -266,6 +269,7 @@ fn unfinished_entries_go_back_to_what_they_were_before_the_sync() {
         ready: None,
         failed: false,
         origin: None,
+        pre_hooks_ran: None,
     };
     let next = Inventory {
         commit: Some("c2".into()),
@@ -274,6 +278,7 @@ fn unfinished_entries_go_back_to_what_they_were_before_the_sync() {
         ready: None,
         failed: false,
         origin: None,
+        pre_hooks_ran: None,
     };
     let out = unfinished(&next, &old, &[a.key(), b.key()]);
     assert_eq!(
@@ -307,6 +312,7 @@ fn write_ahead_adds_pending_entries_for_new_objects_only() {
         ready: None,
         failed: false,
         origin: None,
+        pre_hooks_ran: None,
     };
     let targets: Vec<Target> = [cm("a", "2"), b.clone()]
         .into_iter()

@@ -184,15 +184,15 @@ async fn write(
     let mut new = new_namespaces(&writes);
     new.extend(created);
     hooks::validate(ctx, &hooks, &new, journal).await?;
-    let ahead = store.write_ahead(ctx, &inventory, &writes, journal).await?;
+    let mut ahead = store.write_ahead(ctx, &inventory, &writes, journal).await?;
     lock.enter(ctx, Step::Apply);
     namespace::ensure(ctx, wanted, journal).await?;
     apply::namespaces_first(ctx, &mut writes, &mut validated, journal).await?;
     lock.enter(ctx, Step::Hooks);
-    if let Err(stop) = hooks::run(ctx, &hooks, HookPhase::Pre, None, journal).await {
+    let sha = &checkout.commit.sha;
+    if let Err(stop) = pre_hooks(ctx, &hooks, sha, &mut store, &mut ahead, journal).await {
         return Err(failed(ctx, &hooks, stop, journal).await);
     }
-    let sha = &checkout.commit.sha;
     let waves = Waves {
         validated,
         deferred: plan.deferred,
@@ -222,6 +222,39 @@ async fn write(
         Ok(()) => Err(failed(ctx, &hooks, Stop::Failed, journal).await),
         Err(stop) => Err(failed(ctx, &hooks, stop, journal).await),
     }
+}
+
+/// The commit's pre hooks, once: not again for a commit whose pre hooks completed in an
+/// earlier sync (one resumed after a restart, or repeated), said; once they complete, the
+/// write-ahead inventory `ahead` records the commit.
+async fn pre_hooks(
+    ctx: &Ctx<'_>,
+    hooks: &[hooks::HookObject],
+    sha: &str,
+    store: &mut InventoryStore,
+    ahead: &mut Inventory,
+    journal: &mut Journal<'_>,
+) -> Result<(), Stop> {
+    if !hooks.iter().any(|h| h.runs_in(HookPhase::Pre, None)) {
+        return Ok(());
+    }
+    if ahead.pre_hooks_ran.as_deref() == Some(sha) {
+        let short = &sha[..sha.len().min(7)];
+        ctx.say(&format!(
+            "pre hooks: not run again (they completed for commit {short} in an earlier sync)"
+        ));
+        return Ok(());
+    }
+    hooks::run(ctx, hooks, HookPhase::Pre, None, journal).await?;
+    let ran = Inventory {
+        pre_hooks_ran: Some(sha.to_string()),
+        ..ahead.clone()
+    };
+    if !store.store(ctx, ahead, &ran, journal).await {
+        return Err(Stop::Failed);
+    }
+    *ahead = ran;
+    Ok(())
 }
 
 /// A sync that failed after its dry run passed: its `fail` hooks run (not after shutdown

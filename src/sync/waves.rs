@@ -52,6 +52,7 @@ pub(super) async fn apply_waves(
         ready: None,
         failed: false,
         origin: waves.old.origin.clone(),
+        pre_hooks_ran: waves.ahead.pre_hooks_ran.clone(),
     };
     let mut numbers = numbers.into_iter();
     while let Some(wave) = numbers.next() {
