@@ -738,6 +738,25 @@ fn your_own_repository_in_five_minutes() {
     );
     let (code, out, err) = berth(&["validate", "--config", &config]);
     assert_eq!(code, 0, "{out}{err}");
+    // The repository's branch, as it was at init, is written down (issue 61, item 1).
+    let written = std::fs::read_to_string(&config).unwrap();
+    assert!(written.contains("\nbranch = \"main\"\n"), "{written}");
+    // A namespace berth would refuse: refused by init, nothing written (item 7).
+    let refused = dir.path().join("refused.toml").display().to_string();
+    let mut bad = init.to_vec();
+    bad[6] = "Not_A_Namespace";
+    bad[10] = &refused;
+    let (code, _, err) = berth(&bad);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("berth init would write a configuration berth refuses"),
+        "{err}"
+    );
+    assert!(!std::path::Path::new(&refused).exists());
+    // --config after the command, as everywhere, also before a subcommand (item 7).
+    let (code, _, err) = berth(&["history", "--config", &config, "show", "nope"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no sync record \"nope\""), "{err}");
 
     let Some(cp) = common::control_plane() else {
         return;

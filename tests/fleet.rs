@@ -266,6 +266,11 @@ fn validate_lists_the_apps_each_set_generates() {
         out.contains("app set addons: 4 apps from branch main at "),
         "{out}"
     );
+    // Every app counted, written or generated (issue 61, item 7).
+    assert!(
+        out.contains(": ok (4 apps: 0 written, 4 from app sets)"),
+        "{out}"
+    );
     let rows: Vec<Vec<&str>> = out
         .lines()
         .filter(|l| l.starts_with("addons "))

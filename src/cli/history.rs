@@ -9,7 +9,6 @@ use super::sync::{counts, select};
 
 /// Arguments of `berth history`.
 #[derive(clap::Args)]
-#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
     #[command(subcommand)]
     pub show: Option<Show>,

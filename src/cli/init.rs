@@ -45,10 +45,13 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     };
     let branch = berth::source::git::default_branch(&args.repo);
     let text = starter(&args, &name, branch.as_deref())?;
-    // What is written must load: a bad name or path is refused here, with nothing written.
-    berth::config::parse(&text).map_err(|e| {
-        anyhow::anyhow!("berth init would write a configuration berth refuses: {e}")
-    })?;
+    // What is written must load and validate: a bad name, namespace or path is refused
+    // here, with nothing written.
+    berth::config::parse(&text)
+        .and_then(|c| c.validate())
+        .map_err(|e| {
+            anyhow::anyhow!("berth init would write a configuration berth refuses: {e}")
+        })?;
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

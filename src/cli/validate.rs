@@ -29,11 +29,6 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         // It fetches each app's commit into state_dir.
         super::own_state(&config, "validate")?;
     }
-    println!(
-        "config {}: ok ({})",
-        config_path.display(),
-        berth::plural(config.apps.len(), "app")
-    );
     let mut failed = !trusted_keys(&config) | !receivers(&config);
     let mut generated_apps = Vec::new();
     for set in &config.app_sets {
@@ -49,6 +44,16 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         println!("{refused}");
         failed = true;
     }
+    // Every app it runs, written or generated, counted once the sets are listed.
+    let sets = match generated_apps.len() {
+        0 if config.app_sets.is_empty() => String::new(),
+        made => format!(": {} written, {made} from app sets", config.apps.len()),
+    };
+    println!(
+        "config {}: ok ({}{sets})",
+        config_path.display(),
+        berth::plural(config.apps.len() + generated_apps.len(), "app")
+    );
     let mut apps = config.apps.clone();
     apps.extend(generated_apps);
     for app in &apps {

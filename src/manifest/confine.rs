@@ -65,12 +65,16 @@ impl Confinement {
                 self.shown
             )),
             (None, Some(Scope::Cluster)) => {
-                let own_namespace =
-                    key.group.is_empty() && kind == "Namespace" && self.namespace_allowed(name);
-                (!own_namespace && !self.kind_allowed(kind)).then(|| {
-                    format!(
+                let namespace = key.group.is_empty() && kind == "Namespace";
+                let own_namespace = namespace && self.namespace_allowed(name);
+                (!own_namespace && !self.kind_allowed(kind)).then(|| match namespace {
+                    // The narrow fix: this namespace, not every one.
+                    true => format!(
+                        "is a namespace outside the app's scope (add {name:?} to [app.scope] namespaces to allow it)"
+                    ),
+                    false => format!(
                         "is cluster-scoped, outside the app's scope (add {kind:?} to [app.scope] cluster_kinds to allow it)"
-                    )
+                    ),
                 })
             }
             _ => None,
@@ -175,6 +179,11 @@ mod tests {
         );
         let ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: guestbook}\n";
         assert_eq!(refusal("", ns), None, "its own Namespace");
+        assert_eq!(
+            refusal("", &ns.replace("guestbook", "shop")),
+            Some("app.yaml:1: Namespace shop is a namespace outside the app's scope (add \"shop\" to [app.scope] namespaces to allow it); refused".into()),
+            "the narrow fix, not cluster_kinds = [\"Namespace\"]"
+        );
         let crb = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: admin}\n";
         assert_eq!(
             refusal("", crb),

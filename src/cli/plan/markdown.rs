@@ -143,7 +143,7 @@ fn hooks(hooks: &[PlannedHook]) -> String {
     let mut out = "**Hooks**\n\n".to_string();
     for h in hooks {
         out += &format!(
-            "- {} (order {}): `{}`, deleted {}\n",
+            "- {} (order {}): `{}`, {}\n",
             h.phase.as_str(),
             h.wave,
             h.key.kubectl(),

@@ -105,8 +105,8 @@ async fn follow_all(
     if !ctx.options.wait {
         if !deployments.is_empty() {
             ctx.say(&format!(
-                "not following the rollouts of {} Deployments (--no-wait)",
-                deployments.len()
+                "not following the rollout of {} (--no-wait)",
+                crate::plural(deployments.len(), "Deployment")
             ));
         }
         return Rollouts::default();
