@@ -688,6 +688,53 @@ fn a_server_that_is_not_an_api_server_is_named_with_its_answer() {
     assert!(!err.contains("Failed to parse"), "{err}");
 }
 
+/// Issue 61, item 4: a real API server that refuses the token is said as such (before:
+/// "not a Kubernetes API server … 401").
+#[test]
+fn a_token_the_api_server_refuses_is_said_as_refused_credentials() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let (dir, path) = config_file(
+        "berth.toml",
+        "[agent]\nstate_dir = \"STATE\"\n[cluster]\nkubeconfig = \"STATE/kubeconfig\"\n[[app]]\nname = \"web\"\nrepo = \"x\"\n",
+    );
+    let kubeconfig = std::fs::read_to_string(&cp.kubeconfig).unwrap();
+    let token = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .unwrap()
+        .to_string();
+    std::fs::write(
+        dir.path().join("kubeconfig"),
+        kubeconfig.replace(&token, "not-the-token"),
+    )
+    .unwrap();
+    let (code, out, err) = berth(&["sync", "--config", &path]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("refuses the kubeconfig's credentials (401 Unauthorized)")
+            && err.contains("its token, client certificate or exec plugin"),
+        "{err}"
+    );
+    assert!(!err.contains("not a Kubernetes API server"), "{err}");
+    // An unknown context: the kubeconfig named, its contexts listed.
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("[cluster]\n", "[cluster]\ncontext = \"prod\"\n"),
+    )
+    .unwrap();
+    let (code, out, err) = berth(&["sync", "--config", &path]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains(
+            "has no context \"prod\" (its contexts: berth-testenv): check [cluster] context"
+        ),
+        "{err}"
+    );
+}
+
 /// The README's "your own repository in five minutes", as written there: `berth init` on a
 /// fresh repository (which, run again, refuses to overwrite what it wrote), `berth
 /// validate` without a cluster, then `berth plan`, `berth sync` and `berth run` against

@@ -59,6 +59,10 @@ pub async fn probe(
             },
             UNREACHED,
         ),
+        Ok(Err(Version::Refused(status))) => (
+            format!("the API server at {server} refuses the kubeconfig's credentials ({status}): its token or client certificate is wrong or has expired"),
+            REFUSED,
+        ),
         Ok(Err(Version::Answered(answer))) => (
             format!("{server} is not a Kubernetes API server that berth can use: it answered GET /version with {answer}"),
             WRONG_SERVER,
@@ -78,6 +82,9 @@ pub async fn probe(
 const UNREACHED: &str =
     "Is it running, and is [cluster] kubeconfig (or the context) the right one?";
 
+/// What to check when the API server refuses the credentials.
+const REFUSED: &str = "Check the user of [cluster] kubeconfig (or the context): its token, client certificate or exec plugin.";
+
 /// What to check when something else answers.
 const WRONG_SERVER: &str = "Is [cluster] kubeconfig (or the context) the right one?";
 
@@ -87,6 +94,8 @@ enum Version {
     Unreached(kube::Error),
     /// An answer that is not an API server's version: its status, or what the body is.
     Answered(String),
+    /// 401: the server asks for other credentials than those given.
+    Refused(http::StatusCode),
 }
 
 /// Asks `GET /version` and checks that the answer is a Kubernetes version (a server
@@ -99,6 +108,9 @@ async fn version(client: &kube::Client) -> Result<(), Version> {
         .map_err(|e| Version::Answered(e.to_string()))?;
     let answer = client.send(request).await.map_err(Version::Unreached)?;
     let status = answer.status();
+    if status == http::StatusCode::UNAUTHORIZED {
+        return Err(Version::Refused(status));
+    }
     if !status.is_success() {
         return Err(Version::Answered(status.to_string()));
     }
@@ -135,18 +147,47 @@ async fn config_of(cluster: &ClusterConfig) -> Result<kube::Config, ClusterError
                     e => format!("{}: {e}", path.display()),
                 })
             })?;
+            has_context(&kc, options.context.as_deref(), &path.display().to_string())?;
             kube::Config::from_custom_kubeconfig(kc, &options)
                 .await
                 .map_err(|e| ClusterError::Connect(format!("{}: {e}", path.display())))?
         }
-        None if cluster.context.is_some() => kube::Config::from_kubeconfig(&options)
-            .await
-            .map_err(|e| ClusterError::Connect(e.to_string()))?,
+        None if cluster.context.is_some() => {
+            if let Ok(kc) = Kubeconfig::read() {
+                has_context(
+                    &kc,
+                    options.context.as_deref(),
+                    "the kubeconfig ($KUBECONFIG or ~/.kube/config)",
+                )?;
+            }
+            kube::Config::from_kubeconfig(&options)
+                .await
+                .map_err(|e| ClusterError::Connect(e.to_string()))?
+        }
         None => kube::Config::infer()
             .await
             .map_err(|e| ClusterError::Connect(format!("{e} (set [cluster] kubeconfig)")))?,
     };
     Ok(config)
+}
+
+/// Refuses a context `kc` (read from `shown`) does not have, naming the ones it has.
+fn has_context(kc: &Kubeconfig, context: Option<&str>, shown: &str) -> Result<(), ClusterError> {
+    let Some(context) = context else {
+        return Ok(());
+    };
+    if kc.contexts.iter().any(|c| c.name == context) {
+        return Ok(());
+    }
+    let names: Vec<&str> = kc.contexts.iter().map(|c| c.name.as_str()).collect();
+    Err(ClusterError::Connect(format!(
+        "{shown} has no context {context:?} (its contexts: {}): check [cluster] context",
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    )))
 }
 
 /// A client of `config`, bounded and retried as `[cluster]` says.
