@@ -154,9 +154,19 @@ pub fn fresh_private_dir(base: &Path, prefix: &str) -> std::io::Result<std::path
 }
 
 /// Removes the folders `<prefix><pid>-<n>` in `base` ([`fresh_private_dir`]'s) of berth
-/// processes that no longer run (killed mid-render): only this user's, only folders.
+/// processes that no longer run (killed mid-render): only this user's, only folders; once
+/// a process for each `base` and `prefix` (what a killed berth left is there at start, and
+/// a render's path reads no folder for it again).
 pub fn remove_stale_dirs(base: &Path, prefix: &str) {
     use std::os::unix::fs::MetadataExt;
+    static SWEPT: std::sync::Mutex<Vec<(PathBuf, String)>> = std::sync::Mutex::new(Vec::new());
+    let key = (base.to_path_buf(), prefix.to_string());
+    if let Ok(mut swept) = SWEPT.lock() {
+        if swept.contains(&key) {
+            return;
+        }
+        swept.push(key);
+    }
     let me = rustix::process::geteuid().as_raw();
     for entry in std::fs::read_dir(base).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();

@@ -328,6 +328,11 @@ impl Board {
         (kept.skip(offset).take(limit).cloned().collect(), total)
     }
 
+    /// How many apps there are.
+    pub fn count(&self) -> usize {
+        self.apps.lock().map_or(0, |all| all.len())
+    }
+
     /// The clusters of the apps, each once, sorted.
     pub fn clusters(&self) -> Vec<String> {
         let Ok(all) = self.apps.lock() else {

@@ -363,7 +363,7 @@ impl StatusPage {
         let (apps, kept) = self
             .board
             .page(|a| filter.keeps(a), offset, html::PAGE_APPS);
-        let (_, all) = self.board.page(|_| true, 0, 0);
+        let all = self.board.count();
         let (refused, refused_count) = self.refused.read().map(|r| r.clone()).unwrap_or_default();
         html::IndexPage {
             filter,

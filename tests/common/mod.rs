@@ -276,6 +276,21 @@ impl Repo {
     }
 }
 
+/// Runs `berth ARGS --config CONFIG`; returns exit code, stdout and stderr.
+pub fn berth_on(config: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .expect("run berth");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// A berth configuration for one app reading `repo`, in its own state folder.
 pub struct Setup {
     pub state: tempfile::TempDir,
@@ -307,17 +322,7 @@ impl Setup {
 
     /// Runs `berth ARGS --config …`; returns exit code, stdout and stderr.
     pub fn berth(&self, args: &[&str]) -> (i32, String, String) {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
-            .args(args)
-            .arg("--config")
-            .arg(&self.config)
-            .output()
-            .expect("run berth");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        berth_on(&self.config, args)
     }
 
     /// The app's history records, oldest first.

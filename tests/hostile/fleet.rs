@@ -41,18 +41,8 @@ impl Fleet {
     }
 
     fn berth(&self, args: &[&str]) -> (i32, String) {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
-            .args(args)
-            .arg("--config")
-            .arg(&self.config)
-            .output()
-            .expect("run berth");
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.code().unwrap_or(-1), said)
+        let (code, out, err) = common::berth_on(&self.config, args);
+        (code, out + &err)
     }
 }
 

@@ -255,7 +255,7 @@ mod tests {
                 ..Filter::default()
             };
             let (apps, kept) = board.page(|a| filter.keeps(a), 0, PAGE_APPS);
-            let all = board.page(|_| true, 0, 0).1;
+            let all = board.count();
             let clusters = board.clusters();
             IndexPage {
                 filter,
