@@ -447,3 +447,75 @@ fn render_decrypts_stdin_and_shows_a_secret_only_when_asked() {
     let shown = render(&["--show-secrets"]);
     assert!(shown.contains("password: s3cr3t-regex"), "{shown}");
 }
+
+/// The text of the first block fenced as `lang` in `text`.
+fn fenced(text: &str, lang: &str) -> String {
+    let open = format!("```{lang}\n");
+    let start = text.find(&open).expect("a fenced block") + open.len();
+    text[start..start + text[start..].find("```").unwrap()].to_string()
+}
+
+/// docs/sops.md's "Encrypting for age", word for word: its Secret is written where it
+/// says, its commands run in the repository with the sops it tells people to install
+/// (scripts/sops 3) and a home of their own; the commit holds no plain value, and berth
+/// syncs it into the cluster with the key those commands made.
+#[tokio::test]
+async fn the_docs_age_commands_encrypt_a_secret_that_berth_syncs() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/sops.md")).unwrap();
+    let section = &doc[doc.find("## Encrypting for age").unwrap()..];
+    let (secret, commands) = (fenced(section, "yaml"), fenced(section, "sh"));
+    let repo = Repo::new();
+    repo.write("deploy/db.enc.yaml", &secret);
+    let home = tempfile::tempdir().unwrap();
+    let sops = std::env::var("BERTH_TEST_SOPS").expect(
+        "BERTH_TEST_SOPS names the folder of sops 3 (scripts/test sets it from scripts/sops 3)",
+    );
+    let berth = Path::new(env!("CARGO_BIN_EXE_berth")).parent().unwrap();
+    let path = format!(
+        "{sops}:{}:{}",
+        berth.display(),
+        std::env::var("PATH").unwrap()
+    );
+    let out = std::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &commands])
+        .current_dir(repo.dir.path())
+        .env("HOME", home.path())
+        .env("PATH", path)
+        .env_remove("SOPS_AGE_KEY_FILE")
+        .envs([
+            ("GIT_AUTHOR_NAME", "Dev"),
+            ("GIT_AUTHOR_EMAIL", "dev@example.com"),
+            ("GIT_COMMITTER_NAME", "Dev"),
+            ("GIT_COMMITTER_EMAIL", "dev@example.com"),
+        ])
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{commands}\n{said}");
+    assert!(said.contains("password: \"***\""), "{said}");
+    let committed = repo.git(&["show", "HEAD:deploy/db.enc.yaml"]);
+    assert!(
+        committed.contains("password: ENC[AES256_GCM,") && !committed.contains("correct-horse"),
+        "{committed}"
+    );
+
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "sops-doc").await;
+    let key = home.path().join(".config/berth/age.key");
+    let extra = format!("path = \"deploy\"\n{}", decrypt(Some(&key), None));
+    let setup = Setup::new(cp, "sops-doc", &repo, &ns, &extra);
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        secret_value(&client, &ns, "db", "password").await,
+        "correct-horse-battery"
+    );
+}
