@@ -3,9 +3,11 @@
 
 mod common;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use berth_testenv::ControlPlane;
+use common::receiver::{Answer, Receiver};
 use common::{Daemon, Repo};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
@@ -470,8 +472,25 @@ async fn a_set_syncs_its_folders_to_the_clusters_it_selects() {
     let owner = owner_of(&clients[1], &ns, "logs").await;
     assert_eq!(owner.as_deref(), Some("addons-logging-west"));
 
-    // A typo'd glob: the set generates nothing; nothing is removed, said, exit 1.
-    let typo = set_config(state.path(), cps, &repo, &ns, "addons", "addon/*", "");
+    // A typo'd glob: the set generates nothing; nothing is removed, said, exit 1 — by
+    // `berth sync`, by `berth status` after it, and in one notification for the set, not
+    // one for each of its six apps.
+    let receiver = Receiver::start(Answer::Script(Vec::new()));
+    let notify = format!("[[notify]]\nurl = \"{}\"\n", receiver.url);
+    let with_notify = |config: PathBuf| {
+        let text = std::fs::read_to_string(&config).unwrap();
+        std::fs::write(&config, format!("{notify}{text}")).unwrap();
+        config
+    };
+    let typo = with_notify(set_config(
+        state.path(),
+        cps,
+        &repo,
+        &ns,
+        "addons",
+        "addon/*",
+        "",
+    ));
     for _ in 0..2 {
         let (code, out, err) = berth(&typo, &["sync"]);
         assert_eq!(code, 1, "{out}{err}");
@@ -485,9 +504,35 @@ async fn a_set_syncs_its_folders_to_the_clusters_it_selects() {
             values(&clients, &ns, "dns").await[..2],
             [Some("1".into()), Some("1".into())]
         );
+        let (code, out, err) = berth(&typo, &["status"]);
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(
+            err.contains("error: app set addons: it generates no app at commit "),
+            "{err}"
+        );
     }
-    // Meant to be empty: allow_empty lets it remove them.
-    let emptied = set_config(
+    let events = |r: &Receiver| -> Vec<(String, String)> {
+        (r.accepted().iter())
+            .map(|m| {
+                (
+                    m["event"].as_str().unwrap().into(),
+                    m["app"].as_str().unwrap().into(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(events(&receiver), [("set_held".into(), "addons".into())]);
+    let held = &receiver.accepted()[0];
+    assert_eq!(held["set"], true);
+    assert!(
+        held["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("where it generated 6 apps before"),
+        "{held}"
+    );
+    // Meant to be empty: allow_empty lets it remove them; the set's problem is closed.
+    let emptied = with_notify(set_config(
         state.path(),
         cps,
         &repo,
@@ -495,10 +540,14 @@ async fn a_set_syncs_its_folders_to_the_clusters_it_selects() {
         "addons",
         "addon/*",
         "allow_empty = true",
-    );
+    ));
     let (code, out, err) = berth(&emptied, &["sync"]);
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(values(&clients, &ns, "dns").await, [None, None, None]);
+    assert_eq!(events(&receiver)[1], ("recovered".into(), "addons".into()));
+    let (code, _, err) = berth(&emptied, &["status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("app set addons"), "{err}");
 }
 
 /// Under `berth run`, a folder added in git becomes an app at the next fetch and one

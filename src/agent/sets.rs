@@ -104,9 +104,13 @@ impl Agent {
         if let (true, true, Some(before)) = (prune, listed, before) {
             self.hand_over(&before, &listing, &expanded, shutdown).await;
         }
-        if let Some(problem) = self.listings.get(&set).and_then(|l| l.problem.as_ref()) {
+        let expanded_listing = self.listings.get(&set).unwrap_or(&listing);
+        sets::note_problem(&running.agent.state_dir, expanded_listing);
+        let problem = expanded_listing.problem.as_ref().map(ToString::to_string);
+        if let Some(problem) = &problem {
             tracing::warn!(set = %set, "app set {set}: {problem}");
         }
+        (self.shared.syncer().notifications).observe_set(&set, problem.as_deref());
         for refused in expanded.refused.iter().filter(|r| r.set == set) {
             tracing::warn!(set = %set, app = %refused.app, "{refused}");
         }

@@ -132,6 +132,13 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             Output::Table => println!("refused: {refused}"),
         }
     }
+    let held = held_sets(&config, &args, &selected);
+    for (set, problem) in &held {
+        match args.output {
+            Output::Json => println!("{}", serde_json::json!({"set": set, "held": problem})),
+            Output::Table => eprintln!("error: app set {set}: {problem}"),
+        }
+    }
     for (name, down) in &live.down {
         match config.cluster {
             config::Clusters::One(_) => eprintln!(
@@ -146,11 +153,29 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             ),
         }
     }
-    Ok(if live.down.is_empty() {
+    Ok(if live.down.is_empty() && held.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The sets that keep their last apps rather than their commit's (the empty-set guard, a
+/// listing that failed), and why: every set's, or with apps named, their sets'.
+fn held_sets(
+    config: &config::Config,
+    args: &Args,
+    selected: &[&AppConfig],
+) -> Vec<(String, String)> {
+    let shown =
+        |set: &str| args.apps.is_empty() || selected.iter().any(|a| a.set.as_deref() == Some(set));
+    (config.app_sets.iter())
+        .filter(|set| shown(&set.name))
+        .filter_map(|set| {
+            let problem = berth::sync::sets::problem_of(&config.agent.state_dir, &set.name)?;
+            Some((set.name.clone(), problem))
+        })
+        .collect()
 }
 
 /// One app's status: its last sync (the local history), the sync in flight (its lock

@@ -42,6 +42,9 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     super::own_state(&file, "sync")?;
     let (config, listings) = super::with_sets(&file, None).await;
     let sets_listed = listings.iter().all(|l| l.problem.is_none()) && config.refused.is_empty();
+    for listing in &listings {
+        berth::sync::sets::note_problem(&file.agent.state_dir, listing);
+    }
     let mut apps = select(&config.apps, &args.apps)?;
     if args.with_deps {
         let named: Vec<&str> = apps.iter().map(|a| a.name.as_str()).collect();
@@ -60,6 +63,10 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         return Ok(exit_code(sets_listed));
     }
     let syncer = Syncer::connect(&config, false).await?.notify(&config)?;
+    for listing in &listings {
+        let problem = listing.problem.as_ref().map(ToString::to_string);
+        (syncer.notifications).observe_set(&listing.set, problem.as_deref());
+    }
     let (stop, shutdown) = berth::shutdown::channel();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {

@@ -85,6 +85,9 @@ pub enum NotifyEvent {
     Synced,
     /// The app waits for a new commit after a failed rollout.
     Held,
+    /// An app set keeps its last apps: its commit generates none (the empty-set guard),
+    /// or it cannot be listed.
+    SetHeld,
 }
 
 impl NotifyEvent {
@@ -97,13 +100,21 @@ impl NotifyEvent {
             NotifyEvent::Recovered => "recovered",
             NotifyEvent::Synced => "synced",
             NotifyEvent::Held => "held",
+            NotifyEvent::SetHeld => "set_held",
         }
     }
 }
 
 fn default_events() -> Vec<NotifyEvent> {
     use NotifyEvent::*;
-    vec![SyncFailed, RolloutFailed, RolledBack, Recovered, Held]
+    vec![
+        SyncFailed,
+        RolloutFailed,
+        RolledBack,
+        Recovered,
+        Held,
+        SetHeld,
+    ]
 }
 
 fn notify_timeout() -> Duration {

@@ -26,8 +26,10 @@ pub struct Message {
     /// The problem this message ends, when it ends one (`recovered`, or a new problem
     /// replacing another).
     pub resolves: Option<NotifyEvent>,
-    /// The app.
+    /// The app (the set, when `set`).
     pub app: String,
+    /// Whether the message is an app set's (`set_held`, or its `recovered`).
+    pub set: bool,
     /// The record's id (`berth history show <id>`).
     pub record: String,
     /// The host that synced.
@@ -129,51 +131,106 @@ impl Problems {
     }
 
     /// The messages record `r` makes, given what was sent before; remembers what it sends.
-    ///
-    /// What was sent is read again first: another process (`berth sync` or `berth
-    /// rollback` beside `berth run`) may have sent the app's last problem, and a `held`
-    /// after its `rolled_back` must say it replaces it. The app's lock, held by the caller,
-    /// keeps the app's entry to one writer.
     pub fn messages(&mut self, r: &SyncRecord, now: Timestamp) -> Vec<Message> {
-        if let Some(on_disk) = read(&self.path) {
-            self.open = on_disk;
-        }
-        let open = self.open.get(&r.app);
-        let mut events = Vec::new();
-        match problem(r) {
-            Some(event) => {
-                let fingerprint = fingerprint(event, r);
-                let repeat = open.is_some_and(|o| {
-                    o.fingerprint == fingerprint
-                        && now.duration_since(o.sent_at).as_secs() < REMIND_AFTER.as_secs() as i64
-                });
-                if !repeat {
-                    let resolves = open.map(|o| o.event).filter(|e| *e != event);
-                    events.push((event, resolves));
-                    let sent = Open {
-                        event,
-                        fingerprint,
-                        sent_at: now,
-                    };
-                    self.open.insert(r.app.clone(), sent);
-                    self.save();
-                }
+        let mut events = match problem(r) {
+            None if r.outcome == Outcome::Interrupted => Vec::new(),
+            found => {
+                let found = found.map(|event| (event, fingerprint(event, r)));
+                self.settle(&r.app, found, now)
             }
-            None if r.outcome == Outcome::Interrupted => {}
-            None => {
-                if let Some(o) = self.open.remove(&r.app) {
-                    events.push((NotifyEvent::Recovered, Some(o.event)));
-                    self.save();
-                }
-                if r.outcome == Outcome::Succeeded && r.changes() > 0 {
-                    events.push((NotifyEvent::Synced, None));
-                }
-            }
+        };
+        if r.outcome == Outcome::Succeeded && r.changes() > 0 {
+            events.push((NotifyEvent::Synced, None));
         }
         events
             .into_iter()
             .map(|(event, resolves)| message(r, event, resolves))
             .collect()
+    }
+
+    /// The messages an app set's listing makes: `set_held` when it keeps its last apps
+    /// for `problem` (once, as an app's problem is), `recovered` when it lists its commit
+    /// again.
+    pub fn set_messages(
+        &mut self,
+        set: &str,
+        problem: Option<&str>,
+        now: Timestamp,
+    ) -> Vec<Message> {
+        let event = NotifyEvent::SetHeld;
+        let found = problem.map(|p| {
+            let digest = crate::digest::sha256_parts([event.as_str().as_bytes(), p.as_bytes()]);
+            (event, crate::digest::hex(&digest[..8]))
+        });
+        let events = self.settle(&format!("set:{set}"), found, now);
+        let errors: Vec<String> = problem.map(str::to_string).into_iter().collect();
+        events
+            .into_iter()
+            .map(|(event, resolves)| Message {
+                event,
+                resolves,
+                app: set.to_string(),
+                set: true,
+                record: String::new(),
+                host: Some(crate::service::lease::host_name()),
+                cluster: None,
+                at: now,
+                outcome: if event == NotifyEvent::Recovered {
+                    Outcome::Succeeded
+                } else {
+                    Outcome::Held
+                },
+                commit: None,
+                errors: errors.clone(),
+                rollouts: Vec::new(),
+                changes: 0,
+            })
+            .collect()
+    }
+
+    /// The events `key`'s problem now (`found`: its event and fingerprint) makes, given
+    /// what was sent before; remembers what it sends.
+    ///
+    /// What was sent is read again first: another process (`berth sync` or `berth
+    /// rollback` beside `berth run`) may have sent the app's last problem, and a `held`
+    /// after its `rolled_back` must say it replaces it. The app's lock, held by the caller,
+    /// keeps the app's entry to one writer.
+    fn settle(
+        &mut self,
+        key: &str,
+        found: Option<(NotifyEvent, String)>,
+        now: Timestamp,
+    ) -> Vec<(NotifyEvent, Option<NotifyEvent>)> {
+        if let Some(on_disk) = read(&self.path) {
+            self.open = on_disk;
+        }
+        let Some((event, fingerprint)) = found else {
+            let closed = self.open.remove(key);
+            if closed.is_some() {
+                self.save();
+            }
+            return closed
+                .map(|o| (NotifyEvent::Recovered, Some(o.event)))
+                .into_iter()
+                .collect();
+        };
+        let open = self.open.get(key);
+        let repeat = open.is_some_and(|o| {
+            o.fingerprint == fingerprint
+                && now.duration_since(o.sent_at).as_secs() < REMIND_AFTER.as_secs() as i64
+        });
+        if repeat {
+            return Vec::new();
+        }
+        let resolves = open.map(|o| o.event).filter(|e| *e != event);
+        let sent = Open {
+            event,
+            fingerprint,
+            sent_at: now,
+        };
+        self.open.insert(key.to_string(), sent);
+        self.save();
+        vec![(event, resolves)]
     }
 
     fn save(&self) {
@@ -197,6 +254,7 @@ fn message(r: &SyncRecord, event: NotifyEvent, resolves: Option<NotifyEvent>) ->
         event,
         resolves,
         app: r.app.clone(),
+        set: false,
         record: r.id.clone(),
         host: r.host.clone(),
         cluster: r.cluster.clone(),
@@ -313,6 +371,29 @@ mod tests {
             events(&daemon.messages(&held, now)),
             [(Held, Some(RolledBack))]
         );
+    }
+
+    #[test]
+    fn a_held_set_is_one_message_until_it_lists_again() {
+        use NotifyEvent::*;
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = Problems::load(dir.path());
+        let now = Timestamp::now();
+        let empty = Some("it generates no app at commit 1a2b3c4 where it generated 6 apps before");
+        let sent = p.set_messages("addons", empty, now);
+        assert_eq!(events(&sent), [(SetHeld, None)]);
+        assert!(sent[0].set && sent[0].app == "addons" && sent[0].errors.len() == 1);
+        assert!(p.set_messages("addons", empty, now).is_empty(), "once");
+        assert!(
+            p.messages(&record("addons", Outcome::NoChange, None), now)
+                .is_empty(),
+            "an app of the set's name is another key"
+        );
+        assert_eq!(
+            events(&p.set_messages("addons", None, now)),
+            [(Recovered, Some(SetHeld))]
+        );
+        assert!(p.set_messages("addons", None, now).is_empty());
     }
 
     #[test]

@@ -193,11 +193,22 @@ impl Notifications {
 
     /// Queues the messages record `r` makes for the receivers that want them; never waits.
     pub fn observe(&self, r: &SyncRecord) {
+        self.send(|p| p.messages(r, jiff::Timestamp::now()));
+    }
+
+    /// Queues what an app set's listing says (`problem`: why it keeps its last apps, or
+    /// `None` when it listed its commit): one `set_held` for its apps, not one failure each.
+    pub fn observe_set(&self, set: &str, problem: Option<&str>) {
+        self.send(|p| p.set_messages(set, problem, jiff::Timestamp::now()));
+    }
+
+    /// Queues the messages `make` decides, given what was sent before.
+    fn send(&self, make: impl FnOnce(&mut Problems) -> Vec<events::Message>) {
         let Some(problems) = &self.problems else {
             return;
         };
         let messages = match problems.lock() {
-            Ok(mut p) => p.messages(r, jiff::Timestamp::now()),
+            Ok(mut p) => make(&mut p),
             Err(_) => return,
         };
         for m in &messages {

@@ -37,6 +37,7 @@ fn document(m: &Message, link: Option<String>) -> Value {
         "event": m.event.as_str(),
         "resolves": m.resolves.map(NotifyEvent::as_str),
         "app": m.app,
+        "set": m.set,
         "cluster": m.cluster,
         "outcome": m.outcome.as_str(),
         "commit": m.commit.as_ref().map(|(sha, subject, author)| json!({
@@ -65,18 +66,20 @@ fn headline(m: &Message) -> String {
         NotifyEvent::Recovered => "recovered",
         NotifyEvent::Synced => "synced",
         NotifyEvent::Held => "held: waiting for a new commit",
+        NotifyEvent::SetHeld => "keeps its last apps, removes none",
     };
     let cluster = match m.cluster.as_deref() {
         Some(name) if name != "default" => format!(" (cluster {name})"),
         _ => String::new(),
     };
-    format!("app {}{cluster}: {what}{commit}", m.app)
+    let whose = if m.set { "app set" } else { "app" };
+    format!("{whose} {}{cluster}: {what}{commit}", m.app)
 }
 
 fn slack(m: &Message, link: Option<&str>) -> String {
     let icon = match m.event {
         NotifyEvent::Recovered | NotifyEvent::Synced => ":white_check_mark:",
-        NotifyEvent::Held => ":pause_button:",
+        NotifyEvent::Held | NotifyEvent::SetHeld => ":pause_button:",
         _ => ":x:",
     };
     let mut text = format!("{icon} berth: {}", headline(m));
@@ -107,6 +110,7 @@ fn alert_name(event: NotifyEvent) -> Option<&'static str> {
         NotifyEvent::RolloutFailed => Some("BerthRolloutFailed"),
         NotifyEvent::RolledBack => Some("BerthRolledBack"),
         NotifyEvent::Held => Some("BerthAppHeld"),
+        NotifyEvent::SetHeld => Some("BerthAppSetHeld"),
         NotifyEvent::Recovered | NotifyEvent::Synced => None,
     }
 }
@@ -114,7 +118,7 @@ fn alert_name(event: NotifyEvent) -> Option<&'static str> {
 fn alerts(m: &Message, link: Option<String>) -> Option<Value> {
     let alert = |name: &str, ends: jiff::Timestamp| {
         json!({
-            "labels": {"alertname": name, "app": m.app, "cluster": m.cluster.as_deref().unwrap_or("default"), "severity": "warning", "source": "berth"},
+            "labels": {"alertname": name, (if m.set { "set" } else { "app" }): m.app, "cluster": m.cluster.as_deref().unwrap_or("default"), "severity": "warning", "source": "berth"},
             "annotations": {
                 "summary": headline(m),
                 "description": m.errors.join("\n"),
@@ -155,6 +159,7 @@ mod tests {
             event,
             resolves,
             app: "shop".into(),
+            set: false,
             record: "r1".into(),
             host: Some("h/1".into()),
             cluster: Some("east".into()),

@@ -76,6 +76,9 @@ pub struct StatusPage {
     /// The apps the sets make that do not run, and why (the first [`REFUSED_SHOWN`]), and
     /// how many there are.
     refused: RwLock<(Vec<String>, usize)>,
+    /// The configuration's app sets, whose problems `/` reads from `state_dir`.
+    sets: RwLock<Vec<String>>,
+    state_dir: std::path::PathBuf,
 }
 
 /// The refused apps `/` names at most.
@@ -101,6 +104,8 @@ impl StatusPage {
             viewed_ms: AtomicI64::new(0),
             answers: std::sync::Mutex::new(HashMap::new()),
             refused: RwLock::new((Vec::new(), 0)),
+            sets: RwLock::new(Vec::new()),
+            state_dir: config.agent.state_dir.clone(),
         };
         page.set_apps(config);
         Ok(page)
@@ -143,6 +148,9 @@ impl StatusPage {
             .map(ToString::to_string);
         if let Ok(mut refused) = self.refused.write() {
             *refused = (shown.collect(), config.refused.len());
+        }
+        if let Ok(mut sets) = self.sets.write() {
+            *sets = config.app_sets.iter().map(|s| s.name.clone()).collect();
         }
     }
 
@@ -374,7 +382,20 @@ impl StatusPage {
             clusters: self.board.clusters(),
             refused,
             refused_count,
+            held_sets: self.held_sets(),
         }
+    }
+
+    /// Each app set that keeps its last apps, with why (a small file a set, read when
+    /// `/` is asked for: a listing that changes nothing publishes no configuration).
+    fn held_sets(&self) -> Vec<String> {
+        let sets = self.sets.read().map(|s| s.clone()).unwrap_or_default();
+        (sets.iter())
+            .filter_map(|set| {
+                let problem = crate::sync::sets::problem_of(&self.state_dir, set)?;
+                Some(format!("app set {set}: {problem}"))
+            })
+            .collect()
     }
 
     /// `read` of `app`'s history log, off the endpoint's threads (a log is files).

@@ -341,7 +341,7 @@ pub use refuse::{refuse_clashes, reserved_namespaces, within_reach};
 use state::read_state;
 #[cfg(test)]
 use state::state_path;
-pub use state::{forget_others, remember, remembered, TornState};
+pub use state::{forget_others, note_problem, problem_of, remember, remembered, TornState};
 
 #[cfg(test)]
 mod tests;

@@ -71,6 +71,8 @@ pub struct IndexPage {
     pub refused: Vec<String>,
     /// How many apps are refused.
     pub refused_count: usize,
+    /// The app sets that keep their last apps, each with why (`app set NAME: …`).
+    pub held_sets: Vec<String>,
 }
 
 impl IndexPage {
@@ -106,6 +108,8 @@ struct Index<'a> {
     /// The refused apps named, and how many there are.
     refused: &'a [String],
     refused_count: usize,
+    /// The app sets that keep their last apps, and why.
+    held_sets: &'a [String],
 }
 
 /// `/`: one page of the apps.
@@ -139,5 +143,6 @@ pub fn index(page: &IndexPage, now: Timestamp) -> String {
         rows,
         refused: &page.refused,
         refused_count: page.refused_count,
+        held_sets: &page.held_sets,
     })
 }

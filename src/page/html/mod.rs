@@ -269,6 +269,7 @@ mod tests {
                         .into(),
                 ],
                 refused_count: 2,
+                held_sets: vec!["app set shop: it generates no app at commit 1a2b3c4 where it generated 6 apps before: none is removed …".into()],
             }
         };
         let html = index(&page("west"), Timestamp::now());
@@ -282,6 +283,11 @@ mod tests {
         assert!(!html.contains("pager"), "one page: {html}");
         assert!(
             html.contains("Refused (2)") && html.contains("app a-b (app set a, folder x/b"),
+            "{html}"
+        );
+        assert!(
+            html.contains("Held app sets (1)")
+                && html.contains("app set shop: it generates no app at commit 1a2b3c4"),
             "{html}"
         );
         // One cluster: neither.
@@ -315,6 +321,7 @@ mod tests {
                 clusters: board.clusters(),
                 refused: Vec::new(),
                 refused_count: 0,
+                held_sets: Vec::new(),
             },
             Timestamp::now(),
         );

@@ -70,6 +70,41 @@ pub fn remember(state_dir: &Path, listing: &Listing) {
     }
 }
 
+/// A set's problem is read no further than this.
+const MAX_PROBLEM: u64 = 64 << 10;
+
+fn problem_path(state_dir: &Path, set: &str) -> PathBuf {
+    state_dir.join("sets").join(format!("{set}.problem"))
+}
+
+/// Keeps why `listing`'s set runs its last apps rather than its commit's — the empty-set
+/// guard, a listing that failed — for `berth status` and the page; forgets it when the
+/// listing is the commit's.
+pub fn note_problem(state_dir: &Path, listing: &Listing) {
+    let path = problem_path(state_dir, &listing.set);
+    let Some(problem) = &listing.problem else {
+        let _ = std::fs::remove_file(&path);
+        return;
+    };
+    let text = problem.to_string();
+    if problem_of(state_dir, &listing.set).as_deref() == Some(text.as_str()) {
+        return;
+    }
+    let written = crate::state::private_dir(&state_dir.join("sets"))
+        .and_then(|()| crate::state::write_private(&path, text.as_bytes()));
+    if let Err(e) = written {
+        tracing::warn!(set = %listing.set, error = %e, "cannot keep the set's problem: berth status and the page do not show it");
+    }
+}
+
+/// Why `set` runs its last apps rather than its commit's, as its last listing said
+/// (`None`: that listing was the commit's).
+pub fn problem_of(state_dir: &Path, set: &str) -> Option<String> {
+    let file = crate::state::open_state(&problem_path(state_dir, set));
+    let text = crate::manifest::read::read_capped(file, MAX_PROBLEM).ok()?;
+    Some(String::from_utf8_lossy(&text).into_owned())
+}
+
 /// Forgets the sets `config` no longer has (their apps were removed with them).
 pub fn forget_others(config: &Config) {
     let folder = config.agent.state_dir.join("sets");
@@ -78,7 +113,9 @@ pub fn forget_others(config: &Config) {
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let set = name.to_str().and_then(|n| n.strip_suffix(".json"));
+        let set = name
+            .to_str()
+            .and_then(|n| (n.strip_suffix(".json")).or_else(|| n.strip_suffix(".problem")));
         if set.is_some_and(|s| !config.app_sets.iter().any(|c| c.name == s)) {
             let _ = std::fs::remove_file(entry.path());
         }
