@@ -122,23 +122,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         }
         Output::Table => print_tables(&statuses, &config),
     }
-    let named = |r: &&config::Refused| args.apps.is_empty() || args.apps.contains(&r.app);
-    for refused in config.refused.iter().filter(named) {
-        match args.output {
-            Output::Json => println!(
-                "{}",
-                serde_json::json!({"app": refused.app, "cluster": refused.cluster, "refused": refused.why})
-            ),
-            Output::Table => println!("refused: {refused}"),
-        }
-    }
-    let held = held_sets(&config, &args, &selected);
-    for (set, problem) in &held {
-        match args.output {
-            Output::Json => println!("{}", serde_json::json!({"set": set, "held": problem})),
-            Output::Table => eprintln!("error: app set {set}: {problem}"),
-        }
-    }
+    let held = print_sets(&config, &args, &selected);
     for (name, down) in &live.down {
         match config.cluster {
             config::Clusters::One(_) => eprintln!(
@@ -153,29 +137,42 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             ),
         }
     }
-    Ok(if live.down.is_empty() && held.is_empty() {
+    Ok(if live.down.is_empty() && held == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
 }
 
-/// The sets that keep their last apps rather than their commit's (the empty-set guard, a
-/// listing that failed), and why: every set's, or with apps named, their sets'.
-fn held_sets(
-    config: &config::Config,
-    args: &Args,
-    selected: &[&AppConfig],
-) -> Vec<(String, String)> {
+/// Prints the apps the sets make that do not run, and the sets that keep their last apps
+/// rather than their commit's (the empty-set guard, a listing that failed): every one, or
+/// with apps named, theirs. Returns how many sets are held.
+fn print_sets(config: &config::Config, args: &Args, selected: &[&AppConfig]) -> usize {
+    let named = |r: &&config::Refused| args.apps.is_empty() || args.apps.contains(&r.app);
+    for refused in config.refused.iter().filter(named) {
+        match args.output {
+            Output::Json => println!(
+                "{}",
+                serde_json::json!({"app": refused.app, "cluster": refused.cluster, "refused": refused.why})
+            ),
+            Output::Table => println!("refused: {refused}"),
+        }
+    }
     let shown =
         |set: &str| args.apps.is_empty() || selected.iter().any(|a| a.set.as_deref() == Some(set));
-    (config.app_sets.iter())
-        .filter(|set| shown(&set.name))
-        .filter_map(|set| {
-            let problem = berth::sync::sets::problem_of(&config.agent.state_dir, &set.name)?;
-            Some((set.name.clone(), problem))
-        })
-        .collect()
+    let mut held = 0;
+    for set in config.app_sets.iter().filter(|set| shown(&set.name)) {
+        let Some(problem) = berth::sync::sets::problem_of(&config.agent.state_dir, &set.name)
+        else {
+            continue;
+        };
+        held += 1;
+        match args.output {
+            Output::Json => println!("{}", serde_json::json!({"set": set.name, "held": problem})),
+            Output::Table => eprintln!("error: app set {}: {problem}", set.name),
+        }
+    }
+    held
 }
 
 /// One app's status: its last sync (the local history), the sync in flight (its lock
