@@ -80,7 +80,8 @@ fn deployment(name: &str, image: &str, never_ready: bool) -> String {
 
 /// A commit held after its rollout failed is recorded once, not at every sync that finds
 /// it still held (which pushed the failure out of `history_keep`); `berth history
-/// --outcome held` lists it, and `berth status` says why in one line.
+/// --outcome held` lists it, `--outcome rolled-back` the automatic rollback before it, and
+/// `berth status` says why in one line.
 #[tokio::test]
 async fn a_held_app_is_recorded_once_and_says_why() {
     let Some(cp) = common::control_plane() else {
@@ -107,8 +108,16 @@ async fn a_held_app_is_recorded_once_and_says_why() {
     let outcomes: Vec<Outcome> = setup.history().iter().map(|r| r.outcome).collect();
     assert_eq!(
         outcomes,
-        [Outcome::Succeeded, Outcome::Failed, Outcome::Held],
+        [Outcome::Succeeded, Outcome::RolledBack, Outcome::Held],
         "one held record for the commit"
+    );
+    // The automatic rollback is listed as one, as a manual one is.
+    let (code, out, err) = setup.berth(&["history", "--outcome", "rolled-back"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.lines().filter(|l| l.contains("rolled-back")).count() == 1
+            && out.contains(&broken[..7]),
+        "{out}"
     );
 
     let (code, out, err) = setup.berth(&["history", "--outcome", "held"]);

@@ -214,12 +214,12 @@ async fn the_status_page_follows_the_agent_in_a_browser() {
         Duration::from_secs(30),
         "return document.querySelector(`tr[data-app='broken'] [data-field='status']`).textContent.startsWith('syncing roll out')",
     );
-    // Failed, or already "held" by the sync after it: on a loaded machine the second sync
-    // can come between two looks.
+    // Rolled back, or already "held" by the sync after it: on a loaded machine the second
+    // sync can come between two looks.
     browser.until(
-        "the failed sync shows",
+        "the rolled-back sync shows",
         Duration::from_secs(60),
-        "return ['failed', 'held'].includes(document.querySelector(`tr[data-app='broken']`).dataset.status)",
+        "return ['rolled-back', 'held'].includes(document.querySelector(`tr[data-app='broken']`).dataset.status)",
     );
     let records = history(state.path(), "broken");
     let failed = (records.into_iter().rev())
@@ -227,7 +227,7 @@ async fn the_status_page_follows_the_agent_in_a_browser() {
         .unwrap();
     assert_eq!(
         (failed.outcome, failed.commit.as_ref().unwrap().sha.as_str()),
-        (Outcome::Failed, bad.as_str())
+        (Outcome::RolledBack, bad.as_str())
     );
     browser.screenshot(&shots, "index");
 

@@ -179,6 +179,10 @@ async fn a_rollout_that_never_becomes_ready_fails_and_is_rolled_back() {
         )),
         "{out}"
     );
+    assert!(
+        out.contains(&format!("rollback: ROLLED BACK at {} after ", &bad[..7])),
+        "{out}"
+    );
     assert_eq!(image(&client, &ns).await, "web:1");
     let d = Api::<Deployment>::namespaced(client.clone(), &ns)
         .get("web")
@@ -187,7 +191,7 @@ async fn a_rollout_that_never_becomes_ready_fails_and_is_rolled_back() {
     assert_eq!(d.status.unwrap().available_replicas, Some(3));
 
     let record = setup.history().pop().unwrap();
-    assert_eq!(record.outcome, Outcome::Failed);
+    assert_eq!(record.outcome, Outcome::RolledBack);
     assert_eq!(record.commit.as_ref().unwrap().sha, bad);
     let rollout = &record.rollouts[0];
     assert_eq!(rollout.rollout.outcome, RolloutOutcome::Failed);

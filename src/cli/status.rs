@@ -333,7 +333,8 @@ fn deployment_row(app: &str, d: &DeploymentStatus) -> [String; 6] {
 fn why_not_synced(r: &SyncRecord) -> Option<String> {
     match r.outcome {
         Outcome::Held => r.note.clone(),
-        Outcome::Failed | Outcome::Interrupted => {
+        Outcome::RolledBack if r.errors.is_empty() => None,
+        Outcome::Failed | Outcome::Interrupted | Outcome::RolledBack => {
             let first = r.errors.first().map_or_else(
                 || r.outcome.as_str().to_string(),
                 |e| e.message.lines().next().unwrap_or_default().to_string(),

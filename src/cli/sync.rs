@@ -334,9 +334,15 @@ pub fn summary(r: &SyncRecord) -> String {
             (None, Some(note)) => format!("{}: held: {note}; nothing applied", r.app),
             _ => format!("{}: held at {commit}: nothing applied", r.app),
         },
-        Outcome::RolledBack => format!(
+        Outcome::RolledBack if r.errors.is_empty() => format!(
             "{}: rolled back in {secs:.1}s; held at commit {commit}",
             r.app
+        ),
+        Outcome::RolledBack => format!(
+            "{}: ROLLED BACK at {commit} after {secs:.1}s with {}, and held there; details: berth history show {}",
+            r.app,
+            plural(r.errors.len(), "error"),
+            r.id
         ),
         Outcome::Failed | Outcome::Interrupted => format!(
             "{}: {} at {commit} after {secs:.1}s with {}; details: berth history show {}",

@@ -56,7 +56,8 @@ pub enum Outcome {
     NoChange,
     /// Shutdown stopped it part way.
     Interrupted,
-    /// `berth rollback` restored an earlier revision of a Deployment.
+    /// A Deployment's rollout failed and was rolled back (its errors say why), or `berth
+    /// rollback` restored an earlier revision of a Deployment.
     RolledBack,
     /// The commit's rollout failed before (or an app it depends on is not ready) and
     /// berth waits for a new one: recorded once per commit and reason, not at every
@@ -273,8 +274,9 @@ pub struct RollbackRecord {
 
 /// The commit whose sync first rolled out the pod template with hash `hash` of a
 /// Deployment, newest record first. Revision numbers cannot say it: a rollback moves an
-/// old template to a new revision number. Manual rollbacks are left out, as their commit
-/// is the one the app was held at, not the one the template came from.
+/// old template to a new revision number. Manual rollbacks (`berth rollback`: rolled
+/// back, with no rollout of their own rolled back) are left out, as their commit is the
+/// one the app was held at, not the one the template came from.
 pub fn commit_of_template(
     records: &[SyncRecord],
     deployment: &ObjectKey,
@@ -283,7 +285,9 @@ pub fn commit_of_template(
     records
         .iter()
         .rev()
-        .filter(|r| r.outcome != Outcome::RolledBack)
+        .filter(|r| {
+            r.outcome != Outcome::RolledBack || r.rollouts.iter().any(|ro| ro.rollback.is_some())
+        })
         .find_map(|r| {
             r.rollouts
                 .iter()

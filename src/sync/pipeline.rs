@@ -347,6 +347,10 @@ pub(super) fn finish(
     lock: Option<Locked>,
 ) -> SyncRecord {
     journal.fold_into(&mut rec);
+    if rec.outcome == Outcome::Failed && rec.rollouts.iter().any(|r| r.rollback.is_some()) {
+        // Its rollout failed and was rolled back, as `berth rollback` would have.
+        rec.outcome = Outcome::RolledBack;
+    }
     rec.finished_at = jiff::Timestamp::now();
     rec.duration_ms = clock.elapsed().as_millis() as u64;
     match record::held_before(ctx.syncer, &rec) {
