@@ -245,7 +245,7 @@ async fn the_status_page_follows_the_agent_in_a_browser() {
     );
     let by_outcome = browser.run(filter, json!(["", "broken"]));
     assert!(
-        by_outcome[0] == json!("failed") || by_outcome[0] == json!("held"),
+        by_outcome[0] == json!("rolled-back") || by_outcome[0] == json!("held"),
         "{by_outcome}"
     );
     assert_eq!(
