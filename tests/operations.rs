@@ -392,9 +392,9 @@ async fn the_namespaces_of_a_commit_come_before_its_hooks_and_waves() {
 }
 
 /// `create_namespace = true`: without it a missing namespace fails the dry run naming the
-/// setting; with it plan says the namespace is created and sync creates it, labelled as
-/// berth's; two apps share it, and it goes only with the last of them removed with
-/// `prune = true`.
+/// setting; with it a commit the dry run refuses leaves no namespace behind; plan says the
+/// namespace is created and sync creates it, labelled as berth's; two apps share it, and
+/// it goes only with the last of them removed with `prune = true`.
 #[tokio::test]
 async fn create_namespace_creates_shares_and_deletes_with_the_last_app() {
     use k8s_openapi::api::core::v1::Namespace;
@@ -435,6 +435,36 @@ async fn create_namespace_creates_shares_and_deletes_with_the_last_app() {
         "{out}"
     );
 
+    // With it, a commit the dry run refuses in that namespace: the namespace, created to
+    // dry-run the objects in it, is deleted again; nothing of the commit stays.
+    write(&app("ns-one", "one", true));
+    repo.write(
+        "one/svc.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports:\n    - port: 0\n",
+    );
+    repo.commit("a Service the server refuses");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}{err}");
+    let said = format!(
+        "dry run failed: nothing was written (namespace {shared}, created to dry-run the objects in it, deleted again)"
+    );
+    assert!(out.contains(&said), "{out}");
+    assert!(!out.contains("dry run passed"), "{out}");
+    let refused = setup.history().pop().unwrap();
+    assert!(refused.objects.is_empty(), "{:?}", refused.objects);
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let gone = async {
+        while let Some(ns) = namespaces.get_opt(&shared).await.unwrap() {
+            assert!(ns.metadata.deletion_timestamp.is_some(), "{ns:?}");
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), gone)
+        .await
+        .expect("the namespace is deleted");
+    repo.git(&["rm", "-q", "one/svc.yaml"]);
+    repo.commit("the Service out");
+
     write(&format!(
         "{}{}",
         app("ns-one", "one", true),
@@ -448,7 +478,6 @@ async fn create_namespace_creates_shares_and_deletes_with_the_last_app() {
     );
     let (code, out, err) = setup.berth(&["sync"]);
     assert_eq!(code, 0, "{out}{err}");
-    let namespaces: Api<Namespace> = Api::all(client.clone());
     let labels = |ns: &Namespace| ns.metadata.labels.clone().unwrap_or_default();
     let made = namespaces.get(&shared).await.unwrap();
     assert_eq!(labels(&made)["app.kubernetes.io/managed-by"], "berth");

@@ -11,8 +11,23 @@ use crate::cluster::ClusterError;
 use crate::plan::Target;
 
 /// Dry-runs the writes at `indices`. Git wins by default: a write whose fields another
-/// manager took is dry-run again with force, and what it takes back is noted.
+/// manager took is dry-run again with force, and what it takes back is noted. A refusal
+/// says what was written before it.
 pub(super) async fn dry_run(
+    ctx: &Ctx<'_>,
+    writes: &mut [Write],
+    indices: &[usize],
+    journal: &mut Journal<'_>,
+) -> Result<(), Stop> {
+    let checked = check(ctx, writes, indices, journal).await;
+    if checked.is_err() {
+        ctx.tell(Level::Error, &dry_run_failed(writes));
+    }
+    checked
+}
+
+/// [`dry_run`], leaving the caller to say what a refusal leaves written.
+pub(super) async fn check(
     ctx: &Ctx<'_>,
     writes: &mut [Write],
     indices: &[usize],
@@ -44,7 +59,6 @@ pub(super) async fn dry_run(
         }
     }
     if failed {
-        ctx.tell(Level::Error, &dry_run_failed(writes));
         return Err(Stop::Failed);
     }
     Ok(())
@@ -110,8 +124,9 @@ fn taken_fields(e: &ClusterError) -> Option<String> {
     (!named.is_empty()).then(|| named.join("; "))
 }
 
-/// What a failed dry run says was written: nothing, or — when objects in a namespace the
-/// commit creates could only be validated once it existed — exactly those first writes.
+/// What a failed dry run says was written: nothing, or — when objects of a kind a CRD of
+/// the commit defines could only be validated once it was applied — exactly those first
+/// writes.
 fn dry_run_failed(writes: &[Write]) -> String {
     let written: Vec<String> = writes
         .iter()
@@ -122,7 +137,7 @@ fn dry_run_failed(writes: &[Write]) -> String {
         return "dry run failed: nothing was written".into();
     }
     format!(
-        "dry run failed: nothing was written but {} (applied first: the objects in a namespace the commit creates can be validated only once it exists); the inventory holds {}",
+        "dry run failed: nothing was written but {} (applied first: the objects of a kind the commit's CRDs define can be validated only once those exist); the inventory holds {}",
         written.join(", "),
         if written.len() == 1 { "it" } else { "them" }
     )

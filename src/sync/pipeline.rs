@@ -186,8 +186,9 @@ async fn write(
     hooks::validate(ctx, &hooks, &new, journal).await?;
     let mut ahead = store.write_ahead(ctx, &inventory, &writes, journal).await?;
     lock.enter(ctx, Step::Apply);
-    namespace::ensure(ctx, wanted, journal).await?;
-    apply::namespaces_first(ctx, &mut writes, &mut validated, journal).await?;
+    let created = namespace::ensure(ctx, wanted, journal).await?;
+    let created = created.into_iter().collect();
+    apply::namespaces_first(ctx, &mut writes, &mut validated, created, journal).await?;
     lock.enter(ctx, Step::Hooks);
     let sha = &checkout.commit.sha;
     if let Err(stop) = pre_hooks(ctx, &hooks, sha, &mut store, &mut ahead, journal).await {

@@ -11,9 +11,11 @@ use crate::manifest::Manifest;
 use crate::plan::phases::wave_of;
 use crate::plan::{Change, Target};
 use crate::sync::context::{Ctx, Journal, Stop};
-use crate::sync::dry_run::dry_run;
+use crate::sync::dry_run::{check, dry_run};
 use crate::sync::error::SyncError;
+use crate::sync::progress::Level;
 use crate::sync::ready::wait_ready;
+use crate::sync::steps::namespace;
 use crate::sync::write::{Validated, Write};
 
 /// How long to wait for a CRD of the commit to be Established.
@@ -42,19 +44,19 @@ pub(in crate::sync) async fn apply(
             .collect()
     };
     let first = mine(&validated.first, writes);
-    let mut late = mine(&validated.late, writes);
+    let mut late = Vec::new();
     let count = writes
         .iter()
         .filter(|w| in_wave(w) && w.applied.is_none())
         .count()
         + deferred.len();
     let applying = format!("applying {}", crate::plural(count, "object"));
-    // Objects in a Namespace or of a kind the commit creates are dry-run once those are.
-    let pending = late.len() + deferred.len();
+    // Objects of a kind the commit's CRDs define are dry-run once those are established.
+    let pending = deferred.len();
     ctx.say(&match wave {
         None if pending == 0 => format!("dry run passed; {applying}"),
         None => format!(
-            "dry run passed; {applying} ({pending} dry-run first, once the Namespaces and CRDs they need are applied)"
+            "dry run passed; {applying} ({pending} dry-run first, once the CRDs they need are established)"
         ),
         Some(n) => format!("wave {n}: {applying}"),
     });
@@ -81,22 +83,37 @@ pub(in crate::sync) async fn apply(
 /// Creates the Namespaces the commit creates before anything else is written: its `pre`
 /// hooks, and objects of a wave before the Namespace's own, may be in them (as kapp and
 /// Argo CD's namespace-first ordering do). They leave `validated.first`: their wave does
-/// not apply them again.
+/// not apply them again. Then the objects in them, and in `created` (the app's namespace
+/// `create_namespace` made), every wave's, are dry-run: refused, those namespaces are
+/// deleted again and nothing of the commit stays written.
 pub(in crate::sync) async fn namespaces_first(
     ctx: &Ctx<'_>,
     writes: &mut [Write],
     validated: &mut Validated,
+    mut created: Vec<namespace::Created>,
     journal: &mut Journal<'_>,
 ) -> Result<(), Stop> {
     let (new, rest): (Vec<usize>, Vec<usize>) = validated
         .first
         .iter()
         .partition(|&&i| writes[i].is_new_namespace());
-    if new.is_empty() {
-        return Ok(());
-    }
     validated.first = rest;
-    apply_some(ctx, writes, &new, journal).await
+    let applied = apply_some(ctx, writes, &new, journal).await;
+    created.extend(new.iter().filter_map(|&i| {
+        let live = writes[i].applied.as_ref()?;
+        Some(namespace::Created {
+            name: writes[i].target.manifest.name().to_string(),
+            uid: live.metadata.uid.clone(),
+        })
+    }));
+    applied?;
+    let late = std::mem::take(&mut validated.late);
+    let checked = check(ctx, writes, &late, journal).await;
+    if checked.is_err() {
+        let said = namespace::undo(ctx, &created, journal).await;
+        ctx.tell(Level::Error, &said);
+    }
+    checked
 }
 
 /// Applies the writes at `indices` and records what became of each.

@@ -1,6 +1,7 @@
 //! `[[app]] create_namespace = true`: the app's namespace created when it is missing, as
-//! Argo CD's `CreateNamespace=true` and `helm --create-namespace` do — after the dry run
-//! passed, before anything is written in it. It is labelled as berth's
+//! Argo CD's `CreateNamespace=true` and `helm --create-namespace` do — once the dry run of
+//! what can be checked without it passed, before anything is written in it; the objects in
+//! it are dry-run then, and a refusal deletes it again ([`undo`]). It is labelled as berth's
 //! (`app.kubernetes.io/managed-by: berth`) and once per app that asks for it
 //! (`namespace.berth.dev/APP: "true"`), each app's label written under a field manager of
 //! its own, so that apps sharing the namespace never undo each other; the last of them
@@ -63,14 +64,15 @@ pub(in crate::sync) async fn wanted(
     })
 }
 
-/// Creates the app's namespace, or adds the app's label to it, as [`wanted`] said.
+/// Creates the app's namespace, or adds the app's label to it, as [`wanted`] said; the
+/// namespace created, with its uid.
 pub(in crate::sync) async fn ensure(
     ctx: &Ctx<'_>,
     wanted: Option<Wanted>,
     journal: &mut Journal<'_>,
-) -> Result<(), Stop> {
+) -> Result<Option<Created>, Stop> {
     let Some(wanted) = wanted else {
-        return Ok(());
+        return Ok(None);
     };
     let name = ctx.app.namespace.as_str();
     let object = serde_json::json!({
@@ -84,7 +86,8 @@ pub(in crate::sync) async fn ensure(
     journal.requests += 1;
     let api: Api<Namespace> = Api::all(ctx.writer.clone());
     let params = PatchParams::apply(&manager(ctx)).force();
-    api.patch(name, &params, &Patch::Apply(object))
+    let live = api
+        .patch(name, &params, &Patch::Apply(object))
         .await
         .map_err(|cause| {
             journal.stop(ClusterError::Request {
@@ -107,7 +110,64 @@ pub(in crate::sync) async fn ensure(
         source: None,
         note: Some(note.to_string()),
     });
-    Ok(())
+    Ok((wanted == Wanted::Create).then(|| Created {
+        name: name.to_string(),
+        uid: live.metadata.uid,
+    }))
+}
+
+/// A namespace this sync created.
+pub(in crate::sync) struct Created {
+    pub name: String,
+    pub uid: Option<String>,
+}
+
+/// Deletes the namespaces this sync created to dry-run the objects in them (the API
+/// server dry-runs nothing in a namespace that does not exist), once that dry run refused
+/// the commit: each with its uid as a precondition, and taken out of the record, so that
+/// a refused commit leaves nothing written. Returns what a refusal then says.
+pub(in crate::sync) async fn undo(
+    ctx: &Ctx<'_>,
+    created: &[Created],
+    journal: &mut Journal<'_>,
+) -> String {
+    let api: Api<Namespace> = Api::all(ctx.writer.clone());
+    let (mut deleted, mut left) = (Vec::new(), Vec::new());
+    for ns in created {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: ns.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        journal.requests += 1;
+        match api.delete(&ns.name, &params).await {
+            Ok(_) => deleted.push(ns.name.as_str()),
+            Err(e) => left.push(format!("{} ({e})", ns.name)),
+        }
+    }
+    let gone = |o: &ObjectAction| {
+        o.action == Action::Created
+            && o.key.group.is_empty()
+            && o.key.kind == "Namespace"
+            && deleted.contains(&o.key.name.as_str())
+    };
+    journal.objects.retain(|o| !gone(o));
+    let mut said = String::from("dry run failed: nothing was written");
+    if !deleted.is_empty() {
+        said += &format!(
+            " (namespace {}, created to dry-run the objects in it, deleted again)",
+            deleted.join(", ")
+        );
+    }
+    if !left.is_empty() {
+        said += &format!(
+            "; namespace {} was created to dry-run the objects in it and could not be deleted: delete it by hand if it is not wanted",
+            left.join(", ")
+        );
+    }
+    said
 }
 
 impl Wanted {
