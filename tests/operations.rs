@@ -422,7 +422,11 @@ async fn create_namespace_creates_shares_and_deletes_with_the_last_app() {
         "path = \"one\"\nprune = true\n",
     );
     let head = std::fs::read_to_string(&setup.config).unwrap();
-    let head = head.split("[[app]]").next().unwrap().to_string();
+    let port = common::free_port();
+    let head = head.split("[[app]]").next().unwrap().replace(
+        "[agent]\n",
+        &format!("[agent]\nlisten = \"127.0.0.1:{port}\"\nstatus_page = true\n"),
+    );
     let write = |apps: &str| std::fs::write(&setup.config, format!("{head}{apps}")).unwrap();
 
     // Without the setting: the error says what to do, nothing is written.
@@ -512,6 +516,24 @@ async fn create_namespace_creates_shares_and_deletes_with_the_last_app() {
     );
     assert!(kept.metadata.deletion_timestamp.is_none());
     assert!(maps.get_opt("a").await.unwrap().is_none());
+    // The removed app's history is read by its name, on the command line and the page.
+    let (code, out, err) = setup.berth(&["history", "ns-one"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("app ns-one is no longer in the configuration: its history as kept")
+            && out.lines().filter(|l| l.contains(" ns-one ")).count() >= 2,
+        "{out}{err}"
+    );
+    let (code, page) = common::http(port, "GET", "/apps/ns-one", &[], b"");
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains("Removed from the configuration"), "{page}");
+    let (code, api) = common::http(port, "GET", "/api/apps/ns-one/syncs", &[], b"");
+    assert_eq!(code, 200, "{api}");
+    assert!(api.contains("\"removed\""), "the removal's record: {api}");
+    assert_eq!(
+        common::http(port, "GET", "/apps/never-was", &[], b"").0,
+        404
+    );
 
     write("");
     daemon.signal(libc::SIGHUP);

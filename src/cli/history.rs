@@ -46,7 +46,7 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = super::load_listed(config_path)?;
     let log = HistoryLog::new(&config.agent.state_dir);
     let records = match &args.app {
-        Some(app) => log.read(&select(&config.apps, std::slice::from_ref(app))?[0].name)?,
+        Some(app) => log.read(&app_of(&config, &log, app)?)?,
         None => log.read_all()?,
     };
     if let Some(Show::Show { id, json }) = &args.show {
@@ -81,6 +81,19 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         print!("{}", records_table(&selected, now));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The app named `app`: one in the configuration, or one removed from it whose history
+/// is kept (said).
+fn app_of(config: &berth::config::Config, log: &HistoryLog, app: &str) -> anyhow::Result<String> {
+    match select(&config.apps, &[app.to_string()]) {
+        Ok(_) => Ok(app.to_string()),
+        Err(_) if log.apps().iter().any(|a| a == app) => {
+            eprintln!("app {app} is no longer in the configuration: its history as kept");
+            Ok(app.to_string())
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// The record with id `id`, or the one record whose id starts with it (as git takes a

@@ -185,6 +185,19 @@ impl HistoryLog {
         Ok(parse_lines(&text))
     }
 
+    /// The apps with a history, as its file names say (an app removed from the
+    /// configuration keeps its history until `history_max_age`).
+    pub fn apps(&self) -> Vec<String> {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut apps: Vec<String> = (entries.flatten())
+            .filter_map(|e| Some(e.file_name().to_str()?.strip_suffix(".jsonl")?.to_string()))
+            .collect();
+        apps.sort();
+        apps
+    }
+
     /// The records of every app, oldest first.
     ///
     /// # Errors

@@ -59,6 +59,9 @@ pub struct AppState {
     pub health: Option<HealthSummary>,
     /// Grows with each change of this app ([`Board::changed`] tells the newest).
     pub version: u64,
+    /// It is no longer in the configuration: only its history is shown.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
 }
 
 /// Where an app's loop is.
@@ -172,6 +175,32 @@ impl AppState {
             last: None,
             health: None,
             version: 0,
+            removed: false,
+        }
+    }
+
+    /// An app no longer in the configuration whose history is kept: its newest record
+    /// `last` says its cluster and its last sync.
+    pub fn removed(name: &str, last: Option<&SyncRecord>) -> Self {
+        let cluster = last.and_then(|r| r.cluster.clone());
+        AppState {
+            name: name.to_string(),
+            repo: "-".into(),
+            path: "-".into(),
+            cluster: cluster.unwrap_or_else(|| "default".into()),
+            set: None,
+            state: State::Idle,
+            step: None,
+            activity: None,
+            since: None,
+            waiting: None,
+            suspended: None,
+            held: None,
+            next_sync: None,
+            last: last.map(LastSync::of),
+            health: None,
+            version: 0,
+            removed: true,
         }
     }
 }

@@ -35,7 +35,7 @@ use hyper::{header, Response};
 use jiff::Timestamp;
 
 use crate::config::{AppConfig, Config, Published};
-use crate::history::HistoryLog;
+use crate::history::{HistoryLog, SyncRecord};
 use crate::live::live_app;
 use crate::service::http::{Body, Pages};
 use crate::shutdown::{stopped, Signal};
@@ -44,6 +44,7 @@ use answer::{
     addressed, asset, json, misnamed, no_app, no_record, page, paged, param, unauthorized,
 };
 pub use auth::{AuthError, Credentials};
+use board::AppState;
 pub use board::Board;
 
 /// Records per page of an app's history.
@@ -291,14 +292,14 @@ impl StatusPage {
 
     /// `/apps/NAME`, its history older than the record `before` when given.
     async fn app_page(&self, app: &str, before: Option<String>, now: Timestamp) -> Response<Body> {
-        let Some(state) = self.board.app(app) else {
+        let last = self
+            .read_log(app, |log, app| log.newest(app).ok().flatten())
+            .await;
+        let Some(state) = self.app_state(app, last.as_ref()).await else {
             return no_app(app, false);
         };
         let live = self.live(app).await;
         let history = self.page_of(app, before.clone()).await;
-        let last = self
-            .read_log(app, |log, app| log.newest(app).ok().flatten())
-            .await;
         page(html::app(
             &state,
             &live,
@@ -319,7 +320,8 @@ impl StatusPage {
         Some(match parts {
             ["apps"] => paged(self.index_page(query)),
             ["apps", app] => {
-                let Some(state) = self.board.app(app) else {
+                let last = self.read_log(app, |l, app| l.newest(app).ok().flatten());
+                let Some(state) = self.app_state(app, last.await.as_ref()).await else {
                     return Some(no_app(app, true));
                 };
                 let live = self.live(app).await;
@@ -332,7 +334,7 @@ impl StatusPage {
                 }))
             }
             ["apps", app, "syncs"] => {
-                if self.board.app(app).is_none() {
+                if self.app_state(app, None).await.is_none() {
                     return Some(no_app(app, true));
                 }
                 json(&self.page_of(app, param(query, "before")).await)
@@ -396,6 +398,16 @@ impl StatusPage {
                 Some(format!("app set {set}: {problem}"))
             })
             .collect()
+    }
+
+    /// `app` as the board has it, or — removed from the configuration, its history kept —
+    /// as its newest record `last` says.
+    async fn app_state(&self, app: &str, last: Option<&SyncRecord>) -> Option<AppState> {
+        if let Some(state) = self.board.app(app) {
+            return Some(state);
+        }
+        let kept = self.read_log(app, |log, app| log.apps().iter().any(|a| a == app));
+        kept.await.then(|| AppState::removed(app, last))
     }
 
     /// `read` of `app`'s history log, off the endpoint's threads (a log is files).
