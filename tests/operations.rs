@@ -793,3 +793,85 @@ async fn a_local_repository_is_followed_on_its_branch_not_its_work_trees_head() 
         "{history:?}"
     );
 }
+
+/// `berth sync` stopped by SIGTERM mid-rollout (as systemd or a CI runner stops it) ends
+/// at its next step and records what it wrote: interrupted, with the Deployment it
+/// created, not a sync the next one finds killed with no objects.
+#[tokio::test]
+async fn a_sync_stopped_by_sigterm_records_what_it_wrote() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "sigterm").await;
+    let repo = Repo::new();
+    repo.write("web.yaml", &deployment("web", "web:1", true));
+    repo.write("cm.yaml", &config_map("settings", "1"));
+    repo.commit("a rollout that never ends");
+    let setup = Setup::new(cp, "sigterm", &repo, &ns, "");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["sync", "--config"])
+        .arg(&setup.config)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    common::eventually(
+        "the sync follows its rollout",
+        std::time::Duration::from_secs(30),
+        || {
+            berth::sync::in_flight(setup.state.path(), "sigterm")
+                .is_some_and(|m| m.step == berth::sync::Step::RollOut)
+        },
+    );
+    // SAFETY: kill(2) on the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("interrupted: finishing the current step"),
+        "{said}"
+    );
+    let record = setup.history().pop().expect("the sync's own record");
+    assert_eq!(record.outcome, Outcome::Interrupted, "{record:?}");
+    let created: Vec<String> = (record.objects.iter())
+        .filter(|o| o.action == berth::history::Action::Created)
+        .map(|o| o.key.name.clone())
+        .collect();
+    assert_eq!(created, ["settings", "web"], "{record:?}");
+    let (_, shown, _) = setup.berth(&["history", "show", &record.id]);
+    assert!(shown.contains("Objects:   2 created"), "{shown}");
+
+    // Killed (SIGKILL): the next sync records it, and does not claim it wrote nothing.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["sync", "--config"])
+        .arg(&setup.config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    common::eventually(
+        "the sync follows its rollout again",
+        std::time::Duration::from_secs(30),
+        || {
+            berth::sync::in_flight(setup.state.path(), "sigterm")
+                .is_some_and(|m| m.step == berth::sync::Step::RollOut && m.pid == child.id())
+        },
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    setup.berth(&["sync", "--no-wait"]);
+    let killed = (setup.history().into_iter())
+        .find(|r| {
+            r.note
+                .as_deref()
+                .is_some_and(|n| n.contains("killed or crashed"))
+        })
+        .expect("the killed sync's record");
+    let (_, shown, _) = setup.berth(&["history", "show", &killed.id]);
+    assert!(
+        shown.contains("Objects:   none recorded (stopped before it wrote, or killed"),
+        "{shown}"
+    );
+}

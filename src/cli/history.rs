@@ -197,7 +197,10 @@ fn ordering(r: &SyncRecord) -> String {
 /// One record in full, as `berth history show` prints it.
 fn show(r: &SyncRecord) -> String {
     let mut out = header(r);
-    if r.outcome != Outcome::Failed || !r.objects.is_empty() {
+    let unknown = r.outcome == Outcome::Interrupted && r.objects.is_empty() && r.unchanged == 0;
+    if unknown {
+        out += "Objects:   none recorded (stopped before it wrote, or killed: the next sync compared the commit with the cluster)\n";
+    } else if r.outcome != Outcome::Failed || !r.objects.is_empty() {
         out += &format!("Objects:   {}\n", counts(r));
     }
     for o in &r.objects {

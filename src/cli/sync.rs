@@ -8,6 +8,7 @@ use berth::config::{self, AppConfig};
 use berth::history::{Outcome, SyncRecord, Trigger};
 use berth::plural;
 use berth::sync::{sets, SyncOptions, Syncer};
+use tokio::signal::unix::{signal, SignalKind};
 
 /// Arguments of `berth sync`.
 #[derive(clap::Args)]
@@ -68,11 +69,15 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         (syncer.notifications).observe_set(&listing.set, problem.as_deref());
     }
     let (stop, shutdown) = berth::shutdown::channel();
+    // SIGTERM as Ctrl-C: the sync stops at its next step and records what it wrote.
+    let mut term = signal(SignalKind::terminate())?;
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("interrupted: finishing the current step…");
-            let _ = stop.send(true);
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
         }
+        eprintln!("interrupted: finishing the current step…");
+        let _ = stop.send(true);
     });
     let options = SyncOptions {
         force: args.force,
