@@ -591,6 +591,34 @@ fn a_cluster_that_is_down_is_one_clear_line_within_seconds() {
     }
 }
 
+/// Without `[cluster] kubeconfig`, a missing $KUBECONFIG file is said alone, naming it and
+/// the key to set, not beside an in-cluster error about environment variables.
+#[test]
+fn a_missing_kubeconfig_is_said_without_the_in_cluster_error() {
+    let (dir, path) = config_file(
+        "berth.toml",
+        "[agent]\nstate_dir = \"STATE\"\n[[app]]\nname = \"web\"\nrepo = \"x\"\n",
+    );
+    let missing = dir.path().join("no-such-kubeconfig");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["sync", "--config", &path])
+        .env("KUBECONFIG", &missing)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "no kubeconfig: cannot read {}: No such file or directory",
+            missing.display()
+        )) && err.contains("set [cluster] kubeconfig"),
+        "{err}"
+    );
+    assert!(!err.contains("in-cluster"), "{err}");
+}
+
 /// A kustomization in no git repository may reach what is under the current folder (and
 /// says so), or under `--root`; `../base` is no longer "outside the repository".
 #[test]

@@ -166,9 +166,25 @@ async fn config_of(cluster: &ClusterConfig) -> Result<kube::Config, ClusterError
         }
         None => kube::Config::infer()
             .await
-            .map_err(|e| ClusterError::Connect(format!("{e} (set [cluster] kubeconfig)")))?,
+            .map_err(|e| ClusterError::Connect(not_inferred(&e)))?,
     };
     Ok(config)
+}
+
+/// Why no configuration was found without `[cluster] kubeconfig`: outside a pod, the
+/// kubeconfig's reason alone (the in-cluster one says only that this is not a pod).
+fn not_inferred(e: &kube::config::InferConfigError) -> String {
+    let in_pod = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
+    let kubeconfig = std::error::Error::source(e)
+        .and_then(|source| source.downcast_ref::<kube::config::KubeconfigError>());
+    match kubeconfig {
+        Some(kube::config::KubeconfigError::ReadConfig(io, path)) if !in_pod => format!(
+            "no kubeconfig: cannot read {}: {} ([cluster] kubeconfig is unset, so berth reads $KUBECONFIG, else ~/.kube/config): set [cluster] kubeconfig to the cluster's kubeconfig",
+            path.display(),
+            crate::config::io_message(io)
+        ),
+        _ => format!("{e} (set [cluster] kubeconfig)"),
+    }
 }
 
 /// Refuses a context `kc` (read from `shown`) does not have, naming the ones it has.
