@@ -216,8 +216,9 @@ async fn serve(
 /// An API server outage under `berth run`: one line when it starts and one when it ends,
 /// no retry warnings; a sync fails within `request_timeout` naming the server and the
 /// cause; the commit that arrived meanwhile is synced as soon as the server answers
-/// (not at the next interval, an hour away); SIGTERM with a sync in flight ends berth
-/// within 5 s, the sync recorded interrupted.
+/// (not at the next interval, an hour away); a silent outage is counted from the first
+/// request it left unanswered; SIGTERM with a sync in flight ends berth within 5 s, the
+/// sync recorded interrupted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_is_said_once_fails_syncs_quickly_and_ends_with_a_sync() {
     let Some(cp) = common::control_plane() else {
@@ -307,6 +308,24 @@ async fn an_outage_is_said_once_fails_syncs_quickly_and_ends_with_a_sync() {
     assert_eq!(synced.trigger, berth::history::Trigger::Reconnected);
     common::wait_for_value(&maps, "a", "2", std::time::Duration::from_secs(5)).await;
 
+    // Silent: the outage is counted from the first request it did not answer (8 s before
+    // berth can tell), not from when berth said it.
+    proxy.set(Link::Silent);
+    repo.write("a.yaml", &config_map("a", "2b"));
+    repo.commit("two b");
+    common::eventually(
+        "the sync that times out",
+        std::time::Duration::from_secs(30),
+        || records().len() == 4,
+    );
+    proxy.set(Link::Up);
+    common::eventually(
+        "the sync once back again",
+        std::time::Duration::from_secs(20),
+        || records().len() == 5,
+    );
+    common::wait_for_value(&maps, "a", "2b", std::time::Duration::from_secs(5)).await;
+
     // Silent, with a sync in flight: SIGTERM ends berth within 5 s.
     proxy.set(Link::Silent);
     repo.write("a.yaml", &config_map("a", "3"));
@@ -329,9 +348,26 @@ async fn an_outage_is_said_once_fails_syncs_quickly_and_ends_with_a_sync() {
 
     let text = std::fs::read_to_string(&log).unwrap();
     let count = |needle: &str| text.lines().filter(|l| l.contains(needle)).count();
-    assert_eq!(count("is unreachable"), 1, "{text}");
-    assert_eq!(count("answers again (unreachable for"), 1, "{text}");
+    let server = format!(
+        "cluster default: the API server at https://127.0.0.1:{}/",
+        proxy.port
+    );
+    assert_eq!(count(&format!("{server} is unreachable")), 2, "{text}");
+    assert_eq!(
+        count(&format!("{server} answers again (unreachable for")),
+        2,
+        "{text}"
+    );
     assert_eq!(count("retrying"), 0, "{text}");
+    let silent: u64 = (text.lines())
+        .filter_map(|l| l.split("answers again (unreachable for ").nth(1))
+        .filter_map(|rest| rest.split('s').next()?.parse().ok())
+        .nth(1)
+        .expect("the silent outage's end");
+    assert!(
+        silent >= 8,
+        "counted from its first unanswered request: {silent}s"
+    );
 }
 
 /// A commit that creates the Namespace its `pre` hook (named by `generateName`) and an

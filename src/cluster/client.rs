@@ -27,7 +27,7 @@ pub async fn connect_reaching(
     cluster: &ClusterConfig,
 ) -> Result<(kube::Client, Arc<Reach>), ClusterError> {
     let config = config_of(cluster).await?;
-    let reach = Reach::new(config.cluster_url.to_string().as_str());
+    let reach = Reach::new(cluster.name(), config.cluster_url.to_string().as_str());
     let client = client_of(config, cluster, reach.clone())?;
     Ok((client, reach))
 }

@@ -59,6 +59,8 @@ pub struct Resilience {
 /// short (the daemon's shutdown).
 #[derive(Debug)]
 pub struct Reach {
+    /// The cluster's name, as messages name it.
+    cluster: String,
     server: String,
     /// Whether outages are logged (not for a command's one-shot probe, which says it).
     logged: bool,
@@ -70,19 +72,21 @@ pub struct Reach {
 }
 
 impl Reach {
-    /// The reach of the API server at `server` (its URL, as messages name it).
-    pub fn new(server: &str) -> Arc<Reach> {
-        Self::with_log(server, true)
+    /// The reach of `cluster`'s API server at `server` (its name and URL, as messages
+    /// name them).
+    pub fn new(cluster: &str, server: &str) -> Arc<Reach> {
+        Self::with_log(cluster, server, true)
     }
 
     /// As [`Reach::new`], without logging outages: for a probe whose caller says them.
     pub fn quiet(server: &str) -> Arc<Reach> {
-        Self::with_log(server, false)
+        Self::with_log("", server, false)
     }
 
-    fn with_log(server: &str, logged: bool) -> Arc<Reach> {
+    fn with_log(cluster: &str, server: &str, logged: bool) -> Arc<Reach> {
         Arc::new(Reach {
             logged,
+            cluster: cluster.to_string(),
             server: server.to_string(),
             down_since: Mutex::new(None),
             outages: std::sync::atomic::AtomicU64::new(0),
@@ -153,23 +157,25 @@ impl Reach {
         if let Some(since) = since {
             let secs = since.elapsed().as_secs();
             if self.logged {
-                tracing::info!(server = %self.server, unreachable_s = secs, "the API server at {} answers again (unreachable for {secs}s)", self.server);
+                tracing::info!(cluster = %self.cluster, server = %self.server, unreachable_s = secs, "cluster {}: the API server at {} answers again (unreachable for {secs}s, since its first unanswered request)", self.cluster, self.server);
             }
             self.down.send_replace(false);
         }
     }
 
-    fn unreached(&self, cause: &str) {
+    /// The server did not answer a request sent at `sent`: the outage is counted from the
+    /// first such request (a request that timed out was sent `request_timeout` before).
+    fn unreached(&self, cause: &str, sent: Instant) {
         let first = self.down_since.lock().is_ok_and(|mut s| {
             let first = s.is_none();
-            s.get_or_insert_with(Instant::now);
+            *s = Some(s.map_or(sent, |since| since.min(sent)));
             first
         });
         if first {
             self.outages
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if self.logged {
-                tracing::warn!(server = %self.server, error = %cause, "the API server at {} is unreachable: {cause}; syncs fail until it answers again", self.server);
+                tracing::warn!(cluster = %self.cluster, server = %self.server, error = %cause, "cluster {}: the API server at {} is unreachable: {cause}; syncs fail until it answers again", self.cluster, self.server);
             }
             self.down.send_replace(true);
         }
@@ -300,11 +306,12 @@ where
             true => (policy.request_timeout.saturating_sub(started.elapsed()))
                 .max(Duration::from_millis(100)),
         };
+        let sent = Instant::now();
         let result = bounded(call, (!watch).then_some(limit)).await;
         if result.is_ok() {
             reach.answered();
         }
-        let (why, server_wait, lost, result) = match judge(result, policy, reach).await {
+        let (why, server_wait, lost, result) = match judge(result, policy, reach, sent).await {
             Tried::Done(result) => return result,
             Tried::Retry(why, server_wait, lost, result) => (why, server_wait, lost, result),
         };
@@ -357,6 +364,7 @@ async fn judge<B>(
     result: Result<Response<B>, BoxError>,
     policy: Resilience,
     reach: &Reach,
+    sent: Instant,
 ) -> Tried<B>
 where
     B: hyper::body::Body<Data = Bytes>,
@@ -381,7 +389,7 @@ where
         Ok(res) => Tried::Done(Ok(res.map(Either::Left))),
         Err(e) if transient_error(e.as_ref()) => {
             let cause = root_cause(e.as_ref());
-            reach.unreached(&cause);
+            reach.unreached(&cause, sent);
             let e = Unreachable {
                 server: reach.server.clone(),
                 cause: cause.clone(),

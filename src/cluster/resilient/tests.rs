@@ -84,7 +84,7 @@ async fn send_answering(
     let (service, calls) = answering(statuses, message);
     let mut service = ResilientLayer {
         policy,
-        reach: Reach::new("https://test/"),
+        reach: Reach::new("test", "https://test/"),
     }
     .layer(service);
     let req = Request::patch("/api/v1/namespaces/shop/configmaps/a")
@@ -155,7 +155,7 @@ async fn a_request_that_hangs_fails_within_request_timeout_naming_the_server() {
 /// in a known outage a request is tried once; `stop` ends a request in flight.
 #[tokio::test]
 async fn reach_follows_outages_and_stop_cuts_requests_short() {
-    let reach = Reach::new("https://test/");
+    let reach = Reach::new("test", "https://test/");
     let refused = tower::service_fn(|_req: Request<Body>| async {
         Err::<Response<Full<Bytes>>, BoxError>(Box::new(std::io::Error::from(
             std::io::ErrorKind::ConnectionRefused,
