@@ -108,7 +108,10 @@ async fn a_schema_error_the_server_answers_with_500_is_not_retried() {
     let start = jiff::Timestamp::now();
     let (code, out, _) = setup.berth(&["sync"]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains(".spec: field not declared in schema"), "{out}");
+    assert!(
+        out.contains(".spec: field not declared in schema: Kubernetes 1.33's ConfigMap has no such field either: is it misspelt?"),
+        "{out}"
+    );
     tokio::time::sleep(Duration::from_millis(500)).await; // the audit log is written on response
     let sent = cp
         .audit_events(start)
@@ -116,6 +119,24 @@ async fn a_schema_error_the_server_answers_with_500_is_not_retried() {
         .filter(|e| e["verb"] == "patch" && e["objectRef"]["name"] == "odd")
         .count();
     assert_eq!(sent, 1, "the final 500 was sent once");
+
+    // A field newer than the cluster (gRPC probes came with Kubernetes 1.24; the test's
+    // cluster is 1.20): said as such, with what to do.
+    repo.git(&["rm", "-q", "cm.yaml"]);
+    repo.write(
+        "web.yaml",
+        &common::web_deployment("web:1", "", "").replace(
+            "          ports:",
+            "          startupProbe: {grpc: {port: 8080}}\n          ports:",
+        ),
+    );
+    repo.commit("a gRPC probe");
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("startupProbe.grpc: field not declared in schema: the cluster (Kubernetes v1.20.2) is older than this field, which Kubernetes 1.33's Deployment has: remove it, or upgrade the cluster"),
+        "{out}"
+    );
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@
 //! field path — instead of by the server's dry run. Custom resources pass through.
 
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::Value;
 
 use super::error::ManifestError;
@@ -16,45 +17,124 @@ use k8s_openapi::api::{
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 
+/// The Kubernetes version whose types berth reads objects into: k8s-openapi's `earliest`
+/// feature (Cargo.toml).
+pub const KUBERNETES: &str = "1.33";
+
 /// Reads each object of a built-in kind into its type; refuses it when it does not fit.
 pub struct TypedCheck;
 
 impl Decorator for TypedCheck {
     fn decorate(&self, m: &mut Manifest) -> Result<(), ManifestError> {
         unwrap_base64(m);
-        let check = match (m.api_version(), m.kind()) {
-            ("v1", "ConfigMap") => fits::<core::ConfigMap>,
-            ("v1", "Secret") => fits::<core::Secret>,
-            ("v1", "Service") => fits::<core::Service>,
-            ("v1", "ServiceAccount") => fits::<core::ServiceAccount>,
-            ("v1", "Namespace") => fits::<core::Namespace>,
-            ("v1", "PersistentVolumeClaim") => fits::<core::PersistentVolumeClaim>,
-            ("v1", "Pod") => fits::<core::Pod>,
-            ("apps/v1", "Deployment") => fits::<apps::Deployment>,
-            ("apps/v1", "StatefulSet") => fits::<apps::StatefulSet>,
-            ("apps/v1", "DaemonSet") => fits::<apps::DaemonSet>,
-            ("apps/v1", "ReplicaSet") => fits::<apps::ReplicaSet>,
-            ("batch/v1", "Job") => fits::<batch::Job>,
-            ("batch/v1", "CronJob") => fits::<batch::CronJob>,
-            ("networking.k8s.io/v1", "Ingress") => fits::<networking::Ingress>,
-            ("networking.k8s.io/v1", "NetworkPolicy") => fits::<networking::NetworkPolicy>,
-            ("policy/v1", "PodDisruptionBudget") => fits::<policy::PodDisruptionBudget>,
-            ("rbac.authorization.k8s.io/v1", "Role") => fits::<rbac::Role>,
-            ("rbac.authorization.k8s.io/v1", "RoleBinding") => fits::<rbac::RoleBinding>,
-            ("rbac.authorization.k8s.io/v1", "ClusterRole") => fits::<rbac::ClusterRole>,
-            ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
-                fits::<rbac::ClusterRoleBinding>
-            }
-            ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
-                fits::<apiextensions::CustomResourceDefinition>
-            }
-            _ => return Ok(()),
+        let Some(typed) = of_kind(m.api_version(), m.kind()) else {
+            return Ok(());
         };
-        check(&m.object).map_err(|message| ManifestError::Invalid {
+        (typed.fits)(&m.object).map_err(|message| ManifestError::Invalid {
             origin: m.origin.clone(),
             message: format!("{} {}: {message}", m.kind(), m.name()),
         })
     }
+}
+
+/// Whether the type of `m`'s kind (Kubernetes [`KUBERNETES`]) has the field at `path`, as
+/// the API server names a field (`.spec.template.spec.containers[name="web"].startupProbe`):
+/// `None` when the kind is not one berth reads into a type, or `m` does not hold the path.
+pub fn has_field(m: &Manifest, path: &str) -> Option<bool> {
+    let typed = of_kind(m.api_version(), m.kind())?;
+    at_path(&Value::Object(m.object.clone()), path)?;
+    let written = (typed.written)(&m.object)?;
+    Some(at_path(&written, path).is_some())
+}
+
+/// The value at the API server's field path `path` in `v`, if there is one.
+fn at_path<'v>(v: &'v Value, path: &str) -> Option<&'v Value> {
+    let mut here = v;
+    let mut rest = path;
+    while !rest.is_empty() {
+        if let Some(field) = rest.strip_prefix('.') {
+            let end = field.find(['.', '[']).unwrap_or(field.len());
+            here = here.get(&field[..end])?;
+            rest = &field[end..];
+        } else {
+            let inner = rest.strip_prefix('[')?;
+            let end = inner.find(']')?;
+            here = (here.as_array()?.iter()).find(|item| matches_key(item, &inner[..end]))?;
+            rest = &inner[end + 1..];
+        }
+    }
+    Some(here)
+}
+
+/// Whether a list's `item` is the one a path's key names: `name="web"`, `port=80,protocol="TCP"`.
+fn matches_key(item: &Value, key: &str) -> bool {
+    key.split(',').all(|pair| {
+        let Some((field, value)) = pair.split_once('=') else {
+            return false;
+        };
+        let Ok(value) = serde_json::from_str::<Value>(value) else {
+            return false;
+        };
+        match field {
+            "" => *item == value,
+            field => item.get(field) == Some(&value),
+        }
+    })
+}
+
+/// What berth knows of a built-in kind: whether an object fits its type, and the object
+/// as its type writes it back (the fields the type does not have left out).
+#[derive(Clone, Copy)]
+struct Typed {
+    fits: fn(&serde_json::Map<String, Value>) -> Result<(), Misfit>,
+    written: fn(&serde_json::Map<String, Value>) -> Option<Value>,
+}
+
+fn typed<T: DeserializeOwned + Serialize>() -> Typed {
+    Typed {
+        fits: fits::<T>,
+        written: written::<T>,
+    }
+}
+
+/// The type of a built-in kind; `None` for a kind berth does not read into a type.
+fn of_kind(api_version: &str, kind: &str) -> Option<Typed> {
+    Some(match (api_version, kind) {
+        ("v1", "ConfigMap") => typed::<core::ConfigMap>(),
+        ("v1", "Secret") => typed::<core::Secret>(),
+        ("v1", "Service") => typed::<core::Service>(),
+        ("v1", "ServiceAccount") => typed::<core::ServiceAccount>(),
+        ("v1", "Namespace") => typed::<core::Namespace>(),
+        ("v1", "PersistentVolumeClaim") => typed::<core::PersistentVolumeClaim>(),
+        ("v1", "Pod") => typed::<core::Pod>(),
+        ("apps/v1", "Deployment") => typed::<apps::Deployment>(),
+        ("apps/v1", "StatefulSet") => typed::<apps::StatefulSet>(),
+        ("apps/v1", "DaemonSet") => typed::<apps::DaemonSet>(),
+        ("apps/v1", "ReplicaSet") => typed::<apps::ReplicaSet>(),
+        ("batch/v1", "Job") => typed::<batch::Job>(),
+        ("batch/v1", "CronJob") => typed::<batch::CronJob>(),
+        ("networking.k8s.io/v1", "Ingress") => typed::<networking::Ingress>(),
+        ("networking.k8s.io/v1", "NetworkPolicy") => typed::<networking::NetworkPolicy>(),
+        ("policy/v1", "PodDisruptionBudget") => typed::<policy::PodDisruptionBudget>(),
+        ("rbac.authorization.k8s.io/v1", "Role") => typed::<rbac::Role>(),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding") => typed::<rbac::RoleBinding>(),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => typed::<rbac::ClusterRole>(),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+            typed::<rbac::ClusterRoleBinding>()
+        }
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
+            typed::<apiextensions::CustomResourceDefinition>()
+        }
+        _ => return None,
+    })
+}
+
+/// `object` read into a `T` and written back.
+fn written<T: DeserializeOwned + Serialize>(
+    object: &serde_json::Map<String, Value>,
+) -> Option<Value> {
+    let read: T = serde_json::from_value(Value::Object(object.clone())).ok()?;
+    serde_json::to_value(read).ok()
 }
 
 /// How the base64 decoder's errors begin (`Invalid symbol 33, offset 7.`).
@@ -160,6 +240,30 @@ mod tests {
             .decorate(&mut test_manifest(v))
             .err()
             .map(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_field_the_server_names_is_found_in_the_kinds_type_or_not() {
+        let m = test_manifest(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"selector": {}, "template": {"spec": {"containers": [
+                {"name": "side", "image": "s"},
+                {"name": "web", "image": "w", "startupProbe": {"grpc": {"port": 8080}}, "colour": "red"}
+            ]}}}
+        }));
+        let container = ".spec.template.spec.containers[name=\"web\"]";
+        assert_eq!(
+            has_field(&m, &format!("{container}.startupProbe.grpc")),
+            Some(true)
+        );
+        assert_eq!(has_field(&m, &format!("{container}.colour")), Some(false));
+        assert_eq!(
+            has_field(&m, &format!("{container}.nothing")),
+            None,
+            "not in the object"
+        );
+        let custom = test_manifest(json!({"apiVersion": "x.io/v1", "kind": "Widget", "spec": {}}));
+        assert_eq!(has_field(&custom, ".spec"), None, "a kind with no type");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use super::progress::Level;
 use super::write::Write;
 use crate::cluster::apply::{apply_all, conflicts, ApplySettings};
 use crate::cluster::ClusterError;
+use crate::manifest::Manifest;
 use crate::plan::Target;
 
 /// Dry-runs the writes at `indices`. Git wins by default: a write whose fields another
@@ -77,8 +78,46 @@ async fn send(
     }
     let targets: Vec<&Target> = indices.iter().map(|&i| &writes[i].target).collect();
     journal.requests += targets.len() as u64;
-    let results = apply_all(&ctx.writer, settings, &targets, true).await;
+    let mut results = apply_all(&ctx.writer, settings, &targets, true).await;
+    let undeclared = |r: &Result<_, ClusterError>| matches!(r, Err(ClusterError::Object { message, .. }) if message.contains(UNDECLARED));
+    if results.iter().any(undeclared) {
+        let kinds = ctx.cluster.kinds.get(None).await.ok();
+        let version = kinds.as_ref().and_then(|(k, _)| k.version());
+        for (&i, result) in indices.iter().zip(&mut results) {
+            if let Err(ClusterError::Object { message, .. }) = result {
+                *message = with_schema_hint(&writes[i].target.manifest, message, version);
+            }
+        }
+    }
     indices.iter().copied().zip(results).collect()
+}
+
+/// How the API server refuses a field its schema does not have.
+const UNDECLARED: &str = ": field not declared in schema";
+
+/// The server's `PATH: field not declared in schema` with what it means: a field newer than
+/// the cluster (the type berth reads the kind into has it), or one no Kubernetes berth knows
+/// has (misspelt).
+fn with_schema_hint(m: &Manifest, message: &str, version: Option<&str>) -> String {
+    let Some(at) = message.find(UNDECLARED) else {
+        return message.to_string();
+    };
+    let path = message[..at].rsplit(' ').next().unwrap_or_default();
+    let known = crate::manifest::typed::KUBERNETES;
+    let cluster = version.map_or("the cluster".into(), |v| {
+        format!("the cluster (Kubernetes {v})")
+    });
+    match crate::manifest::typed::has_field(m, path) {
+        Some(true) => format!(
+            "{message}: {cluster} is older than this field, which Kubernetes {known}'s {} has: remove it, or upgrade the cluster",
+            m.kind()
+        ),
+        Some(false) => format!(
+            "{message}: Kubernetes {known}'s {} has no such field either: is it misspelt?",
+            m.kind()
+        ),
+        None => message.to_string(),
+    }
 }
 
 /// Records the dry run's refusal of `w` (and says it); always true: a refusal fails the
