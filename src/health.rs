@@ -176,7 +176,9 @@ fn service(object: &Value) -> Health {
     }
     match object["status"]["loadBalancer"]["ingress"].as_array() {
         Some(ingress) if !ingress.is_empty() => Health::Current,
-        _ => Health::InProgress("waiting for the load balancer's address".into()),
+        _ => Health::InProgress(
+            "no load-balancer address yet (a cluster without a load-balancer controller never gives one: type ClusterIP or NodePort there)".into(),
+        ),
     }
 }
 

@@ -413,8 +413,9 @@ spec:
 
 /// Every kind with a notion of readiness is waited for, not only Deployments: a
 /// StatefulSet, a DaemonSet and a Job are followed to ready and complete; when none of them
-/// gets there, nor a custom resource whose `Ready` condition is False, the sync fails
-/// naming each.
+/// gets there, nor a custom resource whose `Ready` condition is False, nor a LoadBalancer
+/// Service that no controller gives an address, the sync fails naming each (saying what it
+/// waits for, and every quarter of the timeout where it stands).
 #[tokio::test]
 async fn statefulsets_daemonsets_jobs_and_custom_resources_are_waited_for() {
     let Some(cp) = common::control_plane() else {
@@ -503,10 +504,25 @@ async fn statefulsets_daemonsets_jobs_and_custom_resources_are_waited_for() {
         "widget.yaml",
         "apiVersion: health.berth.dev/v1\nkind: Widget\nmetadata:\n  name: w\nspec: {size: 1}\nstatus:\n  conditions:\n    - {type: Ready, status: \"False\", reason: NoBackend, message: no backend answers}\n",
     );
+    repo.write(
+        "lb.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: lb\nspec:\n  type: LoadBalancer\n  ports: [{port: 80}]\n",
+    );
     repo.commit("never ready");
     let (code, out, _) = setup.berth(&["sync"]);
     assert_eq!(code, 1, "{out}");
+    // The long wait says what it waits for, then where it stands.
+    assert!(
+        out.contains(&format!("service/lb -n {ns}: waiting: no load-balancer address yet (a cluster without a load-balancer controller never gives one"))
+            && (out.lines())
+                .filter(|l| l.contains(&format!("service/lb -n {ns}: still waiting (")))
+                .filter(|l| l.ends_with("s of 30s)"))
+                .count()
+                >= 3,
+        "{out}"
+    );
     for named in [
+        format!("Service {ns}/lb did not become ready within 30s: no load-balancer address yet"),
         format!("StatefulSet {ns}/db did not become ready within 30s"),
         format!("DaemonSet {ns}/agent did not become ready within 30s"),
         format!("Job {ns}/migrate-2 did not become ready within 30s"),

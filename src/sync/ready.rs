@@ -64,12 +64,19 @@ pub(in crate::sync) async fn wait_ready(
 /// timeout or shutdown.
 pub(super) async fn poll(ctx: &Ctx<'_>, waiting: &mut [Waiting<'_>], timeout: Duration) {
     let started = Instant::now();
+    // A long wait says where it stands: every quarter of the timeout, at most every 30 s.
+    let every = (timeout / 4).clamp(POLL, Duration::from_secs(30));
+    let mut report = started + every;
     loop {
         for w in waiting.iter_mut().filter(|w| w.ended.is_none()) {
             check(ctx, w, started).await;
         }
         if waiting.iter().all(|w| w.ended.is_some()) {
             return;
+        }
+        if Instant::now() >= report {
+            report += every;
+            still_waiting(ctx, waiting, started.elapsed(), timeout);
         }
         let over = if ctx.interrupted().is_err() {
             Some("interrupted")
@@ -85,6 +92,19 @@ pub(super) async fn poll(ctx: &Ctx<'_>, waiting: &mut [Waiting<'_>], timeout: Du
             return;
         }
         tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Says which objects are not ready yet, and how long of `timeout` has passed (what each
+/// waits for was said when it changed).
+fn still_waiting(ctx: &Ctx<'_>, waiting: &[Waiting<'_>], elapsed: Duration, timeout: Duration) {
+    for w in waiting.iter().filter(|w| w.ended.is_none()) {
+        ctx.say(&format!(
+            "{}: still waiting ({}s of {}s)",
+            w.write.target.manifest.key().kubectl(),
+            elapsed.as_secs(),
+            timeout.as_secs()
+        ));
     }
 }
 
