@@ -332,6 +332,19 @@ fn status_shows_the_local_history_when_the_cluster_is_down() {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     assert_eq!(status["host"], host.trim(), "{out}");
     assert_eq!(status["last"]["outcome"], "no-change", "{out}");
+
+    // The reason is cut in the table (the row stays readable), whole in -o wide and json.
+    let reason = status["reason"].as_str().unwrap();
+    assert!(reason.chars().count() > 80, "{reason}");
+    let (_, table, _) = berth(&["status", "--config", &path]);
+    let row = table.lines().find(|l| l.starts_with("web")).unwrap();
+    assert!(
+        row.ends_with("… (-o wide)") && !row.contains(reason),
+        "{table}"
+    );
+    let (_, wide, _) = berth(&["status", "-o", "wide", "--config", &path]);
+    let row = wide.lines().find(|l| l.starts_with("web")).unwrap();
+    assert!(row.ends_with(reason), "{wide}");
 }
 
 /// `state/kubeconfig` naming a cluster that is down: port 1 on loopback, where nothing

@@ -200,7 +200,9 @@ async fn a_failed_dependency_holds_its_dependent_until_it_recovers() {
     });
     let (code, out, _) = setup.berth(&["status"]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains(&waiting), "{out}");
+    let row = out.lines().find(|l| l.starts_with("hold-app ")).unwrap();
+    assert_eq!(row.matches(&waiting).count(), 1, "said once: {out}");
+    assert!(row.contains(" waiting "), "{out}");
     let data = maps.get("settings").await.unwrap().data.unwrap();
     assert_eq!(data["value"], "one", "the app keeps its last commit");
 

@@ -34,8 +34,10 @@ pub struct Args {
 /// How the status is printed.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
-    /// Tables, like `kubectl get`.
+    /// Tables, like `kubectl get`: a reason cut at 80 characters.
     Table,
+    /// The tables with each reason whole.
+    Wide,
     /// One JSON object per app, a line each (fields: see [`AppStatus`]).
     Json,
 }
@@ -120,7 +122,9 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
                 println!("{}", serde_json::to_string(s)?);
             }
         }
-        Output::Table => print_tables(&statuses, &config),
+        Output::Table | Output::Wide => {
+            print_tables(&statuses, &config, args.output == Output::Wide);
+        }
     }
     let held = print_sets(&config, &args, &selected);
     for (name, down) in &live.down {
@@ -155,7 +159,7 @@ fn print_sets(config: &config::Config, args: &Args, selected: &[&AppConfig]) -> 
                 "{}",
                 serde_json::json!({"app": refused.app, "cluster": refused.cluster, "refused": refused.why})
             ),
-            Output::Table => println!("refused: {refused}"),
+            Output::Table | Output::Wide => println!("refused: {refused}"),
         }
     }
     let shown =
@@ -169,7 +173,9 @@ fn print_sets(config: &config::Config, args: &Args, selected: &[&AppConfig]) -> 
         held += 1;
         match args.output {
             Output::Json => println!("{}", serde_json::json!({"set": set.name, "held": problem})),
-            Output::Table => eprintln!("error: app set {}: {problem}", set.name),
+            Output::Table | Output::Wide => {
+                eprintln!("error: app set {}: {problem}", set.name);
+            }
         }
     }
     held
@@ -227,7 +233,7 @@ fn app_status(
     })
 }
 
-fn print_tables(statuses: &[AppStatus], config: &config::Config) {
+fn print_tables(statuses: &[AppStatus], config: &config::Config, wide: bool) {
     let now = jiff::Timestamp::now();
     // The CLUSTER column with several clusters, HOST with sharding.
     let columns = |row: [String; 7]| -> Vec<String> {
@@ -254,7 +260,7 @@ fn print_tables(statuses: &[AppStatus], config: &config::Config) {
     .map(String::from)];
     let mut others = vec![["APP", "OBJECT", "HEALTH"].map(String::from)];
     for s in statuses {
-        apps.push(columns(app_row(s, now)));
+        apps.push(columns(app_row(s, now, wide)));
         deployments.extend(
             s.deployments
                 .iter()
@@ -278,7 +284,7 @@ fn print_tables(statuses: &[AppStatus], config: &config::Config) {
 
 /// An app's row: its cluster, its host, its last commit, what it does now (or how its
 /// last sync ended), how long ago, and why it is not synced.
-fn app_row(s: &AppStatus, now: jiff::Timestamp) -> [String; 7] {
+fn app_row(s: &AppStatus, now: jiff::Timestamp, wide: bool) -> [String; 7] {
     let age = |t: jiff::Timestamp| short_age(now.duration_since(t).try_into().unwrap_or_default());
     let short = |sha: &str| sha[..sha.len().min(7)].to_string();
     let last = s.last.as_ref();
@@ -291,7 +297,7 @@ fn app_row(s: &AppStatus, now: jiff::Timestamp) -> [String; 7] {
             age(now_syncing.started_at)
         ),
         (None, _) if s.suspended.is_some() => "suspended".into(),
-        (None, _) if s.waiting.is_some() => s.waiting.clone().unwrap_or_default(),
+        (None, _) if s.waiting.is_some() => "waiting".into(),
         (None, Some(l)) => l.outcome.clone(),
         (None, None) => "never synced".into(),
     };
@@ -303,8 +309,17 @@ fn app_row(s: &AppStatus, now: jiff::Timestamp) -> [String; 7] {
             .map_or("-".into(), short),
         outcome,
         last.map_or("-".into(), |l| age(l.started_at)),
-        s.reason.clone().unwrap_or_else(|| "-".into()),
+        s.reason.as_deref().map_or("-".into(), |r| bounded(r, wide)),
     ]
+}
+
+/// A reason as a row holds it: whole with `-o wide`, else its first 80 characters.
+fn bounded(reason: &str, wide: bool) -> String {
+    const WIDTH: usize = 80;
+    match reason.char_indices().nth(WIDTH) {
+        Some((cut, _)) if !wide => format!("{}… (-o wide)", &reason[..cut]),
+        _ => reason.to_string(),
+    }
 }
 
 /// A Deployment's row: its revision, READY, UP-TO-DATE and phase.
