@@ -649,7 +649,7 @@ fn a_run_as_another_user_is_refused_before_it_writes_the_state_folder() {
 
 /// `berth reload` waits for the agent's answer: a configuration the agent refuses exits
 /// 1 with the reason; a setting only a restart takes (the status page) is said, not
-/// silently dropped.
+/// silently dropped, and put back to what runs is not said again.
 #[tokio::test]
 async fn reload_says_what_the_agent_did_with_the_configuration() {
     let Some(cp) = common::control_plane() else {
@@ -679,6 +679,14 @@ async fn reload_says_what_the_agent_did_with_the_configuration() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(
         out.contains("status_page") && out.contains("only a restart takes them"),
+        "{out}"
+    );
+    // Put back to what runs: nothing to restart for, and no app restarted.
+    std::fs::write(&setup.config, &text).unwrap();
+    let (code, out, err) = setup.berth(&["reload"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        !out.contains("only a restart takes them") && !out.contains("every app restarted"),
         "{out}"
     );
 

@@ -249,8 +249,10 @@ impl Agent {
         self.shared.notifier.send("RELOADING=1");
         let answer = match config::load(&self.config_path) {
             Err(e) => Err(ReloadError::from(e)),
-            Ok(new) => {
-                let later = self.config().agent.restart_only(&new.agent);
+            Ok(mut new) => {
+                let running = self.config();
+                let later = running.agent.restart_only(&new.agent);
+                new.agent = new.agent.keeping_running(&running.agent);
                 let new = self.expanded(&new);
                 let applied = self.apply(new).await;
                 if applied.is_ok() {

@@ -139,6 +139,28 @@ impl AgentConfig {
             .filter_map(|(key, differs)| differs.then_some(key))
             .collect()
     }
+
+    /// `self` with the settings only a restart takes (those of [`restart_only`]) as
+    /// `running` has them: what a reload runs, so that the next reload compares with what
+    /// runs, not with what an earlier reload asked for.
+    ///
+    /// [`restart_only`]: AgentConfig::restart_only
+    pub fn keeping_running(self, running: &AgentConfig) -> AgentConfig {
+        AgentConfig {
+            state_dir: running.state_dir.clone(),
+            log_format: running.log_format,
+            listen: running.listen,
+            max_connections: running.max_connections,
+            status_page: running.status_page,
+            status_page_credentials: running.status_page_credentials.clone(),
+            status_page_credentials_on_loopback: running.status_page_credentials_on_loopback,
+            leader_election: running.leader_election,
+            sharding: running.sharding,
+            lease_name: running.lease_name.clone(),
+            lease_duration: running.lease_duration,
+            ..self
+        }
+    }
 }
 
 impl Default for AgentConfig {
