@@ -1082,3 +1082,68 @@ async fn state_is_private_whatever_the_umask() {
     let open = open_to_others(state, &setup.config);
     assert!(open.is_empty(), "open to others: {open:#?}");
 }
+
+/// One sync says every error of a broken commit at once — render errors (an object out of
+/// the app's scope, one defined twice), a kind the cluster does not serve, the server's
+/// dry run of what rendered — not in rounds; and writes nothing.
+#[tokio::test]
+async fn a_broken_commit_says_every_error_in_one_pass() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "one-pass").await;
+    let repo = Repo::new();
+    repo.write("ok.yaml", &config_map("ok", "1"));
+    repo.write(
+        "out.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: out\n  namespace: elsewhere\n",
+    );
+    repo.write(
+        "dup.yaml",
+        &format!("{}---\n{}", config_map("dup", "1"), config_map("dup", "2")),
+    );
+    repo.write(
+        "gadget.yaml",
+        "apiVersion: x.berth.dev/v1\nkind: Gadget\nmetadata:\n  name: g\n",
+    );
+    repo.commit("four mistakes");
+    let scope = format!("[app.scope]\nnamespaces = [\"{ns}\"]");
+    let setup = Setup::new(cp, "one-pass", &repo, &ns, &scope);
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}");
+    for said in [
+        "out.yaml:1 (document 1): ConfigMap elsewhere/out is in namespace \"elsewhere\", outside the app's scope",
+        "is defined twice",
+        "gadget.yaml:1 (document 1): unknown kind Gadget in x.berth.dev/v1",
+        "render failed: nothing was written",
+    ] {
+        assert!(out.contains(said), "missing {said:?} in {out}");
+    }
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        maps.get_opt("ok").await.unwrap().is_none(),
+        "nothing written"
+    );
+
+    // A refusal of the server's dry run is said beside the render's errors.
+    repo.git(&["rm", "-q", "gadget.yaml"]);
+    repo.write(
+        "svc.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports:\n    - port: 0\n",
+    );
+    repo.commit("a Service the server refuses");
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("outside the app's scope")
+            && out.contains(&format!("dry run refused Service {ns}/web"))
+            && out.contains("nothing was written"),
+        "{out}"
+    );
+    assert_eq!(setup.history().pop().unwrap().errors.len(), 3, "{out}");
+    assert!(
+        maps.get_opt("ok").await.unwrap().is_none(),
+        "nothing written"
+    );
+}

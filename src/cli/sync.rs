@@ -43,9 +43,6 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     super::own_state(&file, "sync")?;
     let (config, listings) = super::with_sets(&file, None).await;
     let sets_listed = listings.iter().all(|l| l.problem.is_none()) && config.refused.is_empty();
-    for listing in &listings {
-        berth::sync::sets::note_problem(&file.agent.state_dir, listing);
-    }
     let mut apps = select(&config.apps, &args.apps)?;
     if args.with_deps {
         let named: Vec<&str> = apps.iter().map(|a| a.name.as_str()).collect();
@@ -65,20 +62,11 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     }
     let syncer = Syncer::connect(&config, false).await?.notify(&config)?;
     for listing in &listings {
+        sets::note_problem(&file.agent.state_dir, listing);
         let problem = listing.problem.as_ref().map(ToString::to_string);
         (syncer.notifications).observe_set(&listing.set, problem.as_deref());
     }
-    let (stop, shutdown) = berth::shutdown::channel();
-    // SIGTERM as Ctrl-C: the sync stops at its next step and records what it wrote.
-    let mut term = signal(SignalKind::terminate())?;
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        eprintln!("interrupted: finishing the current step…");
-        let _ = stop.send(true);
-    });
+    let shutdown = stopped_by_signals()?;
     let options = SyncOptions {
         force: args.force,
         wait: !args.no_wait,
@@ -101,6 +89,22 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             );
     }
     Ok(exit_code(ok))
+}
+
+/// Turns true on Ctrl-C or SIGTERM: the sync stops at its next step and records what it
+/// wrote.
+fn stopped_by_signals() -> anyhow::Result<berth::shutdown::Signal> {
+    let (stop, shutdown) = berth::shutdown::channel();
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("interrupted: finishing the current step…");
+        let _ = stop.send(true);
+    });
+    Ok(shutdown)
 }
 
 fn exit_code(ok: bool) -> ExitCode {

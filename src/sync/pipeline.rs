@@ -187,7 +187,6 @@ async fn write(
     let mut ahead = store.write_ahead(ctx, &inventory, &writes, journal).await?;
     lock.enter(ctx, Step::Apply);
     let created = namespace::ensure(ctx, wanted, journal).await?;
-    let created = created.into_iter().collect();
     apply::namespaces_first(ctx, &mut writes, &mut validated, created, journal).await?;
     lock.enter(ctx, Step::Hooks);
     let sha = &checkout.commit.sha;
@@ -311,13 +310,29 @@ pub(super) async fn prepare(
         rewind::guard_rewind(ctx, note, &checkout.commit.sha, journal)?;
     }
     lock.enter(ctx, Step::Render);
+    let errors = journal.errors.len();
     let rendered = render::render(ctx, &checkout, journal).await?;
+    // A plan (`ctx.partial`) goes on to plan what rendered; a sync stops below.
+    let broken = journal.errors.len() > errors && !ctx.partial;
     let kinds = rendered.kinds;
     let upgrade = inventory.commit.is_some();
     let (manifests, hooks) = hooks::split(ctx, rendered.manifests, &kinds, upgrade, journal)?;
-    render::refuse_empty(ctx, &manifests, &inventory, journal)?;
+    if !broken {
+        render::refuse_empty(ctx, &manifests, &inventory, journal)?;
+    }
     lock.enter(ctx, Step::Plan);
-    let plan = plan::plan(ctx, manifests, &kinds, &inventory, journal).await?;
+    let plan = plan::plan(ctx, manifests, &kinds, &inventory, journal).await;
+    if broken {
+        // What rendered is checked as a sync would (its kinds, its owners, the server's
+        // dry run), so that one pass says every error; nothing is written.
+        if let Ok(plan) = plan {
+            let (_, mut writes) = split_writes(plan.planned);
+            // A refusal says that nothing was written.
+            validate::validate(ctx, &mut writes, None, journal).await?;
+        }
+        return Err(render::refused(ctx));
+    }
+    let plan = plan?;
     Ok(Prepared {
         checkout,
         inventory,

@@ -90,9 +90,10 @@ pub(in crate::sync) async fn namespaces_first(
     ctx: &Ctx<'_>,
     writes: &mut [Write],
     validated: &mut Validated,
-    mut created: Vec<namespace::Created>,
+    created: Option<namespace::Created>,
     journal: &mut Journal<'_>,
 ) -> Result<(), Stop> {
+    let mut created: Vec<namespace::Created> = created.into_iter().collect();
     let (new, rest): (Vec<usize>, Vec<usize>) = validated
         .first
         .iter()

@@ -98,16 +98,24 @@ pub(in crate::sync) fn render_with(
     for e in errors {
         journal.fail(e);
     }
-    if ctx.partial && !manifests.is_empty() {
+    if !manifests.is_empty() {
+        // One pass says every error: the objects that rendered are planned and dry-run
+        // too (a sync then stops before anything is written: `steps::refuse_broken`).
+        let then = if ctx.partial { "planning" } else { "checking" };
         ctx.say(&format!(
-            "{} did not render: planning the {} that did",
+            "{} did not render: {then} the {} that did",
             crate::plural(failed, "error"),
             crate::plural(manifests.len(), "object")
         ));
         return Ok(manifests);
     }
+    Err(refused(ctx))
+}
+
+/// A render with errors ends the sync, nothing written: said.
+pub(in crate::sync) fn refused(ctx: &Ctx<'_>) -> Stop {
     ctx.tell(Level::Error, "render failed: nothing was written");
-    Err(Stop::Failed)
+    Stop::Failed
 }
 
 /// What the render read: the app's paths, what its kustomizations reach, and its charts'
