@@ -1,6 +1,6 @@
 //! Suspended apps: `berth suspend APP` (or `suspend = true` in the app's configuration)
-//! stops berth from syncing the app — `berth run` sees it at the app's next trigger, with
-//! no reload, and `berth sync` says so and leaves it — until `berth resume APP`; its
+//! stops berth from syncing the app — `berth run` sees it within a second (a watch on the
+//! markers), with no reload, and `berth sync` says so and leaves it — until `berth resume APP`; its
 //! objects stay as they are. A suspension is a file, `state_dir/suspended/<app>` (or
 //! `state_dir/suspended-sets/<set>` for every app of a set, present and future), holding
 //! one line (who suspended it, and when), so that it outlives restarts.
@@ -109,10 +109,19 @@ fn marker(path: &Path) -> Option<String> {
 }
 
 fn path(state_dir: &Path, target: Target<'_>) -> PathBuf {
+    let [apps, sets] = folders(state_dir);
     match target {
-        Target::App(app) => state_dir.join("suspended").join(app),
-        Target::Set(set) => state_dir.join("suspended-sets").join(set),
+        Target::App(app) => apps.join(app),
+        Target::Set(set) => sets.join(set),
     }
+}
+
+/// The folders of the apps' markers and of the sets'.
+pub fn folders(state_dir: &Path) -> [PathBuf; 2] {
+    [
+        state_dir.join("suspended"),
+        state_dir.join("suspended-sets"),
+    ]
 }
 
 #[cfg(test)]

@@ -184,8 +184,9 @@ async fn apps_reach_only_their_cluster_and_one_cluster_down_delays_no_other() {
 }
 
 /// `berth suspend` keeps an app from syncing — `berth sync` says so and exits 0, `berth
-/// status` shows it, a running agent leaves it — until `berth resume` (here of every app
-/// of its cluster), which a running agent picks up without a reload.
+/// status` shows it, a running agent leaves it and its status page shows it within a
+/// second — until `berth resume` (here of every app of its cluster), which a running
+/// agent picks up without a reload.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_suspended_app_is_left_alone_until_resumed() {
     let Some(cps) = common::fleet() else {
@@ -202,6 +203,12 @@ async fn a_suspended_app_is_left_alone_until_resumed() {
     let state = tempfile::tempdir().unwrap();
     let apps = [("site-east", "east", "web"), ("site-west", "west", "web")];
     let config = fleet_config(state.path(), cps, &repo, &ns, &apps);
+    let port = common::free_port();
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "listen = \"off\"\n",
+        &format!("listen = \"127.0.0.1:{port}\"\nstatus_page = true\n"),
+    );
+    std::fs::write(&config, text).unwrap();
 
     let (code, out, err) = berth(&config, &["suspend", "site-west"]);
     assert_eq!((code, out.trim()), (0, "app site-west suspended"), "{err}");
@@ -234,6 +241,24 @@ async fn a_suspended_app_is_left_alone_until_resumed() {
     common::wait_for_value(&east, "web", "2", Duration::from_secs(60)).await;
     let history = berth::history::HistoryLog::new(state.path());
     assert_eq!(history.read("site-west").unwrap_or_default().len(), 0);
+    // Suspended while the agent idles (its next sync an hour away): the status page
+    // shows it at once, not at the app's next trigger.
+    let shown = |app: &str| {
+        let (_, body) = common::http(port, "GET", &format!("/api/apps/{app}"), &[], b"");
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["app"]["state"].clone()
+    };
+    common::eventually("east idles", Duration::from_secs(30), || {
+        shown("site-east") == "idle"
+    });
+    let asked = std::time::Instant::now();
+    assert_eq!(berth(&config, &["suspend", "site-east"]).0, 0);
+    common::eventually(
+        "the page shows the suspension",
+        Duration::from_secs(2),
+        || shown("site-east") == "suspended",
+    );
+    eprintln!("suspension shown on the page after {:?}", asked.elapsed());
+    assert_eq!(berth(&config, &["resume", "site-east"]).0, 0);
     let (code, out, err) = berth(&config, &["resume", "--cluster", "west"]);
     assert_eq!((code, out.trim()), (0, "app site-west resumed"), "{err}");
     let west: Api<ConfigMap> = Api::namespaced(clients[1].clone(), &ns);

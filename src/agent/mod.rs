@@ -17,6 +17,7 @@ mod background;
 mod removed;
 mod sets;
 mod status;
+mod suspensions;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -308,7 +309,7 @@ pub async fn run(
     let (leader_tx, leader) =
         watch::channel(!config.agent.leader_election && !config.agent.sharding);
     let (members_tx, members) = watch::channel(Vec::new());
-    let background = start_background(
+    let mut background = start_background(
         &config,
         &shared,
         &syncer,
@@ -316,6 +317,12 @@ pub async fn run(
         members_tx,
         &signals.shutdown,
     );
+    let watch = suspensions::watch(
+        shared.clone(),
+        publish.subscribe(),
+        signals.shutdown.clone(),
+    );
+    background.push(tokio::spawn(watch));
     let (listed_tx, listed) = mpsc::channel(1);
     let mut agent = Agent {
         config_path,
