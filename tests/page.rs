@@ -177,6 +177,12 @@ async fn the_status_page_follows_the_agent_in_a_browser() {
         )
     };
     assert_eq!(status("shop"), json!("succeeded"));
+    // Its health says objects and pods apart: web's 3 pods are ready.
+    browser.until(
+        "the health cell counts pods",
+        Duration::from_secs(30),
+        "const t = document.querySelector(`tr[data-app='shop'] [data-field='health']`).textContent; return t.includes('objects ready') && t.includes('3/3 pods ready')",
+    );
 
     // A new commit: the agent syncs it (the repository is watched), and the row shows
     // its commit within a second of the sync's end.

@@ -117,6 +117,9 @@ pub struct HealthSummary {
     pub failed: usize,
     /// Every object the app manages.
     pub managed: usize,
+    /// Ready pods of its Deployments, and how many they ask for.
+    pub pods_ready: i32,
+    pub pods: i32,
     /// When the cluster was read.
     pub at: Timestamp,
 }
@@ -151,6 +154,8 @@ impl HealthSummary {
             total,
             failed: live.failed(),
             managed: live.keys.len(),
+            pods_ready: live.deployments.iter().map(|d| d.ready).sum(),
+            pods: live.deployments.iter().map(|d| d.replicas).sum(),
             at,
         }
     }

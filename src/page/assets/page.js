@@ -38,7 +38,8 @@
       if (!h) return '<span class="dim">…</span>';
       if (h.total === 0) return `${h.managed} objects`;
       const cls = h.failed > 0 ? 'bad' : h.ready < h.total ? 'warn' : 'good';
-      return `<span class="${cls}">${h.ready}/${h.total} ready</span>`;
+      const pods = h.pods > 0 ? `<br><span class="dim">${h.pods_ready}/${h.pods} pods ready</span>` : '';
+      return `<span class="${cls}">${h.ready}/${h.total} objects ready</span>${pods}`;
     },
     next(a) {
       return a.state === 'idle' && a.next_sync ? time(a.next_sync) : '-';
