@@ -232,6 +232,9 @@ async fn a_jsonnet_folder_is_refused_and_says_why() {
         !render.status.success() && err.contains("berth does not render Jsonnet"),
         "{err}"
     );
+    // berth render writes nothing anyway: it does not say it.
+    assert!(!err.contains("nothing was written"), "{err}");
+    assert_eq!(err.matches("guestbook:").count(), 1, "the path once: {err}");
 }
 
 #[tokio::test]

@@ -664,7 +664,9 @@ async fn an_empty_commit_prunes_nothing_and_annotated_objects_are_kept() {
     let (code, out, _) = setup.berth(&["sync"]);
     assert_eq!(code, 1, "{out}");
     assert!(
-        out.contains("nothing was written or pruned") && out.contains("allow_empty = true"),
+        out.contains("refused, as an app of it would prune every object it has")
+            && out.contains("allow_empty = true")
+            && out.contains("render failed: nothing was written"),
         "{out}"
     );
     assert_eq!(data(&maps, "b").await.as_deref(), Some("1"));
@@ -703,7 +705,7 @@ async fn an_empty_commit_prunes_nothing_and_annotated_objects_are_kept() {
     let (code, out, _) = setup.berth(&["history", "show", id]);
     assert_eq!(code, 0);
     assert!(
-        out.contains("Outcome:   failed") && out.contains("nothing was written or pruned"),
+        out.contains("Outcome:   failed") && out.contains("would prune every object it has"),
         "{out}"
     );
 }

@@ -115,8 +115,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 result => result.map(|()| ExitCode::SUCCESS).map_err(Into::into),
             }
         }
-        Err(e) => {
+        // A lone error names its file; several are listed under the path rendered.
+        Err(e @ berth::manifest::ManifestError::Many(_)) => {
             eprintln!("error: {}: {e}", args.path.display());
+            Ok(ExitCode::FAILURE)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
             Ok(ExitCode::FAILURE)
         }
     }

@@ -184,7 +184,7 @@ pub enum ManifestError {
     },
     /// A configured path holds no object: a typo, a folder of another tool's files, or
     /// everything deleted (which would otherwise prune the whole app).
-    #[error("{path}: {}; nothing was written or pruned (set allow_empty = true if the app is meant to hold no objects)", no_objects_why(*jsonnet))]
+    #[error("{path}: {}: refused, as an app of it would prune every object it has (set allow_empty = true if the app is meant to hold no objects)", no_objects_why(*jsonnet))]
     NoObjects {
         /// The path as shown.
         path: String,
