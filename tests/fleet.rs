@@ -507,15 +507,18 @@ async fn a_set_syncs_its_folders_to_the_clusters_it_selects() {
         std::fs::write(&config, format!("{notify}{text}")).unwrap();
         config
     };
-    let typo = with_notify(set_config(
-        state.path(),
-        cps,
-        &repo,
-        &ns,
-        "addons",
-        "addon/*",
-        "",
-    ));
+    let typoed = |extra: &str| {
+        with_notify(set_config(
+            state.path(),
+            cps,
+            &repo,
+            &ns,
+            "addons",
+            "addon/*",
+            extra,
+        ))
+    };
+    let typo = typoed("");
     for _ in 0..2 {
         let (code, out, err) = berth(&typo, &["sync"]);
         assert_eq!(code, 1, "{out}{err}");
@@ -557,15 +560,7 @@ async fn a_set_syncs_its_folders_to_the_clusters_it_selects() {
         "{held}"
     );
     // Meant to be empty: allow_empty lets it remove them; the set's problem is closed.
-    let emptied = with_notify(set_config(
-        state.path(),
-        cps,
-        &repo,
-        &ns,
-        "addons",
-        "addon/*",
-        "allow_empty = true",
-    ));
+    let emptied = typoed("allow_empty = true");
     let (code, out, err) = berth(&emptied, &["sync"]);
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(values(&clients, &ns, "dns").await, [None, None, None]);

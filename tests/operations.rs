@@ -478,10 +478,7 @@ async fn create_namespace_creates_shares_and_deletes_with_the_last_app() {
     // With it, a commit the dry run refuses in that namespace: the namespace, created to
     // dry-run the objects in it, is deleted again; nothing of the commit stays.
     write(&app("ns-one", "one", true));
-    repo.write(
-        "one/svc.yaml",
-        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports:\n    - port: 0\n",
-    );
+    repo.write("one/svc.yaml", &common::refused_service(""));
     repo.commit("a Service the server refuses");
     let (code, out, err) = setup.berth(&["sync"]);
     assert_eq!(code, 1, "{out}{err}");
@@ -853,21 +850,26 @@ async fn a_sync_stopped_by_sigterm_records_what_it_wrote() {
     repo.write("cm.yaml", &config_map("settings", "1"));
     repo.commit("a rollout that never ends");
     let setup = Setup::new(cp, "sigterm", &repo, &ns, "");
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(["sync", "--config"])
-        .arg(&setup.config)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    common::eventually(
-        "the sync follows its rollout",
-        std::time::Duration::from_secs(30),
-        || {
-            berth::sync::in_flight(setup.state.path(), "sigterm")
-                .is_some_and(|m| m.step == berth::sync::Step::RollOut)
-        },
-    );
+    // `berth sync` in the background, once it follows its rollout.
+    let rolling_out = || {
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(["sync", "--config"])
+            .arg(&setup.config)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        common::eventually(
+            "the sync follows its rollout",
+            std::time::Duration::from_secs(30),
+            || {
+                berth::sync::in_flight(setup.state.path(), "sigterm")
+                    .is_some_and(|m| m.step == berth::sync::Step::RollOut && m.pid == child.id())
+            },
+        );
+        child
+    };
+    let child = rolling_out();
     // SAFETY: kill(2) on the child this test started.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out = child.wait_with_output().unwrap();
@@ -888,21 +890,7 @@ async fn a_sync_stopped_by_sigterm_records_what_it_wrote() {
     assert!(shown.contains("Objects:   2 created"), "{shown}");
 
     // Killed (SIGKILL): the next sync records it, and does not claim it wrote nothing.
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(["sync", "--config"])
-        .arg(&setup.config)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    common::eventually(
-        "the sync follows its rollout again",
-        std::time::Duration::from_secs(30),
-        || {
-            berth::sync::in_flight(setup.state.path(), "sigterm")
-                .is_some_and(|m| m.step == berth::sync::Step::RollOut && m.pid == child.id())
-        },
-    );
+    let mut child = rolling_out();
     child.kill().unwrap();
     child.wait().unwrap();
     setup.berth(&["sync", "--no-wait"]);

@@ -65,7 +65,7 @@ async fn a_refusal_in_the_namespace_the_commit_creates_deletes_it_again() {
     // Port 0 passes berth's checks and is refused by the server's validation.
     repo.write(
         "svc.yaml",
-        &format!("apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  namespace: {created}\nspec:\n  ports:\n    - port: 0\n"),
+        &common::refused_service(&format!("  namespace: {created}\n")),
     );
     repo.commit("a namespace and a bad Service in it");
     let setup = Setup::new(

@@ -1130,10 +1130,7 @@ async fn a_broken_commit_says_every_error_in_one_pass() {
 
     // A refusal of the server's dry run is said beside the render's errors.
     repo.git(&["rm", "-q", "gadget.yaml"]);
-    repo.write(
-        "svc.yaml",
-        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports:\n    - port: 0\n",
-    );
+    repo.write("svc.yaml", &common::refused_service(""));
     repo.commit("a Service the server refuses");
     let (code, out, _) = setup.berth(&["sync"]);
     assert_eq!(code, 1, "{out}");

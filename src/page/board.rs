@@ -164,11 +164,34 @@ impl HealthSummary {
 impl AppState {
     fn new(app: &AppConfig) -> Self {
         AppState {
-            name: app.name.clone(),
             repo: crate::source::git::redact_url(&app.repo),
             path: app.path.join(","),
             cluster: app.cluster.clone().unwrap_or_else(|| "default".into()),
             set: app.set.clone(),
+            ..Self::idle(&app.name)
+        }
+    }
+
+    /// An app no longer in the configuration whose history is kept: its newest record
+    /// `last` says its cluster and its last sync.
+    pub fn removed(name: &str, last: Option<&SyncRecord>) -> Self {
+        let cluster = last.and_then(|r| r.cluster.clone());
+        AppState {
+            cluster: cluster.unwrap_or_else(|| "default".into()),
+            last: last.map(LastSync::of),
+            removed: true,
+            ..Self::idle(name)
+        }
+    }
+
+    /// `name`, idle, with nothing known of it.
+    fn idle(name: &str) -> Self {
+        AppState {
+            name: name.to_string(),
+            repo: "-".into(),
+            path: "-".into(),
+            cluster: "default".into(),
+            set: None,
             state: State::Idle,
             step: None,
             activity: None,
@@ -181,31 +204,6 @@ impl AppState {
             health: None,
             version: 0,
             removed: false,
-        }
-    }
-
-    /// An app no longer in the configuration whose history is kept: its newest record
-    /// `last` says its cluster and its last sync.
-    pub fn removed(name: &str, last: Option<&SyncRecord>) -> Self {
-        let cluster = last.and_then(|r| r.cluster.clone());
-        AppState {
-            name: name.to_string(),
-            repo: "-".into(),
-            path: "-".into(),
-            cluster: cluster.unwrap_or_else(|| "default".into()),
-            set: None,
-            state: State::Idle,
-            step: None,
-            activity: None,
-            since: None,
-            waiting: None,
-            suspended: None,
-            held: None,
-            next_sync: None,
-            last: last.map(LastSync::of),
-            health: None,
-            version: 0,
-            removed: true,
         }
     }
 }

@@ -491,6 +491,12 @@ spec:
     )
 }
 
+/// A Service `web` that berth's checks pass and the API server refuses (port 0): the dry
+/// run's refusal. `metadata` adds lines to its metadata (`"  namespace: x\n"`).
+pub fn refused_service(metadata: &str) -> String {
+    format!("apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n{metadata}spec:\n  ports:\n    - port: 0\n")
+}
+
 /// A loopback port nobody listens on (now).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
