@@ -338,6 +338,68 @@ async fn watchdog_pings_stop_when_an_app_loop_is_stuck() {
     assert_eq!(late, 0, "no pings once the stuck sync passed sync_timeout");
 }
 
+/// With leader election and only app sets, the standby runs no app: its set's listing
+/// does not start the apps it makes (it guessed leadership from "no app ran yet" and
+/// wrote beside the leader); once the leader dies, it applies a new commit within
+/// `lease_duration` + 15 s.
+#[tokio::test]
+async fn a_standby_of_app_sets_runs_no_app_until_it_holds_the_lease() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "standby-sets").await;
+    let repo = Repo::new();
+    repo.write("apps/one/cm.yaml", &config_map("one", "1"));
+    repo.write("apps/two/cm.yaml", &config_map("two", "1"));
+    repo.commit("first");
+    let lease = format!("berth-{ns}");
+    let states: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let configs: Vec<PathBuf> = (states.iter())
+        .map(|state| {
+            let config = state.path().join("berth.toml");
+            let text = format!(
+                "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\nleader_election = true\nlease_name = \"{lease}\"\nlease_duration = \"3s\"\n[cluster]\nkubeconfig = \"{}\"\n[[app_set]]\nname = \"pair\"\nrepo = \"{}\"\nfolders = \"apps/*\"\nnamespace = \"{ns}\"\n",
+                state.path().display(),
+                cp.kubeconfig.display(),
+                repo.dir.path().display()
+            );
+            std::fs::write(&config, text).unwrap();
+            config
+        })
+        .collect();
+    let records = |i: usize| {
+        let log = berth::history::HistoryLog::new(states[i].path());
+        log.read_all().unwrap_or_default()
+    };
+    let mut leader = Daemon::start(&configs[0], &[]);
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    common::wait_for_value(&maps, "two", "1", Duration::from_secs(30)).await;
+    let log = states[1].path().join("standby.log");
+    let stderr = std::fs::File::create(&log).unwrap();
+    let _standby = Daemon::start_with(&configs[1], &[], |cmd| {
+        cmd.stderr(stderr);
+    });
+    eventually("the standby lists its set", Duration::from_secs(30), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("app set pair listed"))
+    });
+    repo.write("apps/one/cm.yaml", &config_map("one", "2"));
+    repo.commit("second");
+    common::wait_for_value(&maps, "one", "2", Duration::from_secs(30)).await;
+    assert!(
+        records(1).is_empty(),
+        "the standby synced: {:?}",
+        records(1)
+    );
+
+    // The leader dies without letting go: the standby takes over once the Lease expires.
+    leader.signal(libc::SIGKILL);
+    leader.wait(Duration::from_secs(10));
+    repo.write("apps/one/cm.yaml", &config_map("one", "3"));
+    repo.commit("third");
+    common::wait_for_value(&maps, "one", "3", Duration::from_secs(3 + 15)).await;
+}
+
 #[tokio::test]
 async fn with_leader_election_one_host_applies_and_the_other_takes_over() {
     let Some(cp) = common::control_plane() else {

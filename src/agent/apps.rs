@@ -36,6 +36,9 @@ pub(super) struct Agent {
     pub(super) listed: mpsc::Sender<Listing>,
     /// Apps whose objects a renamed folder's app took over: not removed.
     pub(super) handed_over: std::collections::HashSet<String>,
+    /// Whether this host applies: it holds the Lease, or needs none (`leader_election`
+    /// off). A standby runs no app, whatever a reload or a listing asks.
+    pub(super) leader: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The apps a repository's commits trigger.
@@ -282,7 +285,7 @@ impl Agent {
         // With sharding the assignment decides which apps run here, not leadership.
         let sharded = self.shared.shard.is_some();
         let running = self.config();
-        let leading = !sharded && (!self.apps.is_empty() || running.apps.is_empty());
+        let leading = !sharded && *self.leader.borrow();
         let settings = (&new.cluster, &new.agent, &new.notify);
         if settings == (&running.cluster, &running.agent, &running.notify) {
             return Ok(self.reshape(new, leading, sharded).await);

@@ -335,6 +335,7 @@ pub async fn run(
         sets: BTreeMap::new(),
         listed: listed_tx,
         handed_over: std::collections::HashSet::new(),
+        leader: leader.clone(),
     };
     agent.start_sets().await;
     shared.notifier.send("READY=1");

@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::shutdown::{stopped, Signal};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, PostParams};
 use tokio::sync::watch;
@@ -52,11 +53,7 @@ impl Elector {
                 },
                 spec: Some(self.claim(None, now)),
             };
-            return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                Err(e) => Err(e),
-            };
+            return self.create(&lease).await;
         };
         let spec = lease.spec.clone().unwrap_or_default();
         let mine = spec.holder_identity.as_deref() == Some(self.identity.as_str());
@@ -73,6 +70,34 @@ impl Elector {
             .replace(&self.name, &PostParams::default(), &lease)
             .await
         {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates the Lease; the first host on a fresh cluster creates its namespace too (no
+    /// sync has made berth's namespace yet, and a standby never syncs before it leads).
+    async fn create(&self, lease: &Lease) -> Result<bool, kube::Error> {
+        let mut created = self.api.create(&PostParams::default(), lease).await;
+        if let (Err(kube::Error::Api(s)), Some(ns)) = (&created, self.api.namespace()) {
+            if s.code == 404 {
+                let namespaces: Api<Namespace> = Api::all(self.api.clone().into_client());
+                let namespace = Namespace {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(ns.to_string()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                match namespaces.create(&PostParams::default(), &namespace).await {
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    made => drop(made?),
+                }
+                created = self.api.create(&PostParams::default(), lease).await;
+            }
+        }
+        match created {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(e) => Err(e),
