@@ -907,3 +907,58 @@ async fn a_sync_stopped_by_sigterm_records_what_it_wrote() {
         "{shown}"
     );
 }
+
+/// A failed sync is tried again backing off, not at the interval (an hour here): while
+/// the app's namespace is missing its retries come further apart, and once someone
+/// creates it the commit is applied within 30 s.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_sync_is_retried_backing_off() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let base = common::namespace(&client, "retry").await;
+    let later = format!("{base}-later");
+    let repo = Repo::new();
+    repo.write("a.yaml", &config_map("a", "1"));
+    repo.commit("one");
+    let setup = Setup::new(cp, "retry", &repo, &later, "");
+    let text = std::fs::read_to_string(&setup.config).unwrap();
+    let quiet = text.replace("[agent]\n", "[agent]\nlisten = \"off\"\n");
+    std::fs::write(&setup.config, quiet).unwrap();
+    let mut daemon = common::Daemon::start(&setup.config, &[]);
+    common::eventually(
+        "three failed syncs",
+        std::time::Duration::from_secs(60),
+        || setup.history().len() >= 3,
+    );
+    let failed = setup.history();
+    assert!(
+        failed.iter().all(|r| r.outcome == Outcome::Failed),
+        "{failed:?}"
+    );
+    let retries: Vec<_> = failed[1..].iter().map(|r| r.trigger).collect();
+    assert!(
+        retries.iter().all(|t| *t == berth::history::Trigger::Retry),
+        "{retries:?}"
+    );
+    let gap = |i: usize| {
+        failed[i + 1]
+            .started_at
+            .duration_since(failed[i].finished_at)
+    };
+    assert!(
+        gap(1) + jiff::SignedDuration::from_millis(200) >= gap(0),
+        "further apart: {:?} then {:?}",
+        gap(0),
+        gap(1)
+    );
+
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let ns = serde_json::from_value(serde_json::json!({"metadata": {"name": later}})).unwrap();
+    namespaces.create(&Default::default(), &ns).await.unwrap();
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &later);
+    common::wait_for_value(&maps, "a", "1", std::time::Duration::from_secs(30)).await;
+    daemon.signal(libc::SIGTERM);
+    daemon.wait(std::time::Duration::from_secs(30));
+}

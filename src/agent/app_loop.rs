@@ -33,6 +33,7 @@ pub(super) async fn app_loop(
     let report = |progress: Progress<'_>| log.say(progress);
     let mut options = SyncOptions::new(Trigger::Interval);
     let mut gate = Gate::default();
+    let mut failures = 0;
     if !app.depends_on.is_empty() {
         // A wait noted before a restart is over.
         note_waiting(&shared.syncer().agent.state_dir, &app.name, None);
@@ -66,24 +67,51 @@ pub(super) async fn app_loop(
             return;
         };
         inbox.heart.busy(false);
-        let delay = interval + crate::retry::random_below(jitter);
-        synced(&shared, &app.name, &record, delay);
-        let wake = tokio::time::Instant::now() + delay;
         // A sync an outage failed runs again as soon as the server answers — also when it
         // answers again by the sync's end (an overload: other apps' requests went through).
         let outage = (record.outcome == Outcome::Failed
             && (reach.is_down() || reach.outages() != outages))
             .then_some(&**reach);
+        let delay = next_sync_in(&record, outage.is_some(), interval, jitter, &mut failures);
+        synced(&shared, &app.name, &record, delay);
+        let wake = tokio::time::Instant::now() + delay;
         let next = match drop_stale_commits(&app, &record, &mut inbox.triggers) {
             Some(wanted) => Some(wanted),
             None => inbox.next(wake, outage).await,
         };
         match next {
+            Some(Trigger::Interval) if failures > 0 => options = SyncOptions::new(Trigger::Retry),
             Some(next) => options = SyncOptions::new(next),
             None => return,
         }
     }
 }
+
+/// How long after `record`'s sync the app syncs again, unless something triggers it
+/// first: its interval (and jitter); after a failed sync sooner, backing off — from
+/// [`RETRY_FAILED`], doubling, capped at the interval — while it keeps failing
+/// (`failures` in a row). A sync an `outage` failed waits for the server's answer instead.
+fn next_sync_in(
+    record: &SyncRecord,
+    outage: bool,
+    interval: Duration,
+    jitter: Duration,
+    failures: &mut u32,
+) -> Duration {
+    if record.outcome != Outcome::Failed || outage {
+        *failures = 0;
+        return interval + crate::retry::random_below(jitter);
+    }
+    let backoff = crate::retry::Backoff {
+        base: RETRY_FAILED,
+        max: interval.max(RETRY_FAILED),
+    };
+    *failures += 1;
+    backoff.delay(*failures - 1)
+}
+
+/// The first wait before a failed sync is tried again.
+const RETRY_FAILED: Duration = Duration::from_secs(5);
 
 /// What wakes an app's loop: its triggers (a commit, a webhook, a dependency's sync) and
 /// shutdown; idle, it beats the app's heart.

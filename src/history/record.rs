@@ -27,6 +27,8 @@ pub enum Trigger {
     Removed,
     /// The API server answered again after an outage that failed the app's last sync.
     Reconnected,
+    /// The last sync failed: tried again, backing off.
+    Retry,
 }
 
 impl Trigger {
@@ -40,6 +42,7 @@ impl Trigger {
             Trigger::Dependency => "dependency",
             Trigger::Removed => "removed",
             Trigger::Reconnected => "reconnected",
+            Trigger::Retry => "retry",
         }
     }
 }
