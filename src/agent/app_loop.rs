@@ -67,11 +67,7 @@ pub(super) async fn app_loop(
             return;
         };
         inbox.heart.busy(false);
-        // A sync an outage failed runs again as soon as the server answers — also when it
-        // answers again by the sync's end (an overload: other apps' requests went through).
-        let outage = (record.outcome == Outcome::Failed
-            && (reach.is_down() || reach.outages() != outages))
-            .then_some(&**reach);
+        let outage = failed_by_outage(&record, reach, outages);
         let delay = next_sync_in(&record, outage.is_some(), interval, jitter, &mut failures);
         synced(&shared, &app.name, &record, delay);
         let wake = tokio::time::Instant::now() + delay;
@@ -79,12 +75,18 @@ pub(super) async fn app_loop(
             Some(wanted) => Some(wanted),
             None => inbox.next(wake, outage).await,
         };
-        match next {
-            Some(Trigger::Interval) if failures > 0 => options = SyncOptions::new(Trigger::Retry),
-            Some(next) => options = SyncOptions::new(next),
-            None => return,
-        }
+        let Some(next) = next else { return };
+        let retry = next == Trigger::Interval && failures > 0;
+        options = SyncOptions::new(if retry { Trigger::Retry } else { next });
     }
+}
+
+/// The server whose outage failed `record`'s sync, when one did (`outages`: how many had
+/// begun before it): the sync runs again as soon as the server answers — also when it
+/// answers again by the sync's end (an overload: other apps' requests went through).
+fn failed_by_outage<'r>(record: &SyncRecord, reach: &'r Reach, outages: u64) -> Option<&'r Reach> {
+    let lost = reach.is_down() || reach.outages() != outages;
+    (record.outcome == Outcome::Failed && lost).then_some(reach)
 }
 
 /// How long after `record`'s sync the app syncs again, unless something triggers it
