@@ -110,7 +110,8 @@ impl Agent {
         if let Some(problem) = &problem {
             tracing::warn!(set = %set, "app set {set}: {problem}");
         }
-        (self.shared.syncer().notifications).observe_set(&set, problem.as_deref());
+        let syncer = self.shared.syncer();
+        (syncer.notifications).observe_set(&set, problem.as_deref(), &syncer.host);
         for refused in expanded.refused.iter().filter(|r| r.set == set) {
             tracing::warn!(set = %set, app = %refused.app, "{refused}");
         }

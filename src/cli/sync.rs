@@ -64,7 +64,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     for listing in &listings {
         sets::note_problem(&file.agent.state_dir, listing);
         let problem = listing.problem.as_ref().map(ToString::to_string);
-        (syncer.notifications).observe_set(&listing.set, problem.as_deref());
+        (syncer.notifications).observe_set(&listing.set, problem.as_deref(), &syncer.host);
     }
     let shutdown = stopped_by_signals()?;
     let options = SyncOptions {

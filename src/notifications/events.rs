@@ -148,13 +148,14 @@ impl Problems {
             .collect()
     }
 
-    /// The messages an app set's listing makes: `set_held` when it keeps its last apps
-    /// for `problem` (once, as an app's problem is), `recovered` when it lists its commit
-    /// again.
+    /// The messages an app set's listing on `host` makes: `set_held` when it keeps its
+    /// last apps for `problem` (once, as an app's problem is), `recovered` when it lists
+    /// its commit again.
     pub fn set_messages(
         &mut self,
         set: &str,
         problem: Option<&str>,
+        host: &str,
         now: Timestamp,
     ) -> Vec<Message> {
         let event = NotifyEvent::SetHeld;
@@ -172,7 +173,7 @@ impl Problems {
                 app: set.to_string(),
                 set: true,
                 record: String::new(),
-                host: Some(crate::service::lease::host_name()),
+                host: Some(host.to_string()),
                 cluster: None,
                 at: now,
                 outcome: if event == NotifyEvent::Recovered {
@@ -380,20 +381,23 @@ mod tests {
         let mut p = Problems::load(dir.path());
         let now = Timestamp::now();
         let empty = Some("it generates no app at commit 1a2b3c4 where it generated 6 apps before");
-        let sent = p.set_messages("addons", empty, now);
+        let sent = p.set_messages("addons", empty, "h/1", now);
         assert_eq!(events(&sent), [(SetHeld, None)]);
         assert!(sent[0].set && sent[0].app == "addons" && sent[0].errors.len() == 1);
-        assert!(p.set_messages("addons", empty, now).is_empty(), "once");
+        assert!(
+            p.set_messages("addons", empty, "h/1", now).is_empty(),
+            "once"
+        );
         assert!(
             p.messages(&record("addons", Outcome::NoChange, None), now)
                 .is_empty(),
             "an app of the set's name is another key"
         );
         assert_eq!(
-            events(&p.set_messages("addons", None, now)),
+            events(&p.set_messages("addons", None, "h/1", now)),
             [(Recovered, Some(SetHeld))]
         );
-        assert!(p.set_messages("addons", None, now).is_empty());
+        assert!(p.set_messages("addons", None, "h/1", now).is_empty());
     }
 
     #[test]

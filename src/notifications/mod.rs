@@ -196,10 +196,11 @@ impl Notifications {
         self.send(|p| p.messages(r, jiff::Timestamp::now()));
     }
 
-    /// Queues what an app set's listing says (`problem`: why it keeps its last apps, or
-    /// `None` when it listed its commit): one `set_held` for its apps, not one failure each.
-    pub fn observe_set(&self, set: &str, problem: Option<&str>) {
-        self.send(|p| p.set_messages(set, problem, jiff::Timestamp::now()));
+    /// Queues what an app set's listing on `host` says (`problem`: why it keeps its last
+    /// apps, or `None` when it listed its commit): one `set_held` for its apps, not one
+    /// failure each.
+    pub fn observe_set(&self, set: &str, problem: Option<&str>, host: &str) {
+        self.send(|p| p.set_messages(set, problem, host, jiff::Timestamp::now()));
     }
 
     /// Queues the messages `make` decides, given what was sent before.
