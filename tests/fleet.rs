@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use berth_testenv::ControlPlane;
 use common::receiver::{Answer, Receiver};
-use common::{Daemon, Repo};
+use common::{berth_on as berth, Daemon, Repo};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 
@@ -66,20 +66,6 @@ fn fleet_config(
     let config = state.join("berth.toml");
     std::fs::write(&config, text).unwrap();
     config
-}
-
-fn berth(config: &std::path::Path, args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .output()
-        .expect("run berth");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// The ConfigMap `name` in `ns` of each cluster, by value (`None`: absent).
