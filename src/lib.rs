@@ -64,6 +64,8 @@
 //! - [`notifications`]: `[[notify]]` receivers: which events a record makes, their
 //!   payloads, delivery with retries;
 //! - [`sync`]: one sync of one app, step by step; `berth plan` and `berth rollback`;
+//! - [`fleet`]: app sets — listed, their apps made, what a listing changes and its one
+//!   executor;
 //! - [`live`]: what the cluster says of one app now (`berth status`, the status page);
 //! - [`service`]: systemd notify and watchdog, the HTTP endpoint, the leader Lease;
 //! - [`page`]: the read-only status page and its JSON, served by the agent's endpoint;
@@ -78,6 +80,7 @@ pub mod cluster;
 pub mod config;
 pub mod diff;
 pub mod digest;
+pub mod fleet;
 pub mod health;
 pub mod history;
 pub mod live;

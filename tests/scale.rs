@@ -155,14 +155,19 @@ struct Host {
 
 impl Host {
     fn start(cp: &berth_testenv::ControlPlane, repo: &Repo, ns: &str, apps: &[String]) -> Host {
-        let state = tempfile::tempdir().unwrap();
-        let port = common::free_port();
         let pairs: Vec<(&str, String)> = apps
             .iter()
             .map(|a| (a.as_str(), format!("apps/{a}")))
             .collect();
         let pairs: Vec<(&str, &str)> = pairs.iter().map(|(a, p)| (*a, p.as_str())).collect();
-        let text = config(state.path(), &cp.kubeconfig, repo, ns, &pairs).replace(
+        Host::with(|state| config(state, &cp.kubeconfig, repo, ns, &pairs), ns)
+    }
+
+    /// A sharded host running the configuration `text(state_dir)` makes.
+    fn with(text: impl Fn(&Path) -> String, ns: &str) -> Host {
+        let state = tempfile::tempdir().unwrap();
+        let port = common::free_port();
+        let text = text(state.path()).replace(
             "listen = \"off\"\n",
             &format!("listen = \"127.0.0.1:{port}\"\nsharding = true\nlease_name = \"{ns}\"\nlease_duration = \"{}s\"\ninventory_namespace = \"{ns}\"\n", LEASE.as_secs()),
         );
@@ -376,6 +381,124 @@ async fn three_hosts_share_thirty_apps_and_hand_them_over() {
                 pair[0].host,
                 pair[1].host
             );
+        }
+    }
+}
+
+/// Whether `record` wrote anything: an object created, configured or pruned, or objects
+/// handed over.
+fn wrote(record: &SyncRecord) -> bool {
+    use berth::history::Action;
+    let writes = [Action::Created, Action::Configured, Action::Pruned];
+    record.objects.iter().any(|o| writes.contains(&o.action))
+        || record
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("handed over"))
+}
+
+/// The ConfigMap `name`'s uid and owning app (its `berth.dev/app` label).
+async fn uid_and_owner(maps: &Api<ConfigMap>, name: &str) -> Option<(String, String)> {
+    let map = maps.get_opt(name).await.ok().flatten()?;
+    let owner = map.metadata.labels?.get("berth.dev/app")?.clone();
+    Some((map.metadata.uid?, owner))
+}
+
+#[tokio::test]
+async fn three_sharded_hosts_hand_a_renamed_folder_over_once_twenty_times() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "renames").await;
+    let repo = Repo::new();
+    for i in 0..8 {
+        repo.write(
+            &format!("apps/a{i}/cm.yaml"),
+            &config_map(&format!("a{i}"), "1"),
+        );
+    }
+    repo.write("apps/r0/cm.yaml", &config_map("moving", "1"));
+    repo.commit("nine folders");
+    let set = |state: &Path| {
+        let text = config(state, &cp.kubeconfig, &repo, &ns, &[]);
+        format!(
+            "{text}[[app_set]]\nname = \"shop\"\nrepo = \"{}\"\nfolders = \"apps/*\"\napp_name = \"{{folder}}\"\nnamespace = \"{ns}\"\nprune = true\n",
+            repo.dir.path().display()
+        )
+    };
+    let hosts: Vec<Host> = (0..3).map(|_| Host::with(set, &ns)).collect();
+    let all: Vec<&Host> = hosts.iter().collect();
+    converged(&all, 9);
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let owned_by = async |app: &str| {
+        let end = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            match uid_and_owner(&maps, "moving").await {
+                Some((uid, owner)) if owner == app => return uid,
+                now => assert!(
+                    std::time::Instant::now() < end,
+                    "moving not owned by {app} within 60 s: {now:?}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let uid = owned_by("r0").await;
+    let mut commits = Vec::new();
+    for run in 1..=20 {
+        let (from, to) = (format!("r{}", run - 1), format!("r{run}"));
+        repo.git(&["mv", &format!("apps/{from}"), &format!("apps/{to}")]);
+        commits.push(repo.commit(&format!("{from} renamed to {to}")));
+        assert_eq!(
+            owned_by(&to).await,
+            uid,
+            "run {run}: the object was made again"
+        );
+    }
+    converged(&all, 9);
+
+    let records: Vec<(String, SyncRecord)> = all
+        .iter()
+        .flat_map(|h| {
+            let log = HistoryLog::new(h.state.path());
+            let apps = log.apps();
+            let identity = h.identity();
+            apps.into_iter()
+                .flat_map(|app| history(h.state.path(), &app))
+                .map(move |r| (identity.clone(), r))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let failed: Vec<_> = (records.iter())
+        .filter(|(_, r)| r.outcome == Outcome::Failed)
+        .map(|(host, r)| format!("{host}: {} {:?}: {:?}", r.app, r.note, r.errors))
+        .collect();
+    assert!(failed.is_empty(), "failed records: {failed:#?}");
+    for run in 1..=20 {
+        let from = format!("r{}", run - 1);
+        let handed: Vec<&String> = (records.iter())
+            .filter(|(_, r)| {
+                r.app == from && r.note.as_deref().is_some_and(|n| n.contains("handed over"))
+            })
+            .map(|(host, _)| host)
+            .collect();
+        assert_eq!(handed.len(), 1, "{from}: handed over by {handed:?}");
+    }
+    // At each commit, each app written by one host only.
+    for sha in &commits {
+        let mut writers = std::collections::BTreeMap::<&str, Vec<&String>>::new();
+        for (host, r) in &records {
+            let at = r.commit.as_ref().is_some_and(|c| &c.sha == sha);
+            if at && wrote(r) {
+                writers.entry(&r.app).or_default().push(host);
+            }
+        }
+        for (app, hosts) in writers {
+            let mut hosts = hosts.clone();
+            hosts.sort();
+            hosts.dedup();
+            assert_eq!(hosts.len(), 1, "{app} at {sha}: written by {hosts:?}");
         }
     }
 }

@@ -12,7 +12,6 @@ use crate::cluster::resilient::Reach;
 use crate::config::AppConfig;
 use crate::history::{Outcome, SyncRecord, Trigger};
 use crate::page::StatusPage;
-use crate::service::shards::Fence;
 use crate::shutdown::{stopped, Signal};
 use crate::source::git;
 use crate::sync::{note_waiting, Level, Progress, Report, Step, SyncOptions, Syncer, Waiting};
@@ -280,8 +279,8 @@ async fn sync_once(
     // Leases live in the first cluster listed.
     let fence = match &shared.shard {
         Some(s) => {
-            let api = kube::Api::namespaced(syncer.fleet.first().client.clone(), &s.namespace);
-            Some(Box::pin(Fence::take(api, &app.name, &s.identity, s.duration, stop)).await?)
+            let client = syncer.fleet.first().client.clone();
+            Some(Box::pin(s.fence(client, &app.name, stop)).await?)
         }
         None => None,
     };

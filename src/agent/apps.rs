@@ -9,13 +9,13 @@ use tokio::sync::mpsc;
 
 use super::{AppTask, Heartbeat, ReloadError, SetTask, Shared};
 use crate::config::{self, AppConfig, Config, RolloutEngine};
+use crate::fleet::Listing;
+use crate::fleet::{self, Changes, Role};
 use crate::history::Trigger;
 use crate::rollout::engine::{supervise, Engine};
 use crate::service::http::Hook;
-use crate::service::shards::{self};
 use crate::shutdown::{self};
 use crate::source::{git, watch as repo_watch};
-use crate::sync::sets::Listing;
 use crate::sync::Syncer;
 
 pub(super) struct Agent {
@@ -34,8 +34,6 @@ pub(super) struct Agent {
     pub(super) sets: BTreeMap<String, SetTask>,
     /// Where the set loops hand their listings.
     pub(super) listed: mpsc::Sender<Listing>,
-    /// Apps whose objects a renamed folder's app took over: not removed.
-    pub(super) handed_over: std::collections::HashSet<String>,
     /// Whether this host applies: it holds the Lease, or needs none (`leader_election`
     /// off). A standby runs no app, whatever a reload or a listing asks.
     pub(super) leader: tokio::sync::watch::Receiver<bool>,
@@ -56,47 +54,55 @@ impl Agent {
         self.config.borrow().clone()
     }
 
-    /// With sharding: runs the apps the assignment gives this host among `members`, and
-    /// stops the others (their syncs in progress end first; the new owner waits for the
-    /// app's Lease meanwhile).
-    pub(super) async fn rebalance(&mut self, members: Vec<String>) {
-        self.members = members;
-        let Some(shard) = &self.shared.shard else {
-            return;
-        };
-        let names: Vec<String> = self.config().apps.iter().map(|a| a.name.clone()).collect();
-        let owners = shards::assign(&names, &self.members);
-        let mine = |name: &str| owners.get(name).is_some_and(|m| *m == shard.identity);
-        let gone: Vec<String> = self.apps.keys().filter(|a| !mine(a)).cloned().collect();
-        let new: Vec<AppConfig> = self
-            .config()
-            .apps
-            .iter()
-            .filter(|a| mine(&a.name) && !self.apps.contains_key(&a.name))
-            .cloned()
-            .collect();
-        let count = names.iter().filter(|a| mine(a)).count();
-        self.shared.metrics.shard(count, self.members.len());
-        tracing::info!(
-            apps = count,
-            of = names.len(),
-            members = self.members.len(),
-            started = new.len(),
-            handed_over = gone.len(),
-            "shard: {count} of {} apps on this host ({} live)",
-            names.len(),
-            crate::plural(self.members.len(), "host")
-        );
-        self.stop_some(&gone).await;
-        for app in new {
-            self.start(app);
+    /// The role this host plays now: a shard among the live members, the leader, a
+    /// standby, or alone.
+    fn role(&self) -> Role<'_> {
+        match &self.shared.shard {
+            Some(shard) => Role::Shard {
+                identity: &shard.identity,
+                members: &self.members,
+            },
+            None if !*self.leader.borrow() => Role::Standby,
+            None if self.config().agent.leader_election => Role::Leader,
+            None => Role::Alone,
         }
     }
 
-    pub(super) fn start_all(&mut self) {
-        for app in self.config().apps.clone() {
-            self.start(app);
+    /// Runs the apps this host should in its role, and only those (`fleet::desired`,
+    /// `fleet::diff`): the one reconcile every trigger runs once it has changed its input
+    /// (the configuration, the Lease's holder, the live members). The apps leaving stop
+    /// all at once (their syncs in progress end first; with sharding their new owner waits
+    /// for each app's Lease meanwhile); what was done.
+    pub(super) async fn reconcile(&mut self) -> Changes {
+        let config = self.config();
+        let desired = fleet::desired(&config, self.role());
+        let running: BTreeMap<String, &AppConfig> = (self.apps.iter())
+            .map(|(n, t)| (n.clone(), &*t.app))
+            .collect();
+        let changes = fleet::diff(&running, &desired);
+        let leaving: Vec<String> = (changes.stop.iter().cloned())
+            .chain(changes.restart.iter().map(|a| a.name.clone()))
+            .collect();
+        self.stop_some(&leaving).await;
+        for app in changes.start.iter().chain(&changes.restart) {
+            self.start(app.clone());
         }
+        if self.shared.shard.is_some() {
+            let (count, of, live) = (desired.len(), config.apps.len(), self.members.len());
+            self.shared.metrics.shard(count, live);
+            if !changes.is_empty() {
+                let hosts = crate::plural(live, "host");
+                tracing::info!(
+                    apps = count,
+                    of,
+                    members = live,
+                    started = changes.start.len(),
+                    handed_over = changes.stop.len(),
+                    "shard: {count} of {of} apps on this host ({hosts} live)"
+                );
+            }
+        }
+        changes
     }
 
     pub(super) fn start(&mut self, app: AppConfig) {
@@ -235,7 +241,7 @@ impl Agent {
     }
 
     /// Stops apps all at once, then waits for each.
-    async fn stop_some(&mut self, names: &[String]) {
+    pub(super) async fn stop_some(&mut self, names: &[String]) {
         for name in names {
             if let Some(task) = self.apps.get(name) {
                 let _ = task.stop.send(true); // all at once, then wait
@@ -282,20 +288,23 @@ impl Agent {
     /// Runs `new` in place of the running configuration; what was done, or why it was
     /// refused.
     pub(super) async fn apply(&mut self, new: Config) -> Result<String, ReloadError> {
-        // With sharding the assignment decides which apps run here, not leadership.
-        let sharded = self.shared.shard.is_some();
         let running = self.config();
-        let leading = !sharded && *self.leader.borrow();
         let settings = (&new.cluster, &new.agent, &new.notify);
         if settings == (&running.cluster, &running.agent, &running.notify) {
-            return Ok(self.reshape(new, leading, sharded).await);
+            self.publish(new);
+            let changes = self.reconcile().await;
+            let (added, removed, changed) = (
+                changes.start.len(),
+                changes.stop.len(),
+                changes.restart.len(),
+            );
+            tracing::info!(added, removed, changed, "configuration reloaded");
+            return Ok(format!(
+                "configuration reloaded: {added} added, {removed} removed, {changed} changed"
+            ));
         }
         self.reconnect(new).await?;
-        if leading {
-            self.start_all();
-        } else if sharded {
-            self.rebalance(self.members.clone()).await;
-        }
+        self.reconcile().await;
         let said = "configuration reloaded: agent, cluster or notify settings changed, every app restarted";
         tracing::info!(apps = self.config().apps.len(), "{said}");
         Ok(said.to_string())
@@ -327,47 +336,6 @@ impl Agent {
         self.stop_all().await;
         self.publish(new);
         Ok(())
-    }
-
-    /// Only apps changed: the removed ones stop, the changed ones restart, the new ones
-    /// start (here, or where the shards say); what was done.
-    async fn reshape(&mut self, new: Config, leading: bool, sharded: bool) -> String {
-        let wanted: BTreeMap<String, AppConfig> = new
-            .apps
-            .iter()
-            .map(|a| (a.name.clone(), a.clone()))
-            .collect();
-        self.publish(new);
-        let (mut added, mut removed, mut changed) = (0, 0, 0);
-        let running: Vec<String> = self.apps.keys().cloned().collect();
-        for name in running {
-            match wanted.get(&name) {
-                None => {
-                    self.stop(&name).await;
-                    removed += 1;
-                }
-                Some(app) if self.apps.get(&name).is_some_and(|t| *t.app != *app) => {
-                    self.stop(&name).await;
-                    self.start(app.clone());
-                    changed += 1;
-                }
-                Some(_) => {}
-            }
-        }
-        if leading {
-            let new_apps: Vec<AppConfig> = wanted
-                .into_values()
-                .filter(|a| !self.apps.contains_key(&a.name))
-                .collect();
-            for app in new_apps {
-                self.start(app);
-                added += 1;
-            }
-        } else if sharded {
-            self.rebalance(self.members.clone()).await;
-        }
-        tracing::info!(added, removed, changed, "configuration reloaded");
-        format!("configuration reloaded: {added} added, {removed} removed, {changed} changed")
     }
 }
 

@@ -30,14 +30,15 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::{AppConfig, Config, Published};
+use crate::fleet::Listing;
 use crate::history::Trigger;
 use crate::page::StatusPage;
 use crate::service::http::Endpoint;
 use crate::service::listener;
 use crate::service::metrics::Metrics;
 use crate::service::notify::Notifier;
+use crate::service::shards::Shard;
 use crate::shutdown::{stopped, Signal};
-use crate::sync::sets::Listing;
 use crate::sync::Syncer;
 use apps::Agent;
 use background::{start_background, start_http};
@@ -156,13 +157,6 @@ struct Shared {
     /// With `[agent] sharding`: this host's identity, for the membership and the apps'
     /// Leases.
     shard: Option<Shard>,
-}
-
-/// What a sharded host needs to take an app's Lease.
-struct Shard {
-    identity: String,
-    namespace: String,
-    duration: Duration,
 }
 
 impl Shared {
@@ -288,7 +282,7 @@ pub async fn run(
     mut signals: Signals,
 ) -> Result<(), AgentError> {
     // Each app set's apps as it listed them last: its loop lists it again at once.
-    let config = crate::sync::sets::expand_remembered(&config);
+    let config = crate::fleet::expand_remembered(&config);
     let (publish, published) = watch::channel(Arc::new(config.clone()));
     let syncer = Arc::new(syncer.follow(published.clone()));
     // Before anything opens files: the syncs and the endpoint share the limit.
@@ -334,7 +328,6 @@ pub async fn run(
         listings: sets::remembered(&config),
         sets: BTreeMap::new(),
         listed: listed_tx,
-        handed_over: std::collections::HashSet::new(),
         leader: leader.clone(),
     };
     agent.start_sets().await;
@@ -392,9 +385,10 @@ impl Agent {
         let _ = std::fs::remove_file(pid_file(&self.config()));
     }
 
-    /// Runs the apps while this host may (it holds the lease, or needs none), until
-    /// shutdown: a reload, a change of the live hosts or of the lease's holder each
-    /// reshapes the running apps.
+    /// Runs the apps this host should, until shutdown: a reload, a set's listing, a change
+    /// of the live hosts or of the Lease's holder each changes one input of the one
+    /// reconcile (`Agent::reconcile`) and runs it. The host that applies (it leads, or
+    /// shares the apps) also removes the apps taken out of the configuration.
     async fn serve(
         &mut self,
         signals: &mut Signals,
@@ -403,34 +397,39 @@ impl Agent {
         mut listed: mpsc::Receiver<Listing>,
     ) {
         let mut shutdown = signals.shutdown.clone();
+        let applies = |leader: &watch::Receiver<bool>, sharded: bool| *leader.borrow() || sharded;
+        let sharded = self.shared.shard.is_some();
+        self.reconcile().await;
+        if *leader.borrow_and_update() {
+            self.prune_removed(&signals.shutdown).await;
+        }
         loop {
-            if *leader.borrow_and_update() && self.apps.is_empty() {
-                self.start_all();
-                self.prune_removed(&signals.shutdown).await;
-            }
             tokio::select! {
                 () = stopped(&mut shutdown) => return,
                 Some(()) = signals.reload.recv() => {
                     self.reload().await;
-                    if *leader.borrow() || self.shared.shard.is_some() {
+                    if applies(&leader, sharded) {
                         self.prune_removed(&signals.shutdown).await;
                     }
                 }
                 Some(listing) = listed.recv() => {
-                    let prune = *leader.borrow() || self.shared.shard.is_some();
+                    let prune = applies(&leader, sharded);
                     self.take_listing(listing, prune, &signals.shutdown).await;
                 }
                 Ok(()) = members.changed() => {
-                    let live = members.borrow_and_update().clone();
-                    self.rebalance(live).await;
+                    self.members = members.borrow_and_update().clone();
+                    self.reconcile().await;
                     self.prune_removed(&signals.shutdown).await;
                 }
                 Ok(()) = leader.changed() => {
-                    if !*leader.borrow() {
-                        tracing::warn!("lost the lease: another host applies now");
-                        self.stop_all().await;
-                    } else {
-                        tracing::info!("holding the lease: this host applies");
+                    let leads = *leader.borrow_and_update();
+                    match leads {
+                        true => tracing::info!("holding the lease: this host applies"),
+                        false => tracing::warn!("lost the lease: another host applies now"),
+                    }
+                    self.reconcile().await;
+                    if leads {
+                        self.prune_removed(&signals.shutdown).await;
                     }
                 }
             }

@@ -1,7 +1,8 @@
 //! Apps removed from the configuration. The agent keeps a copy of the configuration it
 //! runs (`state_dir/apps.toml`) and, on start and after each reload, finds the apps the
 //! copy has and the configuration no longer does — removed while berth ran, or while it
-//! was down. An app removed with `prune = true` has its objects deleted
+//! was down: written apps, and the apps of a set no longer configured (a set's listing
+//! removes the apps it no longer makes itself, `fleet::execute`). An app removed with `prune = true` has its objects deleted
 //! ([`Syncer::remove`](crate::sync::Syncer::remove)), the apps that depended on it before
 //! it (what depends on the operator goes before the operator); one with `prune = false`
 //! is left as it is, said once. With sharding, the host the assignment gives a removed app
@@ -13,9 +14,9 @@ use std::path::{Path, PathBuf};
 use super::app_loop::log_progress;
 use super::apps::Agent;
 use crate::config::{self, AppConfig, Config};
+use crate::fleet;
 use crate::service::shards;
 use crate::shutdown::Signal;
-use crate::sync::sets::{self, Listing};
 
 /// The copy is read no further than this (a configuration of 1000 apps is ~300 KiB).
 const MAX_COPY: u64 = 4 << 20;
@@ -46,7 +47,7 @@ fn last_apps(state_dir: &Path) -> Vec<AppConfig> {
     match config::parse(&text).and_then(|c| c.validate().map(|()| c)) {
         Ok(mut c) => {
             c.agent.state_dir = state_dir.to_path_buf();
-            sets::expand_remembered(&c).apps
+            fleet::expand_remembered(&c).apps
         }
         Err(e) => {
             tracing::warn!(path = %path.display(), error = %e, "the copy of the last configuration is not valid: no removed app is pruned on its word");
@@ -55,14 +56,11 @@ fn last_apps(state_dir: &Path) -> Vec<AppConfig> {
     }
 }
 
-/// Keeps what each set listed, and a copy of the configuration file when it still holds
-/// the apps the agent runs (it may have changed since it was loaded: the next reload
-/// copies it then).
-fn remember(state_dir: &Path, config_path: &Path, running: &Config, listings: &[&Listing]) {
-    for listing in listings {
-        sets::remember(state_dir, listing);
-    }
-    sets::forget_others(running);
+/// Forgets the listings of the sets no longer configured, and keeps a copy of the
+/// configuration file when it still holds the apps the agent runs (it may have changed
+/// since it was loaded: the next reload copies it then).
+fn remember(state_dir: &Path, config_path: &Path, running: &Config) {
+    fleet::forget_others(running);
     let Some(text) = read_bounded(config_path) else {
         return;
     };
@@ -74,6 +72,13 @@ fn remember(state_dir: &Path, config_path: &Path, running: &Config, listings: &[
     }
 }
 
+/// Whether `app` is written, or its set is no longer configured: the apps a configured
+/// set no longer makes are its listing's to remove.
+fn set_gone(config: &Config, app: &AppConfig) -> bool {
+    let set = app.set.as_deref();
+    set.is_none_or(|set| !config.app_sets.iter().any(|s| s.name == set))
+}
+
 impl Agent {
     /// Prunes the apps removed from the configuration (see the module), then keeps a copy
     /// of this one. With sharding and the live hosts not known yet, it waits for them.
@@ -81,7 +86,7 @@ impl Agent {
         let state_dir = self.config().agent.state_dir.clone();
         let removed: Vec<AppConfig> = last_apps(&state_dir)
             .into_iter()
-            .filter(|a| !self.config().has_app(&a.name) && !self.handed_over.contains(&a.name))
+            .filter(|a| !self.config().has_app(&a.name) && set_gone(&self.config(), a))
             .collect();
         let owners = match &self.shared.shard {
             Some(_) if !removed.is_empty() && self.members.is_empty() => return,
@@ -119,9 +124,7 @@ impl Agent {
             let record = syncer.remove(app, shutdown, &log).await;
             self.shared.metrics.observe(&record);
         }
-        let listings: Vec<&Listing> = self.listings.values().collect();
-        remember(&state_dir, &self.config_path, &self.config(), &listings);
-        self.handed_over.clear();
+        remember(&state_dir, &self.config_path, &self.config());
     }
 }
 

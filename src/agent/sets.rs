@@ -12,14 +12,13 @@ use tokio::sync::mpsc;
 use super::app_loop::log_progress;
 use super::apps::Agent;
 use super::{SetTask, Shared, DEBOUNCE};
-use crate::config::{AppSetConfig, Config};
-use crate::history::{Outcome, Trigger};
+use crate::config::{AppConfig, AppSetConfig, Config};
+use crate::fleet::{self, Listing, Transition};
+use crate::history::Trigger;
 use crate::service::http::Hook;
 use crate::shutdown::{self, stopped, Signal};
 use crate::source::git;
 use crate::source::shared::INTERVAL_SHARE;
-use crate::sync::sets::{self, Listing};
-use crate::sync::Progress;
 
 /// Each set of `config` as it listed last (its loop lists it again at once).
 pub(super) fn remembered(config: &Config) -> std::collections::BTreeMap<String, Listing> {
@@ -92,73 +91,98 @@ impl Agent {
         }
     }
 
-    /// A set listed: its apps made from the listing replace its running ones (apps added
-    /// started, removed ones stopped, then removed as `removed.rs` removes apps); its
-    /// problem said, on every listing.
+    /// A set listed: what it changed acted on (renamed folders' objects handed over, the
+    /// apps it no longer makes removed: `fleet::execute`, where `prune` — this host
+    /// leads, or shares the apps), then its apps made from the listing replace its
+    /// running ones; its problem said, on every listing.
     pub(super) async fn take_listing(&mut self, listing: Listing, prune: bool, shutdown: &Signal) {
         let set = listing.set.clone();
         let before = self.listings.insert(set.clone(), listing.clone());
         let running = self.config();
         let expanded = self.expanded(&running);
-        let listed = self.listings.get(&set).is_some_and(|l| l.problem.is_none());
-        if let (true, true, Some(before)) = (prune, listed, before) {
-            self.hand_over(&before, &listing, &expanded, shutdown).await;
+        let listing = self.listings.get(&set).cloned().unwrap_or(listing);
+        self.say_listing(&listing, &expanded);
+        let acted = match (prune, before) {
+            (true, Some(before)) => {
+                self.act(&running, &before, &listing, &expanded, shutdown)
+                    .await
+            }
+            (true, None) => true,
+            (false, _) => false,
+        };
+        if expanded.apps != running.apps {
+            for unknown in fleet::unknown_dependencies(&expanded) {
+                tracing::warn!("{unknown}");
+            }
+            match self.apply(expanded).await {
+                Ok(said) => tracing::info!(set = %set, "app set {set} listed: {said}"),
+                Err(e) => tracing::error!(set = %set, "app set {set}: {e}"),
+            }
         }
-        let expanded_listing = self.listings.get(&set).unwrap_or(&listing);
-        sets::note_problem(&running.agent.state_dir, expanded_listing);
-        let problem = expanded_listing.problem.as_ref().map(ToString::to_string);
-        if let Some(problem) = &problem {
-            tracing::warn!(set = %set, "app set {set}: {problem}");
-        }
-        let syncer = self.shared.syncer();
-        (syncer.notifications).observe_set(&set, problem.as_deref(), &syncer.host);
-        for refused in expanded.refused.iter().filter(|r| r.set == set) {
-            tracing::warn!(set = %set, app = %refused.app, "{refused}");
-        }
-        if expanded.apps == running.apps {
-            return;
-        }
-        for unknown in sets::unknown_dependencies(&expanded) {
-            tracing::warn!("{unknown}");
-        }
-        match self.apply(expanded).await {
-            Ok(said) => tracing::info!(set = %set, "app set {set} listed: {said}"),
-            Err(e) => tracing::error!(set = %set, "app set {set}: {e}"),
+        if acted {
+            fleet::remember(&running.agent.state_dir, &listing);
         }
         if prune {
             self.prune_removed(shutdown).await;
         }
     }
 
-    /// Hands the objects of each folder `listing` finds renamed since `before` (its files
-    /// unchanged) from the old folder's apps, stopped first, to the new one's that will
-    /// run (`expanded`), before they start; the apps handed over are not removed
-    /// (`removed.rs`).
-    async fn hand_over(
+    /// The listing's problem kept for `berth status` and the page, logged, and told to the
+    /// receivers once; the apps it makes that are refused, logged.
+    fn say_listing(&self, listing: &Listing, expanded: &Config) {
+        let set = &listing.set;
+        let syncer = self.shared.syncer();
+        fleet::note_problem(&syncer.agent.state_dir, listing);
+        let problem = listing.problem.as_ref().map(ToString::to_string);
+        if let Some(problem) = &problem {
+            tracing::warn!(set = %set, "app set {set}: {problem}");
+        }
+        (syncer.notifications).observe_set(set, problem.as_deref(), &syncer.host);
+        for refused in expanded.refused.iter().filter(|r| &r.set == set) {
+            tracing::warn!(set = %set, app = %refused.app, "{refused}");
+        }
+    }
+
+    /// Acts on what `listing` changed since `before` — this host's share of it, its apps
+    /// stopped first — before the apps `expanded` makes start; whether every act went
+    /// through (the listing may then be kept). With sharding and the live hosts not known
+    /// yet, nothing is done.
+    async fn act(
         &mut self,
+        running: &Config,
         before: &Listing,
         listing: &Listing,
         expanded: &Config,
         shutdown: &Signal,
-    ) {
-        let running = self.config();
+    ) -> bool {
         let Some(set) = running.app_sets.iter().find(|s| s.name == listing.set) else {
-            return;
+            return true;
         };
-        let syncer = self.shared.syncer();
-        for (from, to) in sets::renamed(&running, set, &before.listed, &listing.listed) {
-            if running.app(&to.name).is_some() || expanded.app(&to.name).is_none() {
-                continue;
-            }
-            self.stop(&from.name).await;
-            let log = |progress: Progress<'_>| log_progress(&from.name, progress);
-            let record = syncer.hand_over(&from, &to, shutdown, &log).await;
-            self.shared.metrics.observe(&record);
-            if let (Outcome::Succeeded, Some(note)) = (&record.outcome, &record.note) {
-                tracing::info!(app = %from.name, "{note}");
-                self.handed_over.insert(from.name);
+        let mut had: Vec<AppConfig> = (running.apps.iter())
+            .filter(|a| a.set.as_deref() == Some(set.name.as_str()))
+            .cloned()
+            .collect();
+        for app in fleet::remembered_apps(running, set) {
+            if !had.iter().any(|a| a.name == app.name) {
+                had.push(app);
             }
         }
+        let transition = Transition::between(running, set, &before.listed, &had, listing, expanded);
+        let shard = self.shared.shard.clone();
+        if transition.is_empty() || (shard.is_some() && self.members.is_empty()) {
+            return transition.is_empty();
+        }
+        let host = (shard.as_ref()).map(|s| (s.identity.as_str(), self.members.as_slice()));
+        let mine = transition.share(host, expanded);
+        let leaving: Vec<String> = mine.leaving().map(String::from).collect();
+        self.stop_some(&leaving).await;
+        let syncer = self.shared.syncer();
+        let executed =
+            fleet::execute(&syncer, &mine, shard.as_ref(), shutdown, &log_progress).await;
+        for record in &executed.records {
+            self.shared.metrics.observe(record);
+        }
+        executed.ok()
     }
 
     /// `file` with each set's apps made from its last listing; a set whose apps cannot be
@@ -173,7 +197,7 @@ impl Agent {
             of.cloned().collect()
         };
         let mut listings: Vec<Listing> = self.listings.values().cloned().collect();
-        let expanded = sets::expand(file, &mut listings, &kept);
+        let expanded = fleet::expand(file, &mut listings, &kept);
         self.listings = listings.into_iter().map(|l| (l.set.clone(), l)).collect();
         expanded
     }
@@ -195,7 +219,7 @@ async fn set_loop(
         let since_then = since.unwrap_or_else(Instant::now);
         let listing = tokio::select! {
             () = stopped(&mut stop) => return,
-            listing = sets::list(&syncer.sources, &config, &set, since_then, None) => listing,
+            listing = fleet::list(&syncer.sources, &config, &set, since_then, None) => listing,
         };
         if listed.send(listing).await.is_err() {
             return;

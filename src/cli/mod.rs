@@ -49,7 +49,7 @@ pub fn own_state(config: &berth::config::Config, command: &str) -> anyhow::Resul
 /// As [`berth::config::load`].
 pub fn load_listed(path: &std::path::Path) -> anyhow::Result<berth::config::Config> {
     let file = berth::config::load(path)?;
-    Ok(berth::sync::sets::expand_remembered(&file))
+    Ok(berth::fleet::expand_remembered(&file))
 }
 
 /// The configuration with each app set's apps at its repository's commit (fetched now;
@@ -58,21 +58,21 @@ pub fn load_listed(path: &std::path::Path) -> anyhow::Result<berth::config::Conf
 pub async fn with_sets(
     file: &berth::config::Config,
     revision: Option<&str>,
-) -> (berth::config::Config, Vec<berth::sync::sets::Listing>) {
-    use berth::sync::sets;
+) -> (berth::config::Config, Vec<berth::fleet::Listing>) {
+    use berth::fleet;
     let limits = berth::source::git::TreeLimits::of(&file.agent);
     let sources = berth::source::shared::Sources::new(file.agent.state_dir.clone(), limits);
     let since = std::time::Instant::now();
     let mut listings = Vec::new();
     for set in &file.app_sets {
-        listings.push(sets::list(&sources, file, set, since, revision).await);
+        listings.push(fleet::list(&sources, file, set, since, revision).await);
     }
     let kept = |name: &str| {
         let set = file.app_sets.iter().find(|s| s.name == name);
-        set.map(|s| sets::remembered_apps(file, s))
+        set.map(|s| fleet::remembered_apps(file, s))
             .unwrap_or_default()
     };
-    let config = sets::expand(file, &mut listings, &kept);
+    let config = fleet::expand(file, &mut listings, &kept);
     for listing in &listings {
         if let Some(problem) = &listing.problem {
             say(format_args!("app set {}: {problem}", listing.set));
@@ -81,7 +81,7 @@ pub async fn with_sets(
     for refused in &config.refused {
         say(refused);
     }
-    for unknown in sets::unknown_dependencies(&config) {
+    for unknown in fleet::unknown_dependencies(&config) {
         say(unknown);
     }
     (config, listings)

@@ -166,8 +166,7 @@ fn print_sets(config: &config::Config, args: &Args, selected: &[&AppConfig]) -> 
         |set: &str| args.apps.is_empty() || selected.iter().any(|a| a.set.as_deref() == Some(set));
     let mut held = 0;
     for set in config.app_sets.iter().filter(|set| shown(&set.name)) {
-        let Some(problem) = berth::sync::sets::problem_of(&config.agent.state_dir, &set.name)
-        else {
+        let Some(problem) = berth::fleet::problem_of(&config.agent.state_dir, &set.name) else {
             continue;
         };
         held += 1;

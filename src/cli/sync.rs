@@ -1,13 +1,13 @@
 //! `berth sync`: one sync of the named apps (all by default) in the foreground.
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::process::ExitCode;
 
 use berth::config::{self, AppConfig};
+use berth::fleet::{self, Transition};
 use berth::history::{Outcome, SyncRecord, Trigger};
 use berth::plural;
-use berth::sync::{sets, SyncOptions, Syncer};
+use berth::sync::{Progress, SyncOptions, Syncer};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Arguments of `berth sync`.
@@ -62,7 +62,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     }
     let syncer = Syncer::connect(&config, false).await?.notify(&config)?;
     for listing in &listings {
-        sets::note_problem(&file.agent.state_dir, listing);
+        fleet::note_problem(&file.agent.state_dir, listing);
         let problem = listing.problem.as_ref().map(ToString::to_string);
         (syncer.notifications).observe_set(&listing.set, problem.as_deref(), &syncer.host);
     }
@@ -75,8 +75,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     };
     let mut ok = all_reached && sets_listed;
     if args.apps.is_empty() {
-        let handed = hand_over(&syncer, &file, &config, &listings, &shutdown).await;
-        ok &= remove_gone(&syncer, &file, &config, &listings, &handed, &shutdown).await;
+        ok &= take_listings(&syncer, &file, &config, &listings, &shutdown).await;
     }
     let ended = in_order(&syncer, &apps, options, args.with_deps, &shutdown).await;
     syncer.notifications.flush(super::NOTIFY_FLUSH).await;
@@ -115,88 +114,45 @@ fn exit_code(ok: bool) -> ExitCode {
     }
 }
 
-/// Hands the objects of each folder renamed in a set (its files unchanged) from the old
-/// folder's apps to the new one's that run (in `config`), before either syncs; the names
-/// of the apps handed over.
-async fn hand_over(
+/// Acts on what each set's listing changed since it listed last — renamed folders'
+/// objects handed over to the new folders' apps before either syncs, the apps it no longer
+/// makes removed — through the executor the agent uses too, and keeps each listing whose
+/// changes all went through (one with a problem changes nothing). False when an act
+/// failed.
+async fn take_listings(
     syncer: &Syncer,
     file: &config::Config,
     config: &config::Config,
-    listings: &[sets::Listing],
-    shutdown: &berth::shutdown::Signal,
-) -> HashSet<String> {
-    let mut handed = HashSet::new();
-    for (set, listing) in file.app_sets.iter().zip(listings) {
-        let before = sets::remembered(&file.agent.state_dir, &set.name);
-        let (Some(before), None) = (before, &listing.problem) else {
-            continue;
-        };
-        let renamed = sets::renamed(file, set, &before, &listing.listed);
-        for (from, to) in renamed
-            .into_iter()
-            .filter(|(_, to)| config.app(&to.name).is_some())
-        {
-            let name = &from.name;
-            let print = move |line: &str| super::say(format_args!("{name}: {line}"));
-            let record = syncer
-                .hand_over(&from, &to, shutdown, &super::lines(print))
-                .await;
-            match (&record.outcome, &record.note) {
-                (Outcome::Succeeded, Some(note)) => {
-                    super::say(format_args!("{name}: {note}"));
-                    handed.insert(from.name);
-                }
-                _ => super::say(summary(&record)),
-            }
-        }
-    }
-    handed
-}
-
-/// Removes the apps each set listed before and makes no more (a folder removed in git), as
-/// the agent removes an app taken out of the configuration: their objects pruned with
-/// `prune = true`, left as they are without (those `handed` their objects over are left
-/// out); then keeps what each set lists now. A set with a problem removes nothing. False
-/// when a removal failed.
-async fn remove_gone(
-    syncer: &Syncer,
-    file: &config::Config,
-    config: &config::Config,
-    listings: &[sets::Listing],
-    handed: &HashSet<String>,
+    listings: &[fleet::Listing],
     shutdown: &berth::shutdown::Signal,
 ) -> bool {
+    let say = |app: &str, progress: Progress<'_>| {
+        if let Progress::Line { text, .. } = progress {
+            super::say(format_args!("{app}: {text}"));
+        }
+    };
     let mut ok = true;
     for (set, listing) in file.app_sets.iter().zip(listings) {
-        if listing.problem.is_some() {
-            continue;
-        }
-        let gone: Vec<AppConfig> = sets::remembered_apps(file, set)
-            .into_iter()
-            .filter(|a| !config.has_app(&a.name) && !handed.contains(&a.name))
-            .collect();
-        let mut removed = true;
-        // Dependents first: the reverse of the order they sync in.
-        for app in config::order::in_order(&gone).into_iter().rev() {
-            let name = &app.name;
-            if !app.prune {
-                super::say(format_args!("{name}: no longer generated by app set {}; prune is off, so its objects stay as they are", set.name));
-                continue;
+        let state_dir = &file.agent.state_dir;
+        let transition = match fleet::remembered(state_dir, &set.name) {
+            Some(before) => {
+                let had = fleet::remembered_apps(file, set);
+                Transition::between(file, set, &before, &had, listing, config)
             }
-            let print = move |line: &str| super::say(format_args!("{name}: {line}"));
-            let record = syncer.remove(app, shutdown, &super::lines(print)).await;
-            match (&record.outcome, &record.note) {
-                (Outcome::Succeeded, Some(note)) => super::say(format_args!("{name}: {note}")),
-                _ => {
-                    super::say(summary(&record));
-                    removed = false;
-                }
-            }
+            None => Transition::default(),
+        };
+        let executed = fleet::execute(syncer, &transition, None, shutdown, &say).await;
+        for failed in executed
+            .records
+            .iter()
+            .filter(|r| r.outcome != Outcome::Succeeded)
+        {
+            super::say(summary(failed));
         }
-        if removed {
-            sets::remember(&file.agent.state_dir, listing);
+        if executed.ok() {
+            fleet::remember(state_dir, listing);
         }
-        ok &= removed;
+        ok &= executed.ok();
     }
     ok
 }

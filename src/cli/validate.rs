@@ -40,7 +40,7 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             None => failed = true,
         }
     }
-    for refused in berth::sync::sets::refuse_clashes(&config.apps, &mut generated_apps) {
+    for refused in berth::fleet::refuse_clashes(&config.apps, &mut generated_apps) {
         println!("{refused}");
         failed = true;
     }
@@ -97,7 +97,7 @@ fn generated(
         Ok(apps) => apps,
         Err(e) => return said(&e),
     };
-    let (apps, refused) = berth::sync::sets::within_reach(config, set, apps);
+    let (apps, refused) = berth::fleet::within_reach(config, set, apps);
     for r in &refused {
         println!("{r}");
     }

@@ -394,7 +394,7 @@ impl StatusPage {
         let sets = self.sets.read().map(|s| s.clone()).unwrap_or_default();
         (sets.iter())
             .filter_map(|set| {
-                let problem = crate::sync::sets::problem_of(&self.state_dir, set)?;
+                let problem = crate::fleet::problem_of(&self.state_dir, set)?;
                 Some(format!("app set {set}: {problem}"))
             })
             .collect()

@@ -178,6 +178,32 @@ pub async fn live_members(api: &Api<Lease>, group: &str) -> Result<Vec<String>, 
     Ok(live)
 }
 
+/// What a sharded host needs to take an app's Lease: its identity, and where and for how
+/// long the Leases are held.
+#[derive(Debug, Clone)]
+pub struct Shard {
+    /// This host's identity.
+    pub identity: String,
+    /// The namespace of the Leases (`agent.inventory_namespace`).
+    pub namespace: String,
+    /// How long a claim lasts unrenewed (`agent.lease_duration`).
+    pub duration: Duration,
+}
+
+impl Shard {
+    /// Takes `app`'s Lease in the cluster of `client` (the first listed), waiting while
+    /// another host holds it; `None` when `shutdown` comes first.
+    pub async fn fence(
+        &self,
+        client: kube::Client,
+        app: &str,
+        shutdown: &mut Signal,
+    ) -> Option<Fence> {
+        let api = Api::namespaced(client, &self.namespace);
+        Fence::take(api, app, &self.identity, self.duration, shutdown).await
+    }
+}
+
 /// An app's Lease, held by this host for one sync.
 pub struct Fence {
     elector: Elector,

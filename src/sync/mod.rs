@@ -51,7 +51,6 @@ mod offline;
 mod pipeline;
 mod preview;
 mod remove;
-pub mod sets;
 mod waves;
 // The steps, each in a file of its own.
 mod steps;

@@ -1,9 +1,11 @@
-//! App sets, listed (`[[app_set]]`): at each fetch of a set's repository, the folders its
+//! App sets (`[[app_set]]`). Listed at each fetch of a set's repository: the folders its
 //! `folders` match at the commit, each with its tree's id ([`list`]); the set's apps made
 //! from them and checked as written ones are ([`expand`]). What a set listed last is kept
 //! in `state_dir/sets/<set>.json` ([`remember`]): the empty-set guard compares with it, a
 //! set that cannot be listed keeps its apps by it, and the apps a set no longer makes —
-//! removed as an app removed from the configuration is — are found by it.
+//! removed as an app removed from the configuration is — are found by it. What a listing
+//! changes is a value ([`Transition`], `transition.rs`), acted on by one executor
+//! ([`execute`], `execute.rs`) for `berth sync` and `berth run` alike.
 
 use std::path::Path;
 use std::time::Instant;
@@ -283,34 +285,6 @@ pub fn remembered_apps(config: &Config, set: &AppSetConfig) -> Vec<AppConfig> {
     made(config, set, &listed).map_or_else(|_| Vec::new(), |(apps, _)| apps)
 }
 
-/// The apps a rename hands over, `(from, to)`: for each folder `before` has and `now` has
-/// not, whose tree a folder new in `now` has, its app on each cluster and the new folder's
-/// app on the same cluster.
-pub fn renamed(
-    config: &Config,
-    set: &AppSetConfig,
-    before: &Listed,
-    now: &Listed,
-) -> Vec<(AppConfig, AppConfig)> {
-    let zero = git2::Oid::ZERO_SHA1.to_string();
-    let has = |listed: &Listed, path: &str| listed.folders.iter().any(|f| f.path == path);
-    let mut gone: Vec<&Folder> = (before.folders.iter())
-        .filter(|f| f.tree != zero && !has(now, &f.path))
-        .collect();
-    let mut pairs = Vec::new();
-    for new in now.folders.iter().filter(|f| !has(before, &f.path)) {
-        let Some(at) = gone.iter().position(|old| old.tree == new.tree) else {
-            continue;
-        };
-        let old = gone.swap_remove(at);
-        let apps = |path: &str| set.generate(&[path.to_string()], &config.cluster);
-        if let (Ok(from), Ok(to)) = (apps(&old.path), apps(&new.path)) {
-            pairs.extend(from.into_iter().zip(to));
-        }
-    }
-    pairs
-}
-
 /// The apps of `set` for `listed`, each checked as a written app is, and those refused: a
 /// folder whose apps would reach a reserved namespace (see [`within_reach`]).
 ///
@@ -335,13 +309,19 @@ fn made(
     Ok(within_reach(config, set, apps))
 }
 
+mod desired;
+mod execute;
 mod refuse;
 mod state;
+mod transition;
+pub use desired::{desired, diff, Changes, Role};
+pub use execute::{execute, Executed};
 pub use refuse::{refuse_clashes, reserved_namespaces, within_reach};
 use state::read_state;
 #[cfg(test)]
 use state::state_path;
 pub use state::{forget_others, note_problem, problem_of, remember, remembered, TornState};
+pub use transition::Transition;
 
 #[cfg(test)]
 mod tests;

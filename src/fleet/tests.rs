@@ -279,44 +279,6 @@ fn what_a_set_listed_is_kept_and_a_hostile_state_file_names_nothing() {
 }
 
 #[test]
-fn a_folder_renamed_with_its_files_hands_its_apps_over_cluster_by_cluster() {
-    let state = tempfile::tempdir().unwrap();
-    let c = config(state.path(), &CONFIG.replace("addons-dns-east", "solo"));
-    let folder = |path: &str, tree: char| Folder {
-        path: path.into(),
-        tree: tree.to_string().repeat(40),
-    };
-    let listed = |folders: Vec<Folder>| Listed {
-        commit: "0".repeat(40),
-        folders,
-    };
-    let before = listed(vec![folder("addons/dns", 'a'), folder("addons/logs", 'b')]);
-    let now = listed(vec![
-        folder("addons/dns", 'a'),
-        folder("addons/logging", 'b'),
-        folder("addons/other", 'c'),
-    ]);
-    let pairs: Vec<(String, String)> = renamed(&c, &c.app_sets[0], &before, &now)
-        .into_iter()
-        .map(|(from, to)| (from.name, to.name))
-        .collect();
-    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
-    assert_eq!(
-        pairs,
-        [
-            pair("addons-logs-east", "addons-logging-east"),
-            pair("addons-logs-west", "addons-logging-west")
-        ]
-    );
-    // Changed as it moved: a different tree, no hand-over.
-    let changed = listed(vec![
-        folder("addons/dns", 'a'),
-        folder("addons/logging", 'd'),
-    ]);
-    assert!(renamed(&c, &c.app_sets[0], &before, &changed).is_empty());
-}
-
-#[test]
 fn a_dependency_on_an_app_no_set_makes_is_said() {
     let state = tempfile::tempdir().unwrap();
     let text = CONFIG.replace(
