@@ -11,7 +11,8 @@
 //! fetch of one new commit (git2 vs the git CLI); requests while
 //! following a 10-replica rollout (vs `kubectl rollout status`); Flux's 100 / 500 / 1000
 //! apps of four objects from one repository, and one app of 1k / 5k / 10k objects
-//! (`scale/fleet.rs`); 50 apps in a 5-level `depends_on` chain (`scale/chain.rs`);
+//! (`scale/fleet.rs`), with the idle fleet's requests per hour and a hand edit's repair
+//! (`scale/drift.rs`); 50 apps in a 5-level `depends_on` chain (`scale/chain.rs`);
 //! `berth render` of a chart of 50 templates (vs `helm template`, `render/chart.rs`);
 //! `berth render` of 1000 Secrets encrypted with sops (vs the same in clear,
 //! `render/secrets.rs`); `berth plan --revision --all-affected` of a branch touching 1 of
@@ -51,6 +52,8 @@ mod chart;
 #[path = "scale/clusters.rs"]
 mod clusters;
 mod daemon;
+#[path = "scale/drift.rs"]
+mod drift;
 #[path = "scale/fleet.rs"]
 mod fleet;
 #[path = "scale/page.rs"]

@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use berth::history::Outcome;
 use common::{Repo, Setup};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -961,4 +963,106 @@ async fn a_failed_sync_is_retried_backing_off() {
     common::wait_for_value(&maps, "a", "1", std::time::Duration::from_secs(30)).await;
     daemon.signal(libc::SIGTERM);
     daemon.wait(std::time::Duration::from_secs(30));
+}
+
+/// Drift repaired in seconds, not at the interval: with `interval = "1h"`, a ConfigMap's
+/// value and a Deployment's replicas changed by hand are put back as git has them, each
+/// by a sync recorded with the trigger `drift`.
+#[tokio::test]
+async fn drift_is_repaired_within_seconds_without_waiting_for_the_interval() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{Patch, PatchParams};
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "drift").await;
+    let repo = Repo::new();
+    repo.write("cm.yaml", &config_map("settings", "from-git"));
+    let web = deployment("web", "nginx:1.25", false).replace("replicas: 1", "replicas: 2");
+    repo.write("web.yaml", &web);
+    repo.commit("one");
+    let setup = Setup::new(cp, "drift", &repo, &ns, "");
+    let text = std::fs::read_to_string(&setup.config).unwrap();
+    std::fs::write(
+        &setup.config,
+        text.replace("[agent]\n", "[agent]\nlisten = \"off\"\n"),
+    )
+    .unwrap();
+    let mut daemon = common::Daemon::start(&setup.config, &[]);
+    common::eventually("the first sync", Duration::from_secs(60), || {
+        setup
+            .history()
+            .first()
+            .is_some_and(|r| r.outcome == Outcome::Succeeded)
+    });
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let by_hand = PatchParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..PatchParams::default()
+    };
+    let edited = std::time::Instant::now();
+    let value = serde_json::json!({"data": {"value": "by-hand"}});
+    maps.patch("settings", &by_hand, &Patch::Merge(&value))
+        .await
+        .unwrap();
+    let replicas = serde_json::json!({"spec": {"replicas": 5}});
+    deployments
+        .patch("web", &by_hand, &Patch::Merge(&replicas))
+        .await
+        .unwrap();
+    common::wait_for_value(&maps, "settings", "from-git", Duration::from_secs(10)).await;
+    common::wait_for(
+        &deployments,
+        "web",
+        Duration::from_secs(10),
+        |d: Option<&Deployment>| d.and_then(|d| d.spec.as_ref()?.replicas) == Some(2),
+    )
+    .await;
+    eprintln!("drift repaired {:?} after the hand edits", edited.elapsed());
+    assert!(
+        edited.elapsed() < Duration::from_secs(10),
+        "repaired after {:?}",
+        edited.elapsed()
+    );
+    let drift = |r: &&berth::history::SyncRecord| r.trigger == berth::history::Trigger::Drift;
+    common::eventually(
+        "a sync triggered by the drift",
+        Duration::from_secs(30),
+        || setup.history().iter().any(|r| drift(&r)),
+    );
+    let history = setup.history();
+    let repair = history.iter().find(drift).unwrap();
+    assert_eq!(repair.outcome, Outcome::Succeeded, "{repair:#?}");
+    daemon.signal(libc::SIGTERM);
+    daemon.wait(Duration::from_secs(30));
+}
+
+/// A broken commit of an app whose namespace `create_namespace` would make: the render
+/// error is said, the objects that rendered are not refused for the namespace's absence
+/// (it is not made for a commit that writes nothing), and nothing is written.
+#[tokio::test]
+async fn a_broken_commit_is_not_refused_for_the_namespace_create_namespace_would_make() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let base = common::namespace(&client, "broken").await;
+    let ns = format!("{base}-new");
+    let repo = Repo::new();
+    repo.write("good.yaml", &config_map("good", "1"));
+    repo.write(
+        "bad.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: [not, a, map]\n",
+    );
+    repo.commit("one bad file");
+    let setup = Setup::new(cp, "broken", &repo, &ns, "create_namespace = true");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("bad.yaml"), "{out}{err}");
+    assert!(!out.contains("not found"), "{out}{err}");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    assert!(namespaces.get_opt(&ns).await.unwrap().is_none());
 }

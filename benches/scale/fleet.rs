@@ -37,6 +37,8 @@ struct Fleet {
     sent: usize,
     /// Percent of a core in the minute after.
     idle: f64,
+    /// Requests per hour while idle, and a hand edit's repair.
+    quiet: super::drift::Idle,
 }
 
 /// Flux's published figures for the same workload (16-core runner): apps, seconds, MiB.
@@ -304,6 +306,11 @@ impl Bench {
             "| 6. {apps} apps × 4 objects from one app set, one commit changing all (notify) | berth run | every app applied in {:.1} s; peak {:.1} MiB | {first} | {} requests; idle {:.2} % of a core | {:.2} of kubectl ({kubectl:.1} s){flux} |",
             m.seconds, m.peak, m.sent, m.idle, m.seconds / kubectl
         ));
+        let q = &m.quiet;
+        self.rows.push(format!(
+            "| 6. {apps} idle apps (interval = \"1h\"): requests per hour; a hand edit (replicas of one Deployment) → repaired | berth run | {:.0} requests/hour; repaired in {:.2} s | — | — | {:.2} of kubectl apply --server-side of its file ({:.2} s) |",
+            q.per_hour, q.repaired, q.repaired / q.kubectl, q.kubectl
+        ));
         self.notes.push(format!(
             "{apps} apps × 4 objects from one app set, one commit changing all: every app applied {:.1} s after the commit ({:.2} of kubectl apply --server-side's {kubectl:.1} s); berth run's peak RSS over the whole run {:.1} MiB; {} requests ({:.1} per app); {first}; afterwards, with no commit and interval = \"1h\", {:.2} % of a core.",
             m.seconds, m.seconds / kubectl, m.peak, m.sent, m.sent as f64 / apps as f64, m.idle
@@ -388,9 +395,12 @@ impl Bench {
         let seconds = wait_applied(state, apps, (&sha, since), timeout)?;
         std::thread::sleep(Duration::from_millis(500));
         let sent = requests(&self.cp, since, "berth/", None);
-        // The steady state: no commit, every app's next interval an hour away.
+        // The steady state: no commit, every app's next interval an hour away (over five
+        // minutes at 1000 apps: each drift watch renews itself about every five); then a
+        // hand edit repaired.
         let (cpu, start) = (cpu_seconds(pid)?, Instant::now());
-        std::thread::sleep(Duration::from_secs(super::sized(60, 5) as u64));
+        let window = super::sized(if apps == 1000 { 300 } else { 60 }, 5);
+        let quiet = self.idle_and_drift(ns, repo, Duration::from_secs(window as u64))?;
         let idle = (cpu_seconds(pid)? - cpu) / start.elapsed().as_secs_f64() * 100.0;
         Ok(Fleet {
             first,
@@ -399,6 +409,7 @@ impl Bench {
             peak: rss(pid).0,
             sent,
             idle,
+            quiet,
         })
     }
 

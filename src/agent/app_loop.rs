@@ -66,6 +66,7 @@ pub(super) async fn app_loop(
             return;
         };
         inbox.heart.busy(false);
+        shared.drift.follow(&syncer, &app).await;
         let outage = failed_by_outage(&record, reach, outages);
         let delay = next_sync_in(&record, outage.is_some(), interval, jitter, &mut failures);
         synced(&shared, &app.name, &record, delay);
@@ -111,6 +112,10 @@ fn next_sync_in(
     backoff.delay(*failures - 1)
 }
 
+/// The least time between two syncs drift triggers: something that takes a field back
+/// as soon as berth applies it makes one sync every 5 s, not a loop.
+const DRIFT_PAUSE: Duration = Duration::from_secs(5);
+
 /// The first wait before a failed sync is tried again.
 const RETRY_FAILED: Duration = Duration::from_secs(5);
 
@@ -122,6 +127,8 @@ pub(super) struct Inbox {
     pub heart: Arc<Heartbeat>,
     /// How often the heart beats while idle ([`super::beat_every`]).
     pub beat: Option<Duration>,
+    /// When the last sync drift triggered was due.
+    pub last_drift: Option<tokio::time::Instant>,
 }
 
 impl Inbox {
@@ -157,7 +164,22 @@ impl Inbox {
                 () = sleep_for(self.beat) => self.heart.beat(),
             }
         };
+        if next == Trigger::Drift && !self.pace().await {
+            return None;
+        }
         (!*self.stop.borrow()).then_some(next)
+    }
+
+    /// Waits, before a sync drift triggers, until [`DRIFT_PAUSE`] has passed since the
+    /// last one; `false` on shutdown.
+    async fn pace(&mut self) -> bool {
+        let now = tokio::time::Instant::now();
+        let at = (self.last_drift).map_or(now, |last| (last + DRIFT_PAUSE).max(now));
+        self.last_drift = Some(at);
+        tokio::select! {
+            () = tokio::time::sleep_until(at) => true,
+            () = stopped(&mut self.stop) => false,
+        }
     }
 }
 

@@ -154,6 +154,7 @@ impl Agent {
                 stop: stopping,
                 heart,
                 beat: super::beat_every(crate::service::notify::watchdog_period()),
+                last_drift: None,
             },
         )));
         self.apps
@@ -334,6 +335,7 @@ impl Agent {
             *s = syncer;
         }
         self.stop_all().await;
+        self.shared.drift.forget();
         self.publish(new);
         Ok(())
     }

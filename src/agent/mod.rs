@@ -14,6 +14,7 @@
 mod app_loop;
 mod apps;
 mod background;
+mod drift;
 mod removed;
 mod sets;
 mod status;
@@ -110,6 +111,11 @@ impl Heartbeat {
         self.last_ms.store(now_ms(), Ordering::Relaxed);
     }
 
+    /// Whether a sync runs.
+    fn is_busy(&self) -> bool {
+        self.busy_since_ms.load(Ordering::Relaxed) != 0
+    }
+
     fn busy(&self, busy: bool) {
         self.busy_since_ms
             .store(if busy { now_ms() } else { 0 }, Ordering::Relaxed);
@@ -157,6 +163,8 @@ struct Shared {
     /// With `[agent] sharding`: this host's identity, for the membership and the apps'
     /// Leases.
     shard: Option<Shard>,
+    /// The watches that notice drift on the apps' objects.
+    drift: drift::Drift,
 }
 
 impl Shared {
@@ -167,8 +175,10 @@ impl Shared {
         endpoint: Option<Arc<Endpoint>>,
         page: Option<Arc<StatusPage>>,
         metrics: Arc<Metrics>,
+        drift: drift::Drift,
     ) -> Self {
         Shared {
+            drift,
             endpoint,
             page,
             syncer: RwLock::new(syncer.clone()),
@@ -298,7 +308,10 @@ pub async fn run(
         &signals.shutdown,
     )
     .await?;
-    let shared = Arc::new(Shared::new(&config, &syncer, endpoint, page, metrics));
+    let (drift, drifted) = drift::Drift::new();
+    let shared = Arc::new(Shared::new(
+        &config, &syncer, endpoint, page, metrics, drift,
+    ));
     write_pid_file(&config);
     let (leader_tx, leader) =
         watch::channel(!config.agent.leader_election && !config.agent.sharding);
@@ -317,6 +330,8 @@ pub async fn run(
         signals.shutdown.clone(),
     );
     background.push(tokio::spawn(watch));
+    let repair = drift::repair(shared.clone(), drifted, signals.shutdown.clone());
+    background.push(tokio::spawn(repair));
     let (listed_tx, listed) = mpsc::channel(1);
     let mut agent = Agent {
         config_path,

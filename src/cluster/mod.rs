@@ -5,6 +5,7 @@
 pub mod apply;
 pub mod client;
 pub mod discovery;
+pub mod drift;
 pub mod handle;
 pub mod health;
 pub mod inventory;

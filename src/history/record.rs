@@ -29,6 +29,8 @@ pub enum Trigger {
     Reconnected,
     /// The last sync failed: tried again, backing off.
     Retry,
+    /// One of the app's objects was changed or deleted by someone else.
+    Drift,
 }
 
 impl Trigger {
@@ -43,6 +45,7 @@ impl Trigger {
             Trigger::Removed => "removed",
             Trigger::Reconnected => "reconnected",
             Trigger::Retry => "retry",
+            Trigger::Drift => "drift",
         }
     }
 }

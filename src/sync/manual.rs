@@ -198,7 +198,7 @@ async fn deployment_at(
             "the commit app {app} was last synced to is not in berth's repository cache: run `berth sync {app}` first"
         )));
     };
-    let manifests = render_with(ctx, &checkout, &kinds, journal)?;
+    let manifests = render_with(ctx, &checkout, &kinds, journal).await?;
     let Some(manifest) = manifests.into_iter().find(|m| m.key() == *key) else {
         return Err(Ended::Refused(format!(
             "Deployment {} is not in the local checkout of app {app}: run `berth sync {app}` first",

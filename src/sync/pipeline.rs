@@ -285,7 +285,7 @@ pub(super) async fn fetch_verified(
     let checkout = fetched?;
     rec.commit = Some(checkout.commit.clone());
     lock.commit(&checkout.commit);
-    rec.signature = verify::verify(ctx, &checkout, journal)?;
+    rec.signature = verify::verify(ctx, &checkout, journal).await?;
     Ok(checkout)
 }
 
@@ -327,8 +327,13 @@ pub(super) async fn prepare(
         // dry run), so that one pass says every error; nothing is written.
         if let Ok(plan) = plan {
             let (_, mut writes) = split_writes(plan.planned);
+            // The namespace create_namespace would make is not made for a broken commit:
+            // its objects are left out of the dry run rather than refused for its absence.
+            let wanted = namespace::wanted(ctx, &writes, journal).await?;
+            let created = matches!(wanted, Some(namespace::Wanted::Create));
+            let created = created.then_some(ctx.app.namespace.as_str());
             // A refusal says that nothing was written.
-            validate::validate(ctx, &mut writes, None, journal).await?;
+            validate::validate(ctx, &mut writes, created, journal).await?;
         }
         return Err(render::refused(ctx));
     }

@@ -244,7 +244,7 @@ async fn rendered_by(
         ctx.report,
     );
     let checkout = super::steps::fetch::fetch(&theirs, journal).await?;
-    super::steps::verify::verify(&theirs, &checkout, journal)?;
+    super::steps::verify::verify(&theirs, &checkout, journal).await?;
     let rendered = super::steps::render::render(&theirs, &checkout, journal).await?;
     Ok(rendered.manifests.iter().map(|m| m.key()).collect())
 }

@@ -2,11 +2,12 @@
 //! through the manifest pipeline (kustomize, typed checks, `[app.scope]`), what the render
 //! read, and the refusal to prune everything when a commit renders nothing.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::cluster::discovery::ClusterKinds;
 use crate::manifest::helm::Helm;
-use crate::manifest::{kustomize, yaml11, Builder, Manifest};
+use crate::manifest::{kustomize, yaml11, Builder, Manifest, ManifestError};
 use crate::plan::Inventory;
 use crate::source::git::{self, Checkout};
 use crate::sync::context::{Ctx, Journal, Stop};
@@ -33,12 +34,12 @@ pub(in crate::sync) async fn render(
 ) -> Result<Rendered, Stop> {
     let (mut kinds, discovered) = ctx.discover(None, journal).await?;
     let errors = journal.errors.len();
-    let mut manifests = render_with(ctx, checkout, &kinds, journal)?;
+    let mut manifests = render_with(ctx, checkout, &kinds, journal).await?;
     // A plan that went on past render errors has them in the journal already.
     let whole = journal.errors.len() == errors;
     if whole && discovered < ctx.begun && manifests.iter().any(|m| kinds.resolve(m).is_none()) {
         kinds = ctx.discover(Some(ctx.begun), journal).await?.0;
-        manifests = render_with(ctx, checkout, &kinds, journal)?;
+        manifests = render_with(ctx, checkout, &kinds, journal).await?;
     }
     Ok(Rendered {
         manifests,
@@ -47,51 +48,93 @@ pub(in crate::sync) async fn render(
     })
 }
 
-/// Warns of the values kubectl would read otherwise than berth (`DEBUG: yes`, see
-/// [`yaml11`]); only the files of objects holding such a value are read again.
-fn warn_yaml11(ctx: &Ctx<'_>, checkout: &Checkout, manifests: &[Manifest]) {
+/// The values kubectl would read otherwise than berth (`DEBUG: yes`, see [`yaml11`]),
+/// in words; only the files of objects holding such a value are read again, no further
+/// than the render read them (`limit`).
+fn yaml11_warnings(dir: &Path, manifests: &[Manifest], limit: u64) -> Vec<String> {
     use std::io::Read;
+    let mut warnings = Vec::new();
     for m in manifests
         .iter()
         .filter(|m| !yaml11::candidates(m).is_empty())
     {
-        // Read as the render read it: no further than max_file_size.
         let mut text = String::new();
-        let path = checkout.dir.join(&m.origin.path);
-        let limit = ctx.syncer.agent.max_file_size;
+        let path = dir.join(&m.origin.path);
         let read = std::fs::File::open(path).and_then(|f| f.take(limit).read_to_string(&mut text));
-        if read.is_err() {
-            continue;
+        if read.is_ok() {
+            warnings.extend(yaml11::warnings(m, &text));
         }
-        for warning in yaml11::warnings(m, &text) {
-            ctx.warn(&warning);
-        }
+    }
+    warnings
+}
+
+/// What the manifest pipeline made of a commit: the objects, the errors, and the warnings
+/// of values kubectl would read otherwise.
+struct Pipeline {
+    manifests: Vec<Manifest>,
+    errors: Vec<ManifestError>,
+    warnings: Vec<String>,
+}
+
+/// Runs the manifest pipeline on a thread of the blocking pool, not on the async workers
+/// (two on a 2-core host, which serve `/healthz`, the webhooks, the watchdog and the
+/// Lease's renewal): reading and decoding the files, decrypting them, kustomize's and
+/// helm's runs. At most `agent.max_concurrent_syncs` run at once, one per sync.
+async fn run_pipeline(
+    ctx: &Ctx<'_>,
+    dir: &Path,
+    kinds: &Arc<ClusterKinds>,
+) -> Result<Pipeline, globset::Error> {
+    let (app, agent) = (ctx.app.clone(), ctx.syncer.agent.clone());
+    let (dir, kinds) = (dir.to_path_buf(), kinds.clone());
+    let job = tokio::task::spawn_blocking(move || {
+        let builder = Builder::for_app(&app, &agent, &dir, &*kinds)?;
+        let builder = builder.capabilities(kinds.version(), kinds.api_versions());
+        let (manifests, errors) = builder.render_partial();
+        let warnings = match errors.is_empty() {
+            true => yaml11_warnings(&dir, &manifests, agent.max_file_size),
+            false => Vec::new(),
+        };
+        Ok(Pipeline {
+            manifests,
+            errors,
+            warnings,
+        })
+    });
+    match job.await {
+        Ok(pipeline) => pipeline,
+        // The render panicked: as it would have on this task.
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
 }
 
 /// The commit's objects through the manifest pipeline; every error of a broken commit is
 /// recorded.
-pub(in crate::sync) fn render_with(
+pub(in crate::sync) async fn render_with(
     ctx: &Ctx<'_>,
     checkout: &Checkout,
-    kinds: &ClusterKinds,
+    kinds: &Arc<ClusterKinds>,
     journal: &mut Journal<'_>,
 ) -> Result<Vec<Manifest>, Stop> {
-    let agent = &ctx.syncer.agent;
-    let builder = Builder::for_app(ctx.app, agent, &checkout.dir, kinds).map_err(|cause| {
+    let pipeline = run_pipeline(ctx, &checkout.dir, kinds).await;
+    let Pipeline {
+        manifests,
+        errors,
+        warnings,
+    } = pipeline.map_err(|cause| {
         journal.stop(SyncError::Glob {
             app: ctx.app.name.clone(),
             cause,
         })
     })?;
-    let builder = builder.capabilities(kinds.version(), kinds.api_versions());
-    let (manifests, errors) = builder.render_partial();
     if errors.is_empty() {
         ctx.say(&format!(
             "rendered {}",
             crate::plural(manifests.len(), "object")
         ));
-        warn_yaml11(ctx, checkout, &manifests);
+        for warning in &warnings {
+            ctx.warn(warning);
+        }
         return Ok(manifests);
     }
     let failed = errors.len();

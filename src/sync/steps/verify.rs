@@ -8,27 +8,33 @@ use crate::sync::context::{Ctx, Journal, Stop};
 use crate::sync::error::SyncError;
 
 /// The commit's signature, checked against the trusted keys (read again each sync, so a
-/// key added or removed counts at once); `None` when the app does not verify.
-pub(in crate::sync) fn verify(
+/// key added or removed counts at once) on a thread of the blocking pool, not on the
+/// async workers; `None` when the app does not verify.
+pub(in crate::sync) async fn verify(
     ctx: &Ctx<'_>,
     checkout: &Checkout,
     journal: &mut Journal<'_>,
 ) -> Result<Option<Signature>, Stop> {
-    match signature(ctx, checkout) {
-        Ok(signature) => Ok(signature),
+    if ctx.app.verify.mode == VerifyMode::Off {
+        return Ok(None);
+    }
+    let (app, owned) = (ctx.app.clone(), checkout.clone());
+    let checked = match tokio::task::spawn_blocking(move || check(&app, &owned)).await {
+        Ok(checked) => checked,
+        // The check panicked: as it would have on this task.
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    };
+    match checked {
+        Ok(Some(signature)) => {
+            ctx.say(&format!(
+                "signed by {} ({} key {})",
+                signature.signer, signature.format, signature.fingerprint
+            ));
+            Ok(Some(signature))
+        }
+        Ok(None) => Ok(None),
         Err(cause) => Err(journal.stop(SyncError::Verify { cause })),
     }
-}
-
-fn signature(ctx: &Ctx<'_>, checkout: &Checkout) -> Result<Option<Signature>, VerifyError> {
-    let signature = check(ctx.app, checkout)?;
-    if let Some(signature) = &signature {
-        ctx.say(&format!(
-            "signed by {} ({} key {})",
-            signature.signer, signature.format, signature.fingerprint
-        ));
-    }
-    Ok(signature)
 }
 
 /// The checkout's signature as `app` wants it checked; `None` when it does not verify.
