@@ -13,8 +13,9 @@ use tokio::sync::mpsc;
 
 use super::Shared;
 use crate::cluster::drift::{DriftWatch, Drifted};
+use crate::cluster::Action;
 use crate::config::AppConfig;
-use crate::history::Trigger;
+use crate::history::{SyncRecord, Trigger};
 use crate::shutdown::{stopped, Signal};
 use crate::sync::Syncer;
 
@@ -24,6 +25,8 @@ const QUEUE: usize = 256;
 /// The drift watches of every cluster the host's apps sync to.
 pub(super) struct Drift {
     watches: Mutex<BTreeMap<String, Arc<DriftWatch>>>,
+    /// The apps whose kinds are watched, each with its cluster's name.
+    followed: Mutex<BTreeMap<String, String>>,
     drifted: mpsc::Sender<Drifted>,
 }
 
@@ -33,20 +36,26 @@ impl Drift {
         let (drifted, receiver) = mpsc::channel(QUEUE);
         let drift = Drift {
             watches: Mutex::new(BTreeMap::new()),
+            followed: Mutex::new(BTreeMap::new()),
             drifted,
         };
         (drift, receiver)
     }
 
     /// Watches the kinds of `app`'s objects on its cluster (those not watched yet,
-    /// resolved through the cluster's shared discovery).
-    pub(super) async fn follow(&self, syncer: &Syncer, app: &AppConfig) {
+    /// resolved through the cluster's shared discovery) after `record`'s sync: read from
+    /// its inventory the first time, then again only when a sync created an object.
+    pub(super) async fn follow(&self, syncer: &Syncer, app: &AppConfig, record: &SyncRecord) {
+        let cluster = syncer.cluster(app);
+        let created = (record.objects.iter()).any(|o| o.action == Action::Created);
+        if !created && self.followed(&app.name, &cluster.name) {
+            return;
+        }
         let Some(inventory) =
             crate::cluster::inventory::load_local(&syncer.agent.state_dir, &app.name)
         else {
             return;
         };
-        let cluster = syncer.cluster(app);
         let watch = {
             let Ok(mut watches) = self.watches.lock() else {
                 return;
@@ -68,23 +77,34 @@ impl Drift {
                 namespaces.extend(ns.clone());
             }
         }
-        if kinds.is_empty() {
-            return;
-        }
-        let Ok((known, _)) = cluster.kinds.get(None).await else {
-            return;
-        };
-        for ((version, kind), namespaces) in kinds {
-            if let Some(resolved) = known.resolve_kind(version, kind) {
-                watch.watch(&resolved, &namespaces).await;
+        if !kinds.is_empty() {
+            let Ok((known, _)) = cluster.kinds.get(None).await else {
+                return;
+            };
+            for ((version, kind), namespaces) in kinds {
+                if let Some(resolved) = known.resolve_kind(version, kind) {
+                    watch.watch(&resolved, &namespaces).await;
+                }
             }
         }
+        if let Ok(mut followed) = self.followed.lock() {
+            followed.insert(app.name.clone(), cluster.name.clone());
+        }
+    }
+
+    /// Whether `app`'s kinds on `cluster` are watched already.
+    fn followed(&self, app: &str, cluster: &str) -> bool {
+        let followed = self.followed.lock();
+        followed.is_ok_and(|f| f.get(app).is_some_and(|c| c == cluster))
     }
 
     /// Ends every watch (the clusters were connected again: the next syncs watch anew).
     pub(super) fn forget(&self) {
         if let Ok(mut watches) = self.watches.lock() {
             watches.clear();
+        }
+        if let Ok(mut followed) = self.followed.lock() {
+            followed.clear();
         }
     }
 }

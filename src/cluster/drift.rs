@@ -170,6 +170,10 @@ impl Drop for DriftWatch {
     }
 }
 
+/// The most objects one watch follows: anyone who may label objects could otherwise grow
+/// berth's memory without bound (about 100 bytes an object: 20 MB at most a kind).
+const MAX_FOLLOWED: usize = 200_000;
+
 /// Follows one kind's objects that carry berth's label, sending each drift.
 async fn follow(
     api: Api<PartialObjectMeta<DynamicObject>>,
@@ -182,6 +186,7 @@ async fn follow(
     futures::pin_mut!(events);
     let mut held: HashMap<String, Held> = HashMap::new();
     let mut seen = HashSet::new();
+    let mut full = false;
     while let Some(event) = events.next().await {
         let (meta, deleted) = match event {
             Ok(Event::Apply(m) | Event::InitApply(m)) => (m.metadata, false),
@@ -203,6 +208,13 @@ async fn follow(
         let (Some(uid), Some(app)) = (meta.uid.clone(), app_of(&meta)) else {
             continue;
         };
+        if !deleted && !held.contains_key(&uid) && held.len() >= MAX_FOLLOWED {
+            if !full {
+                tracing::warn!(kind = %kind, bound = MAX_FOLLOWED, "more objects carry berth's label than a drift watch follows: drift on the rest is found at the interval only");
+                full = true;
+            }
+            continue;
+        }
         seen.insert(uid.clone());
         let now = Held::of(&meta, &manager);
         let before = match deleted {
@@ -228,30 +240,45 @@ fn app_of(meta: &ObjectMeta) -> Option<String> {
     meta.labels.as_ref()?.get(LABEL_APP).cloned()
 }
 
-/// What berth's field manager holds of one object, by its managedFields.
+/// What berth's field manager holds of one object, by its managedFields: digests only,
+/// so a watch holds a few dozen bytes an object however large its fields.
 #[derive(Debug, Clone, PartialEq, Default)]
 struct Held {
-    /// When each of berth's entries (apply, update) was last written.
-    written: Vec<(String, Option<String>)>,
-    /// The fields berth's apply owns.
-    fields: Option<String>,
+    /// The digest of when each of berth's entries (apply, update) was last written; none
+    /// when berth holds no entry.
+    written: Option<Digest>,
+    /// The digest of the fields berth's apply owns.
+    fields: Option<Digest>,
+}
+
+/// The first 16 bytes of a SHA-256.
+type Digest = [u8; 16];
+
+fn digest(text: &str) -> Digest {
+    use sha2::Digest as _;
+    let full = sha2::Sha256::digest(text.as_bytes());
+    let mut short = [0; 16];
+    short.copy_from_slice(&full[..16]);
+    short
 }
 
 impl Held {
     fn of(meta: &ObjectMeta, manager: &str) -> Held {
         let mut held = Held::default();
+        let mut written = Vec::new();
         for entry in meta.managed_fields.iter().flatten() {
             if entry.manager.as_deref() != Some(manager) {
                 continue;
             }
-            let operation = entry.operation.clone().unwrap_or_default();
+            let operation = entry.operation.as_deref().unwrap_or_default();
             if operation == "Apply" {
-                held.fields = entry.fields_v1.as_ref().map(|f| f.0.to_string());
+                held.fields = entry.fields_v1.as_ref().map(|f| digest(&f.0.to_string()));
             }
             let time = entry.time.as_ref().map(|t| t.0.to_string());
-            held.written.push((operation, time));
+            written.push(format!("{operation} {}", time.unwrap_or_default()));
         }
-        held.written.sort();
+        written.sort();
+        held.written = (!written.is_empty()).then(|| digest(&written.join("\n")));
         held
     }
 
@@ -259,8 +286,8 @@ impl Held {
     /// berth's apply owns changed and none of berth's entries was written, or every field
     /// it held is gone.
     fn taken(&self, now: &Held) -> bool {
-        if now.written.is_empty() {
-            return !self.written.is_empty();
+        if now.written.is_none() {
+            return self.written.is_some();
         }
         self.fields != now.fields && self.written == now.written
     }
