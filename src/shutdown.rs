@@ -27,6 +27,14 @@ pub async fn stopped(signal: &mut Signal) {
     let _ = signal.wait_for(|stop| *stop).await.map(|_| ());
 }
 
+/// Resolves once shutdown is asked for; never when its trigger is gone without asking (as
+/// [`is_stopped`] reads it): for a wait that ends on shutdown and on nothing else of it.
+pub async fn asked(mut signal: Signal) {
+    if signal.wait_for(|stop| *stop).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// True once shutdown is asked for: for checks between steps.
 pub fn is_stopped(signal: &Signal) -> bool {
     *signal.borrow()

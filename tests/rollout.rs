@@ -539,6 +539,41 @@ async fn statefulsets_daemonsets_jobs_and_custom_resources_are_waited_for() {
     );
 }
 
+/// With `require_endpoints`, a Service is ready once its Endpoints route to a ready pod,
+/// as a watch of them tells; one that selects no pod times out naming why.
+#[tokio::test]
+async fn require_endpoints_waits_for_a_service_to_route() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "routes").await;
+    let repo = Repo::new();
+    let service = |name: &str, selects: &str| {
+        format!("apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\nspec:\n  selector: {{app: {selects}}}\n  ports:\n    - {{port: 80, targetPort: 8080}}\n")
+    };
+    repo.write("web.yaml", &deployment("web:1", "", ""));
+    repo.write("svc.yaml", &service("front", "web"));
+    repo.commit("web behind a service");
+    let rollout = "[app.rollout]\ntimeout = \"20s\"\nrequire_endpoints = true";
+    let setup = Setup::new(cp, "routes", &repo, &ns, rollout);
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let record = setup.history().pop().unwrap();
+    let front = (record.health.iter()).find(|h| h.key.name == "front");
+    assert_eq!(front.map(|h| h.outcome.as_str()), Some("ready"), "{out}");
+    assert!(!out.contains("warning: no ready endpoints"), "{out}");
+
+    repo.write("lonely.yaml", &service("lonely", "nobody"));
+    repo.commit("a service that routes nowhere");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}{err}");
+    let named = format!("Service {ns}/lonely did not become ready within 20s: no ready endpoints");
+    assert!(out.contains(&named), "missing {named:?} in {out}");
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Failed);
+}
+
 #[tokio::test]
 async fn a_change_of_labels_only_starts_no_rollout_to_follow() {
     let Some(cp) = common::control_plane() else {

@@ -1,31 +1,50 @@
 //! Waiting for objects to be ready, as their status says (every kind with a notion of
 //! readiness but Deployments): what the health step waits for after each wave, and the
-//! apply step for the CRDs it has just written to be Established.
+//! apply step for the CRDs it has just written to be Established. Each object is watched
+//! (a field selector on its name), never polled.
 
 use std::time::{Duration, Instant};
 
+use futures::stream::{BoxStream, SelectAll};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Endpoints;
 use kube::api::{Api, DynamicObject};
+use kube::runtime::watcher::watch_object;
+use kube::runtime::WatchStreamExt;
 
 use super::context::Ctx;
 use super::write::Write;
 use crate::cluster::api_for;
-use crate::cluster::health::{live_health, said};
-use crate::health::{health, selects_pods, Health};
+use crate::cluster::health::said;
+use crate::health::{health, routes, selects_pods, Health, NO_ENDPOINTS};
 use crate::history::ObjectHealth;
-
-/// How often the objects waited for are read again.
-pub(super) const POLL: Duration = Duration::from_millis(500);
 
 /// One object being waited for.
 pub(super) struct Waiting<'w> {
     pub write: &'w Write,
-    pub api: Api<DynamicObject>,
-    /// What its status said last.
-    pub last: Option<Health>,
+    api: Api<DynamicObject>,
+    /// What was said of it last.
+    last: Option<Health>,
     pub ended: Option<ObjectHealth>,
     /// A Service with a selector: its endpoints are checked too.
     pub selects_pods: bool,
+    /// Where the object itself stands, by its status.
+    status: Option<Health>,
+    /// Whether its Endpoints route to a ready address, once they are watched.
+    routed: Option<bool>,
 }
+
+/// What a watch of the objects waited for told: of the `usize`th.
+enum Seen {
+    /// The object as it stands now (its JSON); `None` once it is gone.
+    Object(Option<serde_json::Value>),
+    /// Whether the Service's Endpoints list a ready address.
+    Routed(bool),
+    /// The watch failed (it starts again, backing off).
+    Unreadable(String),
+}
+
+type Watches = SelectAll<BoxStream<'static, (usize, Seen)>>;
 
 /// The objects `writes` as they are waited for.
 pub(super) fn waiting_for<'w>(
@@ -43,6 +62,8 @@ pub(super) fn waiting_for<'w>(
             last: None,
             ended: None,
             selects_pods: false,
+            status: None,
+            routed: None,
         })
         .collect()
 }
@@ -56,42 +77,58 @@ pub(in crate::sync) async fn wait_ready(
     timeout: Duration,
 ) -> Vec<ObjectHealth> {
     let mut waiting = waiting_for(ctx, writes.iter().copied());
-    poll(ctx, &mut waiting, timeout).await;
+    follow(ctx, &mut waiting, timeout).await;
     waiting.into_iter().filter_map(|w| w.ended).collect()
 }
 
-/// Reads the objects waited for until each has ended: ready, failed, or cut short by the
-/// timeout or shutdown.
-pub(super) async fn poll(ctx: &Ctx<'_>, waiting: &mut [Waiting<'_>], timeout: Duration) {
+/// Follows the objects waited for until each has ended — ready, failed, or cut short by
+/// the timeout or shutdown — by a watch of each (a Service's Endpoints too, when it must
+/// route): a change is seen as it happens, and an object standing still costs no request.
+/// The apply's answer, the object as it stood once written, is the first look.
+pub(super) async fn follow(ctx: &Ctx<'_>, waiting: &mut [Waiting<'_>], timeout: Duration) {
     let started = Instant::now();
     // A long wait says where it stands: every quarter of the timeout, at most every 30 s.
-    let every = (timeout / 4).clamp(POLL, Duration::from_secs(30));
-    let mut report = started + every;
-    loop {
-        for w in waiting.iter_mut().filter(|w| w.ended.is_none()) {
-            check(ctx, w, started).await;
+    let every = (timeout / 4).clamp(Duration::from_secs(1), Duration::from_secs(30));
+    let mut report = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    let deadline = tokio::time::sleep(timeout);
+    let stop = crate::shutdown::asked(ctx.shutdown.clone());
+    tokio::pin!(deadline, stop);
+    let mut watches = Watches::new();
+    for (i, w) in waiting.iter_mut().enumerate() {
+        let applied = (w.write.applied.clone()).filter(|obj| !obj.data.is_null());
+        if let Some(applied) = applied {
+            let json = serde_json::to_value(applied).unwrap_or_default();
+            look(ctx, w, Seen::Object(Some(json)), i, &mut watches, started);
         }
-        if waiting.iter().all(|w| w.ended.is_some()) {
-            return;
+        if w.ended.is_none() {
+            let name = w.write.target.manifest.name();
+            let object = watch_object(w.api.clone(), name).default_backoff();
+            let json = |o: Option<DynamicObject>| {
+                Seen::Object(o.and_then(|o| serde_json::to_value(o).ok()))
+            };
+            watches.push(object.map(move |o| (i, seen(o.map(json)))).boxed());
         }
-        if Instant::now() >= report {
-            report += every;
-            still_waiting(ctx, waiting, started.elapsed(), timeout);
-        }
-        let over = if ctx.interrupted().is_err() {
-            Some("interrupted")
-        } else if started.elapsed() >= timeout {
-            Some("timed-out")
-        } else {
-            None
-        };
-        if let Some(outcome) = over {
-            for w in waiting.iter_mut().filter(|w| w.ended.is_none()) {
-                w.ended = Some(ended(w, outcome, None));
+    }
+    while waiting.iter().any(|w| w.ended.is_none()) {
+        tokio::select! {
+            Some((i, seen)) = watches.next() => {
+                look(ctx, &mut waiting[i], seen, i, &mut watches, started);
             }
-            return;
+            _ = report.tick() => still_waiting(ctx, waiting, started.elapsed(), timeout),
+            () = &mut deadline => return end_all(waiting, "timed-out"),
+            () = &mut stop => return end_all(waiting, "interrupted"),
         }
-        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn seen(result: Result<Seen, kube::runtime::watcher::Error>) -> Seen {
+    result.unwrap_or_else(|e| Seen::Unreadable(e.to_string()))
+}
+
+/// Ends every object still waited for with `outcome`.
+fn end_all(waiting: &mut [Waiting<'_>], outcome: &str) {
+    for w in waiting.iter_mut().filter(|w| w.ended.is_none()) {
+        w.ended = Some(ended(w, outcome, None));
     }
 }
 
@@ -108,27 +145,45 @@ fn still_waiting(ctx: &Ctx<'_>, waiting: &[Waiting<'_>], elapsed: Duration, time
     }
 }
 
-/// Reads one object and notes where it stands; says so when that changed. The apply's
-/// answer, the object as it stood once written (its body kept), is the first look: when
-/// it is ready already, no request is sent.
-async fn check(ctx: &Ctx<'_>, w: &mut Waiting<'_>, started: Instant) {
-    let write = w.write;
-    let m = &write.target.manifest;
-    // The first look is the apply's answer, when it says the object itself is ready (a
-    // read of the object would say no more); what more it needs (endpoints) is read once.
-    let answer = (write.applied.as_ref())
-        .filter(|obj| w.last.is_none() && !obj.data.is_null())
-        .map(|obj| serde_json::to_value(obj).unwrap_or_default())
-        .filter(|json| health(m.group(), m.kind(), json) == Health::Current);
-    let now = match answer {
-        Some(json) => health_of(ctx, w, &json).await,
-        None => match w.api.get_opt(m.name()).await {
-            Ok(Some(obj)) => {
-                health_of(ctx, w, &serde_json::to_value(obj).unwrap_or_default()).await
+/// Notes what a watch of the `i`th object waited for, `w`, told, and where it stands now;
+/// says so when that changed. A Service that must route has its Endpoints watched too.
+fn look(
+    ctx: &Ctx<'_>,
+    w: &mut Waiting<'_>,
+    seen: Seen,
+    i: usize,
+    watches: &mut Watches,
+    started: Instant,
+) {
+    if w.ended.is_some() {
+        return;
+    }
+    let m = &w.write.target.manifest;
+    match seen {
+        Seen::Object(Some(json)) => {
+            w.selects_pods = selects_pods(m.group(), m.kind(), &json);
+            w.status = Some(health(m.group(), m.kind(), &json));
+        }
+        Seen::Object(None) => {
+            w.status = Some(Health::InProgress("not found (deleted meanwhile?)".into()))
+        }
+        Seen::Routed(routed) => w.routed = Some(routed),
+        Seen::Unreadable(e) => w.status = Some(Health::InProgress(format!("cannot read it: {e}"))),
+    }
+    let must_route = w.selects_pods && ctx.app.rollout.require_endpoints;
+    let now = match w
+        .status
+        .clone()
+        .unwrap_or(Health::InProgress(String::new()))
+    {
+        Health::Current if must_route && w.routed != Some(true) => {
+            if w.routed.is_none() {
+                w.routed = Some(false);
+                watches.push(endpoints(ctx, m, i));
             }
-            Ok(None) => Health::InProgress("not found (deleted meanwhile?)".into()),
-            Err(e) => Health::InProgress(format!("cannot read it: {e}")),
-        },
+            Health::InProgress(NO_ENDPOINTS.into())
+        }
+        status => status,
     };
     if w.last.as_ref() != Some(&now) {
         ctx.say(&format!("{}: {}", m.key().kubectl(), said(&now)));
@@ -144,14 +199,21 @@ async fn check(ctx: &Ctx<'_>, w: &mut Waiting<'_>, started: Instant) {
     };
 }
 
-/// Where `json`, the object `w` waits for, stands.
-async fn health_of(ctx: &Ctx<'_>, w: &mut Waiting<'_>, json: &serde_json::Value) -> Health {
-    let m = &w.write.target.manifest;
-    w.selects_pods = selects_pods(m.group(), m.kind(), json);
-    let client = &ctx.cluster.client;
+/// A watch of the Endpoints of Service `m`, the `i`th object waited for: whether they
+/// route to a ready address, as kube-proxy would.
+fn endpoints(
+    ctx: &Ctx<'_>,
+    m: &crate::manifest::Manifest,
+    i: usize,
+) -> BoxStream<'static, (usize, Seen)> {
     let ns = m.namespace_or_default();
-    let endpoints = ctx.app.rollout.require_endpoints;
-    live_health(client, m.group(), m.kind(), ns, json, endpoints).await
+    let api: Api<Endpoints> = Api::namespaced(ctx.cluster.client.clone(), ns);
+    let routed = |e: Option<Endpoints>| {
+        let json = e.and_then(|e| serde_json::to_value(e).ok());
+        Seen::Routed(json.is_some_and(|e| routes(&e)))
+    };
+    let watch = watch_object(api, m.name()).default_backoff();
+    watch.map(move |e| (i, seen(e.map(routed)))).boxed()
 }
 
 /// The record of how waiting for `w` ended.

@@ -18,11 +18,14 @@ use crate::plan::Inventory;
 use crate::sync::context::{Ctx, Journal, Stop};
 use crate::sync::error::SyncError;
 use crate::sync::progress::Level;
-use crate::sync::ready::{poll, waiting_for, Waiting, POLL};
+use crate::sync::ready::{follow, waiting_for, Waiting};
 use crate::sync::write::Write;
 
 /// How long a Service may take to get endpoints before the warning.
 const ENDPOINTS_GRACE: Duration = Duration::from_secs(5);
+
+/// How often, within that grace, its Endpoints are read again.
+const GRACE_POLL: Duration = Duration::from_millis(500);
 
 /// Waits until every object waited for is ready, one fails, or the timeout passes. The
 /// objects that were not ready keep their entries in `next` from `old`, so that every next
@@ -44,7 +47,7 @@ pub(in crate::sync) async fn wait_healthy(
         return Ok(());
     }
     let timeout = ctx.app.rollout.timeout;
-    poll(ctx, &mut waiting, timeout).await;
+    follow(ctx, &mut waiting, timeout).await;
     let all_ready = waiting
         .iter()
         .all(|w| w.ended.as_ref().is_some_and(|h| h.outcome == "ready"));
@@ -135,7 +138,7 @@ async fn warn_without_endpoints(ctx: &Ctx<'_>, waiting: &[Waiting<'_>]) {
         // none selected (e.g. scaled to zero) there is nothing to wait for.
         let expected = !routed && selects_ready_pod(ctx, ns, &w.write.target.manifest).await;
         while expected && !routed && Instant::now() < grace && ctx.interrupted().is_ok() {
-            tokio::time::sleep(POLL).await;
+            tokio::time::sleep(GRACE_POLL).await;
             routed = has_ready_endpoints(&ctx.cluster.client, ns, m.name()).await;
         }
         if !routed {

@@ -6,9 +6,10 @@
 //! `berth.dev/hook-id`, which is how "delete before the next run" finds the last one, even
 //! one named by `generateName`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams, PropagationPolicy};
+use kube::runtime::wait::{await_condition, conditions::is_deleted};
 use serde_json::Value;
 
 use crate::cluster::api_for;
@@ -24,8 +25,6 @@ use wait::wait;
 
 /// The label that finds a hook's objects of earlier runs.
 pub(in crate::sync) const LABEL_HOOK_ID: &str = "berth.dev/hook-id";
-/// How often a hook's object is read while it runs.
-const POLL: Duration = Duration::from_millis(250);
 
 /// One hook of the commit.
 pub(in crate::sync) struct HookObject {
@@ -362,7 +361,7 @@ async fn delete_earlier(
             ctx.app.name
         )))
         .await?;
-    let deadline = Instant::now() + ctx.app.rollout.timeout;
+    let deadline = tokio::time::Instant::now() + ctx.app.rollout.timeout;
     let mut runs = earlier.items;
     // Newest first: the ones kept.
     runs.sort_by(|a, b| {
@@ -382,9 +381,11 @@ async fn delete_earlier(
             Err(kube::Error::Api(e)) if e.code == 404 => continue,
             Err(e) => return Err(e),
         }
-        while keep == 0 && api.get_metadata_opt(&name).await?.is_some() && Instant::now() < deadline
-        {
-            tokio::time::sleep(POLL).await;
+        if keep == 0 {
+            // Gone before the new run is made under its name: as a watch tells.
+            let uid = old.metadata.uid.unwrap_or_default();
+            let gone = await_condition(api.clone(), &name, is_deleted(&uid));
+            let _ = tokio::time::timeout_at(deadline, gone).await;
         }
     }
     Ok(())

@@ -1,12 +1,12 @@
 //! Waiting for a hook's run to end: a Job complete, a Pod `Succeeded`, anything else
 //! healthy; failed when it fails, timed out after the app's `rollout.timeout`.
 
-use std::time::Instant;
-
+use futures::StreamExt;
 use kube::api::DynamicObject;
+use kube::runtime::watcher::watch_object;
+use kube::runtime::WatchStreamExt;
 use serde_json::Value;
 
-use super::POLL;
 use crate::sync::context::Ctx;
 
 /// How a hook's run ended.
@@ -16,8 +16,16 @@ pub(super) struct Ended {
     pub message: String,
 }
 
-/// Waits for the hook's object to end: a Job complete, a Pod `Succeeded`, anything else
-/// healthy; failed when it fails, timed out after the app's `rollout.timeout`.
+impl Ended {
+    fn new(outcome: &'static str, message: impl Into<String>) -> Ended {
+        let message = message.into();
+        Ended { outcome, message }
+    }
+}
+
+/// Waits for the hook's object to end — a Job complete, a Pod `Succeeded`, anything else
+/// healthy — as a watch of it tells; failed when it fails, timed out after the app's
+/// `rollout.timeout`.
 pub(super) async fn wait(
     ctx: &Ctx<'_>,
     api: &kube::Api<DynamicObject>,
@@ -25,52 +33,34 @@ pub(super) async fn wait(
     group: &str,
     kind: &str,
 ) -> Ended {
-    let deadline = Instant::now() + ctx.app.rollout.timeout;
+    let timeout = ctx.app.rollout.timeout;
+    let deadline = tokio::time::sleep(timeout);
+    let stop = crate::shutdown::asked(ctx.shutdown.clone());
+    let seen = watch_object(api.clone(), name).default_backoff();
+    tokio::pin!(deadline, stop, seen);
     let mut last = String::new();
     loop {
-        if ctx.interrupted().is_err() {
-            return Ended {
-                outcome: "interrupted",
-                message: last,
-            };
-        }
-        match api.get_opt(name).await {
-            Ok(Some(obj)) => {
-                let json = serde_json::to_value(&obj).unwrap_or_default();
-                match ended(group, kind, &json) {
-                    Ok(()) => {
-                        return Ended {
-                            outcome: "succeeded",
-                            message: String::new(),
-                        }
-                    }
-                    Err(Some(why)) => {
-                        return Ended {
-                            outcome: "failed",
-                            message: why,
-                        }
-                    }
-                    Err(None) => {}
-                }
+        let object = tokio::select! {
+            () = &mut stop => return Ended::new("interrupted", last),
+            () = &mut deadline => {
+                let within = humantime::format_duration(timeout);
+                return Ended::new("timed-out", format!("not done within {within} (rollout.timeout)"));
             }
-            Ok(None) => {
-                return Ended {
-                    outcome: "failed",
-                    message: "deleted while it ran".into(),
-                }
+            Some(seen) = seen.next() => seen,
+        };
+        let json = match object {
+            Ok(Some(obj)) => serde_json::to_value(&obj).unwrap_or_default(),
+            Ok(None) => return Ended::new("failed", "deleted while it ran"),
+            Err(e) => {
+                last = e.to_string();
+                continue;
             }
-            Err(e) => last = e.to_string(),
+        };
+        match ended(group, kind, &json) {
+            Ok(()) => return Ended::new("succeeded", ""),
+            Err(Some(why)) => return Ended::new("failed", why),
+            Err(None) => {}
         }
-        if Instant::now() >= deadline {
-            return Ended {
-                outcome: "timed-out",
-                message: format!(
-                    "not done within {} (rollout.timeout)",
-                    humantime::format_duration(ctx.app.rollout.timeout)
-                ),
-            };
-        }
-        tokio::time::sleep(POLL).await;
     }
 }
 
