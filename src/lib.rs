@@ -48,6 +48,7 @@
 //! - [`config`]: the TOML configuration, validated settings and their errors;
 //! - [`shutdown`]: the one shutdown signal every task takes;
 //! - [`digest`]: SHA-256 and lower-case hex, behind every digest berth writes;
+//! - [`blocking`]: CPU work that grows with a commit, run off the async workers;
 //! - [`retry`]: the one backoff with jitter, its random source, the transient HTTP statuses;
 //! - [`body_hmac`]: the `sha256=<hex>` HMAC of an HTTP body (webhooks in, notifications out);
 //! - [`source`]: git fetch and checkout, commit signatures, ssh host keys, repository
@@ -75,6 +76,7 @@
 //! `berth-testenv` crate (`testenv/`), not part of this library.
 
 pub mod agent;
+pub mod blocking;
 pub mod body_hmac;
 pub mod cluster;
 pub mod config;

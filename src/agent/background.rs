@@ -10,6 +10,7 @@ use super::{AgentError, Shared, TICK};
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::page::StatusPage;
+use crate::service::control::Control;
 use crate::service::http::{self, Endpoint};
 use crate::service::lease::{self, Elector};
 use crate::service::listener;
@@ -66,6 +67,7 @@ async fn ride_out(shared: &Shared, syncer: &Arc<Syncer>, cluster: &Cluster, mut 
 /// The daemon's background tasks: the watchdog, the watch on outages, and with leader election or sharding the
 /// task that holds the Lease (telling `leader`) or the membership (telling `members`).
 pub(super) fn start_background(
+    control: &Control,
     config: &Config,
     shared: &Arc<Shared>,
     syncer: &Syncer,
@@ -76,7 +78,7 @@ pub(super) fn start_background(
     // The leader and membership Leases live in the first cluster listed.
     let home = &syncer.fleet.first().client;
     let mut background = vec![
-        tokio::spawn(watchdog(
+        control.spawn(watchdog(
             shared.clone(),
             config.agent.sync_timeout,
             shutdown.clone(),
@@ -106,7 +108,8 @@ pub(super) fn start_background(
     background
 }
 
-pub(super) async fn start_http(
+pub(super) fn start_http(
+    control: &Control,
     config: &Config,
     open_files: u64,
     metrics: &Arc<Metrics>,
@@ -117,9 +120,13 @@ pub(super) async fn start_http(
     let Some(address) = config.agent.listen else {
         return Ok(None);
     };
-    let tcp = tokio::net::TcpListener::bind(address)
-        .await
-        .map_err(|source| AgentError::Listen { address, source })?;
+    // Bound here, served on the control lane (its socket registered with the lane's runtime).
+    let bound = std::net::TcpListener::bind(address).and_then(|tcp| {
+        tcp.set_nonblocking(true)?;
+        let _lane = control.enter();
+        tokio::net::TcpListener::from_std(tcp)
+    });
+    let tcp = bound.map_err(|source| AgentError::Listen { address, source })?;
     // Ready while the first cluster answers: the one that holds the Leases.
     let home = syncer.fleet.first().client.clone();
     let endpoint = Arc::new(Endpoint::new(metrics.clone(), home));
@@ -137,7 +144,7 @@ pub(super) async fn start_http(
     }
     tracing::info!(%address, max_connections = cap, "serving /healthz, /readyz, /metrics and /hooks/<app>");
     let listener = listener::Listener::new(tcp, cap);
-    tokio::spawn(http::serve(listener, endpoint.clone(), shutdown.clone()));
+    control.spawn(http::serve(listener, endpoint.clone(), shutdown.clone()));
     Ok(Some(endpoint))
 }
 

@@ -34,6 +34,7 @@ use crate::config::{AppConfig, Config, Published};
 use crate::fleet::Listing;
 use crate::history::Trigger;
 use crate::page::StatusPage;
+use crate::service::control::Control;
 use crate::service::http::Endpoint;
 use crate::service::listener;
 use crate::service::metrics::Metrics;
@@ -79,6 +80,9 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
+    /// The control lane's thread (the endpoint's and the watchdog's) cannot be started.
+    #[error("cannot start the control thread")]
+    Control(#[source] std::io::Error),
     /// The status page's credentials cannot be used.
     #[error(transparent)]
     StatusPage(#[from] crate::page::AuthError),
@@ -299,7 +303,9 @@ pub async fn run(
     let open_files = listener::raise_open_files();
     let metrics = Arc::new(Metrics::default());
     metrics.notifications(syncer.notifications.clone());
+    let control = Control::start(&signals.shutdown).map_err(AgentError::Control)?;
     let (endpoint, page) = start_serving(
+        &control,
         &config,
         &syncer,
         open_files,
@@ -317,6 +323,7 @@ pub async fn run(
         watch::channel(!config.agent.leader_election && !config.agent.sharding);
     let (members_tx, members) = watch::channel(Vec::new());
     let mut background = start_background(
+        &control,
         &config,
         &shared,
         &syncer,
@@ -358,6 +365,7 @@ pub async fn run(
 
 /// Starts the HTTP endpoint and, with `[agent] status_page`, the status page and its tasks.
 async fn start_serving(
+    control: &Control,
     config: &Config,
     syncer: &Arc<Syncer>,
     open_files: u64,
@@ -371,7 +379,15 @@ async fn start_serving(
     } else {
         None
     };
-    let endpoint = start_http(config, open_files, metrics, syncer, page.clone(), shutdown).await?;
+    let endpoint = start_http(
+        control,
+        config,
+        open_files,
+        metrics,
+        syncer,
+        page.clone(),
+        shutdown,
+    )?;
     if let Some(page) = &page {
         tokio::spawn(page.clone().refresh(shutdown.clone()));
         tokio::spawn(page.clone().follow(published, shutdown.clone()));

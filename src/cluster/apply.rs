@@ -100,7 +100,17 @@ async fn apply_one(
         field_manager: Some(settings.field_manager.clone()),
         field_validation: None,
     };
-    api.patch(m.name(), &params, &Patch::Apply(&m.object))
+    // The body, encoded on the blocking pool: a large object's JSON (a 1 MB ConfigMap)
+    // would hold an async worker for as long.
+    let object = m.object.clone();
+    let body = crate::blocking::off_runtime(move || serde_json::value::to_raw_value(&object));
+    let body = body.await.map_err(|e| ClusterError::Object {
+        verb: "cannot encode",
+        key: Box::new(m.key()),
+        origin: m.origin.to_string(),
+        message: e.to_string(),
+    })?;
+    api.patch(m.name(), &params, &Patch::Apply(&body))
         .await
         .map(|obj| {
             // An object waited for keeps its body: the apply's answer is the first look at

@@ -85,7 +85,7 @@ pub enum ClusterError {
     /// The apiserver refused one object (in a dry run or for real).
     #[error("{verb} {key} ({origin}): {message}")]
     Object {
-        /// `dry run refused`, `failed to apply`, `failed to prune`.
+        /// `dry run refused`, `failed to apply`, `failed to prune`, `cannot encode`.
         verb: &'static str,
         /// The object.
         key: Box<ObjectKey>,

@@ -77,16 +77,10 @@ impl Sources {
         }
         let started = Instant::now();
         let (app, state_dir) = (app.clone(), self.state_dir.clone());
-        let url = git::redact_url(&git::remote_url(&app.repo));
         let limits = self.limits;
-        let result = tokio::task::spawn_blocking(move || git::fetch(&app, &state_dir, limits))
-            .await
-            .unwrap_or_else(|e| {
-                Err(SourceError::Fetch {
-                    url,
-                    message: format!("the fetch task failed: {e}"),
-                })
-            });
+        // The fetch and the tree it writes out (a commit's files) are a batch job.
+        let fetch = move || git::fetch(&app, &state_dir, limits);
+        let result = crate::blocking::in_background("berth-fetch", fetch).await;
         *last = Some((started, result.clone()));
         result
     }

@@ -3,6 +3,8 @@
 //! take, or a namespace is not its to take ([`crate::plan::taken`]), and settled against the live objects of what git did
 //! not change (drift).
 
+use std::sync::Arc;
+
 use crate::cluster::discovery::ClusterKinds;
 use crate::cluster::inventory;
 use crate::manifest::Manifest;
@@ -13,11 +15,15 @@ use crate::sync::context::{Ctx, Journal, Stop};
 pub(in crate::sync) async fn plan(
     ctx: &Ctx<'_>,
     manifests: Vec<Manifest>,
-    kinds: &ClusterKinds,
+    kinds: &Arc<ClusterKinds>,
     inventory: &Inventory,
     journal: &mut Journal<'_>,
 ) -> Result<Plan, Stop> {
-    let draft = match draft(manifests, |m| kinds.resolve(m), inventory) {
+    // Each object's digest (SHA-256 of its JSON) grows with the commit: off the runtime.
+    let (resolver, old) = (kinds.clone(), inventory.clone());
+    let drafted =
+        crate::blocking::off_runtime(move || draft(manifests, |m| resolver.resolve(m), &old));
+    let draft = match drafted.await {
         Ok(draft) => draft,
         Err(errors) => {
             crate::plan::UnknownKind::one_per_kind(errors)

@@ -76,10 +76,10 @@ struct Pipeline {
     warnings: Vec<String>,
 }
 
-/// Runs the manifest pipeline on a thread of the blocking pool, not on the async workers
-/// (two on a 2-core host, which serve `/healthz`, the webhooks, the watchdog and the
-/// Lease's renewal): reading and decoding the files, decrypting them, kustomize's and
-/// helm's runs. At most `agent.max_concurrent_syncs` run at once, one per sync.
+/// Runs the manifest pipeline on a thread of its own at a lower priority, not on the
+/// async workers (`crate::blocking::in_background`): reading and decoding the files,
+/// decrypting them, kustomize's and helm's runs. At most `agent.max_concurrent_syncs`
+/// run at once, one per sync.
 async fn run_pipeline(
     ctx: &Ctx<'_>,
     dir: &Path,
@@ -87,7 +87,7 @@ async fn run_pipeline(
 ) -> Result<Pipeline, globset::Error> {
     let (app, agent) = (ctx.app.clone(), ctx.syncer.agent.clone());
     let (dir, kinds) = (dir.to_path_buf(), kinds.clone());
-    let job = tokio::task::spawn_blocking(move || {
+    crate::blocking::in_background("berth-render", move || {
         let builder = Builder::for_app(&app, &agent, &dir, &*kinds)?;
         let builder = builder.capabilities(kinds.version(), kinds.api_versions());
         let (manifests, errors) = builder.render_partial();
@@ -100,12 +100,8 @@ async fn run_pipeline(
             errors,
             warnings,
         })
-    });
-    match job.await {
-        Ok(pipeline) => pipeline,
-        // The render panicked: as it would have on this task.
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
-    }
+    })
+    .await
 }
 
 /// The commit's objects through the manifest pipeline; every error of a broken commit is

@@ -19,12 +19,7 @@ pub(in crate::sync) async fn verify(
         return Ok(None);
     }
     let (app, owned) = (ctx.app.clone(), checkout.clone());
-    let checked = match tokio::task::spawn_blocking(move || check(&app, &owned)).await {
-        Ok(checked) => checked,
-        // The check panicked: as it would have on this task.
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
-    };
-    match checked {
+    match crate::blocking::off_runtime(move || check(&app, &owned)).await {
         Ok(Some(signature)) => {
             ctx.say(&format!(
                 "signed by {} ({} key {})",
