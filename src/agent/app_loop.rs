@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::{Heartbeat, Said, Shared, DEBOUNCE, TICK};
+use super::{Heartbeat, Registry, Shared, DEBOUNCE, TICK};
 use crate::cluster::resilient::Reach;
 use crate::config::AppConfig;
 use crate::history::{Outcome, SyncRecord, Trigger};
-use crate::page::StatusPage;
 use crate::shutdown::{stopped, Signal};
 use crate::source::git;
 use crate::sync::{note_waiting, Level, Progress, Report, Step, SyncOptions, Syncer, Waiting};
@@ -28,7 +27,7 @@ pub(super) async fn app_loop(
     jitter: Duration,
     mut inbox: Inbox,
 ) {
-    let log = ProgressLog::new(&app.name, shared.page.as_deref());
+    let log = ProgressLog::new(&app.name, &shared.registry);
     let report = |progress: Progress<'_>| log.say(progress);
     let mut options = SyncOptions::new(Trigger::Interval);
     let mut gate = Gate::default();
@@ -238,10 +237,7 @@ async fn sit_out(
     };
     let name = &app.name;
     tracing::info!(app = %name, "suspended ({why}): not synced until `berth resume {name}`");
-    shared.set_status(name, Said::new(format!("{name}: suspended"), false));
-    if let Some(page) = &shared.page {
-        page.board.suspended(name, &why);
-    }
+    shared.registry.suspended(name, &why);
     while suspended().is_some() {
         tokio::select! {
             () = stopped(&mut inbox.stop) => return false,
@@ -258,16 +254,16 @@ async fn sit_out(
 /// page with the step the sync is in.
 struct ProgressLog<'a> {
     app: &'a str,
-    page: Option<&'a StatusPage>,
+    registry: &'a Registry,
     /// The step the sync is in.
     step: std::sync::Mutex<Option<Step>>,
 }
 
 impl<'a> ProgressLog<'a> {
-    fn new(app: &'a str, page: Option<&'a StatusPage>) -> Self {
+    fn new(app: &'a str, registry: &'a Registry) -> Self {
         ProgressLog {
             app,
-            page,
+            registry,
             step: std::sync::Mutex::new(None),
         }
     }
@@ -278,10 +274,9 @@ impl<'a> ProgressLog<'a> {
         match progress {
             Progress::Step(entered) => *step() = Some(entered),
             Progress::Line { text, .. } => {
-                if let Some(page) = self.page {
-                    let now = *step();
-                    page.board.progress(self.app, now.map(Step::as_str), text);
-                }
+                let now = *step();
+                self.registry
+                    .progress(self.app, now.map(Step::as_str), text);
             }
         }
     }
@@ -306,9 +301,7 @@ async fn sync_once(
         }
         None => None,
     };
-    if let Some(page) = &shared.page {
-        page.board.syncing(&app.name);
-    }
+    shared.registry.syncing(&app.name);
     // Queued behind agent.max_concurrent_syncs other syncs (a busy heart may wait).
     let slot = tokio::select! {
         slot = syncer.slots.clone().acquire_owned() => slot.ok(),
@@ -330,13 +323,9 @@ async fn sync_once(
 /// that depend on it, and the status page (the next sync due `delay` from now).
 fn synced(shared: &Shared, app: &str, record: &SyncRecord, delay: Duration) {
     shared.metrics.observe(record);
-    shared.set_status(app, Said::of(record));
+    let next = jiff::Timestamp::now() + jiff::SignedDuration::try_from(delay).unwrap_or_default();
+    shared.registry.synced(app, record, next);
     shared.wake_dependents(app);
-    if let Some(page) = &shared.page {
-        let next =
-            jiff::Timestamp::now() + jiff::SignedDuration::try_from(delay).unwrap_or_default();
-        page.board.synced(app, record, next);
-    }
 }
 
 /// Drops the commit triggers queued while the sync ran when the local repository's ref
@@ -388,13 +377,7 @@ impl Gate {
     ) {
         self.since.get_or_insert_with(tokio::time::Instant::now);
         note_waiting(&syncer.agent.state_dir, &app.name, Some(&waiting));
-        shared.set_status(
-            &app.name,
-            Said::new(format!("{}: {waiting}", app.name), false),
-        );
-        if let Some(page) = &shared.page {
-            page.board.waiting(&app.name, &waiting.to_string());
-        }
+        shared.registry.waiting(&app.name, &waiting.to_string());
         if waiting.failed && self.gave_up.as_ref() != Some(&waiting) {
             tracing::warn!(app = %app.name, "{waiting}: held until it is ready");
             let record = syncer.held_by(app, options, &waiting);

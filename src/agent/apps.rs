@@ -7,13 +7,12 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::{AppTask, Heartbeat, ReloadError, SetTask, Shared};
+use super::{AppTask, ReloadError, SetTask, Shared};
 use crate::config::{self, AppConfig, Config, RolloutEngine};
 use crate::fleet::Listing;
 use crate::fleet::{self, Changes, Role};
 use crate::history::Trigger;
 use crate::rollout::engine::{supervise, Engine};
-use crate::service::http::Hook;
 use crate::shutdown::{self};
 use crate::source::{git, watch as repo_watch};
 use crate::sync::Syncer;
@@ -107,27 +106,11 @@ impl Agent {
 
     pub(super) fn start(&mut self, app: AppConfig) {
         let (trigger, triggers) = mpsc::channel(4);
-        if let Ok(mut all) = self.shared.triggers.lock() {
-            all.insert(app.name.clone(), trigger.clone());
-        }
         if let Some(path) = git::local_path(&app.repo) {
             self.subscribe(&app.name, path, trigger.clone());
         }
-        if let Some(endpoint) = &self.shared.endpoint {
-            let hook = Hook {
-                secret: webhook_secret(&app),
-                repo: git::remote_url(&app.repo),
-                trigger,
-            };
-            if let Ok(mut hooks) = endpoint.hooks.write() {
-                hooks.insert(app.name.clone(), hook);
-            }
-        }
-        let heart = Arc::new(Heartbeat::default());
-        heart.beat();
-        if let Ok(mut hearts) = self.shared.hearts.lock() {
-            hearts.insert(app.name.clone(), heart.clone());
-        }
+        let (secret, repo) = (webhook_secret(&app), git::remote_url(&app.repo));
+        let heart = self.shared.registry.enter(&app.name, trigger, secret, repo);
         let (stop, stopping) = shutdown::channel();
         let mut tasks = Vec::new();
         if app.rollout.engine == RolloutEngine::Agent {
@@ -220,20 +203,7 @@ impl Agent {
                 let _ = t.await;
             }
         }
-        if let Ok(mut hearts) = self.shared.hearts.lock() {
-            hearts.remove(name);
-        }
-        if let Some(endpoint) = &self.shared.endpoint {
-            if let Ok(mut hooks) = endpoint.hooks.write() {
-                hooks.remove(name);
-            }
-        }
-        if let Ok(mut status) = self.shared.status.lock() {
-            status.remove(name);
-        }
-        if let Ok(mut triggers) = self.shared.triggers.lock() {
-            triggers.remove(name);
-        }
+        self.shared.registry.leave(name);
     }
 
     pub(super) async fn stop_all(&mut self) {
@@ -256,7 +226,7 @@ impl Agent {
     /// SIGHUP: a valid new configuration replaces the running one app by app; an invalid
     /// one is refused and the running one stays.
     pub(super) async fn reload(&mut self) {
-        self.shared.notifier.send("RELOADING=1");
+        self.shared.notify("RELOADING=1");
         let answer = match config::load(&self.config_path) {
             Err(e) => Err(ReloadError::from(e)),
             Ok(mut new) => {
@@ -283,7 +253,7 @@ impl Agent {
             tracing::error!("{e}");
         }
         super::answer_reload(&self.config().agent.state_dir, &answer);
-        self.shared.notifier.send("READY=1");
+        self.shared.notify("READY=1");
     }
 
     /// Runs `new` in place of the running configuration; what was done, or why it was

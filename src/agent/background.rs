@@ -158,20 +158,11 @@ pub(super) async fn watchdog(shared: Arc<Shared>, sync_timeout: Duration, mut sh
             () = stopped(&mut shutdown) => return,
             () = tokio::time::sleep(every) => {}
         }
-        shared.publish_status();
+        shared.registry.publish_status();
         let Some(period) = period else { continue };
-        let stuck: Vec<String> = shared
-            .hearts
-            .lock()
-            .map(|h| {
-                h.iter()
-                    .filter(|(_, hb)| !hb.alive(sync_timeout, period))
-                    .map(|(a, _)| a.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let stuck = shared.registry.stuck(sync_timeout, period);
         if stuck.is_empty() {
-            shared.notifier.send("WATCHDOG=1");
+            shared.notify("WATCHDOG=1");
             warned = false;
         } else if !warned {
             tracing::error!(apps = %stuck.join(","), "app loop stuck (a sync running longer than agent.sync_timeout): no more watchdog pings, systemd will restart berth");

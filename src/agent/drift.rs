@@ -121,21 +121,11 @@ pub(super) async fn repair(
             () = stopped(&mut shutdown) => return,
             Some(drift) = drifted.recv() => drift,
         };
-        let busy = |app: &str| {
-            let hearts = shared.hearts.lock();
-            hearts.is_ok_and(|h| h.get(app).is_some_and(|heart| heart.is_busy()))
-        };
-        if drift.deleted && busy(&drift.app) {
+        if drift.deleted && shared.registry.is_busy(&drift.app) {
             continue;
         }
-        let Ok(triggers) = shared.triggers.lock() else {
-            continue;
-        };
-        let Some(trigger) = triggers.get(&drift.app) else {
-            continue;
-        };
         // A full channel already holds a trigger: that sync repairs this too.
-        if trigger.try_send(Trigger::Drift).is_ok() {
+        if shared.registry.wake(&drift.app, Trigger::Drift) {
             let (app, object) = (&drift.app, &drift.object);
             let what = if drift.deleted { "deleted" } else { "changed" };
             tracing::info!(app = %app, object = %object, "{object} {what} outside git (drift): syncing");

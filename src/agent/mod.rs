@@ -7,14 +7,16 @@
 //! Shutdown is passed in and fanned out to every task.
 //!
 //! Here: starting the daemon and serving until shutdown; `apps.rs` holds the app tasks
-//! (start, stop, reload), `app_loop.rs` each app's loop, `removed.rs` the apps a restart
-//! finds removed, `background.rs` the endpoint, the watchdog and the other tasks,
+//! (start, stop, reload), `app_loop.rs` each app's loop, `registry.rs` the running apps
+//! (what webhooks, `STATUS=`, the watchdog and the page read), `removed.rs` the apps a
+//! restart finds removed, `background.rs` the endpoint, the watchdog and the other tasks,
 //! `status.rs` the `STATUS=` line.
 
 mod app_loop;
 mod apps;
 mod background;
 mod drift;
+mod registry;
 mod removed;
 mod sets;
 mod status;
@@ -22,8 +24,7 @@ mod suspensions;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -44,7 +45,7 @@ use crate::shutdown::{stopped, Signal};
 use crate::sync::Syncer;
 use apps::Agent;
 use background::{start_background, start_http};
-use status::{status_text, Said};
+use registry::{Heartbeat, Registry};
 
 /// How long after a ref change or webhook the sync starts, so the rest of a push lands.
 const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -99,46 +100,6 @@ pub enum ReloadError {
     Unusable(anyhow::Error),
 }
 
-/// An app loop's sign of life, for the watchdog.
-#[derive(Default)]
-pub struct Heartbeat {
-    last_ms: AtomicI64,
-    busy_since_ms: AtomicI64,
-}
-
-fn now_ms() -> i64 {
-    Timestamp::now().as_millisecond()
-}
-
-impl Heartbeat {
-    fn beat(&self) {
-        self.last_ms.store(now_ms(), Ordering::Relaxed);
-    }
-
-    /// Whether a sync runs.
-    fn is_busy(&self) -> bool {
-        self.busy_since_ms.load(Ordering::Relaxed) != 0
-    }
-
-    fn busy(&self, busy: bool) {
-        self.busy_since_ms
-            .store(if busy { now_ms() } else { 0 }, Ordering::Relaxed);
-        self.beat();
-    }
-
-    /// Alive: idle and beating, or in a sync that is younger than `sync_timeout`.
-    fn alive(&self, sync_timeout: Duration, period: Duration) -> bool {
-        let now = now_ms();
-        match self.busy_since_ms.load(Ordering::Relaxed) {
-            0 => {
-                now - self.last_ms.load(Ordering::Relaxed)
-                    < period.as_millis() as i64 + TICK.as_millis() as i64
-            }
-            since => now - since < sync_timeout.as_millis() as i64,
-        }
-    }
-}
-
 struct AppTask {
     /// The app's configuration, shared with its loop.
     app: Arc<AppConfig>,
@@ -155,13 +116,9 @@ struct SetTask {
 /// What app loops and the service tasks share.
 struct Shared {
     syncer: RwLock<Arc<Syncer>>,
-    notifier: Notifier,
     metrics: Arc<Metrics>,
-    hearts: Mutex<BTreeMap<String, Arc<Heartbeat>>>,
-    status: Mutex<BTreeMap<String, Said>>,
-    /// Each running app's triggers: a sync that ends wakes the apps that depend on it.
-    triggers: Mutex<BTreeMap<String, mpsc::Sender<Trigger>>>,
-    endpoint: Option<Arc<Endpoint>>,
+    /// The running apps and set loops.
+    registry: Arc<Registry>,
     /// With `[agent] status_page`: the page, told where each app is.
     page: Option<Arc<StatusPage>>,
     /// With `[agent] sharding`: this host's identity, for the membership and the apps'
@@ -181,16 +138,16 @@ impl Shared {
         metrics: Arc<Metrics>,
         drift: drift::Drift,
     ) -> Self {
+        let registry = Arc::new(Registry::new(Notifier::from_env(), page.clone()));
+        if let Some(endpoint) = endpoint {
+            let _ = endpoint.webhooks.set(registry.clone());
+        }
         Shared {
             drift,
-            endpoint,
             page,
             syncer: RwLock::new(syncer.clone()),
-            notifier: Notifier::from_env(),
             metrics,
-            hearts: Mutex::new(BTreeMap::new()),
-            status: Mutex::new(BTreeMap::new()),
-            triggers: Mutex::new(BTreeMap::new()),
+            registry,
             shard: config.agent.sharding.then(|| Shard {
                 identity: syncer.host.clone(),
                 namespace: config.agent.inventory_namespace.clone(),
@@ -209,36 +166,14 @@ impl Shared {
     /// Wakes the running apps that depend on `app`, whose sync just ended (a full channel
     /// already holds a trigger: that sync sees this one's result).
     fn wake_dependents(&self, app: &str) {
-        let syncer = self.syncer();
-        let Ok(triggers) = self.triggers.lock() else {
-            return;
-        };
-        for dependent in syncer.dependents(app) {
-            if let Some(trigger) = triggers.get(&dependent) {
-                let _ = trigger.try_send(Trigger::Dependency);
-            }
+        for dependent in self.syncer().dependents(app) {
+            self.registry.wake(&dependent, Trigger::Dependency);
         }
     }
 
-    /// The app's word in `STATUS=`.
-    fn set_status(&self, app: &str, said: Said) {
-        if let Ok(mut status) = self.status.lock() {
-            status.insert(app.to_string(), said);
-        }
-        self.publish_status();
-    }
-
-    /// `STATUS=`, for systemd: nothing is built outside it.
-    fn publish_status(&self) {
-        if !self.notifier.is_on() {
-            return;
-        }
-        let Ok(status) = self.status.lock() else {
-            return;
-        };
-        if let Some(text) = status_text(&status, Timestamp::now()) {
-            self.notifier.send(&format!("STATUS={text}"));
-        }
+    /// Tells systemd `message` (`READY=1`, `WATCHDOG=1`, …).
+    fn notify(&self, message: &str) {
+        self.registry.notifier.send(message);
     }
 }
 
@@ -353,7 +288,7 @@ pub async fn run(
         leader: leader.clone(),
     };
     agent.start_sets().await;
-    shared.notifier.send("READY=1");
+    shared.notify("READY=1");
     tracing::info!(apps = agent.config().apps.len(), "berth is running");
     if let Some(warning) = crate::manifest::tool::landlock::warning() {
         tracing::warn!("{warning}");
@@ -405,7 +340,7 @@ fn write_pid_file(config: &Config) {
 impl Agent {
     /// Stops the apps, then waits for the background tasks, and removes the pid file.
     async fn shut_down(&mut self, background: Vec<JoinHandle<()>>) {
-        self.shared.notifier.send("STOPPING=1");
+        self.shared.notify("STOPPING=1");
         tracing::info!("shutting down: syncs in progress stop at their next step and requests in flight are cut short (each such sync recorded interrupted); a rollout being followed is left to its controller, and the next start follows it to its end");
         self.shared.syncer().fleet.stop();
         self.stop_sets().await;

@@ -15,7 +15,6 @@ use super::{SetTask, Shared, DEBOUNCE};
 use crate::config::{AppConfig, AppSetConfig, Config};
 use crate::fleet::{self, Listing, Transition};
 use crate::history::Trigger;
-use crate::service::http::Hook;
 use crate::shutdown::{self, stopped, Signal};
 use crate::source::git;
 use crate::source::shared::INTERVAL_SHARE;
@@ -43,21 +42,11 @@ impl Agent {
             let key = Self::watcher_key(&set.name);
             if let Some(sample) = set.sample(&config.cluster).ok().flatten() {
                 // A webhook of any app of the repository lists the set too (the set
-                // has no webhook of its own: `secret` None).
-                if let Some(endpoint) = &self.shared.endpoint {
-                    if let Ok(mut hooks) = endpoint.hooks.write() {
-                        let repo = git::remote_url(&sample.repo);
-                        let (secret, trigger) = (None, trigger.clone());
-                        hooks.insert(
-                            key.clone(),
-                            Hook {
-                                secret,
-                                repo,
-                                trigger,
-                            },
-                        );
-                    }
-                }
+                // has no webhook of its own).
+                let repo = git::remote_url(&sample.repo);
+                self.shared
+                    .registry
+                    .enter_set(&set.name, trigger.clone(), repo);
                 if let Some(path) = git::local_path(&sample.repo) {
                     self.subscribe(&key, path, trigger);
                 }
@@ -81,11 +70,7 @@ impl Agent {
         for (name, task) in running {
             let key = Self::watcher_key(&name);
             self.unsubscribe(&key);
-            if let Some(endpoint) = &self.shared.endpoint {
-                if let Ok(mut hooks) = endpoint.hooks.write() {
-                    hooks.remove(&key);
-                }
-            }
+            self.shared.registry.leave_set(&name);
             let _ = task.stop.send(true);
             let _ = task.task.await;
         }

@@ -1,7 +1,6 @@
 //! `STATUS=` for systemd (`systemctl status berth`'s "Status:" line): each app's last word
 //! while they fit in a short line, else a count of the apps and the few that need a look.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use jiff::Timestamp;
@@ -63,9 +62,9 @@ impl Said {
 /// `guestbook: synced abc1234 (3 changed) 12s ago; …` while every app fits in
 /// [`STATUS_MAX`] bytes, else `10000 apps: 9998 synced, 2 not (web: failed at abc1234; …);
 /// last: api: synced abc1234 (4 changed) 0s ago`. Nothing before the first word.
-pub(super) fn status_text(said: &BTreeMap<String, Said>, now: Timestamp) -> Option<String> {
+pub(super) fn status_text(said: &[&Said], now: Timestamp) -> Option<String> {
     let mut all = String::new();
-    for s in said.values() {
+    for s in said.iter() {
         if !all.is_empty() {
             all.push_str("; ");
         }
@@ -77,8 +76,8 @@ pub(super) fn status_text(said: &BTreeMap<String, Said>, now: Timestamp) -> Opti
     if all.len() <= STATUS_MAX {
         return (!all.is_empty()).then_some(all);
     }
-    let synced = said.values().filter(|s| s.synced).count();
-    let not: Vec<&str> = (said.values().filter(|s| !s.synced))
+    let synced = said.iter().filter(|s| s.synced).count();
+    let not: Vec<&str> = (said.iter().filter(|s| !s.synced))
         .take(NAMED)
         .map(|s| s.line.as_str())
         .collect();
@@ -87,7 +86,7 @@ pub(super) fn status_text(said: &BTreeMap<String, Said>, now: Timestamp) -> Opti
     } else {
         ""
     };
-    let last = said.values().max_by_key(|s| s.at).map(|s| s.aged(now));
+    let last = said.iter().max_by_key(|s| s.at).map(|s| s.aged(now));
     let mut text = format!("{} apps: {synced} synced", said.len());
     if !not.is_empty() {
         let _ = write!(
@@ -113,26 +112,29 @@ pub(super) fn status_text(said: &BTreeMap<String, Said>, now: Timestamp) -> Opti
 mod tests {
     use super::*;
 
-    fn said(apps: usize, failed: &[usize]) -> BTreeMap<String, Said> {
+    fn said(apps: usize, failed: &[usize]) -> Vec<Said> {
         (0..apps)
             .map(|i| {
                 let name = format!("app-{i:05}");
-                let s = if failed.contains(&i) {
+                if failed.contains(&i) {
                     Said::new(format!("{name}: failed at abc1234"), false)
                 } else {
                     Said::new(format!("{name}: synced abc1234 (4 changed)"), true)
-                };
-                (name, s)
+                }
             })
             .collect()
+    }
+
+    fn status_of(said: &[Said], now: Timestamp) -> Option<String> {
+        status_text(&said.iter().collect::<Vec<_>>(), now)
     }
 
     #[test]
     fn a_few_apps_each_have_their_word() {
         let two = said(2, &[1]);
         let now = Timestamp::now();
-        assert_eq!(status_text(&BTreeMap::new(), now), None);
-        let text = status_text(&two, now).unwrap();
+        assert_eq!(status_of(&[], now), None);
+        let text = status_of(&two, now).unwrap();
         assert_eq!(
             text,
             "app-00000: synced abc1234 (4 changed) 0s ago; app-00001: failed at abc1234 0s ago"
@@ -143,13 +145,13 @@ mod tests {
     fn many_apps_are_counted_in_a_short_line_that_names_the_ones_not_synced() {
         let (some_failed, all_synced) = (said(10_000, &[7, 4000, 5000, 9000]), said(10_000, &[]));
         let now = Timestamp::now();
-        let text = status_text(&some_failed, now).unwrap();
+        let text = status_of(&some_failed, now).unwrap();
         assert!(text.len() <= STATUS_MAX, "{} bytes", text.len());
         assert!(
             text.starts_with("10000 apps: 9996 synced, 4 not (app-00007: failed at abc1234; app-04000: failed at abc1234; app-05000: failed at abc1234; …); last: "),
             "{text}"
         );
-        let all_synced = status_text(&all_synced, now).unwrap();
+        let all_synced = status_of(&all_synced, now).unwrap();
         assert!(
             all_synced.starts_with("10000 apps: 10000 synced; last: app-"),
             "{all_synced}"

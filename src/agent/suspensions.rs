@@ -60,15 +60,9 @@ fn watcher(state_dir: &Path, tx: mpsc::Sender<()>) -> notify::Result<Recommended
 /// already does takes the wake-up as any trigger while it waits, and goes on waiting).
 fn wake_suspended(shared: &Shared, config: &Published, state_dir: &Path) {
     let config = config.borrow().clone();
-    let Ok(triggers) = shared.triggers.lock() else {
-        return;
-    };
     for app in &config.apps {
-        let Some(trigger) = triggers.get(&app.name) else {
-            continue;
-        };
         if suspend::suspended(state_dir, app).is_some() {
-            let _ = trigger.try_send(Trigger::Cli);
+            shared.registry.wake(&app.name, Trigger::Cli);
         }
     }
 }

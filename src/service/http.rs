@@ -10,9 +10,8 @@
 //!
 //! Which connections are served, and for how long, is [`super::listener`]'s.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -21,13 +20,12 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 
 use super::listener::{Admitted, Lane, Listener, MAX_HEAD};
 use super::metrics::Metrics;
 use super::readiness::Readiness;
 use super::stall::{WriteStall, WRITE_STALL};
-use crate::history::Trigger;
 use crate::shutdown::Signal;
 
 /// Largest webhook body read.
@@ -57,23 +55,21 @@ pub trait Pages: Send + Sync {
     ) -> BoxFuture<'a, Option<Response<Body>>>;
 }
 
-/// A webhook target: the app's secret and its trigger channel.
-#[derive(Clone)]
-pub struct Hook {
-    /// The HMAC key; `None`: the app has no webhook.
-    pub secret: Option<Vec<u8>>,
-    /// The app's repository: a push triggers every app of it.
-    pub repo: String,
-    /// Where sync requests go.
-    pub trigger: mpsc::Sender<Trigger>,
+/// Where webhooks go: the running apps, looked up at each request.
+pub trait Webhooks: Send + Sync {
+    /// The app's webhook key and its repository's URL; `None`: no webhook for the app.
+    fn key(&self, app: &str) -> Option<(Vec<u8>, String)>;
+    /// Requests a sync of everything that follows `repo` (a full inbox already holds
+    /// one); the apps' names.
+    fn push(&self, repo: &str) -> Vec<String>;
 }
 
 /// What the endpoint serves.
 pub struct Endpoint {
     /// The metrics.
     pub metrics: Arc<Metrics>,
-    /// Webhook targets by app, replaced on reload.
-    pub hooks: RwLock<HashMap<String, Hook>>,
+    /// Where webhooks go, set once when the agent starts (until then: no webhook).
+    pub webhooks: std::sync::OnceLock<Arc<dyn Webhooks>>,
     /// For `/readyz`.
     pub readiness: Readiness,
     /// The pages served beside (the status page), set once when the agent starts.
@@ -87,7 +83,7 @@ impl Endpoint {
     pub fn new(metrics: Arc<Metrics>, client: kube::Client) -> Self {
         Endpoint {
             metrics,
-            hooks: RwLock::new(HashMap::new()),
+            webhooks: std::sync::OnceLock::new(),
             readiness: Readiness::new(client),
             pages: std::sync::OnceLock::new(),
             body_reads: Semaphore::new(MAX_BODY_READS),
@@ -219,8 +215,8 @@ async fn webhook(
     app: &str,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let hook = endpoint.hooks.read().ok().and_then(|h| h.get(app).cloned());
-    let Some((secret, repo)) = hook.and_then(|h| Some((h.secret?, h.repo))) else {
+    let webhooks = endpoint.webhooks.get();
+    let Some((webhooks, (secret, repo))) = webhooks.and_then(|w| Some((w, w.key(app)?))) else {
         return reply(
             StatusCode::NOT_FOUND,
             format!("no webhook for app {app:?}\n"),
@@ -250,24 +246,17 @@ async fn webhook(
         tracing::warn!(app, "webhook with a wrong signature refused");
         return reply(StatusCode::UNAUTHORIZED, "signature does not match\n");
     }
-    // The push is the repository's: every app of it syncs. A full channel already holds
-    // a sync request: that sync sees this push too.
-    let mut apps = Vec::new();
-    if let Ok(hooks) = endpoint.hooks.read() {
-        for (name, hook) in hooks.iter().filter(|(_, h)| h.repo == repo) {
-            let _ = hook.trigger.try_send(Trigger::Webhook);
-            apps.push(name.as_str());
-        }
-        if apps.len() > 1 {
-            return reply(
-                StatusCode::ACCEPTED,
-                format!(
-                    "sync of {} requested ({})\n",
-                    crate::plural(apps.len(), "app"),
-                    apps.join(", ")
-                ),
-            );
-        }
+    // The push is the repository's: every app of it syncs.
+    let apps = webhooks.push(&repo);
+    if apps.len() > 1 {
+        return reply(
+            StatusCode::ACCEPTED,
+            format!(
+                "sync of {} requested ({})\n",
+                crate::plural(apps.len(), "app"),
+                apps.join(", ")
+            ),
+        );
     }
     reply(StatusCode::ACCEPTED, format!("sync of {app} requested\n"))
 }
