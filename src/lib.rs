@@ -107,3 +107,20 @@ pub fn plural(n: usize, noun: &str) -> String {
         format!("{n} {noun}s")
     }
 }
+
+/// An error and its causes, each after a colon (`cannot read password file /x: Permission
+/// denied (os error 13)`): the whole message of an error whose causes are its
+/// `source()`s, where it is said or recorded as one line.
+pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = self.0.source();
+        while let Some(e) = cause {
+            write!(f, ": {e}")?;
+            cause = e.source();
+        }
+        Ok(())
+    }
+}

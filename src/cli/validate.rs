@@ -182,7 +182,7 @@ fn source_of(
                 Some((checkout.dir, shown))
             }
             Err(e) => {
-                println!("{who}: {e}");
+                println!("{who}: {}", berth::Chain(&e));
                 None
             }
         },
@@ -206,7 +206,7 @@ fn trusted_keys(config: &Config) -> bool {
             }
             Err(e) => {
                 ok = false;
-                println!("app {}: [app.verify] {e}", app.name);
+                println!("app {}: [app.verify] {}", app.name, berth::Chain(&e));
             }
         }
     }

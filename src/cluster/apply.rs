@@ -104,11 +104,10 @@ async fn apply_one(
     // would hold an async worker for as long.
     let object = m.object.clone();
     let body = crate::blocking::off_runtime(move || serde_json::value::to_raw_value(&object));
-    let body = body.await.map_err(|e| ClusterError::Object {
-        verb: "cannot encode",
+    let body = body.await.map_err(|cause| ClusterError::Encode {
         key: Box::new(m.key()),
         origin: m.origin.to_string(),
-        message: e.to_string(),
+        cause,
     })?;
     api.patch(m.name(), &params, &Patch::Apply(&body))
         .await

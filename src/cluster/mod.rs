@@ -82,10 +82,20 @@ pub enum ClusterError {
     /// The cluster does not serve a kind.
     #[error(transparent)]
     UnknownKind(#[from] Box<UnknownKind>),
+    /// An object cannot be encoded as JSON for its request.
+    #[error("cannot encode {key} ({origin}): {cause}")]
+    Encode {
+        /// The object.
+        key: Box<ObjectKey>,
+        /// Where it came from.
+        origin: String,
+        /// The encoder's error (part of the message).
+        cause: serde_json::Error,
+    },
     /// The apiserver refused one object (in a dry run or for real).
     #[error("{verb} {key} ({origin}): {message}")]
     Object {
-        /// `dry run refused`, `failed to apply`, `failed to prune`, `cannot encode`.
+        /// `dry run refused`, `failed to apply`, `failed to prune`.
         verb: &'static str,
         /// The object.
         key: Box<ObjectKey>,

@@ -168,7 +168,7 @@ pub async fn list(
         Ok(now) => (now, None),
         Err(e) => (
             before.unwrap_or_default(),
-            Some(Problem::Unlisted(e.to_string())),
+            Some(Problem::Unlisted(crate::Chain(&e).to_string())),
         ),
     };
     Listing {
@@ -237,7 +237,7 @@ pub fn expand(
                     apps
                 }
                 Err(e) => {
-                    listing.problem = Some(Problem::Unlisted(e.to_string()));
+                    listing.problem = Some(Problem::Unlisted(crate::Chain(&e).to_string()));
                     kept(&set.name)
                 }
             },

@@ -215,6 +215,16 @@ pub enum ManifestError {
         /// What was refused (a dependency, a values file) or what helm said.
         message: String,
     },
+    /// A render's own files (its sandbox, a chart's working copy) could not be written.
+    #[error("{path}: {what}: {cause}")]
+    Scratch {
+        /// The kustomization or chart file rendered, repository-relative.
+        path: String,
+        /// What berth was doing (`cannot make helm's folder`).
+        what: String,
+        /// What the OS said (part of the message, as [`ManifestError::Read`]'s).
+        cause: std::io::Error,
+    },
     /// The errors past the first [`MAX_ERRORS`], counted and not kept.
     #[error("… and {count} more errors (the first {MAX_ERRORS} are shown)")]
     More {
@@ -303,6 +313,12 @@ impl fmt::Display for Many<'_> {
 }
 
 impl ManifestError {
+    /// A [`ManifestError::Scratch`] of the render of `path`, doing `what`.
+    pub fn scratch(path: &str, what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
+        let (path, what) = (path.to_string(), what.into());
+        move |cause| ManifestError::Scratch { path, what, cause }
+    }
+
     /// One error, or a [`ManifestError::Many`] of several (flattened, at most
     /// [`MAX_ERRORS`] of them kept).
     pub fn aggregate(errors: Vec<ManifestError>) -> Option<ManifestError> {
@@ -328,6 +344,7 @@ impl ManifestError {
             | ManifestError::TooManyObjects { origin: path, .. }
             | ManifestError::Kustomization { path, .. }
             | ManifestError::Chart { path, .. }
+            | ManifestError::Scratch { path, .. }
             | ManifestError::Encrypted { path, .. }
             | ManifestError::NoObjects { path, .. } => Some(path.clone()),
             ManifestError::NotAManifest { cause, .. } => cause.origin(),

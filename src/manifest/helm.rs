@@ -209,7 +209,7 @@ impl Helm {
         let values = self.values_files(root).map_err(refused)?;
         let helm = program(self.command.as_deref()).map_err(refused)?;
         let sandbox = Sandbox::new(!missing.is_empty())
-            .map_err(|e| refuse(format!("cannot make helm's folder: {e}")))?;
+            .map_err(ManifestError::scratch(shown, "cannot make helm's folder"))?;
         let chart = if missing.is_empty() {
             dir.to_path_buf()
         } else {
@@ -219,15 +219,17 @@ impl Helm {
                 root,
                 dir,
                 sandbox: &sandbox,
-                fail: &refuse,
+                shown,
             };
             remote.with_dependencies(&missing, max_bytes)?
         };
         let inline = match &self.values {
             Some(inline) => {
                 let file = sandbox.path.join("values.json");
-                std::fs::write(&file, inline)
-                    .map_err(|e| refuse(format!("cannot write the inline values: {e}")))?;
+                std::fs::write(&file, inline).map_err(ManifestError::scratch(
+                    shown,
+                    "cannot write the inline values",
+                ))?;
                 Some(file)
             }
             None => None,

@@ -43,7 +43,7 @@ impl Sources {
         match deepened {
             Ok(Ok(deepened)) => deepened,
             Ok(Err(e)) => {
-                tracing::warn!(app = %app.name, error = %e, "cannot fetch the repository's history");
+                tracing::warn!(app = %app.name, error = %crate::Chain(&e), "cannot fetch the repository's history");
                 false
             }
             Err(_) => false,

@@ -227,7 +227,7 @@ impl Journal<'_> {
             self.more_errors += 1;
             return;
         }
-        let mut message = e.to_string();
+        let mut message = crate::Chain(&e).to_string();
         if message.len() > MAX_ERROR_BYTES {
             let mut end = MAX_ERROR_BYTES;
             while !message.is_char_boundary(end) {

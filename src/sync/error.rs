@@ -1,10 +1,12 @@
 //! What can go wrong in a sync. Every variant carries its context (the file, the object,
 //! the app); [`SyncError::origin`] is the file a history record's error points at.
 //!
-//! A sync error's message is whole: it is what the history records, the journal logs
-//! and `berth history show` prints. So a cause is part of its variant's message (the
-//! `cause` fields), never also its `source()`, and `{e:#}` prints it once; the variants
-//! that wrap another module's error whole are `transparent` and pass its source on.
+//! A sync error is said whole — its message and its sources', [`crate::Chain`] — where
+//! the history records it, the journal logs it and `berth history show` prints it. A
+//! cause in a variant's `cause` field is part of the variant's message (through `Chain`
+//! when it has sources of its own), never also its `source()`, so `{e:#}` prints it once;
+//! the variants that wrap another module's error whole are `transparent` and pass its
+//! sources on.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,13 +22,16 @@ use crate::source::verify::VerifyError;
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
     /// The repository could not be fetched or checked out.
-    #[error("{cause}; the cluster keeps its last applied state")]
+    #[error("{}; the cluster keeps its last applied state", crate::Chain(cause))]
     Fetch {
         /// Why.
         cause: SourceError,
     },
     /// The commit is not signed by a trusted key (`[app.verify]`).
-    #[error("{cause}; nothing was rendered or written, the cluster keeps its last applied commit")]
+    #[error(
+        "{}; nothing was rendered or written, the cluster keeps its last applied commit",
+        crate::Chain(cause)
+    )]
     Verify {
         /// Why.
         cause: VerifyError,
@@ -191,10 +196,49 @@ impl SyncError {
             SyncError::Taken(e) => Some(e.origin.to_string()),
             SyncError::Phase(e) => Some(e.origin.clone()),
             SyncError::Cluster(ClusterError::UnknownKind(e)) => Some(e.origin.to_string()),
-            SyncError::Cluster(ClusterError::Object { origin, .. }) => Some(origin.clone()),
+            SyncError::Cluster(
+                ClusterError::Object { origin, .. } | ClusterError::Encode { origin, .. },
+            ) => Some(origin.clone()),
             SyncError::CrdNotEstablished { origin, .. }
             | SyncError::EngineRefused { origin, .. } => Some(origin.to_string()),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_below_a_sync_error_is_said_once_and_whole() {
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let cause = SourceError::Credential {
+            what: "password file",
+            path: "/etc/berth/git-password".into(),
+            source: Arc::new(denied),
+        };
+        let said = SyncError::Fetch { cause }.to_string();
+        assert_eq!(
+            said,
+            "cannot read password file /etc/berth/git-password: permission denied; the cluster keeps its last applied state"
+        );
+        let encode = serde_json::from_str::<u8>("x").unwrap_err();
+        let e = SyncError::Cluster(ClusterError::Encode {
+            key: Box::new(ObjectKey {
+                group: String::new(),
+                kind: "ConfigMap".into(),
+                namespace: Some("web".into()),
+                name: "settings".into(),
+            }),
+            origin: "app.yaml".into(),
+            cause: encode,
+        });
+        let said = crate::Chain(&e).to_string();
+        assert!(
+            said.starts_with("cannot encode ConfigMap web/settings (app.yaml): expected value"),
+            "{said}"
+        );
+        assert_eq!(said.matches("expected value").count(), 1, "{said}");
     }
 }

@@ -41,7 +41,7 @@ pub fn preview_offline(
             )
         }
         Err(e) => {
-            preview.errors.push(e.to_string());
+            preview.errors.push(crate::Chain(&e).to_string());
             return preview;
         }
     };
@@ -52,7 +52,7 @@ pub fn preview_offline(
             render(agent, kube_version, b, &checkout, &mut Vec::new())
         }
         Some((_, Err(e))) => {
-            preview.errors.push(e.to_string());
+            preview.errors.push(crate::Chain(&e).to_string());
             return preview;
         }
         None => {

@@ -50,11 +50,22 @@ pub(super) struct Remote<'a> {
     /// The chart's folder.
     pub dir: &'a Path,
     pub sandbox: &'a Sandbox,
-    /// The render's error, from what went wrong.
-    pub fail: &'a dyn Fn(String) -> ManifestError,
+    /// The chart's file, as errors name it.
+    pub shown: &'a str,
 }
 
 impl Remote<'_> {
+    /// The chart refused, for `message`.
+    fn refused(&self, message: String) -> ManifestError {
+        let path = self.shown.to_string();
+        ManifestError::Chart { path, message }
+    }
+
+    /// The chart's files could not be written, doing `what`.
+    fn scratch(&self, what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ManifestError {
+        ManifestError::scratch(self.shown, what)
+    }
+
     /// The chart, copied into the sandbox with the `missing` dependencies (every one from
     /// an allowed repository) added to its `charts/`: from the cache, else fetched.
     pub(super) fn with_dependencies(
@@ -67,9 +78,9 @@ impl Remote<'_> {
             root,
             dir,
             sandbox,
-            fail,
             ..
         } = *self;
+        let fail = |message| self.refused(message);
         let lock = read_confined(root, &dir.join(LOCK_FILE), MAX_RECORD).map_err(|e| {
         fail(format!(
             "{LOCK_FILE} {e}: a chart whose dependencies are downloaded commits its lock (`helm dependency update`)"
@@ -111,7 +122,8 @@ impl Remote<'_> {
         let mut budget = max_bytes;
         copy_confined(root, dir, &copy, &mut budget, helm.max_file_size, 0)
             .map_err(|e| fail(e.to_string()))?;
-        std::fs::create_dir_all(copy.join("charts")).map_err(|e| fail(e.to_string()))?;
+        std::fs::create_dir_all(copy.join("charts"))
+            .map_err(self.scratch("cannot make the chart's copy"))?;
         for archive in fetched.archives.keys() {
             if missing.iter().any(|d| {
                 archive
@@ -119,7 +131,7 @@ impl Remote<'_> {
                     .is_some_and(|v| v.starts_with('-'))
             }) {
                 std::fs::copy(cached.join(archive), copy.join("charts").join(archive))
-                    .map_err(|e| fail(format!("cannot copy {archive} from the cache: {e}")))?;
+                    .map_err(self.scratch(format!("cannot copy {archive} from the cache")))?;
             }
         }
         Ok(copy)
@@ -134,14 +146,16 @@ impl Remote<'_> {
             root,
             dir,
             sandbox,
-            fail,
+            ..
         } = *self;
+        let fail = |message| self.refused(message);
         let work = sandbox.path.join("fetch");
-        std::fs::create_dir_all(&work).map_err(|e| fail(e.to_string()))?;
+        std::fs::create_dir_all(&work).map_err(self.scratch("cannot make helm's folder"))?;
         for file in [CHART_FILE, LOCK_FILE] {
             let bytes = read_confined(root, &dir.join(file), MAX_RECORD)
                 .map_err(|e| fail(format!("{file} {e}")))?;
-            std::fs::write(work.join(file), bytes).map_err(|e| fail(e.to_string()))?;
+            std::fs::write(work.join(file), bytes)
+                .map_err(self.scratch(format!("cannot copy {file}")))?;
         }
         self.write_repositories()?;
         let tool = Tool {
@@ -185,15 +199,16 @@ impl Remote<'_> {
                     serde_json::json!({"apiVersion": "", "repositories": repositories}).to_string(),
                 )
             })
-            .map_err(|e| (self.fail)(format!("cannot write helm's repositories: {e}")))
+            .map_err(self.scratch("cannot write helm's repositories"))
     }
 
     /// The archives `helm dependency build` fetched into `charts`, each with its digest:
     /// plain names, each at most `max_file_size`.
     fn archives(&self, charts: &Path) -> Result<BTreeMap<String, String>, ManifestError> {
-        let (fail, max) = (self.fail, self.helm.max_file_size);
+        let (fail, max) = (|message| self.refused(message), self.helm.max_file_size);
         let mut archives = BTreeMap::new();
-        let entries = std::fs::read_dir(charts).map_err(|e| fail(e.to_string()))?;
+        let entries = std::fs::read_dir(charts)
+            .map_err(self.scratch("cannot read what helm dependency build fetched"))?;
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let path = entry.path();
@@ -231,10 +246,8 @@ impl Remote<'_> {
         if let Err(e) = store() {
             let _ = std::fs::remove_dir_all(&temporary);
             if verified(cached, &fetched.dependencies, self.helm.max_file_size).is_none() {
-                return Err((self.fail)(format!(
-                    "cannot keep the fetched charts in {}: {e}",
-                    cached.display()
-                )));
+                let what = format!("cannot keep the fetched charts in {}", cached.display());
+                return Err(self.scratch(what)(e));
             }
         }
         Ok(())

@@ -33,8 +33,8 @@ impl Kustomize {
         let shown_command = command.join(" ".as_ref()).to_string_lossy().into_owned();
         let mut env = vec![("PATH", std::env::var_os("PATH").unwrap_or_default())];
         // kustomize's helm may download the charts it is allowed to: on a disk then.
-        let sandbox =
-            Sandbox::new(inflates).map_err(|e| fail(format!("cannot make its folder: {e}")))?;
+        let sandbox = Sandbox::new(inflates)
+            .map_err(ManifestError::scratch(shown, "cannot make its folder"))?;
         let mut reach = sandbox.reach(root, self.allow_remote);
         if inflates {
             let helm = helm::program(self.helm.as_deref()).map_err(|e| fail(e.to_string()))?;

@@ -44,11 +44,11 @@ pub fn find(program: &str) -> Option<std::path::PathBuf> {
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
     /// It could not be started.
-    #[error("could not be started: {0}")]
-    Spawn(std::io::Error),
+    #[error("could not be started")]
+    Spawn(#[source] std::io::Error),
     /// The kernel refused the walls it would run in.
-    #[error("could not be confined: {0}")]
-    Walls(::landlock::RulesetError),
+    #[error("could not be confined")]
+    Walls(#[source] ::landlock::RulesetError),
     /// It did not finish in time (and was killed).
     #[error("did not finish within {}s (agent.render_timeout)", .0.as_secs())]
     Timeout(Duration),
@@ -107,7 +107,10 @@ impl Tool<'_> {
                 limit: self.max_bytes,
             },
             // Paths in the checkout as the repository names them.
-            e => fail(format!("{name} {e}").replace(&format!("{}/", self.dir.display()), "")),
+            e => {
+                let said = format!("{name} {}", crate::Chain(&e));
+                fail(said.replace(&format!("{}/", self.dir.display()), ""))
+            }
         })
     }
 

@@ -4,6 +4,7 @@
 //! be read is removed and cloned again once; credentials and the ssh host-key check. The
 //! per-app caches of berth before 0.2 (`state_dir/repos/<app>`) are removed on first use.
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use git2::{
     AutotagOption, CertificateCheckStatus, Cred, CredentialType, ErrorClass, FetchOptions,
@@ -77,8 +78,12 @@ pub fn fetch(
         path: source.clone(),
         message,
     };
-    crate::state::private_dir(&source).map_err(|e| cache_err(e.to_string()))?;
-    let _lock = lock(&source.join("lock")).map_err(|e| cache_err(e.to_string()))?;
+    let cache_dir = |e| SourceError::CacheDir {
+        path: source.clone(),
+        source: Arc::new(e),
+    };
+    crate::state::private_dir(&source).map_err(cache_dir)?;
+    let _lock = lock(&source.join("lock")).map_err(cache_dir)?;
     let depth = first_fetch(app, &cache);
     let (repo, oid) = match fetch_into(app, &cache, depth) {
         Err(SourceError::Cache { .. }) => {
@@ -104,7 +109,7 @@ pub fn fetch(
             commit: commit.id().to_string()[..7].to_string(),
             why,
         },
-        TreeError::Io(e) => cache_err(e.to_string()),
+        TreeError::Io(e) => cache_dir(e),
     })?;
     prune_trees(&trees);
     Ok(Checkout {
@@ -173,9 +178,9 @@ impl Depth {
 pub fn deepen(app: &AppConfig, state_dir: &Path) -> Result<bool, SourceError> {
     let source = source_dir(state_dir, &app.repo);
     let cache = source.join("git");
-    let _lock = lock(&source.join("lock")).map_err(|e| SourceError::Cache {
+    let _lock = lock(&source.join("lock")).map_err(|e| SourceError::CacheDir {
         path: source.clone(),
-        message: e.to_string(),
+        source: Arc::new(e),
     })?;
     if !Repository::open_bare(&cache).is_ok_and(|r| r.is_shallow()) {
         return Ok(false);
@@ -432,7 +437,7 @@ fn callbacks(app: &AppConfig, url: &str) -> Result<RemoteCallbacks<'static>, Sou
                 .map_err(|e| SourceError::Credential {
                     what: "password file",
                     path: path.clone(),
-                    message: e.to_string(),
+                    source: Arc::new(e),
                 })?,
         ),
         (None, Some(var)) => std::env::var(var).ok(),

@@ -10,6 +10,7 @@
 //! `commits.rs` answers questions about commits (ancestry, what paths hold); this module
 //! names the cache, its URLs and its errors.
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use git2::Repository;
 
@@ -35,7 +36,8 @@ pub enum SourceError {
     Fetch {
         /// The redacted URL.
         url: String,
-        /// What went wrong.
+        /// What went wrong: git's message with the URL redacted in it (text, not git's
+        /// error: that would carry the credentials).
         message: String,
     },
     /// The commit's tree is past a bound of what is written out (nothing was written).
@@ -65,18 +67,28 @@ pub enum SourceError {
     Cache {
         /// The cache folder.
         path: PathBuf,
-        /// What went wrong.
+        /// What git said (the remote's URL redacted in it).
         message: String,
     },
+    /// The local cache's folder, its lock or a commit's tree could not be written.
+    #[error("repository cache {} cannot be written", path.display())]
+    CacheDir {
+        /// The cache folder.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
     /// A credential file could not be read.
-    #[error("cannot read {what} {}: {message}", path.display())]
+    #[error("cannot read {what} {}", path.display())]
     Credential {
         /// Which credential.
         what: &'static str,
         /// The file.
         path: PathBuf,
         /// What the OS said.
-        message: String,
+        #[source]
+        source: Arc<std::io::Error>,
     },
 }
 

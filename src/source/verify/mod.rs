@@ -36,7 +36,7 @@ pub struct Signature {
 }
 
 /// Why a commit is refused, or the trusted keys cannot be read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum VerifyError {
     /// The commit carries no signature.
     #[error("commit {commit} is not signed; [app.verify] mode = \"head\" applies only signed commits (sign it: git commit -S)")]
@@ -82,12 +82,21 @@ pub enum VerifyError {
         /// `expired at …`, `is revoked`, `is not valid before …`.
         state: String,
     },
-    /// A trusted key file cannot be read or parsed.
+    /// A trusted key file (or the folder a pattern names) cannot be read.
+    #[error("cannot read {}", path.display())]
+    Unreadable {
+        /// The file or folder.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::sync::Arc<std::io::Error>,
+    },
+    /// A trusted key file does not parse, or holds no key.
     #[error("{}: {message}", path.display())]
     Keys {
         /// The file.
         path: PathBuf,
-        /// What is wrong.
+        /// What is wrong in it.
         message: String,
     },
 }
@@ -247,7 +256,10 @@ fn expand(pattern: &Path) -> Result<Vec<PathBuf>, VerifyError> {
         .compile_matcher();
     let dir = pattern.parent().unwrap_or(Path::new("."));
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| failed(format!("cannot read {}: {e}", dir.display())))?
+        .map_err(|e| VerifyError::Unreadable {
+            path: dir.to_path_buf(),
+            source: std::sync::Arc::new(e),
+        })?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_file() && p.file_name().is_some_and(|n| matcher.is_match(n)))
         .collect();

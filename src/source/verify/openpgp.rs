@@ -170,7 +170,10 @@ pub(super) fn openpgp_keys(path: &Path) -> Result<Vec<SignedPublicKey>, VerifyEr
         path: path.to_path_buf(),
         message,
     };
-    let bytes = std::fs::read(path).map_err(|e| failed(format!("cannot read it: {e}")))?;
+    let bytes = std::fs::read(path).map_err(|e| VerifyError::Unreadable {
+        path: path.to_path_buf(),
+        source: std::sync::Arc::new(e),
+    })?;
     let (keys, _) = SignedPublicKey::from_reader_many(&bytes[..])
         .map_err(|e| failed(format!("not an OpenPGP public key ({e})")))?;
     let mut out = Vec::new();

@@ -85,9 +85,9 @@ impl Trust {
 
 /// The entries of an `allowed_signers` file (`man ssh-keygen`, ALLOWED SIGNERS).
 pub(super) fn allowed_signers(path: &Path) -> Result<Vec<AllowedSigner>, VerifyError> {
-    let text = std::fs::read_to_string(path).map_err(|e| VerifyError::Keys {
+    let text = std::fs::read_to_string(path).map_err(|e| VerifyError::Unreadable {
         path: path.to_path_buf(),
-        message: format!("cannot read it: {e}"),
+        source: std::sync::Arc::new(e),
     })?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
