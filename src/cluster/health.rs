@@ -39,8 +39,28 @@ pub async fn has_ready_endpoints(client: &kube::Client, namespace: &str, name: &
         .await
         .ok()
         .flatten()
-        .and_then(|e| serde_json::to_value(e).ok())
-        .is_some_and(|e| routes(&e))
+        .is_some_and(|e| route(&e))
+}
+
+/// Whether Service `namespace/name`'s Endpoints route to a ready address by `until`, as
+/// a watch of them tells (a watch that fails counts as none).
+pub async fn routed_by(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    until: tokio::time::Instant,
+) -> bool {
+    let api: Api<Endpoints> = Api::namespaced(client.clone(), namespace);
+    let routed = |e: Option<&Endpoints>| e.is_some_and(route);
+    let watched = kube::runtime::wait::await_condition(api, name, routed);
+    matches!(
+        tokio::time::timeout_at(until, watched).await,
+        Ok(Ok(Some(_)))
+    )
+}
+
+fn route(endpoints: &Endpoints) -> bool {
+    serde_json::to_value(endpoints).is_ok_and(|e| routes(&e))
 }
 
 /// The line `berth status` and a sync's progress show for `health`.

@@ -28,8 +28,8 @@ pub(super) struct Waiting<'w> {
     pub ended: Option<ObjectHealth>,
     /// A Service with a selector: its endpoints are checked too.
     pub selects_pods: bool,
-    /// Where the object itself stands, by its status.
-    status: Option<Health>,
+    /// Where the object itself stands, by its status (in progress until a look).
+    status: Health,
     /// Whether its Endpoints route to a ready address, once they are watched.
     routed: Option<bool>,
 }
@@ -62,7 +62,7 @@ pub(super) fn waiting_for<'w>(
             last: None,
             ended: None,
             selects_pods: false,
-            status: None,
+            status: Health::InProgress(String::new()),
             routed: None,
         })
         .collect()
@@ -162,20 +162,16 @@ fn look(
     match seen {
         Seen::Object(Some(json)) => {
             w.selects_pods = selects_pods(m.group(), m.kind(), &json);
-            w.status = Some(health(m.group(), m.kind(), &json));
+            w.status = health(m.group(), m.kind(), &json);
         }
         Seen::Object(None) => {
-            w.status = Some(Health::InProgress("not found (deleted meanwhile?)".into()))
+            w.status = Health::InProgress("not found (deleted meanwhile?)".into())
         }
         Seen::Routed(routed) => w.routed = Some(routed),
-        Seen::Unreadable(e) => w.status = Some(Health::InProgress(format!("cannot read it: {e}"))),
+        Seen::Unreadable(e) => w.status = Health::InProgress(format!("cannot read it: {e}")),
     }
     let must_route = w.selects_pods && ctx.app.rollout.require_endpoints;
-    let now = match w
-        .status
-        .clone()
-        .unwrap_or(Health::InProgress(String::new()))
-    {
+    let now = match w.status.clone() {
         Health::Current if must_route && w.routed != Some(true) => {
             if w.routed.is_none() {
                 w.routed = Some(false);

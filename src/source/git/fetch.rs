@@ -78,10 +78,7 @@ pub fn fetch(
         path: source.clone(),
         message,
     };
-    let cache_dir = |e| SourceError::CacheDir {
-        path: source.clone(),
-        source: Arc::new(e),
-    };
+    let cache_dir = SourceError::cache_dir(&source);
     crate::state::private_dir(&source).map_err(cache_dir)?;
     let _lock = lock(&source.join("lock")).map_err(cache_dir)?;
     let depth = first_fetch(app, &cache);
@@ -178,10 +175,7 @@ impl Depth {
 pub fn deepen(app: &AppConfig, state_dir: &Path) -> Result<bool, SourceError> {
     let source = source_dir(state_dir, &app.repo);
     let cache = source.join("git");
-    let _lock = lock(&source.join("lock")).map_err(|e| SourceError::CacheDir {
-        path: source.clone(),
-        source: Arc::new(e),
-    })?;
+    let _lock = lock(&source.join("lock")).map_err(SourceError::cache_dir(&source))?;
     if !Repository::open_bare(&cache).is_ok_and(|r| r.is_shallow()) {
         return Ok(false);
     }

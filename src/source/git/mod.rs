@@ -92,6 +92,16 @@ pub enum SourceError {
     },
 }
 
+impl SourceError {
+    /// A [`SourceError::CacheDir`] of the cache at `path`.
+    pub fn cache_dir(path: &Path) -> impl Fn(std::io::Error) -> Self + Copy + '_ {
+        |e| SourceError::CacheDir {
+            path: path.to_path_buf(),
+            source: Arc::new(e),
+        }
+    }
+}
+
 /// A fetched commit and its tree.
 #[derive(Debug, Clone)]
 pub struct Checkout {

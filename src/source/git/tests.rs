@@ -125,7 +125,10 @@ fn a_failed_checkout_leaves_no_folder_behind() {
     )
     .unwrap_err();
     let said = crate::Chain(&e).to_string();
-    assert!(said.contains("cannot be written: File name too long"), "{said}");
+    assert!(
+        said.contains("cannot be written: File name too long"),
+        "{said}"
+    );
     let trees = source_dir(state.path(), &o.path().display().to_string()).join("trees");
     let left: Vec<_> = std::fs::read_dir(&trees)
         .map(|d| d.flatten().map(|e| e.file_name()).collect())

@@ -6,12 +6,12 @@
 //! inventory keeps the previous commit and the entries those objects had before, so every
 //! next sync of that commit applies them and waits again.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 
-use crate::cluster::health::has_ready_endpoints;
+use crate::cluster::health::{has_ready_endpoints, routed_by};
 use crate::health::waits_for;
 use crate::manifest::ObjectKey;
 use crate::plan::Inventory;
@@ -23,9 +23,6 @@ use crate::sync::write::Write;
 
 /// How long a Service may take to get endpoints before the warning.
 const ENDPOINTS_GRACE: Duration = Duration::from_secs(5);
-
-/// How often, within that grace, its Endpoints are read again.
-const GRACE_POLL: Duration = Duration::from_millis(500);
 
 /// Waits until every object waited for is ready, one fails, or the timeout passes. The
 /// objects that were not ready keep their entries in `next` from `old`, so that every next
@@ -129,17 +126,19 @@ async fn selects_ready_pod(ctx: &Ctx<'_>, ns: &str, service: &crate::manifest::M
 /// seconds (the endpoints controller's moment to catch up) is a warning — its pods may
 /// be elsewhere, or scaled to zero on purpose.
 async fn warn_without_endpoints(ctx: &Ctx<'_>, waiting: &[Waiting<'_>]) {
-    let grace = Instant::now() + ENDPOINTS_GRACE;
+    let grace = tokio::time::Instant::now() + ENDPOINTS_GRACE;
     for w in waiting.iter().filter(|w| w.selects_pods) {
         let m = &w.write.target.manifest;
         let ns = m.namespace_or_default();
-        let mut routed = has_ready_endpoints(&ctx.cluster.client, ns, m.name()).await;
-        // The grace is for the endpoints controller to catch up with ready pods; with
-        // none selected (e.g. scaled to zero) there is nothing to wait for.
-        let expected = !routed && selects_ready_pod(ctx, ns, &w.write.target.manifest).await;
-        while expected && !routed && Instant::now() < grace && ctx.interrupted().is_ok() {
-            tokio::time::sleep(GRACE_POLL).await;
-            routed = has_ready_endpoints(&ctx.cluster.client, ns, m.name()).await;
+        let client = &ctx.cluster.client;
+        let mut routed = has_ready_endpoints(client, ns, m.name()).await;
+        // The grace is for the endpoints controller to catch up with ready pods, watched;
+        // with none selected (e.g. scaled to zero) there is nothing to wait for.
+        if !routed && selects_ready_pod(ctx, ns, &w.write.target.manifest).await {
+            routed = tokio::select! {
+                routed = routed_by(client, ns, m.name(), grace) => routed,
+                () = crate::shutdown::asked(ctx.shutdown.clone()) => false,
+            };
         }
         if !routed {
             ctx.tell(Level::Warn, &format!(

@@ -6,7 +6,7 @@
 //! `berth.dev/hook-id`, which is how "delete before the next run" finds the last one, even
 //! one named by `generateName`.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams, PropagationPolicy};
 use kube::runtime::wait::{await_condition, conditions::is_deleted};
@@ -382,10 +382,16 @@ async fn delete_earlier(
             Err(e) => return Err(e),
         }
         if keep == 0 {
-            // Gone before the new run is made under its name: as a watch tells.
+            // Gone before the new run is made under its name: as a watch tells (watched
+            // again, a moment later, when the watch fails; the deadline ends the wait).
             let uid = old.metadata.uid.unwrap_or_default();
-            let gone = await_condition(api.clone(), &name, is_deleted(&uid));
-            let _ = tokio::time::timeout_at(deadline, gone).await;
+            loop {
+                let gone = await_condition(api.clone(), &name, is_deleted(&uid));
+                match tokio::time::timeout_at(deadline, gone).await {
+                    Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(500)).await,
+                    Ok(Ok(_)) | Err(_) => break,
+                }
+            }
         }
     }
     Ok(())
