@@ -215,6 +215,19 @@ pub enum ManifestError {
         /// What was refused (a dependency, a values file) or what helm said.
         message: String,
     },
+    /// A tool (kustomize, helm) could not run, or failed: its stderr in the cause, with the
+    /// checkout's paths made relative (and a decrypted value masked).
+    #[error("{path}: {tool} {cause}{}", hint.map(|h| format!("; {h}")).unwrap_or_default())]
+    Tool {
+        /// The kustomization or chart file rendered, repository-relative.
+        path: String,
+        /// The command (`helm template`).
+        tool: String,
+        /// What went wrong (part of the message).
+        cause: crate::manifest::tool::ToolError,
+        /// What to do, when berth knows.
+        hint: Option<&'static str>,
+    },
     /// A render's own files (its sandbox, a chart's working copy) could not be written.
     #[error("{path}: {what}: {cause}")]
     Scratch {
@@ -345,6 +358,7 @@ impl ManifestError {
             | ManifestError::Kustomization { path, .. }
             | ManifestError::Chart { path, .. }
             | ManifestError::Scratch { path, .. }
+            | ManifestError::Tool { path, .. }
             | ManifestError::Encrypted { path, .. }
             | ManifestError::NoObjects { path, .. } => Some(path.clone()),
             ManifestError::NotAManifest { cause, .. } => cause.origin(),

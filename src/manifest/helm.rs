@@ -249,7 +249,7 @@ impl Helm {
             memory: self.memory,
             reach: sandbox.reach(root, false),
         };
-        tool.render("helm template", shown, refuse)
+        tool.render("helm template", shown)
     }
 
     /// `helm template`'s command line for `chart`, with `values` files.

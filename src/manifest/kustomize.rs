@@ -169,9 +169,16 @@ impl Kustomize {
                 inflates,
             )
             .map_err(|e| match e {
-                ManifestError::Kustomization { path, message } => ManifestError::Kustomization {
+                ManifestError::Tool {
                     path,
-                    message: copy.redact(message),
+                    tool,
+                    cause,
+                    hint,
+                } => ManifestError::Tool {
+                    path,
+                    tool,
+                    cause: cause.map_stderr(|stderr| copy.redact(stderr)),
+                    hint,
                 },
                 e => e,
             })?;

@@ -172,7 +172,7 @@ impl Remote<'_> {
             memory: helm.memory,
             reach: sandbox.reach(&sandbox.path, true),
         };
-        tool.render("helm dependency build", CHART_FILE, fail)?;
+        tool.render("helm dependency build", self.shown)?;
         let fetched = Fetched {
             dependencies: wanted,
             archives: self.archives(&work.join("charts"))?,

@@ -8,7 +8,7 @@ use std::path::Path;
 use super::Kustomize;
 use crate::manifest::error::ManifestError;
 use crate::manifest::helm::{self, Sandbox};
-use crate::manifest::tool::Tool;
+use crate::manifest::tool::{Tool, ToolError};
 
 /// Where kustomize's HTTP requests go when remote resources are not allowed: the discard
 /// port on loopback, where nothing listens.
@@ -65,12 +65,19 @@ impl Kustomize {
             memory: self.memory,
             reach,
         };
-        let output = tool.render(&shown_command, shown, |message| {
-            fail(if message.contains("version -c --short") {
-                format!("{message}; kustomize before 5.8.1 inflates charts with helm 3 only: set [agent] kustomize to a newer kustomize, or [agent] helm to a helm 3")
-            } else {
-                message
-            })
+        let output = tool.render(&shown_command, shown).map_err(|e| match e {
+            ManifestError::Tool {
+                path,
+                tool,
+                cause: cause @ ToolError::Failed(..),
+                hint: None,
+            } if cause.to_string().contains("version -c --short") => ManifestError::Tool {
+                path,
+                tool,
+                cause,
+                hint: Some("kustomize before 5.8.1 inflates charts with helm 3 only: set [agent] kustomize to a newer kustomize, or [agent] helm to a helm 3"),
+            },
+            e => e,
         });
         drop(sandbox);
         output

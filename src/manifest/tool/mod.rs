@@ -44,11 +44,11 @@ pub fn find(program: &str) -> Option<std::path::PathBuf> {
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
     /// It could not be started.
-    #[error("could not be started")]
-    Spawn(#[source] std::io::Error),
+    #[error("could not be started: {0}")]
+    Spawn(std::io::Error),
     /// The kernel refused the walls it would run in.
-    #[error("could not be confined")]
-    Walls(#[source] ::landlock::RulesetError),
+    #[error("could not be confined: {0}")]
+    Walls(::landlock::RulesetError),
     /// It did not finish in time (and was killed).
     #[error("did not finish within {}s (agent.render_timeout)", .0.as_secs())]
     Timeout(Duration),
@@ -67,6 +67,16 @@ pub enum ToolError {
     /// Something else killed it (the kernel's out-of-memory killer, an operator).
     #[error("was killed (SIGKILL) after {}s of CPU time, neither by berth nor at its limits (the system's out-of-memory killer?)", .0.as_secs())]
     Killed(Duration),
+}
+
+impl ToolError {
+    /// The same error, what the tool said on stderr passed through `f`.
+    pub fn map_stderr(self, f: impl FnOnce(String) -> String) -> Self {
+        match self {
+            ToolError::Failed(status, stderr) => ToolError::Failed(status, f(stderr)),
+            e => e,
+        }
+    }
 }
 
 /// One run of a tool.
@@ -88,29 +98,26 @@ pub struct Tool<'a> {
 }
 
 impl Tool<'_> {
-    /// Runs it to render `shown` (the kustomization or chart file, as errors name it):
-    /// its stdout, or `fail(what went wrong)` — `name` could not run, timed out, or
+    /// Runs it as `name` to render `shown` (the kustomization or chart file, as errors
+    /// name it): its stdout, or [`ManifestError::Tool`] — it could not run, timed out, or
     /// failed with its stderr (the repository root's paths made relative) — or
     /// [`ManifestError::AppTooLarge`] past the bound.
     ///
     /// # Errors
     /// As said.
-    pub fn render(
-        &self,
-        name: &str,
-        shown: &str,
-        fail: impl Fn(String) -> ManifestError,
-    ) -> Result<Vec<u8>, ManifestError> {
+    pub fn render(&self, name: &str, shown: &str) -> Result<Vec<u8>, ManifestError> {
         self.run().map_err(|e| match e {
             ToolError::TooLarge => ManifestError::AppTooLarge {
                 path: shown.to_string(),
                 limit: self.max_bytes,
             },
-            // Paths in the checkout as the repository names them.
-            e => {
-                let said = format!("{name} {}", crate::Chain(&e));
-                fail(said.replace(&format!("{}/", self.dir.display()), ""))
-            }
+            e => ManifestError::Tool {
+                path: shown.to_string(),
+                tool: name.to_string(),
+                // Paths in the checkout as the repository names them.
+                cause: e.map_stderr(|t| t.replace(&format!("{}/", self.dir.display()), "")),
+                hint: None,
+            },
         })
     }
 
@@ -424,13 +431,7 @@ mod tests {
             "-e".into(),
             "$x = 'a' x 400_000_000".into(),
         ];
-        let e = t
-            .render("perl", "x.yaml", |m| ManifestError::Chart {
-                path: "x.yaml".into(),
-                message: m,
-            })
-            .unwrap_err()
-            .to_string();
+        let e = t.render("perl", "x.yaml").unwrap_err().to_string();
         assert!(e.contains("perl exceeded its memory limit (256MiB)"), "{e}");
     }
 }
