@@ -65,7 +65,9 @@ pub(super) async fn app_loop(
             return;
         };
         inbox.heart.busy(false);
-        shared.drift.follow(&syncer, &app, &record).await;
+        // Boxed: its requests' state lives only while they run, not in every idle app's
+        // task.
+        Box::pin(shared.drift.follow(&syncer, &app, &record)).await;
         let outage = failed_by_outage(&record, reach, outages);
         let delay = next_sync_in(&record, outage.is_some(), interval, jitter, &mut failures);
         synced(&shared, &app.name, &record, delay);
