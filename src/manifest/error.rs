@@ -224,7 +224,7 @@ pub enum ManifestError {
         /// The command (`helm template`).
         tool: String,
         /// What went wrong (part of the message).
-        cause: crate::manifest::tool::ToolError,
+        cause: crate::manifest::tool::error::ToolError,
         /// What to do, when berth knows.
         hint: Option<&'static str>,
     },
