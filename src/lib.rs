@@ -98,6 +98,7 @@ pub mod source;
 pub mod state;
 pub mod suspend;
 pub mod sync;
+pub mod versions;
 
 /// `1 object`, `2 objects`: counts in messages read as English.
 pub fn plural(n: usize, noun: &str) -> String {

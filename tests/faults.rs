@@ -560,7 +560,11 @@ impl Lab {
                 self.repo.git(&["branch", "-q", "-M", "main"]);
                 // Refused (a replay could be an attack), and nothing written...
                 let (code, out) = self.sync();
-                if code == 0 || !out.contains("refusing to apply it over the newer commit") {
+                if code == 0
+                    || !out.contains(
+                        "refusing to apply it (a force-push could replay any older commit)",
+                    )
+                {
                     return Err(format!("a force-push was not refused: exit {code}: {out}"));
                 }
                 self.holds(g - 1, &before)

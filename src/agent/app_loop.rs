@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 
 use super::{Heartbeat, Registry, Shared, DEBOUNCE, TICK};
 use crate::cluster::resilient::Reach;
-use crate::config::AppConfig;
+use crate::config::{AppConfig, SourceRef};
 use crate::history::{Outcome, SyncRecord, Trigger};
 use crate::shutdown::{stopped, Signal};
 use crate::source::git;
@@ -342,7 +342,8 @@ fn drop_stale_commits(
     triggers: &mut mpsc::Receiver<Trigger>,
 ) -> Option<Trigger> {
     let synced = record.commit.as_ref()?.sha.as_str();
-    if triggers.is_empty() || git::local_tip(app).as_deref() != Some(synced) {
+    let tip = matches!(app.source(), SourceRef::Git(_)).then(|| git::local_tip(app));
+    if triggers.is_empty() || tip.flatten().as_deref() != Some(synced) {
         return None;
     }
     let mut wanted = None;

@@ -14,7 +14,7 @@ use crate::fleet::{self, Changes, Role};
 use crate::history::Trigger;
 use crate::rollout::engine::{supervise, Engine};
 use crate::shutdown::{self};
-use crate::source::{git, watch as repo_watch};
+use crate::source::watch as repo_watch;
 use crate::sync::Syncer;
 
 pub(super) struct Agent {
@@ -106,10 +106,10 @@ impl Agent {
 
     pub(super) fn start(&mut self, app: AppConfig) {
         let (trigger, triggers) = mpsc::channel(4);
-        if let Some(path) = git::local_path(&app.repo) {
+        if let Some(path) = crate::source::local_repository(&app) {
             self.subscribe(&app.name, path, trigger.clone());
         }
-        let (secret, repo) = (webhook_secret(&app), git::remote_url(&app.repo));
+        let (secret, repo) = (webhook_secret(&app), crate::source::push_key(&app));
         let heart = self.shared.registry.enter(&app.name, trigger, secret, repo);
         let (stop, stopping) = shutdown::channel();
         let mut tasks = Vec::new();

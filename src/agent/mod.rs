@@ -119,7 +119,8 @@ struct Shared {
     metrics: Arc<Metrics>,
     /// The running apps and set loops.
     registry: Arc<Registry>,
-    /// With `[agent] status_page`: the page, told where each app is.
+    /// With `[agent] status_page`: the page (given the new syncer on a reload; where each
+    /// app is, the registry tells it).
     page: Option<Arc<StatusPage>>,
     /// With `[agent] sharding`: this host's identity, for the membership and the apps'
     /// Leases.

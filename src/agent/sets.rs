@@ -16,7 +16,6 @@ use crate::config::{AppConfig, AppSetConfig, Config};
 use crate::fleet::{self, Listing, Transition};
 use crate::history::Trigger;
 use crate::shutdown::{self, stopped, Signal};
-use crate::source::git;
 use crate::source::shared::INTERVAL_SHARE;
 
 /// Each set of `config` as it listed last (its loop lists it again at once).
@@ -43,11 +42,11 @@ impl Agent {
             if let Some(sample) = set.sample(&config.cluster).ok().flatten() {
                 // A webhook of any app of the repository lists the set too (the set
                 // has no webhook of its own).
-                let repo = git::remote_url(&sample.repo);
+                let repo = crate::source::push_key(&sample);
                 self.shared
                     .registry
                     .enter_set(&set.name, trigger.clone(), repo);
-                if let Some(path) = git::local_path(&sample.repo) {
+                if let Some(path) = crate::source::local_repository(&sample) {
                     self.subscribe(&key, path, trigger);
                 }
             }

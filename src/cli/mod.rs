@@ -60,8 +60,7 @@ pub async fn with_sets(
     revision: Option<&str>,
 ) -> (berth::config::Config, Vec<berth::fleet::Listing>) {
     use berth::fleet;
-    let limits = berth::source::git::TreeLimits::of(&file.agent);
-    let sources = berth::source::shared::Sources::new(file.agent.state_dir.clone(), limits);
+    let sources = berth::source::shared::Sources::of(&file.agent);
     let since = std::time::Instant::now();
     let mut listings = Vec::new();
     for set in &file.app_sets {

@@ -285,7 +285,7 @@ fn print_tables(statuses: &[AppStatus], config: &config::Config, wide: bool) {
 /// last sync ended), how long ago, and why it is not synced.
 fn app_row(s: &AppStatus, now: jiff::Timestamp, wide: bool) -> [String; 7] {
     let age = |t: jiff::Timestamp| short_age(now.duration_since(t).try_into().unwrap_or_default());
-    let short = |sha: &str| sha[..sha.len().min(7)].to_string();
+    let short = |sha: &str| berth::source::short(sha).to_string();
     let last = s.last.as_ref();
     let outcome = match (&s.syncing, last) {
         // What runs now, not the last record: that commit may be the one being replaced.

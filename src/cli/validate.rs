@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use berth::config::{self, AppConfig, AppSetConfig, Config, GitRef};
+use berth::config::{self, AppConfig, AppSetConfig, Config, GitRef, SourceRef};
 use berth::manifest::helm::{chart_in, Helm};
 use berth::manifest::{Builder, BuiltinScopes, Manifest};
 use berth::notifications;
@@ -164,7 +164,11 @@ fn source_of(
     who: &str,
     dir: Option<&PathBuf>,
 ) -> Option<(PathBuf, String)> {
-    if let (None, Some(path)) = (dir, git::local_path(&app.repo)) {
+    let local = match app.source() {
+        SourceRef::Git(repo) => git::local_path(repo),
+        _ => None,
+    };
+    if let (None, Some(path)) = (dir, local) {
         if !path.exists() {
             println!("{who}: repository path {} does not exist", path.display());
             return None;
@@ -172,11 +176,7 @@ fn source_of(
     }
     match dir {
         Some(dir) => Some((dir.clone(), dir.display().to_string())),
-        None => match git::fetch(
-            app,
-            &config.agent.state_dir,
-            git::TreeLimits::of(&config.agent),
-        ) {
+        None => match berth::source::fetch_now(app, &config.agent) {
             Ok(checkout) => {
                 let shown = format!("{} at {}", what(app), checkout.commit.short());
                 Some((checkout.dir, shown))
@@ -237,8 +237,11 @@ fn receivers(config: &Config) -> bool {
     ok
 }
 
-/// The ref the app follows, as a sync names it.
+/// The ref the app follows (or the registry source), as a sync names it.
 fn what(app: &AppConfig) -> String {
+    if !matches!(app.source(), SourceRef::Git(_)) {
+        return app.origin();
+    }
     match app.git_ref() {
         GitRef::DefaultBranch => "the default branch".into(),
         GitRef::Branch(b) => format!("branch {b}"),

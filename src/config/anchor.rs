@@ -63,6 +63,9 @@ impl Config {
         for app in &mut self.apps {
             app.webhook_secret_file.iter_mut().for_each(at);
             app.verify.ssh_allowed_signers.iter_mut().for_each(at);
+            app.verify.cosign_keys.iter_mut().for_each(at);
+            app.registry.credentials.iter_mut().for_each(at);
+            app.registry.ca_file.iter_mut().for_each(at);
             let auth = &mut app.auth;
             for file in [
                 &mut auth.password_file,

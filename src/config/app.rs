@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::credentials;
+use super::registry::{ChartSource, OciSource, RegistryConfig, SourceRef};
 use super::values::{duration, one_or_many};
 use super::Globs;
 
@@ -15,8 +16,17 @@ use super::Globs;
 pub struct AppConfig {
     /// The app's name: a DNS label, used in labels and the inventory's name.
     pub name: String,
-    /// `https://…`, `ssh://…`, `git@host:path`, `file://…` or a local path.
+    /// `https://…`, `ssh://…`, `git@host:path`, `file://…` or a local path (empty when
+    /// the app reads a registry: `chart` or `oci`).
+    #[serde(default)]
     pub repo: String,
+    /// A chart from a Helm repository or an OCI registry, instead of `repo`.
+    pub chart: Option<ChartSource>,
+    /// An OCI artifact of manifests, instead of `repo`.
+    pub oci: Option<OciSource>,
+    /// How `chart`'s or `oci`'s registry is reached.
+    #[serde(default)]
+    pub registry: RegistryConfig,
     /// Follow this branch (the remote's default branch when no ref is given).
     pub branch: Option<String>,
     /// Follow this tag.
@@ -188,6 +198,10 @@ pub struct VerifyConfig {
     /// SSH signing keys in git's `allowed_signers` format (`gpg.ssh.allowedSignersFile`).
     #[serde(default, deserialize_with = "credentials::file")]
     pub ssh_allowed_signers: Option<PathBuf>,
+    /// For `chart` from OCI and `oci`: artifacts must carry a cosign signature by one of
+    /// these public keys (PEM files, or `credential:NAME`).
+    #[serde(default, deserialize_with = "credentials::files")]
+    pub cosign_keys: Vec<PathBuf>,
 }
 
 /// `[app.decrypt]`: the keys that open SOPS-encrypted files, read at every render (a key
@@ -265,21 +279,38 @@ pub enum GitRef<'a> {
     Commit(&'a str),
 }
 
-/// A revision that names nothing git would take.
+/// A revision that names nothing the app's source would take.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("--revision {0:?} is not a commit, branch or tag name")]
-pub struct RevisionError(pub String);
+#[error("--revision {0:?} is not a {1}")]
+pub struct RevisionError(pub String, pub &'static str);
 
 impl AppConfig {
     /// The app as it would be at another revision of its repository, for `berth plan
     /// --revision`: a full commit SHA, `tags/NAME` (or `refs/tags/NAME`), or a branch
     /// (`refs/heads/NAME` or the bare name). Such a revision need not descend from the
-    /// commit applied last (a branch forked before it): that is what is planned.
+    /// commit applied last (a branch forked before it): that is what is planned. A registry
+    /// source takes a version or range (an OCI artifact also a tag), a digest, or a
+    /// revision a sync recorded (`1.2.0@sha256:…`).
     ///
     /// # Errors
     /// A revision that names nothing git would take (empty, starting with `-`, holding
-    /// `..`, a space or a control character).
+    /// `..`, a space or a control character); for a chart, no version, range or digest.
     pub fn at_revision(&self, revision: &str) -> Result<AppConfig, RevisionError> {
+        let mut app = self.clone();
+        if app.at_version(revision) {
+            let valid = match app.source() {
+                SourceRef::Chart(c) => {
+                    (c.is_oci() && super::is_digest(&c.version))
+                        || crate::versions::Range::parse(&c.version).is_ok()
+                }
+                _ => !revision.trim().is_empty(),
+            };
+            if !valid {
+                let what = "version, range or digest of the app's chart";
+                return Err(RevisionError(revision.to_string(), what));
+            }
+            return Ok(app);
+        }
         let bad = revision.is_empty()
             || revision.starts_with('-')
             || revision.contains("..")
@@ -287,9 +318,11 @@ impl AppConfig {
                 .chars()
                 .any(|c| c.is_whitespace() || c.is_control());
         if bad {
-            return Err(RevisionError(revision.to_string()));
+            return Err(RevisionError(
+                revision.to_string(),
+                "commit, branch or tag name",
+            ));
         }
-        let mut app = self.clone();
         (app.branch, app.tag, app.commit) = (None, None, None);
         if super::validate::is_full_sha(revision) {
             app.commit = Some(revision.to_ascii_lowercase());
@@ -304,6 +337,51 @@ impl AppConfig {
         }
         app.allow_rewind = true;
         Ok(app)
+    }
+
+    /// For a registry source, moves it to `revision`: a revision a sync recorded
+    /// (`1.2.0@sha256:…`, pinned: for a Helm repository's chart, that version exactly), a
+    /// digest, or a version or range; whether it is one (`false` for git).
+    fn at_version(&mut self, revision: &str) -> bool {
+        let (version, digest) = match revision.split_once('@') {
+            Some((v, d)) if super::is_digest(d) => (v, Some(d)),
+            _ if super::is_digest(revision) => ("", Some(revision)),
+            _ => (revision, None),
+        };
+        if let Some(chart) = &mut self.chart {
+            chart.version = match (digest, chart.is_oci(), version) {
+                (Some(d), true, _) => d.to_string(),
+                (Some(_), false, v) => format!("={v}"),
+                (None, _, v) => v.to_string(),
+            };
+            return true;
+        }
+        let Some(oci) = &mut self.oci else {
+            return false;
+        };
+        (oci.version, oci.tag, oci.digest) = match digest {
+            Some(d) => (None, None, Some(d.to_string())),
+            // A version or range; else a tag.
+            None if crate::versions::Range::parse(version).is_ok() => {
+                (Some(version.to_string()), None, None)
+            }
+            None => (None, Some(version.to_string()), None),
+        };
+        true
+    }
+
+    /// The source as people read it ([`SourceRef::origin`]).
+    pub fn origin(&self) -> String {
+        self.source().origin()
+    }
+
+    /// Where its manifests come from: `chart`, else `oci`, else `repo`.
+    pub fn source(&self) -> SourceRef<'_> {
+        match (&self.chart, &self.oci) {
+            (Some(chart), _) => SourceRef::Chart(chart),
+            (None, Some(oci)) => SourceRef::Oci(oci),
+            (None, None) => SourceRef::Git(&self.repo),
+        }
     }
 
     /// The ref this app follows.

@@ -17,6 +17,7 @@ mod error;
 mod globs;
 mod notify;
 pub mod order;
+mod registry;
 mod validate;
 mod values;
 
@@ -31,6 +32,9 @@ pub use error::{io_message, ConfigError, Problem};
 use error::{toml_error, unknown_field};
 pub use globs::{compile_globs, Globs};
 pub use notify::{NotifyConfig, NotifyEvent, NotifyFormat};
+pub use registry::{
+    is_digest, split_oci, ChartSource, OciPick, OciSource, RegistryConfig, SourceRef,
+};
 pub use validate::{
     check_generated, check_notify_url, check_repo_path, is_dns_label, is_kube_version, ValueError,
 };
@@ -381,9 +385,9 @@ repo = "https://example.com/guestbook.git"
 
     #[test]
     fn missing_required_key() {
-        let e = parse_err("[[app]]\nname = \"x\"\n");
+        let e = parse_err("[[app]]\nrepo = \"x\"\n");
         assert!(
-            e.contains("app[0]") && e.contains("missing field `repo`"),
+            e.contains("app[0]") && e.contains("missing field `name`"),
             "{e}"
         );
     }

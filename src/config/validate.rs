@@ -6,6 +6,7 @@ use std::path::{Component, Path};
 use std::time::Duration;
 
 mod clusters;
+mod registry;
 mod sets;
 
 pub use sets::check_generated;
@@ -78,6 +79,7 @@ fn one_app(
     app_identity(app, key, problems);
     app_scope(app, key, problems);
     app_source(app, key, problems);
+    registry::app_registry(app, key, problems);
     app_files(app, key, problems);
     app_decrypt(app, key, problems);
     if app.rollout.timeout.is_zero() {
@@ -271,9 +273,6 @@ fn app_identity(app: &AppConfig, key: &dyn Fn(&str) -> String, problems: &mut Pr
 
 /// An app's repository, ref and credentials.
 fn app_source(app: &AppConfig, key: &dyn Fn(&str) -> String, problems: &mut Problems) {
-    if app.repo.trim().is_empty() {
-        problems.add(key("repo"), "must not be empty");
-    }
     let refs = [&app.branch, &app.tag, &app.commit];
     if refs.iter().filter(|r| r.is_some()).count() > 1 {
         problems.add(key("branch"), "give at most one of branch, tag and commit");

@@ -14,7 +14,7 @@ use crate::config::{
     check_generated, AppConfig, AppSetConfig, Config, Problem as Invalid, Refused, SetError,
 };
 use crate::source::folders::{self, FolderError};
-use crate::source::git::{self, SourceError};
+use crate::source::git::SourceError;
 use crate::source::shared::Sources;
 
 /// One folder a set's apps are made from.
@@ -200,7 +200,7 @@ async fn list_commit(
         .await
         .map_err(ListError::Task)??;
     let sha = &checkout.commit.sha;
-    let trees = git::tree_ids(&checkout.source, sha, &paths)
+    let trees = crate::source::folder_ids(&checkout, &paths)
         .ok_or_else(|| ListError::Commit(checkout.commit.short().to_string()))?;
     Ok(Listed {
         commit: sha.clone(),

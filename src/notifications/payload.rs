@@ -41,7 +41,7 @@ fn document(m: &Message, link: Option<String>) -> Value {
         "cluster": m.cluster,
         "outcome": m.outcome.as_str(),
         "commit": m.commit.as_ref().map(|(sha, subject, author)| json!({
-            "sha": sha, "short": &sha[..sha.len().min(7)], "subject": subject, "author": author,
+            "sha": sha, "short": crate::source::short(sha), "subject": subject, "author": author,
         })),
         "errors": m.errors,
         "rollouts": m.rollouts,
@@ -57,7 +57,7 @@ fn headline(m: &Message) -> String {
     let commit = m
         .commit
         .as_ref()
-        .map(|(sha, subject, _)| format!(" at commit {} {subject:?}", &sha[..sha.len().min(7)]))
+        .map(|(sha, subject, _)| format!(" at commit {} {subject:?}", crate::source::short(sha)))
         .unwrap_or_default();
     let what = match m.event {
         NotifyEvent::SyncFailed => "sync failed",

@@ -164,7 +164,7 @@ impl HealthSummary {
 impl AppState {
     fn new(app: &AppConfig) -> Self {
         AppState {
-            repo: crate::source::git::redact_url(&app.repo),
+            repo: crate::source::git::redact_url(&app.origin()),
             path: app.path.join(","),
             cluster: app.cluster.clone().unwrap_or_else(|| "default".into()),
             set: app.set.clone(),

@@ -64,7 +64,7 @@ pub struct AppOrigin {
     pub folder: Option<String>,
     /// Its cluster.
     pub cluster: String,
-    /// Its repository.
+    /// Its repository (or registry source: [`crate::config::AppConfig::origin`]).
     pub repo: String,
 }
 

@@ -25,7 +25,7 @@ pub fn message(deployment: &str, from: Option<i64>, to: i64, commit: Option<&str
         .map(|r| format!(" from revision {r}"))
         .unwrap_or_default();
     let commit = commit
-        .map(|c| format!(" (commit {})", &c[..c.len().min(7)]))
+        .map(|c| format!(" (commit {})", crate::source::short(c)))
         .unwrap_or_default();
     format!("rolled back Deployment {deployment}{from} to {to}{commit}")
 }

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::git::{self, Checkout, SourceError};
-use crate::config::AppConfig;
+use super::registry::{self, archive::ArchiveLimits};
+use crate::config::{AgentConfig, AppConfig, SourceRef};
 
 /// A sync started by its interval takes a fetch started this long before it asked, so
 /// apps whose intervals fall close together share one fetch too.
@@ -21,15 +22,18 @@ type Last = Option<(Instant, Result<Checkout, SourceError>)>;
 pub struct Sources {
     state_dir: PathBuf,
     limits: git::TreeLimits,
+    archives: ArchiveLimits,
     last: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Last>>>>,
 }
 
 impl Sources {
-    /// No fetch yet; caches under `state_dir`, commits written out within `limits`.
-    pub fn new(state_dir: PathBuf, limits: git::TreeLimits) -> Self {
+    /// No fetch yet; caches under the agent's `state_dir`, commits and archives written
+    /// out within its bounds.
+    pub fn of(agent: &AgentConfig) -> Self {
         Sources {
-            state_dir,
-            limits,
+            state_dir: agent.state_dir.clone(),
+            limits: git::TreeLimits::of(agent),
+            archives: ArchiveLimits::of(agent),
             last: Mutex::new(HashMap::new()),
         }
     }
@@ -38,6 +42,9 @@ impl Sources {
     /// alone), for a step that needs an older commit; whether it did. A failure is
     /// logged: the caller goes on with what it has.
     pub async fn deepen(&self, app: &AppConfig) -> bool {
+        if !matches!(app.source(), SourceRef::Git(_)) {
+            return false;
+        }
         let (owned, state_dir) = (app.clone(), self.state_dir.clone());
         let deepened = tokio::task::spawn_blocking(move || git::deepen(&owned, &state_dir)).await;
         match deepened {
@@ -56,12 +63,21 @@ impl Sources {
     /// # Errors
     /// The fetch's [`SourceError`] (shared as well).
     pub async fn fetch(&self, app: &AppConfig, since: Instant) -> Result<Checkout, SourceError> {
-        let key = format!(
-            "{}\n{:?}\n{:?}",
-            git::remote_url(&app.repo),
-            app.git_ref(),
-            app.auth
-        );
+        let key = match app.source() {
+            SourceRef::Git(repo) => format!(
+                "{}\n{:?}\n{:?}",
+                git::remote_url(repo),
+                app.git_ref(),
+                app.auth
+            ),
+            _ => format!(
+                "{}\n{:?}\n{:?}\n{:?}",
+                app.origin(),
+                app.source(),
+                app.registry,
+                app.verify.cosign_keys
+            ),
+        };
         let slot = self
             .last
             .lock()
@@ -76,12 +92,21 @@ impl Sources {
             }
         }
         let started = Instant::now();
+        let result = match app.source() {
+            SourceRef::Git(_) => self.fetch_git(app).await,
+            _ => registry::fetch(registry::Wanted::of(app), &self.state_dir, self.archives)
+                .await
+                .map_err(SourceError::from),
+        };
+        *last = Some((started, result.clone()));
+        result
+    }
+
+    async fn fetch_git(&self, app: &AppConfig) -> Result<Checkout, SourceError> {
         let (app, state_dir) = (app.clone(), self.state_dir.clone());
         let limits = self.limits;
         // The fetch and the tree it writes out (a commit's files) are a batch job.
         let fetch = move || git::fetch(&app, &state_dir, limits);
-        let result = crate::blocking::in_background("berth-fetch", fetch).await;
-        *last = Some((started, result.clone()));
-        result
+        crate::blocking::in_background("berth-fetch", fetch).await
     }
 }

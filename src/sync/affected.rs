@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use super::syncer::Syncer;
 use crate::config::AppConfig;
-use crate::source::git;
 
 impl Syncer {
     /// A note when `at` (the app at the revision to plan) changes none of the paths
@@ -21,7 +20,7 @@ impl Syncer {
         }
         let last = self.inputs.get(app)?;
         let checkout = self.sources.fetch(at, Instant::now()).await.ok()?;
-        let digest = git::paths_digest(&checkout.source, &checkout.commit.sha, &last.paths)?;
+        let digest = crate::source::paths_digest(&checkout, &last.paths)?;
         if digest != last.digest {
             return None;
         }

@@ -126,7 +126,7 @@ impl<'a> Ctx<'a> {
             set: app.set.clone(),
             folder: app.folder.clone(),
             cluster: self.cluster.name.clone(),
-            repo: app.repo.clone(),
+            repo: app.origin(),
         }
     }
 

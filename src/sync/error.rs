@@ -56,13 +56,16 @@ pub enum SyncError {
     /// A request to the cluster failed, or the cluster refused an object.
     #[error(transparent)]
     Cluster(#[from] ClusterError),
-    /// The branch or tag moved to a commit that does not descend from the last applied one.
-    #[error("{note}: refusing to apply it over the newer commit (a force-push could replay any older commit); nothing was written. If this is meant, run `berth sync --accept-rewind {app}` once, or set allow_rewind = true")]
+    /// The branch or tag moved to a commit that does not descend from the last applied one;
+    /// a registry source to an older version than the last applied.
+    #[error("{note}: refusing to apply it ({why}); nothing was written. If this is meant, run `berth sync --accept-rewind {app}` once, or set allow_rewind = true")]
     Rewound {
         /// The app.
         app: String,
         /// What moved where.
         note: String,
+        /// Why that is refused.
+        why: &'static str,
     },
     /// A commit with no objects would prune every object of the app.
     #[error("the commit holds no objects: refusing to prune all {} of app {app} (set allow_empty = true if that is what you want)", crate::plural(*objects, "object"))]

@@ -2,6 +2,8 @@
 //! history like a sync (trigger `cli`). The app is then held at its current commit, so
 //! berth does not undo the rollback; the next commit to git rolls forward again.
 
+use std::time::Instant;
+
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 
@@ -15,7 +17,7 @@ use super::steps::inventory::{self, InventoryStore};
 use super::steps::render::render_with;
 use super::syncer::Syncer;
 use crate::cluster::ClusterError;
-use crate::config::AppConfig;
+use crate::config::{AppConfig, SourceRef};
 use crate::history::{Outcome, RolloutOutcome, RolloutRecord, SyncRecord};
 use crate::manifest::{ObjectKey, LABEL_APP};
 use crate::plan::{Held, Inventory, Target};
@@ -143,9 +145,15 @@ async fn roll_back(
 }
 
 /// The tree of the commit the app was last synced to, from berth's cache (its history
-/// fetched when the cache is shallow).
+/// fetched when the cache is shallow); of a registry source's revision, from its cache or
+/// the registry (its digest checked).
 async fn synced_tree(ctx: &Ctx<'_>, inventory: &Inventory) -> Option<Checkout> {
     let sha = inventory.commit.as_deref()?;
+    if !matches!(ctx.app.source(), SourceRef::Git(_)) {
+        let at = ctx.app.at_revision(sha).ok()?;
+        let checkout = ctx.syncer.sources.fetch(&at, Instant::now()).await.ok()?;
+        return Some(checkout).filter(|c| c.commit.sha == sha);
+    }
     let tree = || {
         git::tree_at(
             &ctx.syncer.agent.state_dir,
@@ -211,7 +219,7 @@ async fn deployment_at(
 
 /// The record's note of a manual rollback.
 fn hold_note(message: &str, commit: Option<&str>) -> String {
-    let short = commit.map(|c| &c[..c.len().min(7)]).unwrap_or("-");
+    let short = commit.map(crate::source::short).unwrap_or("-");
     format!(
         "{message} by berth rollback; berth holds commit {short} so it does not undo this, but the next commit to git rolls forward again: to keep this revision, revert the change in git"
     )

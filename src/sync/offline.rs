@@ -77,7 +77,7 @@ enum CheckoutError {
 
 /// The app's commit, fetched and verified as a sync's.
 fn checkout(agent: &AgentConfig, app: &AppConfig) -> Result<Checkout, CheckoutError> {
-    let checkout = git::fetch(app, &agent.state_dir, git::TreeLimits::of(agent))?;
+    let checkout = crate::source::fetch_now(app, agent)?;
     verify::check(app, &checkout)?;
     Ok(checkout)
 }

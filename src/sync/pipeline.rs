@@ -239,7 +239,7 @@ async fn pre_hooks(
         return Ok(());
     }
     if ahead.pre_hooks_ran.as_deref() == Some(sha) {
-        let short = &sha[..sha.len().min(7)];
+        let short = crate::source::short(sha);
         ctx.say(&format!(
             "pre hooks: not run again (they completed for commit {short} in an earlier sync)"
         ));
@@ -301,7 +301,7 @@ pub(super) async fn prepare(
     let (inventory, store) = inventory::load(ctx, journal).await?;
     rec.previous_commit = inventory.commit.clone();
     // Like with like: a commit of another repository (a written app moved) is no rewind.
-    let same_repo = (inventory.origin.as_ref()).is_none_or(|o| o.repo == ctx.app.repo);
+    let same_repo = (inventory.origin.as_ref()).is_none_or(|o| o.repo == ctx.app.origin());
     let previous = inventory.commit.as_deref().filter(|_| same_repo);
     let state_dir = &ctx.syncer.agent.state_dir;
     rewind::settle(state_dir, &ctx.app.name, inventory.commit.as_deref());

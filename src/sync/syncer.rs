@@ -71,10 +71,7 @@ impl Syncer {
             slots: Arc::new(tokio::sync::Semaphore::new(
                 config.agent.max_concurrent_syncs,
             )),
-            sources: Sources::new(
-                config.agent.state_dir.clone(),
-                crate::source::git::TreeLimits::of(&config.agent),
-            ),
+            sources: Sources::of(&config.agent),
             host: crate::service::lease::identity(),
             inputs: Remembered::new(&config.agent, &config.cluster),
             notifications: Arc::new(Notifications::none()),

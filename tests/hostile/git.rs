@@ -42,7 +42,7 @@ async fn a_branch_moved_back_to_an_older_commit_is_refused() {
     let said = format!("{out}{err}");
     assert!(
         said.contains("is not an ancestor of")
-            && said.contains("refusing to apply it over the newer commit")
+            && said.contains("refusing to apply it (a force-push could replay any older commit)")
             && said.contains("berth sync --accept-rewind rewind"),
         "{said}"
     );

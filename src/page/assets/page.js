@@ -30,7 +30,10 @@
     commit(a) {
       const c = a.last && a.last.commit;
       if (!c) return '-';
-      return `<code title="${esc(c.sha)}">${esc(c.sha.slice(0, 7))}</code> ${esc(c.subject)}<br>`
+      // A commit's first 7 hex digits; a registry version and its digest's first 7.
+      const at = c.sha.indexOf('sha256:');
+      const short = c.sha.slice(0, at < 0 ? 7 : at + 14);
+      return `<code title="${esc(c.sha)}">${esc(short)}</code> ${esc(c.subject)}<br>`
         + `<span class="dim">${esc(c.author.split(' <')[0])} · ${time(c.time)}</span>`;
     },
     health(a) {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use git2::Repository;
 
-use super::CommitInfo;
+pub use super::cache::Checkout;
 
 mod commits;
 mod fetch;
@@ -79,6 +79,9 @@ pub enum SourceError {
         #[source]
         source: Arc<std::io::Error>,
     },
+    /// A chart's or an artifact's registry.
+    #[error(transparent)]
+    Registry(#[from] crate::source::registry::RegistryError),
     /// A credential file could not be read.
     #[error("cannot read {what} {}", path.display())]
     Credential {
@@ -100,19 +103,6 @@ impl SourceError {
             source: Arc::new(e),
         }
     }
-}
-
-/// A fetched commit and its tree.
-#[derive(Debug, Clone)]
-pub struct Checkout {
-    /// The commit's tree, written out (shared by every app of the repository: read only).
-    pub dir: PathBuf,
-    /// The repository's cache (see [`source_dir`]).
-    pub source: PathBuf,
-    /// The commit.
-    pub commit: CommitInfo,
-    /// The annotated tag object the ref named (its id), when it names one.
-    pub tag: Option<String>,
 }
 
 /// The URL git2 is given: local paths made absolute, the rest as configured.
@@ -193,19 +183,7 @@ pub fn redact_url(url: &str) -> String {
 /// The cache shared by every app of a repository: `state_dir/sources/<name>-<hash>`, the
 /// name being the URL's last segment and the hash the URL's.
 pub fn source_dir(state_dir: &Path, repo: &str) -> PathBuf {
-    let url = remote_url(repo);
-    let name: String = url
-        .trim_end_matches('/')
-        .trim_end_matches(".git")
-        .rsplit(['/', ':'])
-        .next()
-        .unwrap_or("repo")
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        .take(40)
-        .collect();
-    let hex = crate::digest::hex(&crate::digest::sha256(url.as_bytes())[..6]);
-    state_dir.join("sources").join(format!("{name}-{hex}"))
+    super::cache::source_dir(state_dir, &remote_url(repo))
 }
 
 /// The bare repository of a cache (see [`source_dir`]).

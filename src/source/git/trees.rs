@@ -28,11 +28,6 @@ pub fn tree_at(state_dir: &Path, repo: &str, sha: &str, limits: TreeLimits) -> O
     })
 }
 
-/// Trees kept whatever their age; older ones go once unused for [`TREE_GRACE`].
-const TREES_KEPT: usize = 4;
-/// A tree no sync has asked for in this long is removed (unless among the newest).
-const TREE_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
-
 /// How much of a commit is written out. A commit is measured from its trees and the
 /// objects' headers before anything is written or a blob inflated: more entries than
 /// `files`, or more than `bytes` in the files written whole, and nothing is written.
@@ -382,24 +377,10 @@ fn link_stored<'i>(dir: &Path, blobs: &Path, stored: &[&'i Item]) -> Vec<&'i Ite
     })
 }
 
-/// The written-out trees, oldest use first.
-fn trees_by_age(trees: &Path) -> Vec<(std::time::SystemTime, PathBuf)> {
-    let mut found: Vec<_> = std::fs::read_dir(trees)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-        .collect();
-    found.sort();
-    found
-}
-
-/// Removes trees beyond the newest [`TREES_KEPT`] that nobody used for [`TREE_GRACE`], and
-/// half-written ones (`.SHA.PID`) that a killed process left for as long; then the blobs'
+/// Removes the trees [`crate::source::cache::remove_old_trees`] removes; then the blobs'
 /// files that no tree links to any more.
 pub(super) fn prune_trees(trees: &Path) {
-    if remove_old_trees(trees) {
+    if crate::source::cache::remove_old_trees(trees) {
         prune_blobs(&blobs_dir(trees));
     }
 }
@@ -415,30 +396,4 @@ fn prune_blobs(blobs: &Path) {
     for entry in unlinked {
         let _ = std::fs::remove_file(entry.path());
     }
-}
-
-/// [`prune_trees`]'s trees: whether any was removed.
-fn remove_old_trees(trees: &Path) -> bool {
-    let abandoned = std::fs::read_dir(trees)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
-        .filter(|e| {
-            e.metadata()
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > TREE_GRACE))
-        });
-    let mut removed = false;
-    for entry in abandoned {
-        removed |= std::fs::remove_dir_all(entry.path()).is_ok();
-    }
-    let found = trees_by_age(trees);
-    let old = found.len().saturating_sub(TREES_KEPT);
-    for (used, dir) in &found[..old] {
-        if used.elapsed().is_ok_and(|age| age > TREE_GRACE) {
-            removed |= std::fs::remove_dir_all(dir).is_ok();
-        }
-    }
-    removed
 }

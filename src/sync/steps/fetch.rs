@@ -1,6 +1,7 @@
-//! The fetch step: the app's commit, from the fetch it shares with its repository's other
-//! apps (one fetch per push, one written-out tree per commit).
+//! The fetch step: the app's commit (or registry version), from the fetch it shares with
+//! its source's other apps (one fetch per push, one written-out tree per revision).
 
+use crate::config::SourceRef;
 use crate::source::git::{self, Checkout};
 use crate::sync::context::{Ctx, Journal, Stop};
 use crate::sync::error::SyncError;
@@ -10,10 +11,11 @@ pub(in crate::sync) async fn fetch(
     ctx: &Ctx<'_>,
     journal: &mut Journal<'_>,
 ) -> Result<Checkout, Stop> {
-    ctx.say(&format!(
-        "fetching {}",
-        git::redact_url(&git::remote_url(&ctx.app.repo))
-    ));
+    let shown = match ctx.app.source() {
+        SourceRef::Git(repo) => git::redact_url(&git::remote_url(repo)),
+        _ => ctx.app.origin(),
+    };
+    ctx.say(&format!("fetching {shown}"));
     match ctx
         .syncer
         .sources
@@ -22,12 +24,10 @@ pub(in crate::sync) async fn fetch(
     {
         Ok(checkout) => {
             let c = &checkout.commit;
-            ctx.say(&format!(
-                "commit {} {:?} by {}",
-                c.short(),
-                c.subject,
-                c.author
-            ));
+            ctx.say(&match c.noun() {
+                "commit" => format!("commit {} {:?} by {}", c.short(), c.subject, c.author),
+                noun => format!("{noun} {} of {}", c.short(), c.author),
+            });
             Ok(checkout)
         }
         Err(cause) => Err(journal.stop(SyncError::Fetch { cause })),

@@ -9,7 +9,7 @@ use crate::cluster::discovery::ClusterKinds;
 use crate::manifest::helm::Helm;
 use crate::manifest::{kustomize, yaml11, Builder, Manifest, ManifestError};
 use crate::plan::Inventory;
-use crate::source::git::{self, Checkout};
+use crate::source::git::Checkout;
 use crate::sync::context::{Ctx, Journal, Stop};
 use crate::sync::error::SyncError;
 use crate::sync::inputs::Inputs;
@@ -172,7 +172,7 @@ fn inputs_of(ctx: &Ctx<'_>, checkout: &Checkout) -> Option<Inputs> {
         .map(|p| if p == "." { String::new() } else { p })
         .collect();
     let paths = kustomize::reach(&root, &paths);
-    let digest = git::paths_digest(&checkout.source, &checkout.commit.sha, &paths)?;
+    let digest = crate::source::paths_digest(checkout, &paths)?;
     Some(Inputs {
         config: ctx.syncer.inputs.config(ctx.app),
         paths,

@@ -168,7 +168,7 @@ impl Rollouts {
                 message: record.rollout.message.clone(),
                 rollback,
             });
-            let short = &sha[..sha.len().min(7)];
+            let short = crate::source::short(sha);
             match ctx.app.rollout.on_failure {
                 OnFailure::Rollback => {
                     self.held = Some(format!("rollout failed at {short} and was rolled back"))

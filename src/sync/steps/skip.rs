@@ -5,7 +5,7 @@
 
 use crate::history::{Outcome, Trigger};
 use crate::plan::{Inventory, Plan};
-use crate::source::git::{self, Checkout};
+use crate::source::git::Checkout;
 use crate::sync::context::Ctx;
 use crate::sync::inputs::Inputs;
 
@@ -58,7 +58,7 @@ pub(in crate::sync) fn untouched(ctx: &Ctx<'_>, checkout: &Checkout) -> Option<(
         }
         _ => return None,
     };
-    let digest = git::paths_digest(&checkout.source, sha, &last.paths)?;
+    let digest = crate::source::paths_digest(checkout, &last.paths)?;
     if digest != last.digest {
         return None;
     }
@@ -89,9 +89,11 @@ pub(in crate::sync) fn unchanged_under(checkout: &Checkout, paths: &[String]) ->
         .iter()
         .map(|p| if p.is_empty() { "." } else { p.as_str() })
         .collect();
+    let c = &checkout.commit;
     format!(
-        "commit {} changes nothing under {}",
-        checkout.commit.short(),
+        "{} {} changes nothing under {}",
+        c.noun(),
+        c.short(),
         shown.join(", ")
     )
 }

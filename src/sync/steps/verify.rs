@@ -37,6 +37,10 @@ pub(in crate::sync) fn check(
     app: &crate::config::AppConfig,
     checkout: &Checkout,
 ) -> Result<Option<Signature>, VerifyError> {
+    // A registry source's signatures are cosign's, checked as it is fetched.
+    if !matches!(app.source(), crate::config::SourceRef::Git(_)) {
+        return Ok(None);
+    }
     let Some(trust) = Trust::load(&app.verify)? else {
         return Ok(None);
     };
