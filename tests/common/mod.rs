@@ -19,6 +19,7 @@ pub mod browser;
 pub mod gpg;
 pub mod proxy;
 pub mod receiver;
+pub mod registry;
 
 static CONTROL_PLANE: OnceLock<Option<ControlPlane>> = OnceLock::new();
 static WITHOUT_DEPLOYMENT_CONTROLLER: OnceLock<Option<ControlPlane>> = OnceLock::new();
@@ -301,23 +302,42 @@ pub struct Setup {
 impl Setup {
     /// Writes the configuration; `extra` goes into the `[[app]]` table.
     pub fn new(cp: &ControlPlane, app: &str, repo: &Repo, namespace: &str, extra: &str) -> Setup {
+        let source = format!("repo = \"{}\"", repo.dir.path().display());
+        Setup::with_source(cp, app, &source, namespace, extra)
+    }
+
+    /// Writes the configuration of an app whose source is `source` (`repo = …`, `chart =
+    /// …`, `oci = …`); `extra` goes into the `[[app]]` table.
+    pub fn with_source(
+        cp: &ControlPlane,
+        app: &str,
+        source: &str,
+        namespace: &str,
+        extra: &str,
+    ) -> Setup {
         let state = tempfile::tempdir().expect("tempdir");
         let config = state.path().join("berth.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\n[cluster]\nkubeconfig = \"{}\"\n[[app]]\nname = \"{app}\"\nrepo = \"{}\"\nnamespace = \"{namespace}\"\n{extra}\n",
-                state.path().display(),
-                cp.kubeconfig.display(),
-                repo.dir.path().display()
-            ),
-        )
-        .unwrap();
-        Setup {
+        let setup = Setup {
             state,
             config,
             app: app.to_string(),
-        }
+        };
+        setup.rewrite(cp, source, namespace, extra);
+        setup
+    }
+
+    /// Writes the configuration again, its app's source and keys changed.
+    pub fn rewrite(&self, cp: &ControlPlane, source: &str, namespace: &str, extra: &str) {
+        std::fs::write(
+            &self.config,
+            format!(
+                "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\n[cluster]\nkubeconfig = \"{}\"\n[[app]]\nname = \"{}\"\n{source}\nnamespace = \"{namespace}\"\n{extra}\n",
+                self.state.path().display(),
+                cp.kubeconfig.display(),
+                self.app,
+            ),
+        )
+        .unwrap();
     }
 
     /// Runs `berth ARGS --config …`; returns exit code, stdout and stderr.

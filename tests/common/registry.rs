@@ -1,0 +1,314 @@
+//! Real registries on loopback for the registry tests: Debian's `docker-registry` (the CNCF
+//! distribution registry) with TLS from a test CA and htpasswd auth, and a Helm repository
+//! served over HTTPS by `scripts/registry-tool.py`. Artifacts are pushed and signed by that
+//! script (Python's cryptography), charts by the real `helm push`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The registry's login.
+pub const USER: &str = "robot";
+pub const PASSWORD: &str = "s3cret-pass";
+
+/// A test CA and a certificate it signed for 127.0.0.1.
+pub struct Tls {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl Tls {
+    /// Made with openssl in `dir`.
+    pub fn new(dir: &Path) -> Tls {
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .expect("openssl");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ];
+        openssl(
+            &[
+                &["req", "-x509"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.pem",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=berth test CA",
+                ],
+            ]
+            .concat(),
+        );
+        openssl(
+            &[
+                &["req"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    "server.key",
+                    "-out",
+                    "server.csr",
+                    "-subj",
+                    "/CN=127.0.0.1",
+                ],
+            ]
+            .concat(),
+        );
+        std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ]);
+        Tls {
+            ca: dir.join("ca.pem"),
+            cert: dir.join("server.pem"),
+            key: dir.join("server.key"),
+        }
+    }
+}
+
+/// A running distribution registry.
+pub struct Registry {
+    pub dir: tempfile::TempDir,
+    pub tls: Tls,
+    /// `127.0.0.1:PORT`.
+    pub host: String,
+    /// A Docker `config.json` with the right login.
+    pub login: PathBuf,
+    child: Child,
+}
+
+impl Registry {
+    /// Starts one on a free loopback port; `None` (the test skipped, said why) without
+    /// `docker-registry` or `htpasswd` (scripts/test installs both).
+    pub fn start() -> Option<Registry> {
+        let Some(program) = ["/usr/bin/docker-registry", "/usr/bin/registry"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+        else {
+            eprintln!("skipped: no docker-registry (scripts/test installs Debian's)");
+            return None;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let tls = Tls::new(dir.path());
+        let htpasswd = Command::new("htpasswd")
+            .args(["-Bbn", USER, PASSWORD])
+            .output()
+            .expect("htpasswd (apache2-utils)");
+        std::fs::write(dir.path().join("htpasswd"), htpasswd.stdout).unwrap();
+        let port = super::free_port();
+        let host = format!("127.0.0.1:{port}");
+        let d = dir.path().display();
+        let config = format!(
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {d}/data\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  tls:\n    certificate: {d}/server.pem\n    key: {d}/server.key\nauth:\n  htpasswd:\n    realm: berth-test\n    path: {d}/htpasswd\n"
+        );
+        std::fs::write(dir.path().join("config.yml"), config).unwrap();
+        let child = Command::new(program)
+            .args(["serve", "config.yml"])
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("registry.log")).unwrap())
+            .spawn()
+            .expect("start the registry");
+        super::eventually("the registry listens", Duration::from_secs(30), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        let login = dir.path().join("config.json");
+        let auth = base64(&format!("{USER}:{PASSWORD}"));
+        std::fs::write(
+            &login,
+            format!("{{\"auths\": {{\"{host}\": {{\"auth\": \"{auth}\"}}}}}}"),
+        )
+        .unwrap();
+        Some(Registry {
+            dir,
+            tls,
+            host,
+            login,
+            child,
+        })
+    }
+
+    /// `scripts/registry-tool.py ARGS` against this registry (logged in); its stdout.
+    pub fn tool(&self, args: &[&str]) -> String {
+        tool(
+            args,
+            &[
+                ("BERTH_REGISTRY_CA", self.tls.ca.display().to_string()),
+                ("BERTH_REGISTRY_AUTH", format!("{USER}:{PASSWORD}")),
+            ],
+        )
+    }
+
+    /// Pushes the tar+gzip `layer` as a one-layer artifact of `media` at `repo:tag`; its
+    /// digest.
+    pub fn push(&self, repo: &str, tag: &str, layer: &[u8], media: &str) -> String {
+        let file = self
+            .dir
+            .path()
+            .join(format!("layer-{}", super::free_port()));
+        std::fs::write(&file, layer).unwrap();
+        self.tool(&[
+            "push",
+            &self.host,
+            repo,
+            tag,
+            &file.display().to_string(),
+            media,
+        ])
+        .trim()
+        .to_string()
+    }
+
+    /// `helm push CHART oci://HOST/REPO`, logged in with `helm registry login`.
+    pub fn helm_push(&self, chart: &Path, repo: &str) {
+        let config = self.dir.path().join("helm-registry.json");
+        let ca = self.tls.ca.display().to_string();
+        let cfg = config.display().to_string();
+        helm(&[
+            "registry",
+            "login",
+            &self.host,
+            "-u",
+            USER,
+            "-p",
+            PASSWORD,
+            "--ca-file",
+            &ca,
+            "--registry-config",
+            &cfg,
+        ]);
+        let target = format!("oci://{}/{repo}", self.host);
+        helm(&[
+            "push",
+            &chart.display().to_string(),
+            &target,
+            "--ca-file",
+            &ca,
+            "--registry-config",
+            &cfg,
+        ]);
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A folder served over HTTPS (a Helm repository), until dropped.
+pub struct Served {
+    pub url: String,
+    child: Child,
+}
+
+impl Served {
+    pub fn start(folder: &Path, tls: &Tls) -> Served {
+        let port = super::free_port();
+        let child = Command::new(python())
+            .arg(script())
+            .args(["serve", &folder.display().to_string(), &port.to_string()])
+            .arg(&tls.cert)
+            .arg(&tls.key)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start the static server");
+        super::eventually(
+            "the Helm repository listens",
+            Duration::from_secs(30),
+            || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        );
+        Served {
+            url: format!("https://127.0.0.1:{port}"),
+            child,
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `scripts/registry-tool.py ARGS` with `env`; its stdout.
+pub fn tool(args: &[&str], env: &[(&str, String)]) -> String {
+    let out = Command::new(python())
+        .arg(script())
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("python for scripts/registry-tool.py");
+    assert!(
+        out.status.success(),
+        "registry-tool {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs helm with `args`, its folders in a throwaway place; its stdout.
+pub fn helm(args: &[&str]) -> String {
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new("helm")
+        .args(args)
+        .env("HELM_CONFIG_HOME", home.path().join("config"))
+        .env("HELM_CACHE_HOME", home.path().join("cache"))
+        .env("HELM_DATA_HOME", home.path().join("data"))
+        .output()
+        .expect("helm on PATH (scripts/helm fetches it)");
+    assert!(
+        out.status.success(),
+        "helm {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The Python with `cryptography` (sops 1.18's virtualenv: `BERTH_SOPS_PYTHON`).
+fn python() -> String {
+    std::env::var("BERTH_SOPS_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/registry-tool.py")
+}
+
+fn base64(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}

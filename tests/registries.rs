@@ -1,0 +1,371 @@
+//! Charts and artifacts from real registries on loopback (issue 63): Debian's
+//! `docker-registry` with TLS from a test CA and htpasswd auth, charts pushed by the real
+//! `helm push`, artifacts and cosign signatures by `scripts/registry-tool.py` (Python's
+//! cryptography), and a Helm repository from `helm repo index` served over HTTPS.
+
+mod common;
+
+use std::io::Write as _;
+use std::path::Path;
+
+use common::registry::{helm, Registry, Served, Tls, PASSWORD};
+use common::Setup;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+
+const FLUX_CONTENT: &str = "application/vnd.cncf.flux.content.v1.tar+gzip";
+
+/// A chart `web` at `version` whose one ConfigMap says its version, packaged into `out`.
+fn chart(out: &Path, version: &str, note: &str) -> std::path::PathBuf {
+    let src = tempfile::tempdir().unwrap();
+    let dir = src.path().join("web");
+    std::fs::create_dir_all(dir.join("templates")).unwrap();
+    std::fs::write(
+        dir.join("Chart.yaml"),
+        format!("apiVersion: v2\nname: web\nversion: {version}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("templates/cm.yaml"),
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  version: {{{{ .Chart.Version | quote }}}}\n  note: {note:?}\n"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(out).unwrap();
+    helm(&[
+        "package",
+        &dir.display().to_string(),
+        "-d",
+        &out.display().to_string(),
+    ]);
+    out.join(format!("web-{version}.tgz"))
+}
+
+/// A tar+gzip of `(path, body)` files, each path written as given (`..` too).
+fn tgz(files: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut tar = tar::Builder::new(Vec::new());
+    for (path, body) in files {
+        let mut header = tar::Header::new_gnu();
+        header.as_old_mut().name[..path.len()].copy_from_slice(path.as_bytes());
+        header.set_size(body.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        tar.append(&header, *body).unwrap();
+    }
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&tar.into_inner().unwrap()).unwrap();
+    gz.finish().unwrap()
+}
+
+/// The ConfigMap `web`'s `version`, if it exists.
+async fn web_version(client: &kube::Client, ns: &str) -> Option<String> {
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    maps.get_opt("web").await.unwrap()?.data?.remove("version")
+}
+
+/// The last sync's errors, for a failing assertion's message.
+fn errors(setup: &Setup) -> String {
+    let last = setup.history().pop();
+    let errors = last.map(|r| r.errors).unwrap_or_default();
+    errors.iter().map(|e| format!("{e:?}\n")).collect()
+}
+
+fn registry_keys(registry: &Registry, credentials: &Path) -> String {
+    format!(
+        "[app.registry]\ncredentials = \"{}\"\nca_file = \"{}\"\n",
+        credentials.display(),
+        registry.tls.ca.display()
+    )
+}
+
+/// A chart from the OCI registry: synced; a new version inside the range picked up, one
+/// outside ignored; an older one refused as a rewind; a wrong password refused with a
+/// message naming the registry, not the password.
+#[tokio::test]
+async fn an_oci_chart_follows_its_range_and_never_moves_back_unasked() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "oci-chart").await;
+    let packages = registry.dir.path().join("packages");
+    registry.helm_push(&chart(&packages, "1.0.0", "first"), "charts");
+    let source = |range: &str| {
+        format!(
+            "chart = {{ repository = \"oci://{}/charts\", name = \"web\", version = \"{range}\" }}",
+            registry.host
+        )
+    };
+    let keys = registry_keys(&registry, &registry.login);
+    let setup = Setup::with_source(cp, "oci-chart", &source("^1"), &ns, &keys);
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}{}", errors(&setup));
+    assert_eq!(
+        web_version(&client, &ns).await.as_deref(),
+        Some("1.0.0"),
+        "{out}"
+    );
+    assert!(out.contains("version 1.0.0@sha256:"), "{out}");
+
+    registry.helm_push(&chart(&packages, "1.1.0", "second"), "charts");
+    registry.helm_push(&chart(&packages, "2.0.0", "major"), "charts");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}{}", errors(&setup));
+    assert_eq!(
+        web_version(&client, &ns).await.as_deref(),
+        Some("1.1.0"),
+        "2.0.0 is outside ^1: {out}"
+    );
+    let last = setup.history().pop().unwrap();
+    let revision = last.commit.unwrap().sha;
+    assert!(revision.starts_with("1.1.0@sha256:"), "{revision}");
+
+    // The same digest again writes nothing.
+    let (code, out, _) = setup.berth(&["sync"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("no change"), "{out}");
+
+    // A range narrowed to an older version: refused, the newer one stays.
+    setup.rewrite(cp, &source("~1.0.0"), &ns, &keys);
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_ne!(code, 0, "{out}");
+    let said = format!("{out}{err}");
+    assert!(
+        said.contains("version 1.0.0 is older than 1.1.0, the last applied: refusing to apply it"),
+        "{said}"
+    );
+    assert_eq!(web_version(&client, &ns).await.as_deref(), Some("1.1.0"));
+
+    // A wrong password: the registry is named, the password never.
+    let wrong = registry.dir.path().join("wrong.json");
+    let auth = base64_of(&format!("{}:not-{PASSWORD}", common::registry::USER));
+    std::fs::write(
+        &wrong,
+        format!(
+            "{{\"auths\": {{\"{}\": {{\"auth\": \"{auth}\"}}}}}}",
+            registry.host
+        ),
+    )
+    .unwrap();
+    setup.rewrite(cp, &source("^1"), &ns, &registry_keys(&registry, &wrong));
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_ne!(code, 0, "{out}");
+    let said = format!("{out}{err}");
+    assert!(
+        said.contains(&format!("{} refused", registry.host)) && said.contains("check the login"),
+        "{said}"
+    );
+    assert!(!err.contains(PASSWORD) && !out.contains(PASSWORD), "{err}");
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+/// A chart from a Helm repository (`helm repo index`, served over HTTPS by a test CA):
+/// synced; an archive that is not the one the index names refused, nothing changed.
+#[tokio::test]
+async fn a_helm_repository_chart_is_synced_and_a_swapped_archive_is_refused() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "helm-repo").await;
+    let certs = tempfile::tempdir().unwrap();
+    let tls = Tls::new(certs.path());
+    let site = tempfile::tempdir().unwrap();
+    chart(site.path(), "1.0.0", "first");
+    chart(site.path(), "1.1.0", "second");
+    helm(&["repo", "index", &site.path().display().to_string()]);
+    // 1.1.0 replaced after indexing: the index's digest no longer matches.
+    let swapped = tempfile::tempdir().unwrap();
+    let other = chart(swapped.path(), "1.1.0", "swapped");
+    std::fs::copy(other, site.path().join("web-1.1.0.tgz")).unwrap();
+    let served = Served::start(site.path(), &tls);
+    let source = |range: &str| {
+        format!(
+            "chart = {{ repository = \"{}\", name = \"web\", version = \"{range}\" }}",
+            served.url
+        )
+    };
+    let keys = format!("[app.registry]\nca_file = \"{}\"\n", tls.ca.display());
+    let setup = Setup::with_source(cp, "helm-repo", &source("1.0.x"), &ns, &keys);
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}{}", errors(&setup));
+    assert_eq!(
+        web_version(&client, &ns).await.as_deref(),
+        Some("1.0.0"),
+        "{out}"
+    );
+
+    setup.rewrite(cp, &source("^1"), &ns, &keys);
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_ne!(code, 0, "{out}");
+    let said = format!("{out}{err}");
+    assert!(
+        said.contains("chart web 1.1.0: its digest is sha256:") && said.contains("refused"),
+        "{said}"
+    );
+    assert_eq!(web_version(&client, &ns).await.as_deref(), Some("1.0.0"));
+}
+
+/// Flux-style artifacts, resolved and rendered without a cluster by `berth validate`: one
+/// of manifests renders; a tar with `../`, one with a link out and a gzip bomb are refused
+/// before anything of them is written.
+#[test]
+fn artifacts_render_and_hostile_archives_are_refused_unread() {
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    let good = tgz(&[(
+        "deploy/cm.yaml",
+        b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: shop\ndata:\n  a: b\n",
+    )]);
+    registry.push("manifests/shop", "1.0.0", &good, FLUX_CONTENT);
+    registry.push(
+        "manifests/shop",
+        "1.0.1",
+        &tgz(&[("../escape.yaml", b"kind: ConfigMap\n")]),
+        FLUX_CONTENT,
+    );
+    let mut link = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Symlink);
+    header.set_path("deploy/passwd").unwrap();
+    header.set_link_name("../../../../etc/passwd").unwrap();
+    header.set_size(0);
+    header.set_cksum();
+    link.append(&header, std::io::empty()).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&link.into_inner().unwrap()).unwrap();
+    registry.push(
+        "manifests/shop",
+        "1.0.2",
+        &gz.finish().unwrap(),
+        FLUX_CONTENT,
+    );
+    // Three files each under max_file_size, together far over max_app_size: a few kB
+    // compressed.
+    let zeros = vec![b'#'; 900 << 10];
+    let bomb = tgz(&[
+        ("deploy/a.yaml", &zeros),
+        ("deploy/b.yaml", &zeros),
+        ("deploy/c.yaml", &zeros),
+    ]);
+    assert!(bomb.len() < 16 << 10, "{} bytes", bomb.len());
+    registry.push("manifests/shop", "1.0.3", &bomb, FLUX_CONTENT);
+
+    let state = tempfile::tempdir().unwrap();
+    let validate = |tag: &str| {
+        let config = state.path().join("berth.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[agent]\nstate_dir = \"{}\"\nmax_app_size = \"1MiB\"\nmax_file_size = \"1MiB\"\n[[app]]\nname = \"shop\"\npath = \"deploy\"\noci = {{ url = \"oci://{}/manifests/shop\", tag = \"{tag}\" }}\n{}",
+                state.path().join("state").display(),
+                registry.host,
+                registry_keys(&registry, &registry.login)
+            ),
+        )
+        .unwrap();
+        common::berth_on(&config, &["validate"])
+    };
+    let (code, out, err) = validate("1.0.0");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("1 ConfigMap"), "{out}");
+    for (tag, refusal) in [
+        ("1.0.1", "entry \"../escape.yaml\": a path with '..'"),
+        ("1.0.2", "entry \"deploy/passwd\": a link"),
+        ("1.0.3", "inflating stopped there"),
+    ] {
+        let (code, out, err) = validate(tag);
+        assert_ne!(code, 0, "{tag}: {out}");
+        assert!(
+            out.contains(refusal) && out.contains("nothing of it written"),
+            "{tag}: {out}{err}"
+        );
+    }
+    assert!(!state.path().join("escape.yaml").exists());
+    assert!(!state
+        .path()
+        .join("state/sources")
+        .join("escape.yaml")
+        .exists());
+}
+
+/// cosign keyed signatures: an artifact signed by a configured key is applied; one signed
+/// by another key, or unsigned, is refused with nothing applied.
+#[tokio::test]
+async fn only_artifacts_signed_by_a_trusted_key_are_applied() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "cosign").await;
+    let (trusted, stranger) = (
+        registry.dir.path().join("trusted"),
+        registry.dir.path().join("stranger"),
+    );
+    for dir in [&trusted, &stranger] {
+        std::fs::create_dir_all(dir).unwrap();
+        registry.tool(&["keygen", &dir.display().to_string()]);
+    }
+    let manifests = tgz(&[(
+        "web.yaml",
+        b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  version: \"signed\"\n",
+    )]);
+    let digest = registry.push("apps/web", "1.0.0", &manifests, FLUX_CONTENT);
+    let unsigned = tgz(&[("web.yaml", b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  version: \"unsigned\"\n")]);
+    registry.push("apps/web", "1.0.1", &unsigned, FLUX_CONTENT);
+    registry.tool(&[
+        "sign",
+        &registry.host,
+        "apps/web",
+        &digest,
+        &stranger.join("cosign.key").display().to_string(),
+    ]);
+    let source = |tag: &str| {
+        format!(
+            "oci = {{ url = \"oci://{}/apps/web\", tag = \"{tag}\" }}",
+            registry.host
+        )
+    };
+    let keys = format!(
+        "{}[app.verify]\ncosign_keys = [\"{}\"]\n",
+        registry_keys(&registry, &registry.login),
+        trusted.join("cosign.pub").display()
+    );
+    let setup = Setup::with_source(cp, "cosign", &source("1.0.0"), &ns, &keys);
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_ne!(code, 0, "{out}");
+    let said = format!("{out}{err}");
+    assert!(
+        said.contains("none of its 1 signatures is by a key in [app.verify] cosign_keys"),
+        "{said}"
+    );
+    assert_eq!(web_version(&client, &ns).await, None, "nothing applied");
+
+    registry.tool(&[
+        "sign",
+        &registry.host,
+        "apps/web",
+        &digest,
+        &trusted.join("cosign.key").display().to_string(),
+    ]);
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}{}", errors(&setup));
+    assert_eq!(web_version(&client, &ns).await.as_deref(), Some("signed"));
+
+    setup.rewrite(cp, &source("1.0.1"), &ns, &keys);
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_ne!(code, 0, "{out}");
+    let said = format!("{out}{err}");
+    assert!(said.contains("it carries no cosign signature"), "{said}");
+    assert_eq!(web_version(&client, &ns).await.as_deref(), Some("signed"));
+}
