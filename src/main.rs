@@ -49,7 +49,9 @@ enum Command {
     Resume(cli::suspend::Args),
     /// Load and check the configuration, and render the commit each app's ref names.
     Validate(cli::validate::Args),
-    /// Run the manifest pipeline on a folder, a file or stdin (-) and print the objects.
+    /// Run the manifest pipeline on a folder, a file, stdin (-), an oci:// artifact or a
+    /// Helm repository's chart (--repo) and print the objects.
+    #[command(disable_version_flag = true)]
     Render(Box<cli::render::Args>),
     /// Write a starter configuration for one app (to --config), and say what to run next.
     Init(cli::init::Args),

@@ -108,6 +108,17 @@ async fn an_oci_chart_follows_its_range_and_never_moves_back_unasked() {
         "{out}"
     );
     assert!(out.contains("version 1.0.0@sha256:"), "{out}");
+    // berth render of the chart by its reference, as helm template oci://… renders it.
+    let reference = format!("oci://{}/charts/web:1.0.0", registry.host);
+    let login = registry.login.display().to_string();
+    let (ok, out, err) = render(
+        &[&reference, "--registry-credentials", &login],
+        &registry.tls.ca,
+    );
+    assert!(
+        ok && out.contains("  version: \"1.0.0\"\n  note: first"),
+        "{out}{err}"
+    );
 
     registry.helm_push(&chart(&packages, "1.1.0", "second"), "charts");
     registry.helm_push(&chart(&packages, "2.0.0", "major"), "charts");
@@ -160,6 +171,19 @@ async fn an_oci_chart_follows_its_range_and_never_moves_back_unasked() {
     assert!(!err.contains(PASSWORD) && !out.contains(PASSWORD), "{err}");
 }
 
+/// `berth render ARGS --ca-file CA`: whether it succeeded, its stdout and stderr.
+fn render(args: &[&str], ca: &Path) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .arg("render")
+        .args(args)
+        .arg("--ca-file")
+        .arg(ca)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
 fn base64_of(text: &str) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(text)
@@ -199,6 +223,16 @@ async fn a_helm_repository_chart_is_synced_and_a_swapped_archive_is_refused() {
         web_version(&client, &ns).await.as_deref(),
         Some("1.0.0"),
         "{out}"
+    );
+
+    // berth render --repo, as helm template --repo.
+    let (ok, out, err) = render(
+        &["--repo", &served.url, "web", "--version", "1.0.0"],
+        &tls.ca,
+    );
+    assert!(
+        ok && out.contains("  version: \"1.0.0\"\n  note: first"),
+        "{out}{err}"
     );
 
     setup.rewrite(cp, &source("^1"), &ns, &keys);
@@ -276,6 +310,29 @@ fn artifacts_render_and_hostile_archives_are_refused_unread() {
     let (code, out, err) = validate("1.0.0");
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("1 ConfigMap"), "{out}");
+    // berth render of the artifact itself, its files' origins named by its digest.
+    let rendered = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args([
+            "render",
+            &format!("oci://{}/manifests/shop:1.0.0", registry.host),
+        ])
+        .arg("--registry-credentials")
+        .arg(&registry.login)
+        .arg("--ca-file")
+        .arg(&registry.tls.ca)
+        .output()
+        .unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&rendered.stdout),
+        String::from_utf8_lossy(&rendered.stderr),
+    );
+    assert!(rendered.status.success(), "{out}{err}");
+    let origin = format!("# Source: oci://{}/manifests/shop@sha256:", registry.host);
+    assert!(
+        out.contains(&origin) && out.contains("/deploy/cm.yaml:1 (document 1)"),
+        "{out}"
+    );
+    assert!(err.contains("at 1.0.0@sha256:"), "{err}");
     for (tag, refusal) in [
         ("1.0.1", "entry \"../escape.yaml\": a path with '..'"),
         ("1.0.2", "entry \"deploy/passwd\": a link"),

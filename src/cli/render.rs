@@ -5,19 +5,45 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use berth::config::is_kube_version;
-use berth::config::{compile_globs, AgentConfig};
+use berth::config::{
+    compile_globs, AgentConfig, ChartSource, OciSource, RegistryConfig, SourceRef,
+};
 use berth::diff::mask_secret_values;
 use berth::manifest::decrypt::{mask, Decryption};
 use berth::manifest::helm::{chart_in, Helm};
 use berth::manifest::kustomize::kustomization_in;
 use berth::manifest::source::{PathSource, Stdin};
 use berth::manifest::{Builder, BuiltinScopes, ErrorPolicy, Input, Kustomize, Limits, Manifest};
+use berth::source::registry::{self, archive::ArchiveLimits, Wanted};
 
 /// Arguments of `berth render`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// A folder (walked recursively), a file, or - for stdin.
+    /// A folder (walked recursively), a file, - for stdin, or an OCI artifact or chart
+    /// (`oci://host/repository:tag`, `…@sha256:…`; no tag: the newest version).
     pub path: PathBuf,
+    /// Render the chart PATH names from this Helm repository (as `helm template --repo`).
+    #[arg(long)]
+    pub repo: Option<String>,
+    /// With --repo (or an oci:// reference without a tag): the chart's version or range.
+    #[arg(long = "version")]
+    pub chart_version: Option<String>,
+    /// For oci:// and --repo: a Docker config.json with the registry's login.
+    #[arg(long)]
+    pub registry_credentials: Option<PathBuf>,
+    /// For oci:// and --repo: PEM certificates trusted beside the system's roots.
+    #[arg(long)]
+    pub ca_file: Option<PathBuf>,
+    /// For oci:// and --repo: allow plain HTTP.
+    #[arg(long)]
+    pub insecure: bool,
+    /// For oci://: the artifact must carry a cosign signature by this public key
+    /// (repeatable: one of them).
+    #[arg(long = "cosign-key")]
+    pub cosign_keys: Vec<PathBuf>,
+    /// How the files' origins are shown (an oci:// reference for a fetched artifact).
+    #[arg(skip)]
+    pub shown_root: Option<String>,
     /// What a kustomization may reach (`../base`): nothing outside it is read. Default: the
     /// git repository holding the folder, else the current folder.
     #[arg(long)]
@@ -84,10 +110,33 @@ pub enum Output {
 }
 
 /// Runs `berth render`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     if let Some(v) = args.kube_version.as_deref().filter(|v| !is_kube_version(v)) {
         anyhow::bail!("--kube-version {v:?} is not a Kubernetes version such as 1.31 or v1.31.2");
     }
+    // An artifact's files live in a scratch folder as long as the render.
+    let reference = args.path.to_str().filter(|p| p.starts_with("oci://"));
+    let _scratch = match (reference.map(str::to_string), args.repo.clone()) {
+        (Some(reference), _) => {
+            let (url, pick) = split_reference(&reference);
+            let source = OciSource {
+                url: url.to_string(),
+                version: args.chart_version.clone().filter(|_| pick.is_none()),
+                tag: pick.and_then(|p| p.strip_prefix(':')).map(str::to_string),
+                digest: pick.and_then(|p| p.strip_prefix('@')).map(str::to_string),
+            };
+            Some(fetch_into(SourceRef::Oci(&source), &mut args)?)
+        }
+        (None, Some(repository)) => {
+            let chart = ChartSource {
+                repository,
+                name: args.path.display().to_string(),
+                version: args.chart_version.clone().unwrap_or_else(|| "*".into()),
+            };
+            Some(fetch_into(SourceRef::Chart(&chart), &mut args)?)
+        }
+        (None, None) => None,
+    };
     let input = input(&args)?;
     let builder = Builder {
         input,
@@ -174,10 +223,10 @@ fn input(args: &Args) -> anyhow::Result<Input> {
         )
     };
     Ok(Input::Paths(Box::new(PathSource {
-        prefix: if root == Path::new(".") {
-            String::new()
-        } else {
-            root.display().to_string()
+        prefix: match &args.shown_root {
+            Some(shown) => shown.clone(),
+            None if root == Path::new(".") => String::new(),
+            None => root.display().to_string(),
         },
         paths,
         include: None,
@@ -192,6 +241,65 @@ fn input(args: &Args) -> anyhow::Result<Input> {
         allow_empty: false,
         decrypt: decryption(args),
     })))
+}
+
+/// A scratch folder, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Fetches `source` (an OCI artifact, a chart) into a scratch folder and points `args` at
+/// it: its files are rendered as a local folder's (a chart's folder, when it holds one).
+fn fetch_into(source: SourceRef<'_>, args: &mut Args) -> anyhow::Result<Scratch> {
+    let registry = RegistryConfig {
+        credentials: args.registry_credentials.clone(),
+        ca_file: args.ca_file.clone(),
+        insecure: args.insecure,
+    };
+    let wanted = Wanted {
+        source,
+        registry: &registry,
+        cosign_keys: &args.cosign_keys,
+    };
+    let scratch =
+        Scratch(std::env::temp_dir().join(format!("berth-render-{}", std::process::id())));
+    berth::state::private_dir(&scratch.0).with_context(|| scratch.0.display().to_string())?;
+    let limits = ArchiveLimits::of(&AgentConfig::default());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let checkout = runtime
+        .block_on(registry::fetch(wanted, &scratch.0, limits))
+        .map_err(|e| anyhow::anyhow!("{}", berth::Chain(&e)))?;
+    if let SourceRef::Chart(chart) = source {
+        args.release.get_or_insert(chart.name.clone());
+    }
+    let origin = source.origin();
+    eprintln!("note: {origin} at {}", checkout.commit.short());
+    let digest = checkout.commit.sha.rsplit('@').next().unwrap_or_default();
+    args.shown_root = Some(format!("{origin}@{digest}"));
+    args.root = Some(checkout.dir.clone());
+    // An OCI chart's archive holds its folder: that is what is rendered.
+    let folders: Vec<_> = std::fs::read_dir(&checkout.dir)?.flatten().collect();
+    args.path = match folders.as_slice() {
+        [only] if chart_in(&only.path()) => only.path(),
+        _ => checkout.dir,
+    };
+    Ok(scratch)
+}
+
+/// `oci://host/repo:tag` as the repository and `:tag` (or `@sha256:…`), when given.
+fn split_reference(reference: &str) -> (&str, Option<&str>) {
+    let last = reference.rfind('/').unwrap_or(0);
+    let at = reference[last..].find(['@', ':']).map(|i| last + i);
+    match at {
+        Some(i) => (&reference[..i], Some(&reference[i..])),
+        None => (reference, None),
+    }
 }
 
 /// How files encrypted with sops are opened: with the keys given, if any.
