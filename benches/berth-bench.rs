@@ -60,6 +60,10 @@ mod fleet;
 mod page;
 #[path = "scale/plan.rs"]
 mod plan;
+#[path = "render/registry.rs"]
+mod registry;
+#[path = "../tests/common/registry.rs"]
+mod registry_support;
 #[path = "render/secrets.rs"]
 mod secrets;
 
@@ -736,7 +740,8 @@ async fn main() -> Result<()> {
     let only = std::env::var("BERTH_BENCH_ONLY").unwrap_or_default();
     let only_scale = only == "scale";
     if [
-        "fetch", "chain", "chart", "secrets", "plan", "page", "clusters", "fleet", "growth",
+        "fetch", "chain", "chart", "registry", "secrets", "plan", "page", "clusters", "fleet",
+        "growth",
     ]
     .contains(&only.as_str())
     {
@@ -755,6 +760,7 @@ async fn main() -> Result<()> {
             "growth" => growths.iter().try_for_each(|&objects| b.growth(objects)),
             "fetch" => b.git_fetch(),
             "chart" => b.chart(),
+            "registry" => b.registry(),
             "secrets" => b.secrets(),
             "plan" => b.plan_affected(),
             "page" => b.page_memory().await,
@@ -808,6 +814,7 @@ async fn main() -> Result<()> {
         check("cold apply, resync, latency, memory".into(), resync.await);
         check("git fetch".into(), b.git_fetch());
         check("charts".into(), b.chart());
+        check("registries".into(), b.registry());
         check("secrets".into(), b.secrets());
         check("pull requests".into(), b.plan_affected());
         check("status page".into(), b.page_memory().await);

@@ -61,7 +61,7 @@ data:
 }
 
 /// `helm create bench` in `dir`, its templates replaced by [`TEMPLATES`] of ours.
-fn write_chart(dir: &Path) -> Result<()> {
+pub(crate) fn write_chart(dir: &Path) -> Result<()> {
     let home = dir.join("helm-home");
     run(Command::new("helm")
         .args(["create", "bench"])

@@ -1,7 +1,9 @@
 //! Real registries on loopback for the registry tests: Debian's `docker-registry` (the CNCF
 //! distribution registry) with TLS from a test CA and htpasswd auth, and a Helm repository
 //! served over HTTPS by `scripts/registry-tool.py`. Artifacts are pushed and signed by that
-//! script (Python's cryptography), charts by the real `helm push`.
+//! script (Python's cryptography), charts by the real `helm push`. Shared with the
+//! benchmarks (`#[path]`): it needs nothing else of `tests/common`.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -127,7 +129,7 @@ impl Registry {
             .output()
             .expect("htpasswd (apache2-utils)");
         std::fs::write(dir.path().join("htpasswd"), htpasswd.stdout).unwrap();
-        let port = super::free_port();
+        let port = free_port();
         let host = format!("127.0.0.1:{port}");
         let d = dir.path().display();
         let config = format!(
@@ -141,9 +143,7 @@ impl Registry {
             .stderr(std::fs::File::create(dir.path().join("registry.log")).unwrap())
             .spawn()
             .expect("start the registry");
-        super::eventually("the registry listens", Duration::from_secs(30), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
+        listening(port, "the registry");
         let login = dir.path().join("config.json");
         let auth = base64(&format!("{USER}:{PASSWORD}"));
         std::fs::write(
@@ -174,10 +174,7 @@ impl Registry {
     /// Pushes the tar+gzip `layer` as a one-layer artifact of `media` at `repo:tag`; its
     /// digest.
     pub fn push(&self, repo: &str, tag: &str, layer: &[u8], media: &str) -> String {
-        let file = self
-            .dir
-            .path()
-            .join(format!("layer-{}", super::free_port()));
+        let file = self.dir.path().join(format!("layer-{}", free_port()));
         std::fs::write(&file, layer).unwrap();
         self.tool(&[
             "push",
@@ -237,7 +234,7 @@ pub struct Served {
 
 impl Served {
     pub fn start(folder: &Path, tls: &Tls) -> Served {
-        let port = super::free_port();
+        let port = free_port();
         let child = Command::new(python())
             .arg(script())
             .args(["serve", &folder.display().to_string(), &port.to_string()])
@@ -246,11 +243,7 @@ impl Served {
             .stdout(Stdio::null())
             .spawn()
             .expect("start the static server");
-        super::eventually(
-            "the Helm repository listens",
-            Duration::from_secs(30),
-            || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
-        );
+        listening(port, "the Helm repository");
         Served {
             url: format!("https://127.0.0.1:{port}"),
             child,
@@ -262,6 +255,24 @@ impl Drop for Served {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A loopback port nobody listens on (now).
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// Waits up to 30 s for `what` to listen on `port`.
+fn listening(port: u16, what: &str) {
+    let end = std::time::Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < end,
+            "{what} does not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
