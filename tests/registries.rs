@@ -426,3 +426,51 @@ async fn only_artifacts_signed_by_a_trusted_key_are_applied() {
     assert!(said.contains("it carries no cosign signature"), "{said}");
     assert_eq!(web_version(&client, &ns).await.as_deref(), Some("signed"));
 }
+
+/// An app set over an OCI artifact's folders: one app per folder, each rendering its
+/// folder of the same artifact; a new version with another folder adds its app.
+#[tokio::test]
+async fn an_app_set_makes_an_app_per_folder_of_an_artifact() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "oci-set").await;
+    let map = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  team: {name}\n"
+        )
+    };
+    let (a, b) = (map("team-a"), map("team-b"));
+    let v1 = tgz(&[("teams/a/cm.yaml", a.as_bytes())]);
+    registry.push("fleet/teams", "1.0.0", &v1, FLUX_CONTENT);
+    let state = tempfile::tempdir().unwrap();
+    let config = state.path().join("berth.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agent]\nstate_dir = \"{}\"\n[cluster]\nkubeconfig = \"{}\"\n[[app_set]]\nname = \"teams\"\nfolders = \"teams/*\"\noci = {{ url = \"oci://{}/fleet/teams\", version = \"^1\" }}\nnamespace = \"{ns}\"\n{}",
+            state.path().display(),
+            cp.kubeconfig.display(),
+            registry.host,
+            registry_keys(&registry, &registry.login).replace("[app.registry]", "[app_set.registry]"),
+        ),
+    )
+    .unwrap();
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let (code, out, err) = common::berth_on(&config, &["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(maps.get_opt("team-a").await.unwrap().is_some(), "{out}");
+    let v2 = tgz(&[
+        ("teams/a/cm.yaml", a.as_bytes()),
+        ("teams/b/cm.yaml", b.as_bytes()),
+    ]);
+    registry.push("fleet/teams", "1.1.0", &v2, FLUX_CONTENT);
+    let (code, out, err) = common::berth_on(&config, &["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("teams-a") && out.contains("teams-b"), "{out}");
+    assert!(maps.get_opt("team-b").await.unwrap().is_some(), "{out}");
+}
