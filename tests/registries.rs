@@ -69,6 +69,18 @@ fn errors(setup: &Setup) -> String {
     errors.iter().map(|e| format!("{e:?}\n")).collect()
 }
 
+/// Whether the ConfigMap `web` comes to say `version` within a minute.
+async fn has_version(client: &kube::Client, ns: &str, version: &str) -> bool {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while tokio::time::Instant::now() < deadline {
+        if web_version(client, ns).await.as_deref() == Some(version) {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    false
+}
+
 fn registry_keys(registry: &Registry, credentials: &Path) -> String {
     format!(
         "[app.registry]\ncredentials = \"{}\"\nca_file = \"{}\"\n",
@@ -473,4 +485,73 @@ async fn an_app_set_makes_an_app_per_folder_of_an_artifact() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("teams-a") && out.contains("teams-b"), "{out}");
     assert!(maps.get_opt("team-b").await.unwrap().is_some(), "{out}");
+}
+
+/// A registry's push notification (Distribution's envelope), HMAC-signed as a git host's
+/// webhook is, wakes the app that follows the pushed repository in `berth run`: the new
+/// version is applied with no interval passing; an unsigned one is refused.
+#[tokio::test]
+async fn a_registry_notification_syncs_the_apps_of_what_was_pushed() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "oci-hook").await;
+    let packages = registry.dir.path().join("packages");
+    registry.helm_push(&chart(&packages, "1.0.0", "first"), "charts");
+    let port = common::free_port();
+    let secret = registry.dir.path().join("hook-secret");
+    std::fs::write(&secret, "hook-s3cret\n").unwrap();
+    let source = format!(
+        "chart = {{ repository = \"oci://{}/charts\", name = \"web\", version = \"^1\" }}\nwebhook_secret_file = \"{}\"",
+        registry.host,
+        secret.display()
+    );
+    let keys = registry_keys(&registry, &registry.login);
+    let setup = Setup::with_source(cp, "oci-hook", &source, &ns, &keys);
+    let text = std::fs::read_to_string(&setup.config).unwrap();
+    let text = text.replace(
+        "[cluster]",
+        &format!("listen = \"127.0.0.1:{port}\"\n[cluster]"),
+    );
+    std::fs::write(&setup.config, text).unwrap();
+    let _daemon = common::Daemon::start(&setup.config, &[]);
+    assert!(has_version(&client, &ns, "1.0.0").await, "the first sync");
+
+    registry.helm_push(&chart(&packages, "1.1.0", "second"), "charts");
+    let envelope = format!(
+        r#"{{"events": [{{"id": "e1", "action": "push", "target": {{"mediaType": "application/vnd.oci.image.manifest.v1+json", "repository": "charts/web", "tag": "1.1.0"}}, "request": {{"host": "{}", "method": "PUT"}}}}]}}"#,
+        registry.host
+    );
+    let content = (
+        "Content-Type",
+        "application/vnd.docker.distribution.events.v1+json".to_string(),
+    );
+    let (code, said) = common::http(
+        port,
+        "POST",
+        "/hooks/oci-hook",
+        std::slice::from_ref(&content),
+        envelope.as_bytes(),
+    );
+    assert_eq!(code, 401, "unsigned: {said}");
+    let signature = (
+        "X-Hub-Signature-256",
+        berth::body_hmac::sign(b"hook-s3cret", envelope.as_bytes()),
+    );
+    let (code, said) = common::http(
+        port,
+        "POST",
+        "/hooks/oci-hook",
+        &[content, signature],
+        envelope.as_bytes(),
+    );
+    assert_eq!((code, said.as_str()), (202, "sync of oci-hook requested\n"));
+    assert!(
+        has_version(&client, &ns, "1.1.0").await,
+        "the interval is 1h: the notification synced it"
+    );
 }

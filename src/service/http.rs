@@ -246,19 +246,27 @@ async fn webhook(
         tracing::warn!(app, "webhook with a wrong signature refused");
         return reply(StatusCode::UNAUTHORIZED, "signature does not match\n");
     }
-    // The push is the repository's: every app of it syncs.
-    let apps = webhooks.push(&repo);
-    if apps.len() > 1 {
-        return reply(
+    // The push is the repository's: every app of it syncs. A registry's notification
+    // names the sources it pushed to: every app of each.
+    let apps = match crate::source::registry::notification::pushed(&body) {
+        Some(sources) => sources.iter().flat_map(|s| webhooks.push(s)).collect(),
+        None => webhooks.push(&repo),
+    };
+    match apps.as_slice() {
+        [] => reply(
+            StatusCode::ACCEPTED,
+            "no running app follows what was pushed\n",
+        ),
+        [one] => reply(StatusCode::ACCEPTED, format!("sync of {one} requested\n")),
+        _ => reply(
             StatusCode::ACCEPTED,
             format!(
                 "sync of {} requested ({})\n",
                 crate::plural(apps.len(), "app"),
                 apps.join(", ")
             ),
-        );
+        ),
     }
-    reply(StatusCode::ACCEPTED, format!("sync of {app} requested\n"))
 }
 
 /// The webhook's body: within the lane's time, in one of [`MAX_BODY_READS`] places, at

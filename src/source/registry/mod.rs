@@ -14,6 +14,7 @@ pub mod credentials;
 mod fetch;
 pub mod helm_repo;
 pub mod http;
+pub mod notification;
 pub mod oci;
 
 pub use fetch::{fetch, parse_revision, revision, Wanted};
