@@ -40,6 +40,7 @@ enum Command {
     /// Per app the last sync, per Deployment its revision, readiness and rollout phase.
     Status(cli::status::Args),
     /// What a sync would do now: each object's action and each rollout's predicted steps.
+    #[command(disable_version_flag = true)]
     Plan(cli::plan::Args),
     /// Roll a Deployment back to an earlier revision (the previous one by default).
     Rollback(cli::rollback::Args),

@@ -149,6 +149,15 @@ async fn an_oci_chart_follows_its_range_and_never_moves_back_unasked() {
     let (code, out, _) = setup.berth(&["sync"]);
     assert_eq!(code, 0);
     assert!(out.contains("no change"), "{out}");
+    // A version the range does not pick, planned against the cluster: its diff, nothing
+    // written.
+    let (code, out, err) = setup.berth(&["plan", "--version", "2.0.0"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("version 2.0.0@sha256:") && out.contains("+  version: 2.0.0"),
+        "{out}"
+    );
+    assert_eq!(web_version(&client, &ns).await.as_deref(), Some("1.1.0"));
 
     // A range narrowed to an older version: refused, the newer one stays.
     setup.rewrite(cp, &source("~1.0.0"), &ns, &keys);

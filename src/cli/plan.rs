@@ -27,10 +27,11 @@ pub struct Args {
     #[arg(long = "exit-code", visible_alias = "detailed-exitcode")]
     pub exit_code: bool,
     /// Plan this revision of each app's repository instead of the ref the app follows:
-    /// a full commit SHA, a branch (a pull request's), or tags/NAME. It is fetched (and
-    /// verified, with [app.verify]) as the app's ref is, planned against the live cluster,
-    /// and nothing moves: no write to the cluster, the history, the inventory or the lock.
-    #[arg(long)]
+    /// a full commit SHA, a branch (a pull request's), or tags/NAME; for a chart or an OCI
+    /// artifact, a version, range or digest (--version). It is fetched (and verified) as
+    /// the app's source is, planned against the live cluster, and nothing moves: no write
+    /// to the cluster, the history, the inventory or the lock.
+    #[arg(long, visible_alias = "version")]
     pub revision: Option<String>,
     /// With --revision: plan only the apps whose paths (or what their kustomizations
     /// reach) the revision changes, against what each app's last sync on this host read;
@@ -217,9 +218,9 @@ fn text(p: &Preview) -> String {
     let commit = p
         .commit
         .as_ref()
-        .map(|c| format!("{} {:?}", c.short(), c.subject))
-        .unwrap_or_else(|| "-".into());
-    let mut out = format!("{}: commit {commit}\n", p.app);
+        .map(|c| format!("{} {} {:?}", c.noun(), c.short(), c.subject))
+        .unwrap_or_else(|| "commit -".into());
+    let mut out = format!("{}: {commit}\n", p.app);
     if let Some(held) = &p.held {
         out += &format!("  held: {held} (berth sync --force applies it anyway)\n");
     }
