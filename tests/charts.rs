@@ -7,6 +7,7 @@ mod common;
 use std::process::Command;
 
 use berth::history::Outcome;
+use common::registry::helm_in as helm;
 use common::{Repo, Setup};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Service, ServiceAccount};
@@ -18,25 +19,6 @@ use serde_json::Value;
 /// `helm create NAME` in `dir`, with helm's folders in a throwaway place.
 fn helm_create(dir: &std::path::Path, name: &str) {
     helm(dir, &["create", name]);
-}
-
-/// Runs helm with `args` in `dir`, with its folders in a throwaway place; its stdout.
-fn helm(dir: &std::path::Path, args: &[&str]) -> String {
-    let home = tempfile::tempdir().unwrap();
-    let out = Command::new("helm")
-        .args(args)
-        .current_dir(dir)
-        .env("HELM_CONFIG_HOME", home.path().join("config"))
-        .env("HELM_CACHE_HOME", home.path().join("cache"))
-        .env("HELM_DATA_HOME", home.path().join("data"))
-        .output()
-        .expect("helm on PATH (scripts/helm fetches it)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// A chart from `helm create`: synced as helm renders it, a values change rolls its

@@ -56,6 +56,23 @@ fn tgz(files: &[(&str, &[u8])]) -> Vec<u8> {
     gz.finish().unwrap()
 }
 
+/// The control plane, a registry, a client and a fresh namespace named from `name`; `None`
+/// (the test skipped) without either.
+async fn start(
+    name: &str,
+) -> Option<(
+    &'static berth_testenv::ControlPlane,
+    Registry,
+    kube::Client,
+    String,
+)> {
+    let cp = common::control_plane()?;
+    let registry = Registry::start()?;
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, name).await;
+    Some((cp, registry, client, ns))
+}
+
 /// The ConfigMap `web`'s `version`, if it exists.
 async fn web_version(client: &kube::Client, ns: &str) -> Option<String> {
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
@@ -94,14 +111,9 @@ fn registry_keys(registry: &Registry, credentials: &Path) -> String {
 /// message naming the registry, not the password.
 #[tokio::test]
 async fn an_oci_chart_follows_its_range_and_never_moves_back_unasked() {
-    let Some(cp) = common::control_plane() else {
+    let Some((cp, registry, client, ns)) = start("oci-chart").await else {
         return;
     };
-    let Some(registry) = Registry::start() else {
-        return;
-    };
-    let client = common::client(cp).await;
-    let ns = common::namespace(&client, "oci-chart").await;
     let packages = registry.dir.path().join("packages");
     registry.helm_push(&chart(&packages, "1.0.0", "first"), "charts");
     let source = |range: &str| {
@@ -378,14 +390,9 @@ fn artifacts_render_and_hostile_archives_are_refused_unread() {
 /// by another key, or unsigned, is refused with nothing applied.
 #[tokio::test]
 async fn only_artifacts_signed_by_a_trusted_key_are_applied() {
-    let Some(cp) = common::control_plane() else {
+    let Some((cp, registry, client, ns)) = start("cosign").await else {
         return;
     };
-    let Some(registry) = Registry::start() else {
-        return;
-    };
-    let client = common::client(cp).await;
-    let ns = common::namespace(&client, "cosign").await;
     let (trusted, stranger) = (
         registry.dir.path().join("trusted"),
         registry.dir.path().join("stranger"),
@@ -452,14 +459,9 @@ async fn only_artifacts_signed_by_a_trusted_key_are_applied() {
 /// folder of the same artifact; a new version with another folder adds its app.
 #[tokio::test]
 async fn an_app_set_makes_an_app_per_folder_of_an_artifact() {
-    let Some(cp) = common::control_plane() else {
+    let Some((cp, registry, client, ns)) = start("oci-set").await else {
         return;
     };
-    let Some(registry) = Registry::start() else {
-        return;
-    };
-    let client = common::client(cp).await;
-    let ns = common::namespace(&client, "oci-set").await;
     let map = |name: &str| {
         format!(
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  team: {name}\n"
@@ -501,14 +503,9 @@ async fn an_app_set_makes_an_app_per_folder_of_an_artifact() {
 /// version is applied with no interval passing; an unsigned one is refused.
 #[tokio::test]
 async fn a_registry_notification_syncs_the_apps_of_what_was_pushed() {
-    let Some(cp) = common::control_plane() else {
+    let Some((cp, registry, client, ns)) = start("oci-hook").await else {
         return;
     };
-    let Some(registry) = Registry::start() else {
-        return;
-    };
-    let client = common::client(cp).await;
-    let ns = common::namespace(&client, "oci-hook").await;
     let packages = registry.dir.path().join("packages");
     registry.helm_push(&chart(&packages, "1.0.0", "first"), "charts");
     let port = common::free_port();

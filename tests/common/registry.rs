@@ -294,19 +294,22 @@ pub fn tool(args: &[&str], env: &[(&str, String)]) -> String {
 
 /// Runs helm with `args`, its folders in a throwaway place; its stdout.
 pub fn helm(args: &[&str]) -> String {
+    helm_in(Path::new("."), args)
+}
+
+/// Runs helm with `args` in `dir`, its folders in a throwaway place; its stdout.
+pub fn helm_in(dir: &Path, args: &[&str]) -> String {
     let home = tempfile::tempdir().unwrap();
     let out = Command::new("helm")
         .args(args)
+        .current_dir(dir)
         .env("HELM_CONFIG_HOME", home.path().join("config"))
         .env("HELM_CACHE_HOME", home.path().join("cache"))
         .env("HELM_DATA_HOME", home.path().join("data"))
         .output()
         .expect("helm on PATH (scripts/helm fetches it)");
-    assert!(
-        out.status.success(),
-        "helm {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "helm {args:?}: {err}");
     String::from_utf8(out.stdout).unwrap()
 }
 
