@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use url::Url;
 
 use super::archive::{self, ArchiveLimits};
-use super::http::{Client, Transport};
+use super::http::Client;
 use super::oci::{self, Descriptor, Reference};
 use super::{cosign, helm_repo, RegistryError};
 use crate::config::{AppConfig, ChartSource, OciPick, OciSource, RegistryConfig, SourceRef};
@@ -76,11 +76,7 @@ pub async fn fetch(
     limits: ArchiveLimits,
 ) -> Result<Checkout, RegistryError> {
     let registry = wanted.registry;
-    let client = Client::new(&Transport {
-        credentials: registry.credentials.clone(),
-        ca_file: registry.ca_file.clone(),
-        insecure: registry.insecure,
-    })?;
+    let client = Client::new(registry)?;
     let resolved = match wanted.source {
         SourceRef::Chart(chart) if chart.is_oci() => {
             oci_chart(&client, chart, registry.insecure).await?

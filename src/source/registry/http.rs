@@ -20,6 +20,7 @@ use hyper_util::rt::TokioExecutor;
 use url::Url;
 
 use super::RegistryError;
+use crate::config::RegistryConfig;
 
 /// Connecting gives up after this long, as git's fetches do.
 const CONNECT: Duration = Duration::from_secs(30);
@@ -30,21 +31,10 @@ const MAX_REDIRECTS: usize = 5;
 /// The largest token answer read.
 const MAX_TOKEN: u64 = 64 << 10;
 
-/// What a source's `[app.registry]` says.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Transport {
-    /// A Docker `config.json`.
-    pub credentials: Option<std::path::PathBuf>,
-    /// PEM certificates trusted beside the system's roots.
-    pub ca_file: Option<std::path::PathBuf>,
-    /// Whether plain HTTP is allowed.
-    pub insecure: bool,
-}
-
 /// A client for one source.
 pub struct Client {
     http: Hyper<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
-    transport: Transport,
+    registry: RegistryConfig,
     /// The `Authorization` that worked, by host and scope.
     granted: Mutex<HashMap<String, Arc<str>>>,
 }
@@ -57,12 +47,12 @@ pub struct Answer {
 }
 
 impl Client {
-    /// A client trusting the system's roots and `transport.ca_file`.
+    /// A client trusting the system's roots and `registry.ca_file`.
     ///
     /// # Errors
     /// The CA file cannot be read or holds no certificate.
-    pub fn new(transport: &Transport) -> Result<Client, RegistryError> {
-        let tls = tls_config(transport.ca_file.as_deref())?;
+    pub fn new(registry: &RegistryConfig) -> Result<Client, RegistryError> {
+        let tls = tls_config(registry.ca_file.as_deref())?;
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(CONNECT));
         connector.enforce_http(false);
@@ -73,7 +63,7 @@ impl Client {
             .wrap_connector(connector);
         Ok(Client {
             http: Hyper::builder(TokioExecutor::new()).build(https),
-            transport: transport.clone(),
+            registry: registry.clone(),
             granted: Mutex::new(HashMap::new()),
         })
     }
@@ -172,7 +162,7 @@ impl Client {
                 return Err(RegistryError::Unauthorized {
                     registry: host(&url),
                     what: what.to_string(),
-                    logged_in: self.transport.credentials.is_some(),
+                    logged_in: self.registry.credentials.is_some(),
                 });
             }
             if status.is_redirection() {
@@ -202,7 +192,7 @@ impl Client {
     fn allowed(&self, url: &Url) -> Result<(), RegistryError> {
         match url.scheme() {
             "https" => Ok(()),
-            "http" if self.transport.insecure => Ok(()),
+            "http" if self.registry.insecure => Ok(()),
             _ => Err(RegistryError::Insecure { url: redacted(url) }),
         }
     }

@@ -49,7 +49,7 @@ impl Client {
     }
 
     fn login(&self, url: &Url) -> Result<Option<Login>, RegistryError> {
-        let Some(path) = &self.transport.credentials else {
+        let Some(path) = &self.registry.credentials else {
             return Ok(None);
         };
         credentials::login_for(path, &host(url))
