@@ -58,26 +58,37 @@ fn trees_by_age(trees: &Path) -> Vec<(std::time::SystemTime, PathBuf)> {
 /// half-written ones (`.REVISION.PID`) that a killed process left for as long: whether any
 /// was removed.
 pub fn remove_old_trees(trees: &Path) -> bool {
-    let abandoned = std::fs::read_dir(trees)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
-        .filter(|e| {
-            e.metadata()
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > TREE_GRACE))
-        });
-    let mut removed = false;
-    for entry in abandoned {
-        removed |= std::fs::remove_dir_all(entry.path()).is_ok();
-    }
+    let mut removed = remove_abandoned(trees, |name| name.starts_with('.'));
     let found = trees_by_age(trees);
     let old = found.len().saturating_sub(TREES_KEPT);
     for (used, dir) in &found[..old] {
         if used.elapsed().is_ok_and(|age| age > TREE_GRACE) {
             removed |= std::fs::remove_dir_all(dir).is_ok();
         }
+    }
+    removed
+}
+
+/// Removes the entries of `dir` whose name `abandoned` accepts and that nobody touched for
+/// [`TREE_GRACE`] (what a killed process left half-written): whether any was removed.
+pub fn remove_abandoned(dir: &Path, abandoned: impl Fn(&str) -> bool) -> bool {
+    let old = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| abandoned(&e.file_name().to_string_lossy()))
+        .filter(|e| {
+            e.metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > TREE_GRACE))
+        });
+    let mut removed = false;
+    for entry in old {
+        let path = entry.path();
+        removed |= match entry.file_type() {
+            Ok(t) if t.is_dir() => std::fs::remove_dir_all(&path).is_ok(),
+            _ => std::fs::remove_file(&path).is_ok(),
+        };
     }
     removed
 }

@@ -111,7 +111,11 @@ pub async fn verify(
         else {
             continue;
         };
-        let file = scratch.join(layer.digest.replace(':', "-"));
+        let file = scratch.join(format!(
+            "{}.{}",
+            layer.digest.replace(':', "-"),
+            super::fetch::unique()
+        ));
         oci::blob(client, reference, layer, MAX_PAYLOAD, &file).await?;
         let payload = crate::manifest::read::read_capped(std::fs::File::open(&file), MAX_PAYLOAD)
             .map_err(|e| unsigned(e.to_string()))?;

@@ -12,7 +12,7 @@ use super::http::Client;
 use super::oci::{self, Descriptor, Reference};
 use super::{cosign, helm_repo, RegistryError};
 use crate::config::{AppConfig, ChartSource, OciPick, OciSource, RegistryConfig, SourceRef};
-use crate::source::cache::{remove_old_trees, source_dir, Checkout};
+use crate::source::cache::{remove_abandoned, remove_old_trees, source_dir, Checkout};
 use crate::source::CommitInfo;
 use crate::versions::{parse_version, Range};
 
@@ -97,6 +97,7 @@ pub async fn fetch(
     }
     let dir = write_out(&client, &resolved, &source, limits).await?;
     remove_old_trees(&trees);
+    remove_abandoned(&source.join("downloads"), |_| true);
     Ok(Checkout {
         dir,
         source,
@@ -274,7 +275,7 @@ async fn write_out(
     let downloads = source.join("downloads");
     make_dir(&downloads)?;
     make_dir(&trees)?;
-    let file = downloads.join(format!("{hex}.{}", std::process::id()));
+    let file = downloads.join(format!("{hex}.{}", unique()));
     let downloaded = match &resolved.content {
         Content::Archive {
             base,
@@ -314,7 +315,7 @@ fn unpack(
     shown: &str,
 ) -> Result<PathBuf, RegistryError> {
     let dir = trees.join(hex);
-    let tmp = trees.join(format!(".{hex}.{}", std::process::id()));
+    let tmp = trees.join(format!(".{hex}.{}", unique()));
     let _ = std::fs::remove_dir_all(&tmp);
     make_dir(&tmp)?;
     let archive = std::fs::File::open(file).map_err(cache)?;
@@ -361,6 +362,14 @@ fn no_version<'v>(
         range: range.to_string(),
         newest: newest.join(", "),
     }
+}
+
+/// `PID.N`, a name no other fetch of this process or another uses at the same time (two
+/// apps of one source may fetch the same digest at once).
+pub(super) fn unique() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}.{n}", std::process::id())
 }
 
 fn make_dir(dir: &Path) -> Result<(), RegistryError> {
