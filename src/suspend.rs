@@ -130,7 +130,12 @@ mod tests {
 
     fn app(name: &str, extra: &str) -> AppConfig {
         let text = format!("[[app]]\nname = \"{name}\"\nrepo = \"/srv/git/r\"\n{extra}");
-        crate::config::parse(&text).unwrap().apps.remove(0)
+        crate::config::parse(&text)
+            .unwrap()
+            .apps
+            .remove(0)
+            .as_ref()
+            .clone()
     }
 
     #[test]

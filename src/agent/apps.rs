@@ -104,7 +104,7 @@ impl Agent {
         changes
     }
 
-    pub(super) fn start(&mut self, app: AppConfig) {
+    pub(super) fn start(&mut self, app: Arc<AppConfig>) {
         let (trigger, triggers) = mpsc::channel(4);
         if let Some(path) = crate::source::local_repository(&app) {
             self.subscribe(&app.name, path, trigger.clone());
@@ -126,7 +126,6 @@ impl Agent {
             )));
         }
         let (interval, jitter) = (self.config().agent.interval, self.config().agent.jitter);
-        let app = Arc::new(app);
         tasks.push(tokio::spawn(super::app_loop::app_loop(
             app.clone(),
             self.shared.clone(),
@@ -282,7 +281,8 @@ impl Agent {
     }
 
     /// Publishes `new` to the syncer and the status page.
-    fn publish(&self, new: Config) {
+    fn publish(&self, mut new: Config) {
+        new.share_apps(&self.config());
         self.config.send_replace(Arc::new(new));
     }
 

@@ -10,6 +10,7 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::app_loop::log_progress;
 use super::apps::Agent;
@@ -39,7 +40,7 @@ fn read_bounded(path: &Path) -> Option<String> {
 /// The apps of the last configuration the agent ran — its written apps, and its sets'
 /// apps as they listed them last; none when there is no copy, or it is not a valid
 /// configuration (said: nothing is pruned on its word).
-fn last_apps(state_dir: &Path) -> Vec<AppConfig> {
+fn last_apps(state_dir: &Path) -> Vec<Arc<AppConfig>> {
     let path = copy_path(state_dir);
     let Some(text) = read_bounded(&path) else {
         return Vec::new();
@@ -64,7 +65,7 @@ fn remember(state_dir: &Path, config_path: &Path, running: &Config) {
     let Some(text) = read_bounded(config_path) else {
         return;
     };
-    let written: Vec<&AppConfig> = running.apps.iter().filter(|a| a.set.is_none()).collect();
+    let written = running.apps.iter().filter(|a| a.set.is_none());
     if config::parse(&text).is_ok_and(|c| c.apps.iter().eq(written)) {
         if let Err(e) = crate::state::write_private(&copy_path(state_dir), text.as_bytes()) {
             tracing::warn!(error = %e, "cannot keep a copy of the configuration: an app removed while berth is down is not found");
@@ -84,7 +85,7 @@ impl Agent {
     /// of this one. With sharding and the live hosts not known yet, it waits for them.
     pub(super) async fn prune_removed(&mut self, shutdown: &Signal) {
         let state_dir = self.config().agent.state_dir.clone();
-        let removed: Vec<AppConfig> = last_apps(&state_dir)
+        let removed: Vec<Arc<AppConfig>> = last_apps(&state_dir)
             .into_iter()
             .filter(|a| !self.config().has_app(&a.name) && set_gone(&self.config(), a))
             .collect();

@@ -142,7 +142,7 @@ impl Agent {
         let Some(set) = running.app_sets.iter().find(|s| s.name == listing.set) else {
             return true;
         };
-        let mut had: Vec<AppConfig> = (running.apps.iter())
+        let mut had: Vec<Arc<AppConfig>> = (running.apps.iter())
             .filter(|a| a.set.as_deref() == Some(set.name.as_str()))
             .cloned()
             .collect();

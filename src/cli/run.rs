@@ -19,7 +19,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let syncer = Syncer::connect(&config, true).await?.notify(&config)?;
     // A cluster that is down does not stop the agent: it serves /healthz (alive), /readyz
     // says the cluster is unreachable, and each app's next sync finds it back.
-    let apps: Vec<&config::AppConfig> = config.apps.iter().collect();
+    let apps: Vec<&config::AppConfig> = config.apps.iter().map(AsRef::as_ref).collect();
     let down = super::unreachable(&config, &apps).await;
     if down.is_empty() {
         tracing::info!("connected to the cluster");

@@ -88,7 +88,10 @@ fn chosen<'a>(
             .apps
             .iter()
             .filter(|a| config.cluster_of(a).name() == cluster);
-        apps.extend(of.filter(|a| !args.apps.contains(&a.name)));
+        apps.extend(
+            of.filter(|a| !args.apps.contains(&a.name))
+                .map(AsRef::as_ref),
+        );
     }
     if let Some(set) = &args.set {
         if !config.app_sets.iter().any(|s| &s.name == set) {
@@ -100,7 +103,7 @@ fn chosen<'a>(
         }
         let of = config.apps.iter().filter(|a| a.set.as_ref() == Some(set));
         let named = of.filter(|a| !apps.iter().any(|b| b.name == a.name));
-        apps.extend(named.collect::<Vec<_>>());
+        apps.extend(named.map(AsRef::as_ref).collect::<Vec<_>>());
         // A set is suspended as a whole, even before it makes an app.
         return Ok(apps);
     }

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use berth::config::{self, AppConfig};
 use berth::fleet::{self, Transition};
@@ -51,6 +52,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             .apps
             .iter()
             .filter(|a| wanted.contains(&a.name))
+            .map(Arc::as_ref)
             .collect();
     }
     let (apps, all_reached) = set_aside(&config, apps)
@@ -265,20 +267,26 @@ async fn one<'a>(
     (app.name.clone(), (record, true))
 }
 
-pub fn select<'a>(apps: &'a [AppConfig], names: &[String]) -> anyhow::Result<Vec<&'a AppConfig>> {
+pub fn select<'a>(
+    apps: &'a [Arc<AppConfig>],
+    names: &[String],
+) -> anyhow::Result<Vec<&'a AppConfig>> {
     if names.is_empty() {
-        return Ok(apps.iter().collect());
+        return Ok(apps.iter().map(Arc::as_ref).collect());
     }
     names
         .iter()
         .map(|n| {
-            apps.iter().find(|a| &a.name == n).ok_or_else(|| {
-                let known: Vec<&str> = apps.iter().map(|a| a.name.as_str()).collect();
-                anyhow::anyhow!(
-                    "no app named {n:?} in the configuration (apps: {})",
-                    known.join(", ")
-                )
-            })
+            apps.iter()
+                .find(|a| &a.name == n)
+                .map(Arc::as_ref)
+                .ok_or_else(|| {
+                    let known: Vec<&str> = apps.iter().map(|a| a.name.as_str()).collect();
+                    anyhow::anyhow!(
+                        "no app named {n:?} in the configuration (apps: {})",
+                        known.join(", ")
+                    )
+                })
         })
         .collect()
 }

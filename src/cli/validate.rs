@@ -34,7 +34,7 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     for set in &config.app_sets {
         match generated(&config, set, args.dir.as_ref()) {
             Some((made, refused)) => {
-                generated_apps.extend(made);
+                generated_apps.extend(made.into_iter().map(std::sync::Arc::new));
                 failed |= refused > 0;
             }
             None => failed = true,

@@ -61,6 +61,7 @@ impl Config {
             cluster.kubeconfig.iter_mut().for_each(at);
         }
         for app in &mut self.apps {
+            let app = std::sync::Arc::make_mut(app);
             app.webhook_secret_file.iter_mut().for_each(at);
             app.verify.ssh_allowed_signers.iter_mut().for_each(at);
             app.verify.cosign_keys.iter_mut().for_each(at);

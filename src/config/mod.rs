@@ -40,7 +40,9 @@ pub use validate::{
 };
 pub use values::{parse_byte_size, show_size};
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -58,9 +60,10 @@ pub struct Config {
     /// How to reach the cluster (`[cluster]`), or each cluster (`[[cluster]]`).
     #[serde(default)]
     pub cluster: Clusters,
-    /// The applications: one git source each.
+    /// The applications: one git source each (shared with the apps' tasks, so that
+    /// a thousand apps are held once).
     #[serde(default, rename = "app")]
-    pub apps: Vec<AppConfig>,
+    pub apps: Vec<Arc<AppConfig>>,
     /// Apps generated from a repository's folders and the clusters.
     #[serde(default, rename = "app_set")]
     pub app_sets: Vec<AppSetConfig>,
@@ -119,9 +122,24 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 }
 
 impl Config {
+    /// Holds each app `before` has unchanged by `before`'s copy: a listing or a reload
+    /// that changes a few apps of a thousand does not hold the others twice (the running
+    /// apps' tasks share their configuration with the running `Config`).
+    pub fn share_apps(&mut self, before: &Config) {
+        let held: HashMap<&str, &Arc<AppConfig>> =
+            (before.apps.iter()).map(|a| (a.name.as_str(), a)).collect();
+        for app in &mut self.apps {
+            if let Some(old) = held.get(app.name.as_str()) {
+                if ***old == **app {
+                    *app = Arc::clone(old);
+                }
+            }
+        }
+    }
+
     /// The app of that name.
     pub fn app(&self, name: &str) -> Option<&AppConfig> {
-        self.apps.iter().find(|a| a.name == name)
+        self.apps.iter().find(|a| a.name == name).map(|a| &**a)
     }
 
     /// Whether an app of that name is configured, running or [refused](Refused): an app
@@ -171,6 +189,25 @@ repo = "https://example.com/guestbook.git"
 
     fn parse_err(text: &str) -> String {
         parse(text).expect_err("should not parse").to_string()
+    }
+
+    #[test]
+    fn a_new_configuration_holds_its_unchanged_apps_by_the_running_copy() {
+        let text = |prune: bool| {
+            format!("{MINIMAL}\n[[app]]\nname = \"shop\"\nrepo = \"/r\"\nprune = {prune}\n")
+        };
+        let running = parse(&text(true)).unwrap();
+        let mut new = parse(&text(false)).unwrap();
+        new.share_apps(&running);
+        assert!(
+            Arc::ptr_eq(&new.apps[0], &running.apps[0]),
+            "guestbook unchanged: shared"
+        );
+        assert!(
+            !Arc::ptr_eq(&new.apps[1], &running.apps[1]),
+            "shop changed: its own"
+        );
+        assert!(!new.apps[1].prune);
     }
 
     fn invalid(text: &str) -> String {

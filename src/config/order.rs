@@ -2,18 +2,19 @@
 //! refuses, the order `berth sync` runs apps in, and who waits on whom.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::AppConfig;
 
 /// The apps by name.
-fn by_name(apps: &[AppConfig]) -> BTreeMap<&str, &AppConfig> {
-    apps.iter().map(|a| (a.name.as_str(), a)).collect()
+fn by_name(apps: &[Arc<AppConfig>]) -> BTreeMap<&str, &AppConfig> {
+    apps.iter().map(|a| (a.name.as_str(), &**a)).collect()
 }
 
 /// A dependency cycle, as the path that closes it (`["crds", "operator", "crds"]`, from
 /// the app the configuration lists first), or none. Names that are not apps and an app
 /// naming itself are skipped (validation reports them on their own).
-pub fn cycle(apps: &[AppConfig]) -> Option<Vec<String>> {
+pub fn cycle(apps: &[Arc<AppConfig>]) -> Option<Vec<String>> {
     #[derive(Clone, Copy, PartialEq)]
     enum Mark {
         Open,
@@ -58,7 +59,7 @@ pub fn cycle(apps: &[AppConfig]) -> Option<Vec<String>> {
 }
 
 /// `names` and every app they depend on, directly or not (`berth sync --with-deps`).
-pub fn with_dependencies(apps: &[AppConfig], names: &[&str]) -> BTreeSet<String> {
+pub fn with_dependencies(apps: &[Arc<AppConfig>], names: &[&str]) -> BTreeSet<String> {
     let apps = by_name(apps);
     let mut seen = BTreeSet::new();
     let mut todo: Vec<&str> = names.to_vec();
@@ -73,7 +74,7 @@ pub fn with_dependencies(apps: &[AppConfig], names: &[&str]) -> BTreeSet<String>
 }
 
 /// The apps that depend on `name` directly: whom its sync wakes.
-pub fn dependents<'a>(apps: &'a [AppConfig], name: &str) -> Vec<&'a str> {
+pub fn dependents<'a>(apps: &'a [Arc<AppConfig>], name: &str) -> Vec<&'a str> {
     apps.iter()
         .filter(|a| a.depends_on.iter().any(|d| d == name))
         .map(|a| a.name.as_str())
@@ -82,7 +83,7 @@ pub fn dependents<'a>(apps: &'a [AppConfig], name: &str) -> Vec<&'a str> {
 
 /// The apps in dependency order: each after every app it depends on, otherwise in the
 /// configuration's order. The configuration is free of cycles (validated).
-pub fn in_order(apps: &[AppConfig]) -> Vec<&AppConfig> {
+pub fn in_order(apps: &[Arc<AppConfig>]) -> Vec<&AppConfig> {
     let mut placed: BTreeSet<&str> = BTreeSet::new();
     let mut order = Vec::with_capacity(apps.len());
     let known: BTreeSet<&str> = apps.iter().map(|a| a.name.as_str()).collect();
@@ -95,12 +96,12 @@ pub fn in_order(apps: &[AppConfig]) -> Vec<&AppConfig> {
                 .all(|d| placed.contains(d.as_str()) || !known.contains(d.as_str()));
             if !placed.contains(app.name.as_str()) && ready {
                 placed.insert(&app.name);
-                order.push(app);
+                order.push(&**app);
             }
         }
         if order.len() == before {
             // A cycle (refused by validation): the rest as written.
-            order.extend(apps.iter().filter(|a| !placed.contains(a.name.as_str())));
+            order.extend((apps.iter().map(|a| &**a)).filter(|a| !placed.contains(a.name.as_str())));
             break;
         }
     }
@@ -111,7 +112,7 @@ pub fn in_order(apps: &[AppConfig]) -> Vec<&AppConfig> {
 mod tests {
     use super::*;
 
-    fn apps(edges: &[(&str, &[&str])]) -> Vec<AppConfig> {
+    fn apps(edges: &[(&str, &[&str])]) -> Vec<Arc<AppConfig>> {
         edges
             .iter()
             .map(|(name, deps)| {

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::path::{Component, Path};
+use std::sync::Arc;
 use std::time::Duration;
 
 mod clusters;
@@ -89,7 +90,7 @@ fn one_app(
 
 /// `depends_on`: names of other apps, without a cycle. With app sets, a name no written
 /// app has may be a generated app's: those are checked once the sets are listed.
-fn dependencies(apps: &[AppConfig], sets: bool, problems: &mut Problems) {
+fn dependencies(apps: &[Arc<AppConfig>], sets: bool, problems: &mut Problems) {
     let names: HashSet<&str> = apps.iter().map(|a| a.name.as_str()).collect();
     for (i, app) in apps.iter().enumerate() {
         for dep in &app.depends_on {

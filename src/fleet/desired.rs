@@ -6,6 +6,7 @@
 //! Lease's holder or of the live hosts), each of which changes one of its inputs.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::config::{AppConfig, Config};
 use crate::service::shards;
@@ -30,7 +31,7 @@ pub enum Role<'a> {
 }
 
 /// The apps of `config` a host in `role` runs.
-pub fn desired<'c>(config: &'c Config, role: Role<'_>) -> Vec<&'c AppConfig> {
+pub fn desired<'c>(config: &'c Config, role: Role<'_>) -> Vec<&'c Arc<AppConfig>> {
     match role {
         Role::Alone | Role::Leader => config.apps.iter().collect(),
         Role::Standby => Vec::new(),
@@ -48,11 +49,11 @@ pub fn desired<'c>(config: &'c Config, role: Role<'_>) -> Vec<&'c AppConfig> {
 #[derive(Debug, Default, PartialEq)]
 pub struct Changes {
     /// Apps to start.
-    pub start: Vec<AppConfig>,
+    pub start: Vec<Arc<AppConfig>>,
     /// Apps to stop.
     pub stop: Vec<String>,
     /// Apps whose configuration changed: stopped, then started with the new one.
-    pub restart: Vec<AppConfig>,
+    pub restart: Vec<Arc<AppConfig>>,
 }
 
 impl Changes {
@@ -64,20 +65,20 @@ impl Changes {
 
 /// What turns the `running` apps (each name with the configuration it runs) into
 /// `desired`.
-pub fn diff(running: &BTreeMap<String, &AppConfig>, desired: &[&AppConfig]) -> Changes {
-    let wanted: BTreeMap<&str, &AppConfig> =
+pub fn diff(running: &BTreeMap<String, &AppConfig>, desired: &[&Arc<AppConfig>]) -> Changes {
+    let wanted: BTreeMap<&str, &Arc<AppConfig>> =
         desired.iter().map(|a| (a.name.as_str(), *a)).collect();
     let mut changes = Changes::default();
     for (name, app) in running {
         match wanted.get(name.as_str()) {
             None => changes.stop.push(name.clone()),
-            Some(new) if *new != *app => changes.restart.push((*new).clone()),
+            Some(new) if ***new != **app => changes.restart.push(Arc::clone(new)),
             Some(_) => {}
         }
     }
     changes.start = (desired.iter())
         .filter(|a| !running.contains_key(&a.name))
-        .map(|a| (*a).clone())
+        .map(|a| Arc::clone(a))
         .collect();
     changes
 }
@@ -96,13 +97,13 @@ mod tests {
         config
     }
 
-    fn names(apps: &[&AppConfig]) -> Vec<String> {
+    fn names(apps: &[&Arc<AppConfig>]) -> Vec<String> {
         apps.iter().map(|a| a.name.clone()).collect()
     }
 
-    fn running(apps: &[&AppConfig]) -> BTreeMap<String, AppConfig> {
+    fn running(apps: &[&Arc<AppConfig>]) -> BTreeMap<String, AppConfig> {
         apps.iter()
-            .map(|a| (a.name.clone(), (*a).clone()))
+            .map(|a| (a.name.clone(), (***a).clone()))
             .collect()
     }
 
@@ -164,7 +165,8 @@ mod tests {
         assert!(changes.restart.is_empty());
         // Changed in place: restarted; unchanged: left running.
         let mut changed = after.clone();
-        changed.apps[0].prune = !changed.apps[0].prune;
+        let shop = Arc::make_mut(&mut changed.apps[0]);
+        shop.prune = !shop.prune;
         let now = running(&desired(&after, Role::Alone));
         let changes = diff(&refs(&now), &desired(&changed, Role::Alone));
         assert_eq!(names(&changes.restart.iter().collect::<Vec<_>>()), ["shop"]);

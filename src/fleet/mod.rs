@@ -8,6 +8,7 @@
 //! ([`execute`], `execute.rs`) for `berth sync` and `berth run` alike.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::config::{
@@ -221,7 +222,7 @@ async fn list_commit(
 pub fn expand(
     config: &Config,
     listings: &mut [Listing],
-    kept: &dyn Fn(&str) -> Vec<AppConfig>,
+    kept: &dyn Fn(&str) -> Vec<Arc<AppConfig>>,
 ) -> Config {
     let mut expanded = config.clone();
     expanded.apps.retain(|a| a.set.is_none());
@@ -280,7 +281,7 @@ pub fn expand_remembered(config: &Config) -> Config {
 
 /// The apps `set` made from its last listing, under `config` (none when they cannot be
 /// made; those refused left out).
-pub fn remembered_apps(config: &Config, set: &AppSetConfig) -> Vec<AppConfig> {
+pub fn remembered_apps(config: &Config, set: &AppSetConfig) -> Vec<Arc<AppConfig>> {
     let listed = remembered(&config.agent.state_dir, &set.name).unwrap_or_default();
     made(config, set, &listed).map_or_else(|_| Vec::new(), |(apps, _)| apps)
 }
@@ -294,7 +295,7 @@ fn made(
     config: &Config,
     set: &AppSetConfig,
     listed: &Listed,
-) -> Result<(Vec<AppConfig>, Vec<Refused>), ListError> {
+) -> Result<(Vec<Arc<AppConfig>>, Vec<Refused>), ListError> {
     let apps = set.generate(&listed.paths(), &config.cluster)?;
     for app in &apps {
         if let Err(problems) = check_generated(app, &config.cluster) {
@@ -306,7 +307,8 @@ fn made(
             });
         }
     }
-    Ok(within_reach(config, set, apps))
+    let (apps, refused) = within_reach(config, set, apps);
+    Ok((apps.into_iter().map(Arc::new).collect(), refused))
 }
 
 mod desired;

@@ -2,12 +2,16 @@
 //! generated app of it, never the first made), or a namespace no template may reach.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::config::{compile_globs, AgentConfig, AppConfig, AppSetConfig, Config, Refused};
 
 /// Takes out of `generated` every app whose name another app has (see [`clashes`]), and
 /// returns them refused.
-pub fn refuse_clashes(written: &[AppConfig], generated: &mut Vec<AppConfig>) -> Vec<Refused> {
+pub fn refuse_clashes(
+    written: &[Arc<AppConfig>],
+    generated: &mut Vec<Arc<AppConfig>>,
+) -> Vec<Refused> {
     let clashes = clashes(written, generated);
     let refused = (generated.iter())
         .filter_map(|app| Some(Refused::of(app, clashes.get(&app.name)?.clone())))
@@ -19,7 +23,7 @@ pub fn refuse_clashes(written: &[AppConfig], generated: &mut Vec<AppConfig>) -> 
 /// The names more than one app has, each with what says so: every generated app of such a
 /// name is refused — never the first made — naming each app that has it. A written app
 /// keeps its name: a folder cannot take it, nor stop it.
-fn clashes(written: &[AppConfig], generated: &[AppConfig]) -> BTreeMap<String, String> {
+fn clashes(written: &[Arc<AppConfig>], generated: &[Arc<AppConfig>]) -> BTreeMap<String, String> {
     let mut holders: BTreeMap<&str, Vec<&AppConfig>> = BTreeMap::new();
     for app in written.iter().chain(generated) {
         holders.entry(app.name.as_str()).or_default().push(app);

@@ -4,6 +4,8 @@
 //! transition from the same listings, and [`Transition::share`] gives each the part it
 //! acts on; [`super::execute`] acts on it.
 
+use std::sync::Arc;
+
 use crate::config::{AppConfig, AppSetConfig, Config};
 use crate::service::shards;
 
@@ -21,7 +23,7 @@ pub struct Transition {
     pub renamed: Vec<(AppConfig, AppConfig)>,
     /// The apps it made and makes no more (not renamed): their objects pruned with
     /// `prune = true`, dependents first.
-    pub removed: Vec<AppConfig>,
+    pub removed: Vec<Arc<AppConfig>>,
 }
 
 impl Transition {
@@ -33,7 +35,7 @@ impl Transition {
         config: &Config,
         set: &AppSetConfig,
         before: &Listed,
-        had: &[AppConfig],
+        had: &[Arc<AppConfig>],
         now: &Listing,
         next: &Config,
     ) -> Transition {
@@ -77,7 +79,7 @@ impl Transition {
         let Some((me, members)) = host else {
             return self.clone();
         };
-        let names = |apps: &mut dyn Iterator<Item = &AppConfig>| -> Vec<String> {
+        let names = |apps: &mut dyn Iterator<Item = &Arc<AppConfig>>| -> Vec<String> {
             apps.map(|a| a.name.clone()).collect()
         };
         let running = names(&mut next.apps.iter());

@@ -230,7 +230,8 @@ impl Board {
         let Ok(mut all) = self.apps.lock() else {
             return;
         };
-        all.retain(|name, _| apps.iter().any(|a| &a.name == name));
+        let names: std::collections::HashSet<&str> = apps.iter().map(|a| a.name.as_str()).collect();
+        all.retain(|name, _| names.contains(name.as_str()));
         for app in apps {
             let fresh = AppState::new(app);
             let state = all.entry(app.name.clone()).or_insert_with(|| AppState {
@@ -419,7 +420,12 @@ mod tests {
 
     fn app(name: &str, repo: &str) -> AppConfig {
         let text = format!("[[app]]\nname = \"{name}\"\nrepo = \"{repo}\"\n");
-        crate::config::parse(&text).expect("config").apps.remove(0)
+        crate::config::parse(&text)
+            .expect("config")
+            .apps
+            .remove(0)
+            .as_ref()
+            .clone()
     }
 
     fn record(app: &str, outcome: Outcome) -> SyncRecord {

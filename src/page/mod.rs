@@ -134,7 +134,7 @@ impl StatusPage {
         let apps: Vec<AppConfig> = (config.apps.iter())
             .map(|a| AppConfig {
                 cluster: Some(config.cluster_of(a).name().to_string()),
-                ..a.clone()
+                ..(**a).clone()
             })
             .collect();
         self.board

@@ -116,7 +116,12 @@ mod tests {
 
     fn app(name: &str) -> AppConfig {
         let text = format!("[[app]]\nname = \"{name}\"\nrepo = \"/srv/git/r\"\n");
-        crate::config::parse(&text).unwrap().apps.remove(0)
+        crate::config::parse(&text)
+            .unwrap()
+            .apps
+            .remove(0)
+            .as_ref()
+            .clone()
     }
 
     fn remembered(dir: &Path, sharding: bool) -> Remembered {

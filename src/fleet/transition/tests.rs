@@ -55,7 +55,7 @@ fn between(before: &Listing, now: &Listing) -> (Transition, Config) {
     (transition, next)
 }
 
-fn names<'a>(apps: impl IntoIterator<Item = &'a AppConfig>) -> Vec<&'a str> {
+fn names<'a>(apps: impl IntoIterator<Item = &'a Arc<AppConfig>>) -> Vec<&'a str> {
     apps.into_iter().map(|a| a.name.as_str()).collect()
 }
 

@@ -244,7 +244,12 @@ mod tests {
         let app = |name: &str, cluster: &str| {
             let text =
                 format!("[[app]]\nname = \"{name}\"\nrepo = \"/r\"\ncluster = \"{cluster}\"\n");
-            crate::config::parse(&text).expect("config").apps.remove(0)
+            crate::config::parse(&text)
+                .expect("config")
+                .apps
+                .remove(0)
+                .as_ref()
+                .clone()
         };
         board.set_apps(&[app("web-east", "east"), app("web-west", "west")], |_| {
             None
@@ -302,7 +307,12 @@ mod tests {
         let apps: Vec<crate::config::AppConfig> = (0..PAGE_APPS * 2 + 1)
             .map(|i| {
                 let text = format!("[[app]]\nname = \"app-{i:04}\"\nrepo = \"/r\"\n");
-                crate::config::parse(&text).expect("config").apps.remove(0)
+                crate::config::parse(&text)
+                    .expect("config")
+                    .apps
+                    .remove(0)
+                    .as_ref()
+                    .clone()
             })
             .collect();
         board.set_apps(&apps, |_| None);

@@ -58,6 +58,8 @@ fn app(repo: &Path, extra: &str) -> AppConfig {
     .unwrap()
     .apps
     .remove(0)
+    .as_ref()
+    .clone()
 }
 
 fn content(c: &Checkout) -> String {
