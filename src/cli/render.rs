@@ -269,11 +269,7 @@ fn fetch_into(source: SourceRef<'_>, args: &mut Args) -> anyhow::Result<Scratch>
         Scratch(std::env::temp_dir().join(format!("berth-render-{}", std::process::id())));
     berth::state::private_dir(&scratch.0).with_context(|| scratch.0.display().to_string())?;
     let limits = ArchiveLimits::of(&AgentConfig::default());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let checkout = runtime
-        .block_on(registry::fetch(wanted, &scratch.0, limits))
+    let checkout = registry::fetch_blocking(wanted, &scratch.0, limits)
         .map_err(|e| anyhow::anyhow!("{}", berth::Chain(&e)))?;
     if let SourceRef::Chart(chart) = source {
         args.release.get_or_insert(chart.name.clone());

@@ -55,20 +55,7 @@ pub fn fetch_now(
         return git::fetch(app, &agent.state_dir, git::TreeLimits::of(agent));
     }
     let limits = registry::archive::ArchiveLimits::of(agent);
-    let fetch = || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime for the fetch");
-        runtime.block_on(registry::fetch(
-            registry::Wanted::of(app),
-            &agent.state_dir,
-            limits,
-        ))
-    };
-    let fetched = std::thread::scope(|s| s.spawn(fetch).join());
-    fetched
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    registry::fetch_blocking(registry::Wanted::of(app), &agent.state_dir, limits)
         .map_err(git::SourceError::from)
 }
 

@@ -24,6 +24,10 @@ pub struct Sources {
     limits: git::TreeLimits,
     archives: ArchiveLimits,
     last: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Last>>>>,
+    /// Each registry source's session, by the same key: its client and its verified
+    /// signatures kept between fetches (one that could not reach its registry is made
+    /// again, its CA file read again).
+    sessions: Mutex<HashMap<String, Arc<registry::Session>>>,
 }
 
 impl Sources {
@@ -35,6 +39,7 @@ impl Sources {
             limits: git::TreeLimits::of(agent),
             archives: ArchiveLimits::of(agent),
             last: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
         }
     }
 
@@ -71,8 +76,7 @@ impl Sources {
                 app.auth
             ),
             _ => format!(
-                "{}\n{:?}\n{:?}\n{:?}",
-                app.origin(),
+                "{:?}\n{:?}\n{:?}",
                 app.source(),
                 app.registry,
                 app.verify.cosign_keys
@@ -82,7 +86,7 @@ impl Sources {
             .last
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .entry(key)
+            .entry(key.clone())
             .or_default()
             .clone();
         let mut last = slot.lock().await;
@@ -94,12 +98,29 @@ impl Sources {
         let started = Instant::now();
         let result = match app.source() {
             SourceRef::Git(_) => self.fetch_git(app).await,
-            _ => registry::fetch(registry::Wanted::of(app), &self.state_dir, self.archives)
-                .await
-                .map_err(SourceError::from),
+            _ => self.fetch_registry(app, &key).await,
         };
         *last = Some((started, result.clone()));
         result
+    }
+
+    async fn fetch_registry(&self, app: &AppConfig, key: &str) -> Result<Checkout, SourceError> {
+        let sessions = || self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let held = sessions().get(key).cloned();
+        let session = match held {
+            Some(session) => session,
+            None => {
+                let session = Arc::new(registry::Session::new(&app.registry)?);
+                sessions().insert(key.to_string(), session.clone());
+                session
+            }
+        };
+        let wanted = registry::Wanted::of(app);
+        let fetched = registry::fetch(&session, wanted, &self.state_dir, self.archives).await;
+        if let Err(registry::RegistryError::Unreachable { .. }) = &fetched {
+            sessions().remove(key);
+        }
+        Ok(fetched?)
     }
 
     async fn fetch_git(&self, app: &AppConfig) -> Result<Checkout, SourceError> {

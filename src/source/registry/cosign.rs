@@ -12,7 +12,8 @@ use std::path::Path;
 
 use base64::Engine as _;
 use p256::ecdsa::signature::Verifier as _;
-use p256::ecdsa::{Signature, VerifyingKey};
+use p256::ecdsa::Signature;
+pub use p256::ecdsa::VerifyingKey;
 use p256::pkcs8::DecodePublicKey as _;
 use serde::Deserialize;
 

@@ -3,7 +3,9 @@
 //! its archive unpacked once per digest into `trees/<hex>/` of the source's cache, where
 //! every later sync of the same digest finds it (nothing downloaded again).
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use url::Url;
 
@@ -45,6 +47,52 @@ enum Content {
     },
 }
 
+/// What a registry source keeps between its fetches: its client (its connections, roots
+/// and granted tokens), and the digests whose signature its keys verified (a digest
+/// signed once is signed: it is not asked again while those keys are trusted).
+pub struct Session {
+    pub client: Client,
+    verified: Mutex<HashSet<String>>,
+}
+
+impl Session {
+    /// A session for sources reached as `registry` says.
+    ///
+    /// # Errors
+    /// The CA file cannot be used.
+    pub fn new(registry: &RegistryConfig) -> Result<Session, RegistryError> {
+        Ok(Session {
+            client: Client::new(registry)?,
+            verified: Mutex::default(),
+        })
+    }
+
+    /// Checks the signature of `digest` by one of `keys`, unless these keys verified it
+    /// already.
+    async fn verify(
+        &self,
+        reference: &Reference,
+        digest: &str,
+        keys: &[cosign::VerifyingKey],
+        scratch: &Path,
+    ) -> Result<(), RegistryError> {
+        let mut verdict = digest.to_string();
+        for key in keys {
+            verdict.push('\n');
+            verdict += &hex::encode(key.to_sec1_bytes());
+        }
+        let seen = |v: &String| self.verified.lock().is_ok_and(|set| set.contains(v));
+        if seen(&verdict) {
+            return Ok(());
+        }
+        cosign::verify(&self.client, reference, digest, keys, scratch).await?;
+        if let Ok(mut set) = self.verified.lock() {
+            set.insert(verdict);
+        }
+        Ok(())
+    }
+}
+
 /// What is fetched: a registry source, how its registry is reached, the keys its
 /// signatures must be made by (none: not checked).
 #[derive(Debug, Clone, Copy)]
@@ -65,24 +113,25 @@ impl<'a> Wanted<'a> {
     }
 }
 
-/// The app's source at the version it picks, written out.
+/// The app's source at the version it picks, written out, asked in `session` (made for
+/// `wanted.registry`).
 ///
 /// # Errors
 /// [`RegistryError`]: the registry's, no version inside the range, a refused signature or
 /// archive.
 pub async fn fetch(
+    session: &Session,
     wanted: Wanted<'_>,
     state_dir: &Path,
     limits: ArchiveLimits,
 ) -> Result<Checkout, RegistryError> {
-    let registry = wanted.registry;
-    let client = Client::new(registry)?;
+    let (registry, client) = (wanted.registry, &session.client);
     let resolved = match wanted.source {
         SourceRef::Chart(chart) if chart.is_oci() => {
-            oci_chart(&client, chart, registry.insecure).await?
+            oci_chart(client, chart, registry.insecure).await?
         }
-        SourceRef::Chart(chart) => helm_chart(&client, chart, limits).await?,
-        SourceRef::Oci(source) => artifact(&client, source, registry.insecure).await?,
+        SourceRef::Chart(chart) => helm_chart(client, chart, limits).await?,
+        SourceRef::Oci(source) => artifact(client, source, registry.insecure).await?,
         SourceRef::Git(_) => unreachable!("a git source is fetched by git"),
     };
     let source = source_dir(state_dir, &wanted.source.origin());
@@ -92,10 +141,10 @@ pub async fn fetch(
             let keys = cosign::keys(wanted.cosign_keys)?;
             let scratch = source.join("downloads");
             make_dir(&scratch)?;
-            cosign::verify(&client, reference, &resolved.digest, &keys, &scratch).await?;
+            (session.verify(reference, &resolved.digest, &keys, &scratch)).await?;
         }
     }
-    let dir = write_out(&client, &resolved, &source, limits).await?;
+    let dir = write_out(client, &resolved, &source, limits).await?;
     remove_old_trees(&trees);
     remove_abandoned(&source.join("downloads"), |_| true);
     Ok(Checkout {
@@ -112,6 +161,28 @@ pub async fn fetch(
         },
         tag: None,
     })
+}
+
+/// [`fetch`] for a caller that is not async (a command, `berth validate`): on a runtime of
+/// its own, in a thread of its own, so that it may be called from inside a runtime too.
+///
+/// # Errors
+/// As [`fetch`].
+pub fn fetch_blocking(
+    wanted: Wanted<'_>,
+    state_dir: &Path,
+    limits: ArchiveLimits,
+) -> Result<Checkout, RegistryError> {
+    let fetch = || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| RegistryError::Cache(std::sync::Arc::new(e)))?;
+        let session = Session::new(wanted.registry)?;
+        runtime.block_on(fetch(&session, wanted, state_dir, limits))
+    };
+    let fetched = std::thread::scope(|s| s.spawn(fetch).join());
+    fetched.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// A registry source's revision, as a commit's SHA is git's: `<version>@<digest>`, or the

@@ -17,7 +17,7 @@ pub mod http;
 pub mod notification;
 pub mod oci;
 
-pub use fetch::{fetch, parse_revision, revision, Wanted};
+pub use fetch::{fetch, fetch_blocking, parse_revision, revision, Session, Wanted};
 
 use std::path::PathBuf;
 use std::sync::Arc;
