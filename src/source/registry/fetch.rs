@@ -237,8 +237,9 @@ async fn helm_chart(
         _ => return Err(RegistryError::Malformed {
             registry: shown,
             what: format!("version {text}"),
-            why: "the index gives no SHA-256 digest for it: berth checks every archive against it"
-                .into(),
+            cause: super::because(
+                "the index gives no SHA-256 digest for it: berth checks every archive against it",
+            ),
         }),
     };
     Ok(Resolved {
@@ -305,11 +306,11 @@ async fn artifact(
         .ok_or_else(|| RegistryError::Malformed {
             registry: reference.host(),
             what: format!("{shown}:{asked}"),
-            why: format!(
+            cause: super::because(format!(
                 "no layer of {} or {}: berth reads Flux's artifacts and Helm's charts",
                 oci::FLUX_CONTENT,
                 oci::HELM_CHART
-            ),
+            )),
         })?;
     let created = manifest
         .annotations
@@ -413,7 +414,7 @@ fn range(text: &str, shown: &str) -> Result<Range, RegistryError> {
     Range::parse(text).map_err(|e| RegistryError::Malformed {
         registry: shown.to_string(),
         what: "the version".into(),
-        why: e.to_string(),
+        cause: std::sync::Arc::new(e),
     })
 }
 

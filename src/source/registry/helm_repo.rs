@@ -6,13 +6,14 @@
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 use url::Url;
 
 use super::http::{host, redacted, Client};
-use super::RegistryError;
+use super::{because, Cause, RegistryError};
 
 /// The most chart versions an index may list (all charts together).
 const MAX_VERSIONS: usize = 200_000;
@@ -39,19 +40,19 @@ struct Index {
 /// Not an http(s) URL, or one holding credentials.
 pub fn base(repository: &str) -> Result<Url, RegistryError> {
     let shown = Url::parse(repository).map_or("the chart repository".into(), |u| redacted(&u));
-    let malformed = |why: &str| RegistryError::Malformed {
+    let malformed = |cause: Cause| RegistryError::Malformed {
         registry: shown.clone(),
         what: "the repository's URL".into(),
-        why: why.to_string(),
+        cause,
     };
-    let mut url = Url::parse(repository).map_err(|e| malformed(&e.to_string()))?;
+    let mut url = Url::parse(repository).map_err(|e| malformed(Arc::new(e)))?;
     if !matches!(url.scheme(), "https" | "http") || url.host_str().is_none() {
-        return Err(malformed("not an http(s) chart repository URL"));
+        return Err(malformed(because("not an http(s) chart repository URL")));
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err(malformed(
+        return Err(malformed(because(
             "the URL holds credentials: give them in [app.registry] credentials",
-        ));
+        )));
     }
     if !url.path().ends_with('/') {
         let path = format!("{}/", url.path());
@@ -75,24 +76,23 @@ pub async fn versions(
         .map_err(|e| RegistryError::Malformed {
             registry: host(base),
             what: "the index".into(),
-            why: e.to_string(),
+            cause: Arc::new(e),
         })?;
     let what = format!("the index {}", url.path());
     let answer = client
         .get(&url, "application/x-yaml, text/yaml, */*", limit, &what)
         .await?;
-    let malformed = |why: String| RegistryError::Malformed {
+    let malformed = |cause: Cause| RegistryError::Malformed {
         registry: host(base),
         what: what.clone(),
-        why,
+        cause,
     };
-    let index: Index =
-        serde_yaml::from_slice(&answer.body).map_err(|e| malformed(e.to_string()))?;
+    let index: Index = serde_yaml::from_slice(&answer.body).map_err(|e| malformed(Arc::new(e)))?;
     let listed: usize = index.entries.values().map(Vec::len).sum();
     if listed > MAX_VERSIONS {
-        return Err(malformed(format!(
+        return Err(malformed(because(format!(
             "it lists {listed} versions, more than {MAX_VERSIONS}"
-        )));
+        ))));
     }
     let mut entries = index.entries;
     Ok(entries.remove(chart).unwrap_or_default())
@@ -112,19 +112,21 @@ pub async fn archive(
     into: &Path,
 ) -> Result<String, RegistryError> {
     let what = format!("chart {chart} {}", published.version);
-    let malformed = |why: &str| RegistryError::Malformed {
+    let malformed = |cause: Cause| RegistryError::Malformed {
         registry: host(base),
         what: what.clone(),
-        why: why.to_string(),
+        cause,
     };
     let address = published
         .urls
         .first()
-        .ok_or_else(|| malformed("the index gives it no address"))?;
+        .ok_or_else(|| malformed(because("the index gives it no address")))?;
     let expected = published.digest.as_deref().ok_or_else(|| {
-        malformed("the index gives it no digest: berth checks every archive against it")
+        malformed(because(
+            "the index gives it no digest: berth checks every archive against it",
+        ))
     })?;
-    let url = base.join(address).map_err(|e| malformed(&e.to_string()))?;
+    let url = base.join(address).map_err(|e| malformed(Arc::new(e)))?;
     let cache = |e| RegistryError::Cache(std::sync::Arc::new(e));
     let mut file = std::fs::File::create(into).map_err(cache)?;
     let mut hash = Sha256::new();
@@ -161,9 +163,8 @@ mod tests {
             url.join("web-1.0.0.tgz").unwrap().as_str(),
             "https://charts.example.com/stable/web-1.0.0.tgz"
         );
-        let e = base("https://u:p@charts.example.com")
-            .unwrap_err()
-            .to_string();
+        let e = base("https://u:p@charts.example.com").unwrap_err();
+        let e = crate::Chain(&e).to_string();
         assert!(e.contains("credentials") && !e.contains(":p@"), "{e}");
         assert!(base("oci://r/charts").is_err());
     }

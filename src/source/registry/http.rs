@@ -19,7 +19,7 @@ use hyper_util::client::legacy::Client as Hyper;
 use hyper_util::rt::TokioExecutor;
 use url::Url;
 
-use super::RegistryError;
+use super::{because, Cause, RegistryError};
 use crate::config::RegistryConfig;
 
 /// Connecting gives up after this long, as git's fetches do.
@@ -116,11 +116,11 @@ impl Client {
                 Err(_) => {
                     return Err(unreachable(
                         url,
-                        format!("no byte of {what} for {}s", IDLE.as_secs()),
+                        because(format!("no byte of {what} for {}s", IDLE.as_secs())),
                     ))
                 }
                 Ok(None) => break,
-                Ok(Some(Err(e))) => return Err(unreachable(url, e.to_string())),
+                Ok(Some(Err(e))) => return Err(unreachable(url, Arc::new(e))),
                 Ok(Some(Ok(frame))) => frame,
             };
             let Ok(data) = frame.into_data() else {
@@ -167,9 +167,9 @@ impl Client {
             }
             if status.is_redirection() {
                 let location = header_text(&response, LOCATION.as_str()).unwrap_or_default();
-                let next = url
-                    .join(&location)
-                    .map_err(|_| unreachable(&url, format!("a redirect to {location:?}")))?;
+                let next = url.join(&location).map_err(|_| {
+                    unreachable(&url, because(format!("a redirect to {location:?}")))
+                })?;
                 url = next;
                 continue;
             }
@@ -184,7 +184,7 @@ impl Client {
         }
         Err(unreachable(
             &url,
-            format!("more than {MAX_REDIRECTS} redirects"),
+            because(format!("more than {MAX_REDIRECTS} redirects")),
         ))
     }
 
@@ -222,13 +222,13 @@ impl Client {
         };
         let request = request
             .body(body)
-            .map_err(|e| unreachable(url, e.to_string()))?;
+            .map_err(|e| unreachable(url, Arc::new(e)))?;
         match tokio::time::timeout(IDLE, self.http.request(request)).await {
             Err(_) => Err(unreachable(
                 url,
-                format!("no answer in {}s", IDLE.as_secs()),
+                because(format!("no answer in {}s", IDLE.as_secs())),
             )),
-            Ok(Err(e)) => Err(unreachable(url, crate::Chain(&e).to_string())),
+            Ok(Err(e)) => Err(unreachable(url, Arc::new(e))),
             Ok(Ok(response)) => Ok(response),
         }
     }
@@ -243,19 +243,19 @@ fn tls_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, RegistryEr
         let _ = roots.add(cert);
     }
     if let Some(path) = ca_file {
-        let ca = |why: String| RegistryError::CaFile {
+        let ca = |cause: Cause| RegistryError::CaFile {
             path: path.to_path_buf(),
-            why,
+            cause,
         };
         let certs: Vec<_> = CertificateDer::pem_file_iter(path)
-            .map_err(|e| ca(e.to_string()))?
+            .map_err(|e| ca(Arc::new(e)))?
             .collect::<Result<_, _>>()
-            .map_err(|e| ca(e.to_string()))?;
+            .map_err(|e| ca(Arc::new(e)))?;
         if certs.is_empty() {
-            return Err(ca("it holds no PEM certificate".into()));
+            return Err(ca(because("it holds no PEM certificate")));
         }
         for cert in certs {
-            roots.add(cert).map_err(|e| ca(e.to_string()))?;
+            roots.add(cert).map_err(|e| ca(Arc::new(e)))?;
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -263,7 +263,7 @@ fn tls_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, RegistryEr
         .with_safe_default_protocol_versions()
         .map_err(|e| RegistryError::CaFile {
             path: ca_file.unwrap_or(Path::new("-")).to_path_buf(),
-            why: e.to_string(),
+            cause: Arc::new(e),
         })?
         .with_root_certificates(roots)
         .with_no_client_auth();
@@ -317,7 +317,7 @@ pub fn redacted(url: &Url) -> String {
     shown.to_string()
 }
 
-fn unreachable(url: &Url, cause: String) -> RegistryError {
+fn unreachable(url: &Url, cause: Cause) -> RegistryError {
     RegistryError::Unreachable {
         registry: host(url),
         cause,

@@ -27,8 +27,12 @@ use std::sync::Arc;
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RegistryError {
     /// No answer: the network, TLS, a timeout.
-    #[error("cannot reach {registry}: {cause}")]
-    Unreachable { registry: String, cause: String },
+    #[error("cannot reach {registry}")]
+    Unreachable {
+        registry: String,
+        #[source]
+        cause: Cause,
+    },
     /// A 401 or 403 after the login was offered.
     #[error("{registry} refused {what}: {}", if *logged_in { "check the login for this registry in [app.registry] credentials (a Docker config.json)" } else { "it asks for a login: give [app.registry] credentials (a Docker config.json)" })]
     Unauthorized {
@@ -58,14 +62,19 @@ pub enum RegistryError {
     #[error(transparent)]
     Credentials(Arc<credentials::CredentialsError>),
     /// The CA file cannot be used.
-    #[error("the registry CA file {}: {why}", path.display())]
-    CaFile { path: PathBuf, why: String },
+    #[error("the registry CA file {}", path.display())]
+    CaFile {
+        path: PathBuf,
+        #[source]
+        cause: Cause,
+    },
     /// An answer that is not what was asked for.
-    #[error("{what} from {registry} does not parse: {why}")]
+    #[error("{what} from {registry} does not parse")]
     Malformed {
         registry: String,
         what: String,
-        why: String,
+        #[source]
+        cause: Cause,
     },
     /// Content whose digest is not the one pinned or announced.
     #[error("{what}: its digest is {got}, not {expected}: refused")]
@@ -96,6 +105,16 @@ pub enum RegistryError {
     /// The cache could not be written.
     #[error("the registry cache cannot be written")]
     Cache(#[source] Arc<std::io::Error>),
+}
+
+/// What an error wraps, shared (a [`RegistryError`] is cloneable).
+pub type Cause = Arc<dyn std::error::Error + Send + Sync>;
+
+/// A cause that is text alone (a bound passed, a field missing).
+pub fn because(text: impl Into<String>) -> Cause {
+    Arc::from(Box::<dyn std::error::Error + Send + Sync>::from(
+        text.into(),
+    ))
 }
 
 /// A digest of the files under `dir` (their paths and contents, in order): the same digest,

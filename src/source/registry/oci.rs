@@ -4,13 +4,14 @@
 
 use std::io::Write as _;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 use url::Url;
 
 use super::http::{host, Client};
-use super::RegistryError;
+use super::{because, Cause, RegistryError};
 
 /// Media types of the manifests berth reads.
 pub const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
@@ -41,17 +42,16 @@ impl Reference {
     /// # Errors
     /// Not an `oci://` reference with a host and a repository.
     pub fn parse(text: &str, insecure: bool) -> Result<Reference, RegistryError> {
-        let malformed = |why: String| RegistryError::Malformed {
+        let malformed = |cause: Cause| RegistryError::Malformed {
             // Never the text itself: a mistaken one may hold a password.
             registry: "the oci:// reference".into(),
             what: "the reference".into(),
-            why,
+            cause,
         };
         let (host, repository) =
-            crate::config::split_oci(text).map_err(|e| malformed(e.to_string()))?;
+            crate::config::split_oci(text).map_err(|e| malformed(Arc::new(e)))?;
         let scheme = if insecure { "http" } else { "https" };
-        let base =
-            Url::parse(&format!("{scheme}://{host}")).map_err(|e| malformed(e.to_string()))?;
+        let base = Url::parse(&format!("{scheme}://{host}")).map_err(|e| malformed(Arc::new(e)))?;
         Ok(Reference {
             base,
             repository: repository.to_string(),
@@ -189,7 +189,7 @@ pub async fn blob(
         return Err(RegistryError::Malformed {
             registry: reference.host(),
             what,
-            why: "its digest is not sha256: and 64 hex digits".into(),
+            cause: because("its digest is not sha256: and 64 hex digits"),
         });
     }
     if layer.size > limit {
@@ -225,7 +225,7 @@ fn malformed(reference: &Reference, what: &str, e: serde_json::Error) -> Registr
     RegistryError::Malformed {
         registry: reference.host(),
         what: what.to_string(),
-        why: e.to_string(),
+        cause: std::sync::Arc::new(e),
     }
 }
 
