@@ -388,7 +388,7 @@ async fn a_kustomization_inflates_a_chart_of_the_repository() {
     );
     repo.commit("a chart inflated by kustomize");
     let setup = Setup::new(cp, "chart-kustomize", &repo, &ns, "path = \"app\"\n");
-    agent_setting(&setup, &format!("helm = \"{helm3}\""));
+    setup.agent_setting(&format!("helm = \"{helm3}\""));
     let (code, out, err) = setup.berth(&["sync"]);
     assert_eq!(code, 0, "{out}{err}");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
@@ -400,16 +400,6 @@ async fn a_kustomization_inflates_a_chart_of_the_repository() {
     assert_eq!(image.as_deref(), Some("nginx:1.27"));
     let record = setup.history().pop().unwrap();
     assert_eq!(record.outcome, Outcome::Succeeded, "{out}");
-}
-
-/// Adds `line` to the `[agent]` table of `setup`'s configuration.
-fn agent_setting(setup: &Setup, line: &str) {
-    let config = std::fs::read_to_string(&setup.config).unwrap();
-    std::fs::write(
-        &setup.config,
-        config.replacen("[agent]\n", &format!("[agent]\n{line}\n"), 1),
-    )
-    .unwrap();
 }
 
 /// A chart repository on loopback: `python3 -m http.server` serving `dir`.
@@ -497,10 +487,7 @@ async fn a_dependency_from_an_allowed_repository_is_fetched_once_per_lock() {
     );
 
     let setup = Setup::new(cp, "chart-remote", &repo, &ns, "path = \"shop\"\n");
-    agent_setting(
-        &setup,
-        &format!("allow_remote_charts = [\"{}\"]", charts.url),
-    );
+    setup.agent_setting(&format!("allow_remote_charts = [\"{}\"]", charts.url));
     let (code, out, err) = setup.berth(&["sync"]);
     assert_eq!(code, 0, "{out}{err}");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);

@@ -8,8 +8,8 @@ mod common;
 use std::io::Write as _;
 use std::path::Path;
 
-use common::registry::{helm, Registry, Served, Tls, PASSWORD};
-use common::Setup;
+use common::registry::{helm, helm_in, Registry, Served, Tls, PASSWORD};
+use common::{Repo, Setup};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 
@@ -560,4 +560,63 @@ async fn a_registry_notification_syncs_the_apps_of_what_was_pushed() {
         has_version(&client, &ns, "1.1.0").await,
         "the interval is 1h: the notification synced it"
     );
+}
+
+/// An umbrella chart in git whose dependency lies in the OCI registry (TLS, a login),
+/// pinned by its committed `Chart.lock`: refused until `[agent] allow_remote_charts`
+/// names the registry's path, then fetched by `helm dependency build` with the app's
+/// `[app.registry]` login and CA file, and rendered with it.
+#[tokio::test]
+async fn an_umbrella_charts_dependency_comes_from_an_oci_registry() {
+    let Some((cp, registry, client, ns)) = start("oci-dependency").await else {
+        return;
+    };
+    let packages = registry.dir.path().join("packages");
+    registry.helm_push(&chart(&packages, "1.0.0", "a dependency"), "charts");
+    let repo = Repo::new();
+    let shop = repo.dir.path().join("shop");
+    std::fs::create_dir_all(shop.join("templates")).unwrap();
+    let oci = format!("oci://{}/charts", registry.host);
+    std::fs::write(
+        shop.join("Chart.yaml"),
+        format!("apiVersion: v2\nname: shop\nversion: 0.1.0\ndependencies:\n  - name: web\n    version: 1.0.0\n    repository: {oci}\n"),
+    )
+    .unwrap();
+    let (ca, login) = (registry.tls.ca.display(), registry.login.display());
+    let (ca, login) = (ca.to_string(), login.to_string());
+    helm_in(
+        &shop,
+        &[
+            "dependency",
+            "update",
+            ".",
+            "--ca-file",
+            &ca,
+            "--registry-config",
+            &login,
+        ],
+    );
+    assert!(shop.join("Chart.lock").exists());
+    std::fs::remove_dir_all(shop.join("charts")).unwrap();
+    repo.commit("an umbrella chart whose dependency lies in an OCI registry");
+    let keys = format!(
+        "path = \"shop\"\n{}",
+        registry_keys(&registry, &registry.login)
+    );
+
+    let refused = Setup::new(cp, "oci-dependency", &repo, &ns, &keys);
+    let (code, out, _) = refused.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!("web ({oci})")) && out.contains("allow_remote_charts"),
+        "{out}"
+    );
+    assert_eq!(web_version(&client, &ns).await, None, "nothing applied");
+
+    let setup = Setup::new(cp, "oci-dependency", &repo, &ns, &keys);
+    setup.agent_setting(&format!("allow_remote_charts = [\"{oci}\"]"));
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}{}", errors(&setup));
+    assert_eq!(web_version(&client, &ns).await.as_deref(), Some("1.0.0"));
+    assert!(!shop.join("charts").exists(), "the checkout is not written");
 }

@@ -72,9 +72,11 @@ pub struct AgentConfig {
     pub kustomize: Option<String>,
     /// The helm program (a path, or a name on PATH); unset: `helm` on PATH.
     pub helm: Option<String>,
-    /// Chart repositories (`https://charts.example.com/stable`) whose charts a chart's
-    /// dependencies may download, as its `Chart.lock` pins them: once per lock, into
-    /// `state_dir/charts`. Empty: every dependency must be vendored in `charts/`.
+    /// Chart repositories (`https://charts.example.com/stable`) and OCI registries' paths
+    /// (`oci://registry.example.com/charts`) whose charts a chart's dependencies may
+    /// download, as its `Chart.lock` pins them: once per lock, into `state_dir/charts`,
+    /// reached with the app's `[app.registry]`. Empty: every dependency must be vendored
+    /// in `charts/`.
     pub allow_remote_charts: Vec<String>,
     /// How long one kustomize or helm run may take (its wall-clock time, and its CPU
     /// time).

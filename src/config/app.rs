@@ -24,7 +24,8 @@ pub struct AppConfig {
     pub chart: Option<ChartSource>,
     /// An OCI artifact of manifests, instead of `repo`.
     pub oci: Option<OciSource>,
-    /// How `chart`'s or `oci`'s registry is reached.
+    /// How `chart`'s or `oci`'s registry is reached, and the registries of the
+    /// dependencies its charts download (`[agent] allow_remote_charts`).
     #[serde(default)]
     pub registry: RegistryConfig,
     /// Follow this branch (the remote's default branch when no ref is given).

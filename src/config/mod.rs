@@ -378,7 +378,7 @@ repo = "https://example.com/guestbook.git"
             format!("[agent]\n{agent}\n[cluster]\n{cluster}\n{MINIMAL}")
         };
         parse(&config(
-            "allow_remote_charts = [\"https://charts.example.com/stable\", \"http://127.0.0.1:8080\"]",
+            "allow_remote_charts = [\"https://charts.example.com/stable\", \"http://127.0.0.1:8080\", \"oci://127.0.0.1:5000/charts\"]",
             "kube_version = \"v1.31.2\"",
         ))
         .unwrap()
@@ -389,7 +389,8 @@ repo = "https://example.com/guestbook.git"
             "file:///srv/charts",
             "https://",
             "https://u:p@h/",
-            "oci://r/c",
+            "oci://",
+            "oci://u:p@r/c",
         ] {
             let e = invalid(&config(&format!("allow_remote_charts = [{url:?}]"), ""));
             assert!(

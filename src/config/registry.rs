@@ -266,11 +266,9 @@ mod tests {
             e.contains("cosign signatures live in OCI registries"),
             "{e}"
         );
-        let e = invalid("[[app]]\nname = \"a\"\nrepo = \"/r\"\n[app.registry]\ninsecure = true\n");
-        assert!(
-            e.contains("[app.registry] is for chart and oci sources"),
-            "{e}"
-        );
+        // A git app's [app.registry] reaches its charts' downloaded dependencies.
+        let git = parse("[[app]]\nname = \"a\"\nrepo = \"/r\"\n[app.registry]\ninsecure = true\n");
+        git.unwrap().validate().unwrap();
         let e = invalid("[[app]]\nname = \"a\"\nchart = { repository = \"oci://r.example/Charts\", name = \"web\", version = \"1\" }\n");
         assert!(e.contains("is not a repository path"), "{e}");
     }

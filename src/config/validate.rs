@@ -199,17 +199,20 @@ fn status_page(agent: &AgentConfig, problems: &mut Problems) {
     }
 }
 
-/// `[agent] allow_remote_charts`: each a chart repository's URL.
+/// `[agent] allow_remote_charts`: each a chart repository's URL, or an OCI registry's
+/// `oci://host/path` where charts lie.
 fn remote_charts(urls: &[String], problems: &mut Problems) {
     for url in urls {
         let host = url
             .strip_prefix("https://")
             .or_else(|| url.strip_prefix("http://"))
             .and_then(|rest| rest.split('/').next());
-        if host.is_none_or(|h| h.is_empty() || h.contains('@')) || url.contains(['?', '#', ' ']) {
+        let oci = url.starts_with("oci://") && super::split_oci(url).is_ok();
+        let http = host.is_some_and(|h| !h.is_empty() && !h.contains('@'));
+        if !(oci || http) || url.contains(['?', '#', ' ', '@']) {
             problems.add(
                 "agent.allow_remote_charts",
-                format!("{url:?} is not a chart repository URL such as \"https://charts.example.com/stable\""),
+                format!("{url:?} is not a chart repository URL such as \"https://charts.example.com/stable\" or \"oci://registry.example.com/charts\""),
             );
         }
     }

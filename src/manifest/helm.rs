@@ -19,7 +19,7 @@ use std::time::Duration;
 use super::error::ManifestError;
 use super::read::{check_links, confined, read_confined, regular_file, CopyError, Unreadable};
 use super::tool::{find, Tool};
-use crate::config::{AgentConfig, AppConfig, RenderMode};
+use crate::config::{AgentConfig, AppConfig, RegistryConfig, RenderMode};
 
 mod remote;
 
@@ -97,6 +97,9 @@ pub struct Helm {
     pub remote_charts: Arc<[String]>,
     /// Where downloaded dependencies are kept, a folder per `Chart.lock` digest.
     pub chart_cache: PathBuf,
+    /// How downloaded dependencies' registries are reached (the app's `[app.registry]`):
+    /// its login, CA file and plain HTTP.
+    pub registry: RegistryConfig,
     /// The most memory one helm run may have (`[agent] render_memory`).
     pub memory: u64,
 }
@@ -147,6 +150,7 @@ impl Helm {
             max_file_size: agent.max_file_size,
             remote_charts: agent.allow_remote_charts.clone().into(),
             chart_cache: agent.state_dir.join("charts"),
+            registry: RegistryConfig::default(),
             memory: agent.render_memory,
         }
     }
@@ -173,6 +177,7 @@ impl Helm {
             include_crds: h.include_crds,
             skip_tests: h.skip_tests,
             required: app.render == RenderMode::Helm,
+            registry: app.registry.clone(),
             ..Helm::new(release, namespace, agent)
         })
     }

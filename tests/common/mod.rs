@@ -340,6 +340,13 @@ impl Setup {
         .unwrap();
     }
 
+    /// Adds `line` to the configuration's `[agent]` table.
+    pub fn agent_setting(&self, line: &str) {
+        let config = std::fs::read_to_string(&self.config).unwrap();
+        let config = config.replacen("[agent]\n", &format!("[agent]\n{line}\n"), 1);
+        std::fs::write(&self.config, config).unwrap();
+    }
+
     /// Runs `berth ARGS --config …`; returns exit code, stdout and stderr.
     pub fn berth(&self, args: &[&str]) -> (i32, String, String) {
         berth_on(&self.config, args)

@@ -82,11 +82,9 @@ fn oci_source(oci: &OciSource, key: &dyn Fn(&str) -> String, problems: &mut Prob
     }
 }
 
-/// A git app: no `[app.registry]`, no cosign keys.
+/// A git app: no cosign keys (its `[app.registry]` reaches its charts' downloaded
+/// dependencies).
 fn git_only(app: &AppConfig, key: &dyn Fn(&str) -> String, problems: &mut Problems) {
-    if app.registry != Default::default() {
-        problems.add(key("registry"), "[app.registry] is for chart and oci sources; a git repository's credentials go in [app.auth]");
-    }
     if !app.verify.cosign_keys.is_empty() {
         problems.add(key("verify.cosign_keys"), "cosign keys verify chart and oci sources; a git repository's commits are verified by openpgp_keys or ssh_allowed_signers");
     }

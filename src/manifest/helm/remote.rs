@@ -158,13 +158,15 @@ impl Remote<'_> {
                 .map_err(self.scratch(format!("cannot copy {file}")))?;
         }
         self.write_repositories()?;
+        let mut command = vec![
+            program.as_os_str().to_owned(),
+            "dependency".into(),
+            "build".into(),
+            OsString::from(&work),
+        ];
+        command.extend(self.registry_args()?);
         let tool = Tool {
-            command: vec![
-                program.as_os_str().to_owned(),
-                "dependency".into(),
-                "build".into(),
-                OsString::from(&work),
-            ],
+            command,
             dir: &work,
             env: sandbox.env(None),
             timeout: helm.timeout,
@@ -181,13 +183,45 @@ impl Remote<'_> {
         Ok(fetched)
     }
 
+    /// The app's `[app.registry]` handed to helm in the sandbox: its login as helm's
+    /// registry configuration (an OCI dependency's), its CA file and plain HTTP as flags.
+    fn registry_args(&self) -> Result<Vec<OsString>, ManifestError> {
+        let registry = &self.helm.registry;
+        let mut args = Vec::new();
+        if let Some(login) = &registry.credentials {
+            let into = self.sandbox.path.join("config/registry/config.json");
+            self.copy_in(login, &into, "the registry credentials")?;
+        }
+        if let Some(ca) = &registry.ca_file {
+            let into = self.sandbox.path.join("registry-ca.pem");
+            self.copy_in(ca, &into, "the registry CA file")?;
+            args.extend(["--ca-file".into(), into.into_os_string()]);
+        }
+        if registry.insecure {
+            args.push("--plain-http".into());
+        }
+        Ok(args)
+    }
+
+    /// Copies the host's file `from` (`what`, at most [`MAX_RECORD`]) into the sandbox,
+    /// readable by berth alone.
+    fn copy_in(&self, from: &Path, into: &Path, what: &str) -> Result<(), ManifestError> {
+        let bytes = read_capped(std::fs::File::open(from), MAX_RECORD)
+            .map_err(|e| self.refused(format!("cannot read {what} {}: {e}", from.display())))?;
+        let dir = into.parent().unwrap_or(&self.sandbox.path);
+        crate::state::private_dir(dir)
+            .and_then(|()| crate::state::write_private(into, &bytes))
+            .map_err(self.scratch(format!("cannot copy {what} into helm's folder")))
+    }
+
     /// The sandbox's helm configuration: helm builds from named repositories only, the
-    /// allowed ones.
+    /// allowed ones (an OCI registry is named by its dependencies' `oci://` alone).
     fn write_repositories(&self) -> Result<(), ManifestError> {
         let repositories: Vec<serde_json::Value> = self
             .helm
             .remote_charts
             .iter()
+            .filter(|url| !url.starts_with("oci://"))
             .enumerate()
             .map(|(i, url)| serde_json::json!({"name": format!("allowed-{i}"), "url": url}))
             .collect();
