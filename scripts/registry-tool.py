@@ -9,17 +9,25 @@ berth on purpose: the signatures berth verifies are made here, with Python's cry
   registry-tool.py push HOST REPO TAG LAYER MEDIA  a one-layer artifact; prints its digest
   registry-tool.py sign HOST REPO DIGEST KEY       a cosign signature of REPO@DIGEST
   registry-tool.py serve DIR PORT CERT KEY         HTTPS static files until killed
+  registry-tool.py token DIR PORT CERT KEY ISSUER SERVICE USER:PASSWORD
+      a registry's token server (Distribution's token flow) until killed: writes the
+      certificate of its signing key to DIR/token-bundle.pem, then grants what a GET
+      /token asks to USER:PASSWORD (basic auth), as an ES256 JWT
 
-Pushes read BERTH_REGISTRY_CA (a CA file) and BERTH_REGISTRY_AUTH (user:password).
+Pushes read BERTH_REGISTRY_CA (a CA file) and BERTH_REGISTRY_AUTH (user:password), and
+answer a registry's bearer challenge at its realm with the same login.
 """
 import base64
 import hashlib
 import http.server
 import json
 import os
+import re
 import ssl
 import sys
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 FLUX_CONFIG = "application/vnd.cncf.flux.config.v1+json"
@@ -29,15 +37,28 @@ MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
 
 
-def request(method, url, body=None, headers=None):
+def request(method, url, body=None, headers=None, bearer=None):
     context = ssl.create_default_context(cafile=os.environ["BERTH_REGISTRY_CA"])
     headers = dict(headers or {})
     auth = os.environ.get("BERTH_REGISTRY_AUTH")
-    if auth:
-        headers["Authorization"] = "Basic " + base64.b64encode(auth.encode()).decode()
+    basic = "Basic " + base64.b64encode(auth.encode()).decode() if auth else None
+    if bearer or basic:
+        headers["Authorization"] = f"Bearer {bearer}" if bearer else basic
     req = urllib.request.Request(url, data=body, method=method, headers=headers)
-    with urllib.request.urlopen(req, context=context) as answer:
-        return answer.headers, answer.read()
+    try:
+        with urllib.request.urlopen(req, context=context) as answer:
+            return answer.headers, answer.read()
+    except urllib.error.HTTPError as e:
+        challenge = e.headers.get("WWW-Authenticate", "")
+        if e.code != 401 or bearer or not challenge.lower().startswith("bearer "):
+            raise
+        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        query = urllib.parse.urlencode({k: v for k, v in params.items() if k != "realm"})
+        token_req = urllib.request.Request(f"{params['realm']}?{query}",
+                                           headers={"Authorization": basic})
+        with urllib.request.urlopen(token_req, context=context) as answer:
+            token = json.loads(answer.read())["token"]
+        return request(method, url, body, headers, bearer=token)
 
 
 def digest(data):
@@ -120,6 +141,74 @@ def serve(folder, port, cert, key):
     server.serve_forever()
 
 
+def b64url(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def token_server(folder, port, cert, key, issuer, service, login):
+    """Distribution's token flow, its server side: an ES256 JWT whose x5c header carries
+    the self-signed certificate the registry's rootcertbundle trusts."""
+    import datetime
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+    from cryptography.x509.oid import NameOID
+    signer = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                   .public_key(signer.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+                   .sign(signer, hashes.SHA256()))
+    bundle = os.path.join(folder, "token-bundle.pem")
+    with open(bundle + ".tmp", "wb") as f:
+        f.write(certificate.public_bytes(serialization.Encoding.PEM))
+    os.rename(bundle + ".tmp", bundle)
+    der = base64.b64encode(certificate.public_bytes(serialization.Encoding.DER)).decode()
+
+    def jwt(access):
+        header = {"typ": "JWT", "alg": "ES256", "x5c": [der]}
+        moment = int(time.time())
+        claims = {"iss": issuer, "sub": login.split(":")[0], "aud": service,
+                  "exp": moment + 300, "nbf": moment - 10, "iat": moment,
+                  "jti": os.urandom(8).hex(), "access": access}
+        signed = b64url(json.dumps(header).encode()) + "." + b64url(json.dumps(claims).encode())
+        r, s = decode_dss_signature(signer.sign(signed.encode(), ec.ECDSA(hashes.SHA256())))
+        return signed + "." + b64url(r.to_bytes(32, "big") + s.to_bytes(32, "big"))
+
+    expected = "Basic " + base64.b64encode(login.encode()).decode()
+
+    class Tokens(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
+            if self.headers.get("Authorization") != expected:
+                self.send_response(401)
+                self.end_headers()
+                return
+            access = []
+            for scope in query.get("scope", []):
+                kind, repo, actions = scope.split(":", 2)
+                access.append({"type": kind, "name": repo, "actions": actions.split(",")})
+            body = json.dumps({"token": jwt(access), "expires_in": 300}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", int(port)), Tokens)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    server.serve_forever()
+
+
 def main(argv):
     command, args = argv[1], argv[2:]
     if command == "keygen":
@@ -132,6 +221,8 @@ def main(argv):
         print(sign(*args))
     elif command == "serve":
         serve(*args)
+    elif command == "token":
+        token_server(*args)
     else:
         sys.exit(__doc__)
 

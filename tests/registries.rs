@@ -183,16 +183,7 @@ async fn an_oci_chart_follows_its_range_and_never_moves_back_unasked() {
     assert_eq!(web_version(&client, &ns).await.as_deref(), Some("1.1.0"));
 
     // A wrong password: the registry is named, the password never.
-    let wrong = registry.dir.path().join("wrong.json");
-    let auth = base64_of(&format!("{}:not-{PASSWORD}", common::registry::USER));
-    std::fs::write(
-        &wrong,
-        format!(
-            "{{\"auths\": {{\"{}\": {{\"auth\": \"{auth}\"}}}}}}",
-            registry.host
-        ),
-    )
-    .unwrap();
+    let wrong = wrong_login(&registry);
     setup.rewrite(cp, &source("^1"), &ns, &registry_keys(&registry, &wrong));
     let (code, out, err) = setup.berth(&["sync"]);
     assert_ne!(code, 0, "{out}");
@@ -215,6 +206,16 @@ fn render(args: &[&str], ca: &Path) -> (bool, String, String) {
         .unwrap();
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+/// A Docker `config.json` with a wrong password for `registry`.
+fn wrong_login(registry: &Registry) -> std::path::PathBuf {
+    let wrong = registry.dir.path().join("wrong.json");
+    let auth = base64_of(&format!("{}:not-{PASSWORD}", common::registry::USER));
+    let host = &registry.host;
+    let text = format!("{{\"auths\": {{\"{host}\": {{\"auth\": \"{auth}\"}}}}}}");
+    std::fs::write(&wrong, text).unwrap();
+    wrong
 }
 
 fn base64_of(text: &str) -> String {
@@ -619,4 +620,44 @@ async fn an_umbrella_charts_dependency_comes_from_an_oci_registry() {
     assert_eq!(code, 0, "{out}{err}{}", errors(&setup));
     assert_eq!(web_version(&client, &ns).await.as_deref(), Some("1.0.0"));
     assert!(!shop.join("charts").exists(), "the checkout is not written");
+}
+
+/// Distribution's token flow: the registry answers with a bearer challenge, berth trades
+/// the login for a token at the challenge's realm (HTTPS) and reads with it; a wrong
+/// password is refused at the realm, and the message names the registry, not the password.
+#[test]
+fn a_registry_behind_the_token_flow_is_read_with_a_bearer_token() {
+    let Some(registry) = Registry::start_with_tokens() else {
+        return;
+    };
+    let map = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  via: token\n";
+    registry.push(
+        "manifests/web",
+        "1.0.0",
+        &tgz(&[("cm.yaml", map)]),
+        FLUX_CONTENT,
+    );
+    let reference = format!("oci://{}/manifests/web:1.0.0", registry.host);
+    let login = registry.login.display().to_string();
+    let (ok, out, err) = render(
+        &[&reference, "--registry-credentials", &login],
+        &registry.tls.ca,
+    );
+    assert!(ok && out.contains("via: token"), "{out}{err}");
+
+    let wrong = wrong_login(&registry).display().to_string();
+    let (ok, out, err) = render(
+        &[&reference, "--registry-credentials", &wrong],
+        &registry.tls.ca,
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains(&format!("{} refused a token", registry.host))
+            && err.contains("check the login"),
+        "{err}"
+    );
+    assert!(!err.contains(PASSWORD), "{err}");
+    // Without a login, the realm gives no token either.
+    let (ok, _, err) = render(&[&reference], &registry.tls.ca);
+    assert!(!ok && err.contains("it asks for a login"), "{err}");
 }

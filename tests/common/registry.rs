@@ -109,12 +109,26 @@ pub struct Registry {
     /// A Docker `config.json` with the right login.
     pub login: PathBuf,
     child: Child,
+    /// With the token flow: its token server.
+    tokens: Option<Child>,
 }
 
 impl Registry {
-    /// Starts one on a free loopback port; `None` (the test skipped, said why) without
-    /// `docker-registry` or `htpasswd` (scripts/test installs both).
+    /// Starts one on a free loopback port, logins checked against an htpasswd file;
+    /// `None` (the test skipped, said why) without `docker-registry` or `htpasswd`
+    /// (scripts/test installs both).
     pub fn start() -> Option<Registry> {
+        Registry::start_with(false)
+    }
+
+    /// As [`Registry::start`], with Distribution's token flow instead of basic auth: the
+    /// registry answers with a bearer challenge whose realm is a token server of
+    /// `scripts/registry-tool.py` (HTTPS, the same login), and trusts the tokens it signs.
+    pub fn start_with_tokens() -> Option<Registry> {
+        Registry::start_with(true)
+    }
+
+    fn start_with(tokens: bool) -> Option<Registry> {
         let Some(program) = ["/usr/bin/docker-registry", "/usr/bin/registry"]
             .into_iter()
             .find(|p| Path::new(p).exists())
@@ -132,8 +146,16 @@ impl Registry {
         let port = free_port();
         let host = format!("127.0.0.1:{port}");
         let d = dir.path().display();
+        let (auth, tokens) = if tokens {
+            let (child, realm) = token_server(dir.path(), &tls);
+            let auth = format!("  token:\n    realm: {realm}\n    service: berth-test-registry\n    issuer: berth-test-issuer\n    rootcertbundle: {d}/token-bundle.pem\n");
+            (auth, Some(child))
+        } else {
+            let auth = format!("  htpasswd:\n    realm: berth-test\n    path: {d}/htpasswd\n");
+            (auth, None)
+        };
         let config = format!(
-            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {d}/data\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  tls:\n    certificate: {d}/server.pem\n    key: {d}/server.key\nauth:\n  htpasswd:\n    realm: berth-test\n    path: {d}/htpasswd\n"
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {d}/data\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  tls:\n    certificate: {d}/server.pem\n    key: {d}/server.key\nauth:\n{auth}"
         );
         std::fs::write(dir.path().join("config.yml"), config).unwrap();
         let child = Command::new(program)
@@ -157,6 +179,7 @@ impl Registry {
             host,
             login,
             child,
+            tokens,
         })
     }
 
@@ -221,9 +244,29 @@ impl Registry {
 
 impl Drop for Registry {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for child in std::iter::once(&mut self.child).chain(&mut self.tokens) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
+}
+
+/// A token server for a registry in `dir` (its signing certificate written to
+/// `dir/token-bundle.pem` before it listens); the server and its realm.
+fn token_server(dir: &Path, tls: &Tls) -> (Child, String) {
+    let port = free_port();
+    let child = Command::new(python())
+        .arg(script())
+        .args(["token", &dir.display().to_string(), &port.to_string()])
+        .arg(&tls.cert)
+        .arg(&tls.key)
+        .args(["berth-test-issuer", "berth-test-registry"])
+        .arg(format!("{USER}:{PASSWORD}"))
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start the token server");
+    listening(port, "the token server");
+    (child, format!("https://127.0.0.1:{port}/token"))
 }
 
 /// A folder served over HTTPS (a Helm repository), until dropped.
