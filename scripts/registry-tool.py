@@ -133,11 +133,15 @@ def serve(folder, port, cert, key):
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", int(port)), Quiet)
+    print("serving", flush=True)
+    serve_https(port, Quiet, cert, key)
+
+
+def serve_https(port, handler, cert, key):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", int(port)), handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     server.socket = context.wrap_socket(server.socket, server_side=True)
-    print("serving", flush=True)
     server.serve_forever()
 
 
@@ -202,11 +206,7 @@ def token_server(folder, port, cert, key, issuer, service, login):
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", int(port)), Tokens)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    server.serve_forever()
+    serve_https(port, Tokens, cert, key)
 
 
 def main(argv):

@@ -129,13 +129,9 @@ mod tests {
     use super::*;
 
     fn app(name: &str, extra: &str) -> AppConfig {
-        let text = format!("[[app]]\nname = \"{name}\"\nrepo = \"/srv/git/r\"\n{extra}");
-        crate::config::parse(&text)
-            .unwrap()
-            .apps
-            .remove(0)
-            .as_ref()
-            .clone()
+        crate::config::test_app(&format!(
+            "name = \"{name}\"\nrepo = \"/srv/git/r\"\n{extra}"
+        ))
     }
 
     #[test]

@@ -175,6 +175,13 @@ impl Config {
     }
 }
 
+/// The app `[[app]]` followed by `body` makes (for unit tests).
+#[cfg(test)]
+pub(crate) fn test_app(body: &str) -> AppConfig {
+    let mut config = parse(&format!("[[app]]\n{body}\n")).expect("an app's configuration");
+    Arc::unwrap_or_clone(config.apps.remove(0))
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

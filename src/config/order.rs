@@ -116,9 +116,8 @@ mod tests {
         edges
             .iter()
             .map(|(name, deps)| {
-                let text =
-                    format!("[[app]]\nname = {name:?}\nrepo = \"/r\"\ndepends_on = {deps:?}\n");
-                crate::config::parse(&text).unwrap().apps.remove(0)
+                let body = format!("name = {name:?}\nrepo = \"/r\"\ndepends_on = {deps:?}");
+                Arc::new(crate::config::test_app(&body))
             })
             .collect()
     }

@@ -419,13 +419,7 @@ mod tests {
     use super::*;
 
     fn app(name: &str, repo: &str) -> AppConfig {
-        let text = format!("[[app]]\nname = \"{name}\"\nrepo = \"{repo}\"\n");
-        crate::config::parse(&text)
-            .expect("config")
-            .apps
-            .remove(0)
-            .as_ref()
-            .clone()
+        crate::config::test_app(&format!("name = \"{name}\"\nrepo = \"{repo}\""))
     }
 
     fn record(app: &str, outcome: Outcome) -> SyncRecord {

@@ -115,13 +115,7 @@ mod tests {
     use super::*;
 
     fn app(name: &str) -> AppConfig {
-        let text = format!("[[app]]\nname = \"{name}\"\nrepo = \"/srv/git/r\"\n");
-        crate::config::parse(&text)
-            .unwrap()
-            .apps
-            .remove(0)
-            .as_ref()
-            .clone()
+        crate::config::test_app(&format!("name = \"{name}\"\nrepo = \"/srv/git/r\""))
     }
 
     fn remembered(dir: &Path, sharding: bool) -> Remembered {

@@ -242,14 +242,8 @@ mod tests {
     fn several_clusters_make_a_column_and_a_filter() {
         let board = crate::page::board::Board::default();
         let app = |name: &str, cluster: &str| {
-            let text =
-                format!("[[app]]\nname = \"{name}\"\nrepo = \"/r\"\ncluster = \"{cluster}\"\n");
-            crate::config::parse(&text)
-                .expect("config")
-                .apps
-                .remove(0)
-                .as_ref()
-                .clone()
+            let body = format!("name = \"{name}\"\nrepo = \"/r\"\ncluster = \"{cluster}\"");
+            crate::config::test_app(&body)
         };
         board.set_apps(&[app("web-east", "east"), app("web-west", "west")], |_| {
             None
@@ -305,15 +299,7 @@ mod tests {
     fn many_apps_are_a_page_at_a_time_with_links_that_keep_the_filter() {
         let board = crate::page::board::Board::default();
         let apps: Vec<crate::config::AppConfig> = (0..PAGE_APPS * 2 + 1)
-            .map(|i| {
-                let text = format!("[[app]]\nname = \"app-{i:04}\"\nrepo = \"/r\"\n");
-                crate::config::parse(&text)
-                    .expect("config")
-                    .apps
-                    .remove(0)
-                    .as_ref()
-                    .clone()
-            })
+            .map(|i| crate::config::test_app(&format!("name = \"app-{i:04}\"\nrepo = \"/r\"")))
             .collect();
         board.set_apps(&apps, |_| None);
         let filter = Filter {

@@ -51,15 +51,10 @@ fn origin() -> tempfile::TempDir {
 }
 
 fn app(repo: &Path, extra: &str) -> AppConfig {
-    crate::config::parse(&format!(
-        "[[app]]\nname = \"t\"\nrepo = \"{}\"\n{extra}\n",
+    crate::config::test_app(&format!(
+        "name = \"t\"\nrepo = \"{}\"\n{extra}",
         repo.display()
     ))
-    .unwrap()
-    .apps
-    .remove(0)
-    .as_ref()
-    .clone()
 }
 
 fn content(c: &Checkout) -> String {
