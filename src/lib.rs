@@ -85,6 +85,7 @@ pub mod digest;
 pub mod fleet;
 pub mod health;
 pub mod history;
+pub mod images;
 pub mod live;
 pub mod manifest;
 pub mod notifications;

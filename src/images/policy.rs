@@ -1,0 +1,253 @@
+//! An image policy's choice among a repository's tags: the newest inside a semver range,
+//! or the greatest by the numerical or alphabetical order of a part a regular expression
+//! extracts — among the tags its filter keeps, never one the caller rules out (a tag whose
+//! rollout failed).
+
+use std::cmp::Ordering;
+
+use regex::Regex;
+use semver::Version;
+
+use crate::versions::{parse_version, Range};
+
+/// How tags are ordered.
+#[derive(Debug, Clone)]
+pub enum Order {
+    /// By semantic version, inside the range (`v` and OCI's `_` for `+` read).
+    Semver(Range),
+    /// By the number the tag (or its extracted part) is: a non-negative integer or
+    /// decimal, compared exactly whatever its length.
+    Numerical,
+    /// By the text, byte by byte.
+    Alphabetical,
+}
+
+/// A policy: which tags count, and which of them is newest.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub order: Order,
+    /// Tags it considers at all (all, when none).
+    pub filter: Option<Regex>,
+    /// The part of a tag it orders by: the first named group, else the first group, else
+    /// the whole match; a tag it does not match is not considered.
+    pub extract: Option<Regex>,
+}
+
+/// What a tag is ordered by.
+#[derive(Debug, PartialEq, Eq)]
+enum Key<'t> {
+    Version(Version),
+    Number(Decimal<'t>),
+    Text(&'t str),
+}
+
+impl PartialOrd for Key<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key<'_> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        match (self, other) {
+            (Key::Version(a), Key::Version(b)) => a.cmp(b),
+            (Key::Number(a), Key::Number(b)) => a.cmp(b),
+            (Key::Text(a), Key::Text(b)) => a.cmp(b),
+            // One policy makes one kind of key.
+            _ => Ordering::Equal,
+        }
+    }
+}
+
+/// A non-negative decimal as written: its integer digits without leading zeros, and its
+/// fraction's digits without trailing ones.
+#[derive(Debug, PartialEq, Eq)]
+struct Decimal<'t> {
+    whole: &'t str,
+    fraction: &'t str,
+}
+
+impl<'t> Decimal<'t> {
+    fn parse(text: &'t str) -> Option<Decimal<'t>> {
+        let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+        let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+        if whole.is_empty() || !digits(whole) || !digits(fraction) {
+            return None;
+        }
+        Some(Decimal {
+            whole: whole.trim_start_matches('0'),
+            fraction: fraction.trim_end_matches('0'),
+        })
+    }
+}
+
+impl PartialOrd for Decimal<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Decimal<'_> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.whole.len().cmp(&other.whole.len()))
+            .then_with(|| self.whole.cmp(other.whole))
+            .then_with(|| self.fraction.cmp(other.fraction))
+    }
+}
+
+impl Policy {
+    /// The newest of `tags` this policy considers, leaving out those `ruled_out` says;
+    /// `None` when none is left.
+    pub fn latest<'t>(
+        &self,
+        tags: impl IntoIterator<Item = &'t str>,
+        ruled_out: impl Fn(&str) -> bool,
+    ) -> Option<&'t str> {
+        tags.into_iter()
+            .filter(|tag| !ruled_out(tag))
+            .filter_map(|tag| Some((self.key(tag)?, tag)))
+            // Equal keys: the greater tag, so that the answer never depends on the order
+            // the registry listed them in.
+            .max_by(|(a, ta), (b, tb)| a.cmp(b).then_with(|| ta.cmp(tb)))
+            .map(|(_, tag)| tag)
+    }
+
+    /// Whether this policy considers `tag` at all.
+    pub fn considers(&self, tag: &str) -> bool {
+        self.key(tag).is_some()
+    }
+
+    fn key<'t>(&self, tag: &'t str) -> Option<Key<'t>> {
+        if self.filter.as_ref().is_some_and(|f| !f.is_match(tag)) {
+            return None;
+        }
+        let part = match &self.extract {
+            None => tag,
+            Some(extract) => part_of(extract, tag)?,
+        };
+        match &self.order {
+            Order::Semver(range) => {
+                let version = parse_version(part)?;
+                range.matches(&version).then_some(Key::Version(version))
+            }
+            Order::Numerical => Decimal::parse(part).map(Key::Number),
+            Order::Alphabetical => Some(Key::Text(part)),
+        }
+    }
+}
+
+/// The part of `tag` `extract` picks: its first named group, else its first group, else
+/// the whole match.
+fn part_of<'t>(extract: &Regex, tag: &'t str) -> Option<&'t str> {
+    let captures = extract.captures(tag)?;
+    let named = extract.capture_names().flatten().next();
+    let part = match named {
+        Some(name) => captures.name(name),
+        None => captures.get(1).or_else(|| captures.get(0)),
+    };
+    part.map(|m| m.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn semver(range: &str) -> Policy {
+        Policy {
+            order: Order::Semver(Range::parse(range).unwrap()),
+            filter: None,
+            extract: None,
+        }
+    }
+
+    const TAGS: &[&str] = &[
+        "1.3.9",
+        "1.4.0",
+        "v1.4.2",
+        "1.4.10",
+        "1.5.0-rc.1",
+        "2.0.0",
+        "latest",
+        "main-abc",
+    ];
+
+    #[test]
+    fn semver_picks_the_newest_inside_the_range_and_skips_what_is_ruled_out() {
+        let tags = TAGS.iter().copied();
+        assert_eq!(
+            semver("^1.4").latest(tags.clone(), |_| false),
+            Some("1.4.10")
+        );
+        assert_eq!(semver(">=1").latest(tags.clone(), |_| false), Some("2.0.0"));
+        assert_eq!(
+            semver("~1.4").latest(tags.clone(), |t| t == "1.4.10"),
+            Some("v1.4.2")
+        );
+        // Pre-releases only when the range names one.
+        assert_eq!(
+            semver("^1.4").latest(tags.clone(), |_| false),
+            Some("1.4.10")
+        );
+        assert_eq!(
+            semver(">=1.5.0-rc.0 <2").latest(tags.clone(), |_| false),
+            Some("1.5.0-rc.1")
+        );
+        assert_eq!(semver("^3").latest(tags, |_| false), None);
+    }
+
+    #[test]
+    fn numerical_orders_an_extracted_build_number_exactly() {
+        let policy = Policy {
+            order: Order::Numerical,
+            filter: Some(Regex::new("^main-").unwrap()),
+            extract: Some(Regex::new(r"^main-[a-f0-9]+-(?P<ts>[0-9]+)$").unwrap()),
+        };
+        let tags = [
+            "main-abc123-99",
+            "main-def456-100",
+            "main-0a0a0a-0101",
+            "feature-aaa-999",
+            "main-bad",
+            // Past u64: still ordered exactly.
+            "main-fff-99999999999999999999",
+            "main-eee-100000000000000000000",
+        ];
+        assert_eq!(
+            policy.latest(tags, |_| false),
+            Some("main-eee-100000000000000000000")
+        );
+        assert_eq!(
+            policy.latest(tags[..4].iter().copied(), |_| false),
+            Some("main-0a0a0a-0101"),
+            "101 is more than 100"
+        );
+        assert!(!policy.considers("feature-aaa-999"));
+        let decimals = Policy {
+            order: Order::Numerical,
+            filter: None,
+            extract: None,
+        };
+        assert_eq!(
+            decimals.latest(["1.5", "1.25", "1.50", "x"], |_| false),
+            Some("1.50")
+        );
+    }
+
+    #[test]
+    fn alphabetical_orders_the_text_and_ties_never_depend_on_the_listing() {
+        let policy = Policy {
+            order: Order::Alphabetical,
+            filter: None,
+            extract: Some(Regex::new(r"^build-(\d{8})").unwrap()),
+        };
+        let tags = [
+            "build-20260101-a",
+            "build-20261127-b",
+            "build-20261127-a",
+            "other",
+        ];
+        assert_eq!(policy.latest(tags, |_| false), Some("build-20261127-b"));
+        let reversed = tags.iter().rev().copied();
+        assert_eq!(policy.latest(reversed, |_| false), Some("build-20261127-b"));
+    }
+}
