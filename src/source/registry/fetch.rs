@@ -47,6 +47,9 @@ enum Content {
     },
 }
 
+/// The most verdicts a session remembers.
+const MAX_VERIFIED: usize = 64;
+
 /// What a registry source keeps between its fetches: its client (its connections, roots
 /// and granted tokens), and the digests whose signature its keys verified (a digest
 /// signed once is signed: it is not asked again while those keys are trusted).
@@ -87,6 +90,10 @@ impl Session {
         }
         cosign::verify(&self.client, reference, digest, keys, scratch).await?;
         if let Ok(mut set) = self.verified.lock() {
+            // Bounded: a registry that publishes a digest a minute costs no memory.
+            if set.len() >= MAX_VERIFIED {
+                set.clear();
+            }
             set.insert(verdict);
         }
         Ok(())
@@ -141,7 +148,9 @@ pub async fn fetch(
             let keys = cosign::keys(wanted.cosign_keys)?;
             let scratch = source.join("downloads");
             make_dir(&scratch)?;
-            (session.verify(reference, &resolved.digest, &keys, &scratch)).await?;
+            session
+                .verify(reference, &resolved.digest, &keys, &scratch)
+                .await?;
         }
     }
     let dir = write_out(client, &resolved, &source, limits).await?;
