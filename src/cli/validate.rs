@@ -34,7 +34,7 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     for set in &config.app_sets {
         match generated(&config, set, args.dir.as_ref()) {
             Some((made, refused)) => {
-                generated_apps.extend(made.into_iter().map(std::sync::Arc::new));
+                generated_apps.extend(made);
                 failed |= refused > 0;
             }
             None => failed = true,
@@ -74,7 +74,7 @@ fn generated(
     config: &Config,
     set: &AppSetConfig,
     dir: Option<&PathBuf>,
-) -> Option<(Vec<AppConfig>, usize)> {
+) -> Option<(Vec<std::sync::Arc<AppConfig>>, usize)> {
     let said = |e: &dyn std::fmt::Display| {
         println!("app set {}: {e}", set.name);
         None

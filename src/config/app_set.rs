@@ -6,6 +6,7 @@
 //! `AppConfig` like a written one, checked the same way.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Deserializer};
@@ -271,7 +272,7 @@ impl AppSetConfig {
         &self,
         folders: &[String],
         clusters: &Clusters,
-    ) -> Result<Vec<AppConfig>, SetError> {
+    ) -> Result<Vec<Arc<AppConfig>>, SetError> {
         let targets = self.clusters(clusters)?;
         let folders: Vec<Option<&str>> = if self.folders.is_empty() {
             vec![None]
@@ -290,7 +291,7 @@ impl AppSetConfig {
         let mut apps = Vec::new();
         for folder in &folders {
             for cluster in &targets {
-                apps.push(self.app(*folder, cluster)?);
+                apps.push(Arc::new(self.app(*folder, cluster)?));
             }
         }
         Ok(apps)

@@ -54,7 +54,7 @@ pub async fn execute(
                 executed.handed.insert(from.name.clone());
             }
             // Its objects are then the old folder's, removed as a removed folder's are.
-            _ => removed.push(std::sync::Arc::new(from.clone())),
+            _ => removed.push(from.clone()),
         }
         executed.records.push(record);
     }

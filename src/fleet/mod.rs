@@ -307,8 +307,7 @@ fn made(
             });
         }
     }
-    let (apps, refused) = within_reach(config, set, apps);
-    Ok((apps.into_iter().map(Arc::new).collect(), refused))
+    Ok(within_reach(config, set, apps))
 }
 
 mod desired;

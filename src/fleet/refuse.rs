@@ -58,8 +58,8 @@ fn clashes(written: &[Arc<AppConfig>], generated: &[Arc<AppConfig>]) -> BTreeMap
 pub fn within_reach(
     config: &Config,
     set: &AppSetConfig,
-    apps: Vec<AppConfig>,
-) -> (Vec<AppConfig>, Vec<Refused>) {
+    apps: Vec<Arc<AppConfig>>,
+) -> (Vec<Arc<AppConfig>>, Vec<Refused>) {
     let reserved = reserved_namespaces(&config.agent);
     let (mut made, mut refused) = (Vec::with_capacity(apps.len()), Vec::new());
     for app in apps {

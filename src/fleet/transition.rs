@@ -20,7 +20,7 @@ pub struct Transition {
     pub added: Vec<String>,
     /// `(from, to)`: an app whose folder was renamed (its files unchanged), and the new
     /// folder's app on the same cluster, which takes its objects over before it runs.
-    pub renamed: Vec<(AppConfig, AppConfig)>,
+    pub renamed: Vec<(Arc<AppConfig>, Arc<AppConfig>)>,
     /// The apps it made and makes no more (not renamed): their objects pruned with
     /// `prune = true`, dependents first.
     pub removed: Vec<Arc<AppConfig>>,
@@ -118,7 +118,7 @@ fn renamed(
     set: &AppSetConfig,
     before: &Listed,
     now: &Listed,
-) -> Vec<(AppConfig, AppConfig)> {
+) -> Vec<(Arc<AppConfig>, Arc<AppConfig>)> {
     let zero = git2::Oid::ZERO_SHA1.to_string();
     let has = |listed: &Listed, path: &str| listed.folders.iter().any(|f| f.path == path);
     let mut gone: Vec<&Folder> = (before.folders.iter())
