@@ -30,12 +30,8 @@ pub(super) async fn app_loop(
     let log = ProgressLog::new(&app.name, &shared.registry);
     let report = |progress: Progress<'_>| log.say(progress);
     let mut options = SyncOptions::new(Trigger::Interval);
-    let mut gate = Gate::default();
+    let mut gate = Gate::start(&app, &shared);
     let mut failures = 0;
-    if !app.depends_on.is_empty() {
-        // A wait noted before a restart is over.
-        note_waiting(&shared.syncer().agent.state_dir, &app.name, None);
-    }
     loop {
         if !sit_out(&app, &shared, &mut options, &mut inbox).await {
             return;
@@ -51,18 +47,18 @@ pub(super) async fn app_loop(
             interval,
             &mut inbox,
         );
-        // Boxed for the same reason (an app without dependencies passes at once).
-        match Box::pin(gated).await {
-            Some(true) => {}
-            Some(false) => continue,
-            None => return,
+        // Boxed: its wait's state lives only while it waits, not in every idle app's task.
+        let Some(may_sync) = Box::pin(gated).await else {
+            return;
+        };
+        if !may_sync {
+            continue;
         }
         let reach = &syncer.cluster(&app).reach;
         let outages = reach.outages();
         // The record in a block of its own: not held while the app idles.
         let (outage, delay, stale) = {
-            // Boxed: its waits' state (the Lease, a place among the syncs) lives only
-            // while it runs, not in every idle app's task.
+            // Boxed too: its waits for the Lease and a place among the syncs.
             let once = sync_once(&app, &shared, &syncer, options, &mut inbox.stop, &report);
             let Some(record) = Box::pin(once).await else {
                 return;
@@ -76,14 +72,10 @@ pub(super) async fn app_loop(
             let stale = drop_stale_commits(&app, &record, &mut inbox.triggers);
             (outage, delay, stale)
         };
-        let wake = tokio::time::Instant::now() + delay;
-        let next = match stale {
-            Some(wanted) => Some(wanted),
-            None => inbox.next(wake, outage).await,
-        };
-        let Some(next) = next else { return };
-        let retry = next == Trigger::Interval && failures > 0;
-        options = SyncOptions::new(if retry { Trigger::Retry } else { next });
+        match inbox.next_sync(stale, delay, outage, failures > 0).await {
+            Some(next) => options = next,
+            None => return,
+        }
     }
 }
 
@@ -138,6 +130,27 @@ pub(super) struct Inbox {
 }
 
 impl Inbox {
+    /// How the app syncs next: for the commit that came during its sync (`stale`), else
+    /// for its next trigger, `delay` from now at the latest (a retry when the interval
+    /// comes while it is `failing`); `None` on shutdown.
+    async fn next_sync(
+        &mut self,
+        stale: Option<Trigger>,
+        delay: Duration,
+        outage: Option<&Reach>,
+        failing: bool,
+    ) -> Option<SyncOptions> {
+        let next = match stale {
+            Some(wanted) => wanted,
+            None => {
+                self.next(tokio::time::Instant::now() + delay, outage)
+                    .await?
+            }
+        };
+        let retry = next == Trigger::Interval && failing;
+        Some(SyncOptions::new(if retry { Trigger::Retry } else { next }))
+    }
+
     /// Waits for the app's next trigger: `wake` (its interval), a commit, a webhook, a
     /// dependency's sync, or the end of the `outage` that failed its last sync; `None` on
     /// shutdown. Idle, the heart beats.
@@ -373,6 +386,14 @@ struct Gate {
 }
 
 impl Gate {
+    /// No wait yet: one noted before a restart is over.
+    fn start(app: &AppConfig, shared: &Shared) -> Gate {
+        if !app.depends_on.is_empty() {
+            note_waiting(&shared.syncer().agent.state_dir, &app.name, None);
+        }
+        Gate::default()
+    }
+
     /// The app waits: `berth status` and `STATUS=` say on what; a failed dependency is
     /// recorded once (held: nothing applied).
     fn wait(

@@ -19,6 +19,14 @@ pub struct Checkout {
     pub tag: Option<String>,
 }
 
+/// `PID.N`, a name no other fetch of this process or another uses at the same time (two
+/// apps of one source may fetch the same digest at once).
+pub fn unique() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}.{n}", std::process::id())
+}
+
 /// A source's cache: `state_dir/sources/<name>-<hash>`, the name being the key's (a URL's)
 /// last segment and the hash the key's.
 pub fn source_dir(state_dir: &Path, key: &str) -> PathBuf {

@@ -12,8 +12,7 @@ use std::path::Path;
 
 use base64::Engine as _;
 use p256::ecdsa::signature::Verifier as _;
-use p256::ecdsa::Signature;
-pub use p256::ecdsa::VerifyingKey;
+use p256::ecdsa::{Signature, VerifyingKey};
 use p256::pkcs8::DecodePublicKey as _;
 use serde::Deserialize;
 
@@ -115,7 +114,7 @@ pub async fn verify(
         let file = scratch.join(format!(
             "{}.{}",
             layer.digest.replace(':', "-"),
-            super::fetch::unique()
+            crate::source::cache::unique()
         ));
         oci::blob(client, reference, layer, MAX_PAYLOAD, &file).await?;
         let payload = crate::manifest::read::read_capped(std::fs::File::open(&file), MAX_PAYLOAD)

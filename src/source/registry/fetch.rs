@@ -14,7 +14,7 @@ use super::http::Client;
 use super::oci::{self, Descriptor, Reference};
 use super::{cosign, helm_repo, RegistryError};
 use crate::config::{AppConfig, ChartSource, OciPick, OciSource, RegistryConfig, SourceRef};
-use crate::source::cache::{remove_abandoned, remove_old_trees, source_dir, Checkout};
+use crate::source::cache::{remove_abandoned, remove_old_trees, source_dir, unique, Checkout};
 use crate::source::CommitInfo;
 use crate::versions::{parse_version, Range};
 
@@ -76,7 +76,7 @@ impl Session {
         &self,
         reference: &Reference,
         digest: &str,
-        keys: &[cosign::VerifyingKey],
+        keys: &[p256::ecdsa::VerifyingKey],
         scratch: &Path,
     ) -> Result<(), RegistryError> {
         let mut verdict = digest.to_string();
@@ -443,14 +443,6 @@ fn no_version<'v>(
         range: range.to_string(),
         newest: newest.join(", "),
     }
-}
-
-/// `PID.N`, a name no other fetch of this process or another uses at the same time (two
-/// apps of one source may fetch the same digest at once).
-pub(super) fn unique() -> String {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("{}.{n}", std::process::id())
 }
 
 fn make_dir(dir: &Path) -> Result<(), RegistryError> {
