@@ -48,6 +48,9 @@ enum Command {
     Suspend(cli::suspend::Args),
     /// Sync the named apps again after `berth suspend`.
     Resume(cli::suspend::Args),
+    /// Image policies: the newest tag each sees, the tag in git, what the next scan would
+    /// commit (`--dry-run`: the diff); `resume POLICY`, `forget POLICY TAG`, `history`.
+    Images(cli::images::Args),
     /// Load and check the configuration, and render the commit each app's ref names.
     Validate(cli::validate::Args),
     /// Run the manifest pipeline on a folder, a file, stdin (-), an oci:// artifact or a
@@ -138,6 +141,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Suspend(args) => cli::suspend::run(&cli.config, args, true),
         Command::Resume(args) => cli::suspend::run(&cli.config, args, false),
+        Command::Images(args) => {
+            runtime().and_then(|rt| rt.block_on(cli::images::run(&cli.config, args)))
+        }
         Command::Validate(args) => cli::validate::run(&cli.config, args),
         Command::Render(args) => cli::render::run(*args),
         Command::Init(args) => cli::init::run(&cli.config, args),

@@ -16,6 +16,7 @@ mod app_loop;
 mod apps;
 mod background;
 mod drift;
+mod images;
 mod registry;
 mod removed;
 mod sets;
@@ -275,6 +276,7 @@ pub async fn run(
     background.push(tokio::spawn(watch));
     let repair = drift::repair(shared.clone(), drifted, signals.shutdown.clone());
     background.push(tokio::spawn(repair));
+    background.push(images::start(&shared, &publish, &signals.shutdown));
     let (listed_tx, listed) = mpsc::channel(1);
     let mut agent = Agent {
         config_path,

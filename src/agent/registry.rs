@@ -155,6 +155,11 @@ impl Registry {
             .is_some_and(|r| r.trigger.try_send(trigger).is_ok())
     }
 
+    /// Whether `app` runs here.
+    pub(super) fn runs(&self, app: &str) -> bool {
+        self.entries().apps.contains_key(app)
+    }
+
     /// Whether `app` runs here and is in a sync.
     pub(super) fn is_busy(&self, app: &str) -> bool {
         let entries = self.entries();

@@ -1,6 +1,7 @@
 //! One module per `berth` command.
 
 pub mod history;
+pub mod images;
 pub mod init;
 pub mod plan;
 pub mod render;

@@ -129,6 +129,9 @@ pub struct AppConfig {
     /// syncs one (`depends_on = ["crds", "infra"]`); see `docs/ordering.md`.
     #[serde(default)]
     pub depends_on: Vec<String>,
+    /// Tags chosen by `[[image_policy]]` committed into this app's markers and pushed
+    /// (`[app.image_updates]`); see `docs/image-updates.md`.
+    pub image_updates: Option<super::ImageUpdatesConfig>,
 }
 
 /// `[app.scope]`: the namespaces and cluster-scoped kinds an app may write.

@@ -15,6 +15,7 @@ mod app_set;
 mod credentials;
 mod error;
 mod globs;
+mod images;
 mod notify;
 pub mod order;
 mod registry;
@@ -31,12 +32,16 @@ pub use app_set::{AppSetConfig, Refused, Selector, SetError, DEFAULT_MAX_APPS, S
 pub use error::{io_message, ConfigError, Problem};
 use error::{toml_error, unknown_field};
 pub use globs::{compile_globs, Globs};
+pub use images::{
+    default_message, ImagePolicyConfig, ImageUpdatesConfig, StalePushBranch, TagOrder,
+};
 pub use notify::{NotifyConfig, NotifyEvent, NotifyFormat};
 pub use registry::{
     is_digest, split_oci, ChartSource, OciPick, OciSource, RegistryConfig, SourceRef,
 };
 pub use validate::{
-    check_generated, check_notify_url, check_repo_path, is_dns_label, is_kube_version, ValueError,
+    author_parts, check_generated, check_image, check_notify_url, check_repo_path, is_dns_label,
+    is_kube_version, ValueError,
 };
 pub use values::{parse_byte_size, show_size};
 
@@ -70,6 +75,9 @@ pub struct Config {
     /// Where berth tells people what happened.
     #[serde(default, rename = "notify")]
     pub notify: Vec<NotifyConfig>,
+    /// Image repositories whose newest tag berth commits into the apps' markers.
+    #[serde(default, rename = "image_policy")]
+    pub image_policies: Vec<ImagePolicyConfig>,
     /// The apps the sets make that do not run (see [`Refused`]), once the sets are listed.
     #[serde(skip)]
     pub refused: Vec<Refused>,
@@ -135,6 +143,11 @@ impl Config {
                 }
             }
         }
+    }
+
+    /// The image policy of that name.
+    pub fn image_policy(&self, name: &str) -> Option<&ImagePolicyConfig> {
+        self.image_policies.iter().find(|p| p.name == name)
     }
 
     /// The app of that name.

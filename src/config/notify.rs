@@ -88,6 +88,10 @@ pub enum NotifyEvent {
     /// An app set keeps its last apps: its commit generates none (the empty-set guard),
     /// or it cannot be listed.
     SetHeld,
+    /// berth committed and pushed an image update to the app's repository.
+    ImageUpdated,
+    /// An image tag is skipped from now on: its rollout failed and was rolled back.
+    ImageSkipped,
 }
 
 impl NotifyEvent {
@@ -101,6 +105,8 @@ impl NotifyEvent {
             NotifyEvent::Synced => "synced",
             NotifyEvent::Held => "held",
             NotifyEvent::SetHeld => "set_held",
+            NotifyEvent::ImageUpdated => "image_updated",
+            NotifyEvent::ImageSkipped => "image_skipped",
         }
     }
 }
@@ -114,6 +120,8 @@ fn default_events() -> Vec<NotifyEvent> {
         Recovered,
         Held,
         SetHeld,
+        ImageUpdated,
+        ImageSkipped,
     ]
 }
 

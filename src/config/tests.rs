@@ -351,3 +351,57 @@ fn load_names_the_file() {
         .to_string();
     assert!(e.contains("cannot read config file"), "{e}");
 }
+
+#[test]
+fn image_policies_and_updates_are_checked() {
+    let good = r#"
+[[app]]
+name = "shop"
+repo = "https://git.example.com/shop.git"
+[app.image_updates]
+author = "berth <berth@example.com>"
+[[image_policy]]
+name = "shop"
+image = "registry.example.com/team/shop"
+semver = "^1.4"
+[[image_policy]]
+name = "builds"
+image = "registry.example.com/team/shop"
+order = "numerical"
+extract = '^main-[a-f0-9]+-(?P<ts>[0-9]+)$'
+"#;
+    let config = parse(good).unwrap();
+    config.validate().unwrap();
+    assert_eq!(
+        config.image_policy("builds").unwrap().interval.as_secs(),
+        60
+    );
+
+    let bad = r#"
+[[app]]
+name = "shop"
+repo = "https://git.example.com/shop.git"
+tag = "v1"
+[app.image_updates]
+author = "berth"
+[[image_policy]]
+name = "Shop"
+image = "shop"
+semver = "^1.4"
+order = "numerical"
+extract = "("
+interval = "1s"
+"#;
+    let err = parse(bad).unwrap().validate().unwrap_err().to_string();
+    for said in [
+        "app[0].image_updates.push_branch: the app follows a tag or a commit",
+        "app[0].image_updates.author: \"berth\" is not an author",
+        "image_policy[0].name: \"Shop\" is not a DNS label",
+        "image_policy[0].image: \"shop\" names no registry",
+        "image_policy[0].order: give semver or order, not both",
+        "image_policy[0].extract: not a regular expression",
+        "image_policy[0].interval: must be at least 10s",
+    ] {
+        assert!(err.contains(said), "{said} in {err}");
+    }
+}

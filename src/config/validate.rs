@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod clusters;
+mod images;
 mod registry;
 mod sets;
 
-pub use sets::check_generated;
+pub use {images::author_parts, images::check_image, sets::check_generated};
 
 use super::{compile_globs, AgentConfig, AppConfig, Config, ConfigError, Problem};
 use clusters::{app_cluster, clusters};
@@ -55,6 +56,7 @@ impl Config {
         }
         dependencies(&self.apps, !self.app_sets.is_empty(), &mut problems);
         sets::app_sets(self, &mut problems);
+        images::image_policies(self, &mut problems);
         for (i, target) in self.notify.iter().enumerate() {
             notify(target, &|k: &str| format!("notify[{i}].{k}"), &mut problems);
         }
@@ -83,6 +85,7 @@ fn one_app(
     registry::app_registry(app, key, problems);
     app_files(app, key, problems);
     app_decrypt(app, key, problems);
+    images::image_updates(app, key, problems);
     if app.rollout.timeout.is_zero() {
         problems.add(key("rollout.timeout"), "must be more than 0s");
     }

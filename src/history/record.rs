@@ -31,6 +31,8 @@ pub enum Trigger {
     Retry,
     /// One of the app's objects was changed or deleted by someone else.
     Drift,
+    /// berth pushed an image update to the branch the app follows.
+    Image,
 }
 
 impl Trigger {
@@ -46,6 +48,7 @@ impl Trigger {
             Trigger::Reconnected => "reconnected",
             Trigger::Retry => "retry",
             Trigger::Drift => "drift",
+            Trigger::Image => "image",
         }
     }
 }

@@ -105,7 +105,7 @@ fn marker(line: &str, start: usize, number: usize) -> Option<Marker<'_>> {
 
 /// `text` with each marked value `new` gives a new value for replaced by it, and the
 /// edits made (none when every value is already what `new` says).
-pub fn rewrite(text: &str, new: impl Fn(&Marker) -> Option<String>) -> (String, Vec<Edit>) {
+pub fn rewrite(text: &str, mut new: impl FnMut(&Marker) -> Option<String>) -> (String, Vec<Edit>) {
     let mut out = String::with_capacity(text.len());
     let mut edits = Vec::new();
     let mut copied = 0;

@@ -8,6 +8,7 @@ use std::cmp::Ordering;
 use regex::Regex;
 use semver::Version;
 
+use crate::config::{ImagePolicyConfig, TagOrder};
 use crate::versions::{parse_version, Range};
 
 /// How tags are ordered.
@@ -95,7 +96,55 @@ impl Ord for Decimal<'_> {
     }
 }
 
+/// Why a configured policy does not compile (validation says it first).
+#[derive(Debug, thiserror::Error)]
+#[error("image policy {name}: {why}")]
+pub struct PolicyError {
+    name: String,
+    why: String,
+}
+
 impl Policy {
+    /// The policy `[[image_policy]]` `config` describes.
+    ///
+    /// # Errors
+    /// A range or a regular expression that does not compile, or no order given.
+    pub fn of(config: &ImagePolicyConfig) -> Result<Policy, PolicyError> {
+        let fail = |why: String| PolicyError {
+            name: config.name.clone(),
+            why,
+        };
+        let order = match (&config.semver, config.order) {
+            (Some(range), _) => {
+                Order::Semver(Range::parse(range).map_err(|e| fail(e.to_string()))?)
+            }
+            (None, Some(TagOrder::Numerical)) => Order::Numerical,
+            (None, Some(TagOrder::Alphabetical)) => Order::Alphabetical,
+            (None, None) => return Err(fail("no order: give semver or order".into())),
+        };
+        let compile = |text: &Option<String>| {
+            text.as_deref()
+                .map(Regex::new)
+                .transpose()
+                .map_err(|e| fail(e.to_string()))
+        };
+        Ok(Policy {
+            order,
+            filter: compile(&config.filter)?,
+            extract: compile(&config.extract)?,
+        })
+    }
+
+    /// Whether `tag` is newer than `than` by this policy: it considers `tag`, and either
+    /// not `than` (a tag outside the range, or of another scheme) or it ranks it lower.
+    pub fn newer(&self, tag: &str, than: &str) -> bool {
+        match (self.key(tag), self.key(than)) {
+            (Some(a), Some(b)) => a.cmp(&b).then_with(|| tag.cmp(than)) == Ordering::Greater,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
+
     /// The newest of `tags` this policy considers, leaving out those `ruled_out` says;
     /// `None` when none is left.
     pub fn latest<'t>(
@@ -110,6 +159,17 @@ impl Policy {
             // the registry listed them in.
             .max_by(|(a, ta), (b, tb)| a.cmp(b).then_with(|| ta.cmp(tb)))
             .map(|(_, tag)| tag)
+    }
+
+    /// The `k` newest of `tags` this policy considers, newest first: what a scan keeps of
+    /// a registry's list (the newest not ruled out is among them unless `k` are).
+    pub fn newest(&self, tags: &[String], k: usize) -> Vec<String> {
+        let mut keyed: Vec<(Key<'_>, &str)> = (tags.iter())
+            .filter_map(|tag| Some((self.key(tag)?, tag.as_str())))
+            .collect();
+        keyed.sort_by(|(a, ta), (b, tb)| b.cmp(a).then_with(|| tb.cmp(ta)));
+        keyed.truncate(k);
+        keyed.into_iter().map(|(_, tag)| tag.to_string()).collect()
     }
 
     /// Whether this policy considers `tag` at all.
@@ -170,6 +230,16 @@ mod tests {
         "latest",
         "main-abc",
     ];
+
+    #[test]
+    fn newer_ranks_by_the_policy_and_anything_beats_a_tag_it_does_not_consider() {
+        let policy = semver("^1.4");
+        assert!(policy.newer("1.4.10", "1.4.2"));
+        assert!(!policy.newer("1.4.2", "1.4.10"));
+        assert!(!policy.newer("1.4.2", "1.4.2"));
+        assert!(policy.newer("1.4.0", "latest"));
+        assert!(!policy.newer("2.0.0", "1.4.0"));
+    }
 
     #[test]
     fn semver_picks_the_newest_inside_the_range_and_skips_what_is_ruled_out() {

@@ -50,6 +50,33 @@ pub struct Message {
     pub changes: usize,
 }
 
+impl Message {
+    /// An image update's message for `app`, on `host`, now.
+    pub fn image(event: NotifyEvent, app: &str, host: &str, outcome: Outcome) -> Message {
+        Message {
+            event,
+            resolves: None,
+            app: app.to_string(),
+            set: false,
+            record: String::new(),
+            host: Some(host.to_string()),
+            cluster: None,
+            at: Timestamp::now(),
+            outcome,
+            commit: None,
+            errors: Vec::new(),
+            rollouts: Vec::new(),
+            changes: 0,
+        }
+    }
+
+    /// With berth's commit `sha`, `subject` its changes.
+    pub fn with_commit(mut self, sha: &str, subject: &str) -> Message {
+        self.commit = Some((sha.to_string(), subject.to_string(), "berth".to_string()));
+        self
+    }
+}
+
 /// One Deployment's rollout, in a message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Rollout {

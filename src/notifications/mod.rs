@@ -16,7 +16,7 @@ use std::time::Duration;
 use globset::GlobSet;
 
 use crate::config::{NotifyConfig, NotifyEvent, NotifyFormat};
-use crate::history::SyncRecord;
+use crate::history::{Outcome, SyncRecord};
 use deliver::{Counts, Delivery, Receiver};
 use events::Problems;
 
@@ -201,6 +201,22 @@ impl Notifications {
     /// failure each.
     pub fn observe_set(&self, set: &str, problem: Option<&str>, host: &str) {
         self.send(|p| p.set_messages(set, problem, host, jiff::Timestamp::now()));
+    }
+
+    /// Queues `image_updated` for `app`: berth on `host` pushed `commit`, making `changes`.
+    pub fn observe_image_update(&self, app: &str, host: &str, commit: &str, changes: &str) {
+        let updated = NotifyEvent::ImageUpdated;
+        let message = events::Message::image(updated, app, host, Outcome::Succeeded)
+            .with_commit(commit, changes);
+        self.send(|_| vec![message]);
+    }
+
+    /// Queues `image_skipped` for `app` (seen on `host`): `policy` skips `tag` from now on.
+    pub fn observe_image_skipped(&self, app: &str, host: &str, policy: &str, tag: &str) {
+        let skipped = NotifyEvent::ImageSkipped;
+        let mut message = events::Message::image(skipped, app, host, Outcome::RolledBack);
+        message.errors.push(format!("image policy {policy}: tag {tag} is not written again (its rollout failed and was rolled back); berth images forget {policy} {tag} lets it"));
+        self.send(|_| vec![message]);
     }
 
     /// Queues the messages `make` decides, given what was sent before.

@@ -67,6 +67,8 @@ fn headline(m: &Message) -> String {
         NotifyEvent::Synced => "synced",
         NotifyEvent::Held => "held: waiting for a new commit",
         NotifyEvent::SetHeld => "keeps its last apps, removes none",
+        NotifyEvent::ImageUpdated => "image update pushed",
+        NotifyEvent::ImageSkipped => "image tag skipped from now on: its rollout failed",
     };
     let cluster = match m.cluster.as_deref() {
         Some(name) if name != "default" => format!(" (cluster {name})"),
@@ -80,6 +82,8 @@ fn slack(m: &Message, link: Option<&str>) -> String {
     let icon = match m.event {
         NotifyEvent::Recovered | NotifyEvent::Synced => ":white_check_mark:",
         NotifyEvent::Held | NotifyEvent::SetHeld => ":pause_button:",
+        NotifyEvent::ImageUpdated => ":arrow_up:",
+        NotifyEvent::ImageSkipped => ":no_entry_sign:",
         _ => ":x:",
     };
     let mut text = format!("{icon} berth: {}", headline(m));
@@ -111,7 +115,10 @@ fn alert_name(event: NotifyEvent) -> Option<&'static str> {
         NotifyEvent::RolledBack => Some("BerthRolledBack"),
         NotifyEvent::Held => Some("BerthAppHeld"),
         NotifyEvent::SetHeld => Some("BerthAppSetHeld"),
-        NotifyEvent::Recovered | NotifyEvent::Synced => None,
+        NotifyEvent::Recovered
+        | NotifyEvent::Synced
+        | NotifyEvent::ImageUpdated
+        | NotifyEvent::ImageSkipped => None,
     }
 }
 

@@ -1,7 +1,8 @@
 //! Where manifests come from: [`git`] fetches a repository and writes out a commit's tree;
 //! [`registry`] resolves a chart or an OCI artifact and writes out its archive; [`cache`]
 //! is where both keep them; [`shared`] shares those fetches between the apps of one source;
-//! [`known_hosts`] verifies ssh host keys; [`verify`] checks commit signatures; [`watch`]
+//! [`known_hosts`] verifies ssh host keys; [`verify`] checks commit signatures and [`sign`]
+//! makes berth's own; [`watch`]
 //! turns commits in a local repository into sync triggers.
 
 pub mod cache;
@@ -10,6 +11,7 @@ pub mod git;
 pub mod known_hosts;
 pub mod registry;
 pub mod shared;
+pub mod sign;
 pub mod verify;
 pub mod watch;
 

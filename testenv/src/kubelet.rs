@@ -32,6 +32,9 @@ use serde_json::{json, Value};
 pub const ANNOTATION_READY: &str = "testenv.berth.dev/ready";
 /// Pod annotation: a duration after which the pod becomes ready.
 pub const ANNOTATION_READY_AFTER: &str = "testenv.berth.dev/ready-after";
+/// Pod annotation: images (comma-separated) that never become ready — a broken build, as
+/// a pod whose container runs one of them is never Ready.
+pub const ANNOTATION_BROKEN_IMAGES: &str = "testenv.berth.dev/broken-images";
 /// Pod annotation: the exit code of a pod that runs to completion (non-zero: `Failed`).
 pub const ANNOTATION_EXIT: &str = "testenv.berth.dev/exit";
 
@@ -51,6 +54,14 @@ pub fn readiness(pod: &Pod) -> Readiness {
     let annotations = pod.metadata.annotations.as_ref();
     let get = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
     if get(ANNOTATION_READY) == Some("false") {
+        return Readiness::Never;
+    }
+    let broken = get(ANNOTATION_BROKEN_IMAGES).unwrap_or_default();
+    let images = pod.spec.iter().flat_map(|s| &s.containers);
+    if images
+        .filter_map(|c| c.image.as_deref())
+        .any(|image| broken.split(',').any(|b| b.trim() == image))
+    {
         return Readiness::Never;
     }
     match get(ANNOTATION_READY_AFTER).and_then(|d| humantime::parse_duration(d).ok()) {
@@ -407,5 +418,17 @@ mod tests {
             readiness(&pod(&[(ANNOTATION_READY_AFTER, "5s")])),
             Readiness::After(Duration::from_secs(5))
         );
+        let mut broken = pod(&[(ANNOTATION_BROKEN_IMAGES, "shop:2, shop:3")]);
+        let container = |image: &str| k8s_openapi::api::core::v1::Container {
+            image: Some(image.into()),
+            ..Default::default()
+        };
+        broken.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            containers: vec![container("shop:3")],
+            ..Default::default()
+        });
+        assert_eq!(readiness(&broken), Readiness::Never);
+        broken.spec.as_mut().unwrap().containers = vec![container("shop:1")];
+        assert_eq!(readiness(&broken), Readiness::Ready);
     }
 }

@@ -11,6 +11,7 @@ use git2::{
     FetchPrune, Oid, RemoteCallbacks, Repository,
 };
 
+use super::branch::followed;
 use super::commits::commit_info;
 use super::trees::{prune_trees, write_tree, TreeError, TreeLimits};
 use super::{local_path, redact_url, remote_url, source_dir, Checkout, SourceError};
@@ -122,7 +123,7 @@ pub fn fetch(
 /// ([`deepen`]); a pinned commit takes history at once. From a repository on this host
 /// (libgit2's local transport cannot fetch shallow, and packs object by object) the cache
 /// starts as a copy of its object files, as `git clone` of a path does, then fetches as usual.
-fn first_fetch(app: &AppConfig, cache: &Path) -> Depth {
+pub(super) fn first_fetch(app: &AppConfig, cache: &Path) -> Depth {
     if Repository::open_bare(cache).is_ok() {
         return Depth::AsItIs;
     }
@@ -146,7 +147,7 @@ fn first_fetch(app: &AppConfig, cache: &Path) -> Depth {
 
 /// How much history a fetch asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Depth {
+pub(super) enum Depth {
     /// The newest commit of the ref alone (a first fetch).
     Newest,
     /// What the cache lacks down to what it holds (shallow or not).
@@ -184,74 +185,6 @@ pub fn deepen(app: &AppConfig, state_dir: &Path) -> Result<bool, SourceError> {
     Ok(true)
 }
 
-/// The file in a repository's cache that names the branch a local repository's apps
-/// follow when they name no ref.
-const FOLLOWED_BRANCH: &str = "followed-branch";
-
-/// `app` as it is fetched. An app that names no ref of a local repository follows the
-/// branch its work tree had checked out at the repository's first fetch — recorded in the
-/// cache, and said once — never the work tree's HEAD as it moves: `git checkout -b
-/// feature` in that work tree deploys nothing. A detached HEAD at the first fetch is
-/// followed as HEAD (nothing to record).
-fn followed<'a>(app: &'a AppConfig, source: &Path) -> std::borrow::Cow<'a, AppConfig> {
-    use std::borrow::Cow;
-    let (GitRef::DefaultBranch, Some(path)) = (app.git_ref(), local_path(&app.repo)) else {
-        return Cow::Borrowed(app);
-    };
-    let record = source.join(FOLLOWED_BRANCH);
-    let recorded = crate::manifest::read::read_capped(crate::state::open_state(&record), 256)
-        .ok()
-        .and_then(|b| String::from_utf8(b).ok())
-        .map(|b| b.trim().to_string())
-        .filter(|b| git2::Branch::name_is_valid(b).unwrap_or(false));
-    let branch = match recorded {
-        Some(branch) => branch,
-        None => {
-            let Some(branch) = checked_out(&path) else {
-                return Cow::Borrowed(app);
-            };
-            if let Err(e) = crate::state::private_dir(source)
-                .and_then(|()| crate::state::write_private(&record, branch.as_bytes()))
-            {
-                tracing::warn!(app = %app.name, error = %e, "cannot record the branch the app follows");
-            }
-            tracing::info!(app = %app.name, repo = %path.display(), "the app names no branch of its local repository: it follows branch {branch}, checked out there now, whatever the work tree checks out later (set branch = \"{branch}\" to say so)");
-            branch
-        }
-    };
-    Cow::Owned(AppConfig {
-        branch: Some(branch),
-        ..app.clone()
-    })
-}
-
-/// The default branch of repository `repo` (a local one's: the branch its work tree has
-/// checked out), when it can be asked without credentials; `None` else.
-pub fn default_branch(repo: &str) -> Option<String> {
-    if let Some(path) = local_path(repo) {
-        return checked_out(&path);
-    }
-    bound_network_waits();
-    let mut remote = git2::Remote::create_detached(remote_url(repo)).ok()?;
-    remote.connect(git2::Direction::Fetch).ok()?;
-    let branch = remote.default_branch().ok()?;
-    let branch = branch
-        .as_str()
-        .ok()?
-        .strip_prefix("refs/heads/")?
-        .to_string();
-    let _ = remote.disconnect();
-    Some(branch)
-}
-
-/// The branch the work tree of the local repository `path` has checked out, if one is.
-fn checked_out(path: &Path) -> Option<String> {
-    let repo = Repository::open(path).ok()?;
-    let head = repo.find_reference("HEAD").ok()?;
-    let target = head.symbolic_target().ok()??;
-    target.strip_prefix("refs/heads/").map(str::to_string)
-}
-
 /// Removes the per-app cache of berth before 0.2 (`state_dir/repos/<app>`): the shared one
 /// replaces it.
 fn remove_legacy_cache(state_dir: &Path, app: &str) {
@@ -270,7 +203,7 @@ fn remove_legacy_cache(state_dir: &Path, app: &str) {
 }
 
 /// An exclusive `flock` on `path`, held until the file is dropped.
-fn lock(path: &Path) -> std::io::Result<std::fs::File> {
+pub(super) fn lock(path: &Path) -> std::io::Result<std::fs::File> {
     let file = crate::state::private_file()
         .create(true)
         .truncate(false)
@@ -282,7 +215,7 @@ fn lock(path: &Path) -> std::io::Result<std::fs::File> {
 
 /// Every git network operation gives up when the server does not answer: 30 s to connect,
 /// 60 s without a byte read or written (libgit2's server timeouts; set once per process).
-fn bound_network_waits() {
+pub(super) fn bound_network_waits() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // SAFETY: libgit2 global options, set once before this process's first fetch
@@ -361,7 +294,7 @@ fn fetch_into(
 }
 
 /// Opens the cache, (re)initialising it when missing or when it points elsewhere.
-fn open_cache(cache: &Path, url: &str) -> Result<Repository, git2::Error> {
+pub(super) fn open_cache(cache: &Path, url: &str) -> Result<Repository, git2::Error> {
     if let Ok(repo) = Repository::open_bare(cache) {
         let same = repo
             .find_remote("origin")
@@ -382,7 +315,7 @@ fn open_cache(cache: &Path, url: &str) -> Result<Repository, git2::Error> {
 /// Errors from a broken cache (objects, index, refs) are retried with a fresh clone; the
 /// rest are the remote's — an object missing while every object the cache's refs name is
 /// there too: the source lacks it, and a fresh clone would fail the same way.
-fn classify(e: git2::Error, url: &str, shown: &str, cache: &Path) -> SourceError {
+pub(super) fn classify(e: git2::Error, url: &str, shown: &str, cache: &Path) -> SourceError {
     let message = e.message().replace(url, shown);
     match e.class() {
         ErrorClass::Odb | ErrorClass::Object if cache_is_whole(cache) => SourceError::Fetch {
@@ -422,7 +355,10 @@ fn cache_is_whole(cache: &Path) -> bool {
 }
 
 /// Credentials (read now, never logged) and the ssh host-key check.
-fn callbacks(app: &AppConfig, url: &str) -> Result<RemoteCallbacks<'static>, SourceError> {
+pub(super) fn callbacks(
+    app: &AppConfig,
+    url: &str,
+) -> Result<RemoteCallbacks<'static>, SourceError> {
     let auth = app.auth.clone();
     let password = match (&auth.password_file, &auth.password_env) {
         (Some(path), _) => Some(

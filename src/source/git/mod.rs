@@ -16,15 +16,19 @@ use git2::Repository;
 
 pub use super::cache::Checkout;
 
+mod branch;
 mod commits;
 mod fetch;
 mod paths;
+mod push;
 #[cfg(test)]
 mod tests;
 mod trees;
 
+pub use branch::{default_branch, followed_branch};
 pub use commits::{ancestry, branches_holding, local_tip, paths_digest, tree_ids};
-pub use fetch::{deepen, default_branch, fetch};
+pub use fetch::{deepen, fetch};
+pub use push::{write_commit, Pushed, Writable, Written};
 pub use trees::{tree_at, TreeLimits};
 
 /// Errors of the git source. Every message names the repository with its credentials
@@ -79,6 +83,18 @@ pub enum SourceError {
         #[source]
         source: Arc<std::io::Error>,
     },
+    /// A push was refused (other than because the branch moved).
+    #[error("cannot push to branch {branch} of {url}: {message}")]
+    Push {
+        /// The redacted URL.
+        url: String,
+        branch: String,
+        /// What git or the remote said (the URL redacted in it).
+        message: String,
+    },
+    /// A commit could not be signed.
+    #[error("cannot sign the commit: {0}")]
+    Sign(String),
     /// A chart's or an artifact's registry.
     #[error(transparent)]
     Registry(#[from] crate::source::registry::RegistryError),

@@ -1,0 +1,106 @@
+//! The files of a commit that hold markers: YAML files under the paths of the apps whose
+//! repository it is, each within bounds, read from the repository's objects (no tree is
+//! written out). A marked file the app does not render (its `include` and `exclude` leave
+//! it out, or it is not YAML) is left alone, with a warning.
+use git2::{ObjectType, Oid, Repository, TreeWalkMode, TreeWalkResult};
+use serde::Deserialize;
+
+use crate::config::AppConfig;
+
+/// The largest file read for markers.
+const MAX_FILE: usize = 1 << 20;
+/// The most files read in one commit.
+const MAX_FILES: usize = 20_000;
+
+/// A file with markers, and the app whose path holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarkedFile {
+    pub app: String,
+    /// From the repository's root.
+    pub path: String,
+    pub text: String,
+}
+
+/// The marked files of `commit` under the paths of `apps` (a file under two apps' paths
+/// once, for the first).
+///
+/// # Errors
+/// The commit or its tree cannot be read.
+pub fn marked_files(
+    repo: &Repository,
+    commit: Oid,
+    apps: &[&AppConfig],
+) -> Result<Vec<MarkedFile>, git2::Error> {
+    let tree = repo.find_commit(commit)?.tree()?;
+    let mut found: Vec<MarkedFile> = Vec::new();
+    let mut read = 0;
+    tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+        if entry.kind() != Some(ObjectType::Blob) {
+            return TreeWalkResult::Ok;
+        }
+        let Ok(name) = entry.name() else {
+            return TreeWalkResult::Ok;
+        };
+        if !(name.ends_with(".yaml") || name.ends_with(".yml")) {
+            return TreeWalkResult::Ok;
+        }
+        let path = format!("{dir}{name}");
+        let Some((app, rel)) = apps.iter().find_map(|a| Some((*a, under(a, &path)?))) else {
+            return TreeWalkResult::Ok;
+        };
+        read += 1;
+        if read > MAX_FILES {
+            tracing::warn!(commit = %commit, "more than {MAX_FILES} YAML files: the rest are not read for image markers");
+            return TreeWalkResult::Abort;
+        }
+        let Ok(blob) = repo.find_blob(entry.id()) else {
+            return TreeWalkResult::Ok;
+        };
+        if blob.size() > MAX_FILE || memchr::memmem::find(blob.content(), b"$imagepolicy").is_none() {
+            return TreeWalkResult::Ok;
+        }
+        let Ok(text) = std::str::from_utf8(blob.content()) else {
+            return TreeWalkResult::Ok;
+        };
+        if super::markers::markers(text).is_empty() {
+            return TreeWalkResult::Ok;
+        }
+        match left_out(app, rel, text) {
+            None => found.push(MarkedFile {
+                app: app.name.clone(),
+                path,
+                text: text.to_string(),
+            }),
+            Some(why) => tracing::warn!(app = %app.name, file = %path, "image markers ignored: {why}"),
+        }
+        TreeWalkResult::Ok
+    })?;
+    Ok(found)
+}
+
+/// `path` relative to the one of `app`'s paths that holds it.
+fn under<'p>(app: &AppConfig, path: &'p str) -> Option<&'p str> {
+    app.path.iter().find_map(|prefix| {
+        let prefix = prefix.trim_matches('/');
+        if prefix.is_empty() || prefix == "." {
+            return Some(path);
+        }
+        path.strip_prefix(prefix)?.strip_prefix('/')
+    })
+}
+
+/// Why the app does not render the file, if it does not: its globs leave it out, or it
+/// is not YAML.
+fn left_out(app: &AppConfig, rel: &str, text: &str) -> Option<String> {
+    let include = app.include.set().ok().flatten();
+    let exclude = app.exclude.set().ok().flatten();
+    if include.is_some_and(|g| !g.is_match(rel)) || exclude.is_some_and(|g| g.is_match(rel)) {
+        return Some("the app's include and exclude leave the file out".into());
+    }
+    for document in serde_yaml::Deserializer::from_str(text) {
+        if let Err(e) = serde_yaml::Value::deserialize(document) {
+            return Some(format!("the file is not YAML ({e})"));
+        }
+    }
+    None
+}

@@ -1,0 +1,160 @@
+//! What one scan changes in a repository's marked files (pure): for each marked field, the
+//! tag the policy chooses when it is newer than the field's — unless a person set the
+//! field back by hand (then the field is paused), and never a tag that failed (the caller
+//! left those out of `latest`).
+use std::collections::BTreeMap;
+
+use super::files::MarkedFile;
+use super::markers::{self, Form};
+use super::policy::Policy;
+use super::state::State;
+
+/// A policy as a scan sees it.
+pub struct Choice<'a> {
+    pub policy: &'a Policy,
+    pub image: &'a str,
+    /// The newest tag it considers, failed ones left out (`None`: the registry was not
+    /// read, or holds none).
+    pub latest: Option<&'a str>,
+}
+
+/// One field changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub policy: String,
+    /// `app:path#n`, the n-th field of the policy in the file.
+    pub field: String,
+    pub path: String,
+    pub line: usize,
+    /// The tag it held (or the value, for a name).
+    pub old: String,
+    pub new: String,
+}
+
+/// What a field holds now, for `berth images`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldNow {
+    pub policy: String,
+    pub field: String,
+    /// The tag in git.
+    pub tag: String,
+    /// Paused at this tag (a person set it back).
+    pub paused: bool,
+}
+
+/// A file a scan changes.
+#[derive(Debug, Clone)]
+pub struct FileChange {
+    pub path: String,
+    pub old: String,
+    pub new: String,
+}
+
+/// A scan's plan for one repository.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// The files changed.
+    pub files: Vec<FileChange>,
+    pub changes: Vec<Change>,
+    pub fields: Vec<FieldNow>,
+}
+
+/// The plan for `files` with the policies' `choices`; `state` learns which fields a person
+/// set back (paused) or moved on by hand, and which were changed again by hand (resumed).
+pub fn plan(files: &[MarkedFile], choices: &BTreeMap<&str, Choice<'_>>, state: &mut State) -> Plan {
+    let mut out = Plan::default();
+    for file in files {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        let mut fields = Vec::new();
+        for marker in markers::markers(&file.text) {
+            let n = counts.entry(marker.policy.to_string()).or_default();
+            *n += 1;
+            fields.push(format!("{}:{}#{n}", file.app, file.path));
+        }
+        let mut index = 0;
+        let (text, edits) = markers::rewrite(&file.text, |marker| {
+            let field = &fields[index];
+            index += 1;
+            let choice = choices.get(marker.policy)?;
+            let chosen = field_value(marker, field, choice, state, &mut out.fields)?;
+            Some(markers::value(marker.form, choice.image, &chosen))
+        });
+        for edit in edits {
+            let field = fields_at(&fields, &file.text, edit.line);
+            out.changes.push(Change {
+                policy: edit.policy,
+                field,
+                path: file.path.clone(),
+                line: edit.line,
+                old: tag_in(&edit.old),
+                new: tag_in(&edit.new),
+            });
+        }
+        if text != file.text {
+            out.files.push(FileChange {
+                path: file.path.clone(),
+                old: file.text.clone(),
+                new: text,
+            });
+        }
+    }
+    out
+}
+
+/// The tag a marked field should hold, when the scan changes it.
+fn field_value(
+    marker: &markers::Marker<'_>,
+    field: &str,
+    choice: &Choice<'_>,
+    state: &mut State,
+    now: &mut Vec<FieldNow>,
+) -> Option<String> {
+    if marker.form == Form::Name {
+        return Some(String::new()); // the name alone: the policy's image
+    }
+    let current = markers::tag_of(marker)?;
+    let policy = state.policies.entry(marker.policy.to_string()).or_default();
+    // A person changed a paused field again: it follows the policy from there.
+    if let Some(paused_at) = policy.paused.get(field) {
+        if *paused_at != current {
+            policy.paused.remove(field);
+            policy.written.insert(field.to_string(), current.clone());
+        }
+    }
+    // A person set the field back (to a tag the policy does not rank above the one berth
+    // wrote): paused at that tag. Moved on by hand: berth follows from there.
+    if let Some(written) = policy.written.get(field).cloned() {
+        if written != current && !policy.paused.contains_key(field) {
+            if choice.policy.newer(&current, &written) {
+                policy.written.insert(field.to_string(), current.clone());
+            } else {
+                policy.paused.insert(field.to_string(), current.clone());
+            }
+        }
+    }
+    let paused = policy.paused.contains_key(field);
+    now.push(FieldNow {
+        policy: marker.policy.to_string(),
+        field: field.to_string(),
+        tag: current.clone(),
+        paused,
+    });
+    let latest = choice.latest?;
+    (!paused && choice.policy.newer(latest, &current)).then(|| latest.to_string())
+}
+
+/// The field of the marker on `line` of `text`.
+fn fields_at(fields: &[String], text: &str, line: usize) -> String {
+    let at = markers::markers(text).iter().position(|m| m.line == line);
+    at.and_then(|i| fields.get(i)).cloned().unwrap_or_default()
+}
+
+/// The tag in a marked value (the value itself when it holds none: a tag alone).
+fn tag_in(value: &str) -> String {
+    let name = value.split('@').next().unwrap_or_default();
+    let last = name.rfind('/').map_or(0, |slash| slash + 1);
+    match name[last..].split_once(':') {
+        Some((_, tag)) => tag.to_string(),
+        None => value.to_string(),
+    }
+}

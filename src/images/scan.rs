@@ -1,0 +1,374 @@
+//! One scan: each due policy's tags listed through the registry API (paginated and
+//! bounded, a client and its token grants kept per policy), the tags whose rollout failed
+//! read from the apps' history, and each repository branch's fields written back (or, for
+//! `berth images`, planned).
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+use jiff::Timestamp;
+
+use super::plan::{Choice, FieldNow, Plan};
+use super::policy::Policy;
+use super::state::{self, Failure, Seen, State};
+use super::write::{groups, write_back, Group, WriteError, Written};
+use crate::config::{AppConfig, Config, ImagePolicyConfig};
+use crate::history::{HistoryLog, Outcome};
+use crate::source::registry::http::Client;
+use crate::source::registry::oci::{self, Reference};
+use crate::source::registry::RegistryError;
+
+/// The newest tags kept of each policy's list: the newest not failed is among them unless
+/// that many failed.
+const KEPT: usize = 128;
+
+/// The registry clients and each policy's newest tags, kept between scans.
+#[derive(Default)]
+pub struct Scanner {
+    clients: HashMap<String, (ImagePolicyConfig, Arc<Client>)>,
+    newest: HashMap<String, Vec<String>>,
+    scanned: HashMap<String, std::time::Instant>,
+}
+
+/// What one scan saw and did.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub policies: Vec<PolicyReport>,
+    pub branches: Vec<BranchReport>,
+    /// Tags found failed by this scan: policy, tag, app.
+    pub failed: Vec<(String, String, String)>,
+}
+
+/// A policy, as a scan saw it.
+#[derive(Debug)]
+pub struct PolicyReport {
+    pub name: String,
+    pub image: String,
+    pub seen: Option<Seen>,
+    /// The failed tags it skips.
+    pub failed: Vec<String>,
+}
+
+/// A repository branch, as a scan left it.
+#[derive(Debug)]
+pub struct BranchReport {
+    pub repo: String,
+    pub branch: String,
+    pub apps: Vec<String>,
+    pub fields: Vec<FieldNow>,
+    /// The plan (or the pushed commit), or why neither.
+    pub result: Result<Written, WriteError>,
+}
+
+impl BranchReport {
+    /// A pushed commit in words: its short id and subject, and the changes.
+    pub fn said(&self) -> Option<(String, String)> {
+        let Ok(Written::Pushed { commit, plan, .. }) = &self.result else {
+            return None;
+        };
+        Some((commit.clone(), changes(plan)))
+    }
+}
+
+impl Report {
+    /// The branches a commit was pushed to, with the apps following each.
+    pub fn pushed(&self) -> impl Iterator<Item = &BranchReport> {
+        self.branches
+            .iter()
+            .filter(|b| matches!(b.result, Ok(Written::Pushed { .. })))
+    }
+}
+
+impl Scanner {
+    /// Lists the tags of each policy whose interval has passed (all when `every`), then
+    /// writes back (or, with `dry_run`, plans) each branch of `apps`' repositories.
+    pub async fn scan(
+        &mut self,
+        config: &Config,
+        apps: &[Arc<AppConfig>],
+        every: bool,
+        dry_run: bool,
+    ) -> Report {
+        let state_dir = config.agent.state_dir.clone();
+        let mut seen = BTreeMap::new();
+        for policy in &config.image_policies {
+            let due = self
+                .scanned
+                .get(&policy.name)
+                .is_none_or(|at| at.elapsed() >= policy.interval);
+            if every || due {
+                seen.insert(policy.name.clone(), self.list(policy).await);
+            }
+        }
+        let policies = config.image_policies.clone();
+        let apps = apps.to_vec();
+        let newest = self.newest.clone();
+        let work = move || one_scan(&state_dir, &policies, &apps, &newest, seen, dry_run);
+        match tokio::task::spawn_blocking(work).await {
+            Ok(report) => report,
+            Err(e) => {
+                tracing::error!(error = %e, "the image scan stopped");
+                Report::default()
+            }
+        }
+    }
+
+    /// Lists `policy`'s tags, keeping its newest.
+    async fn list(&mut self, policy: &ImagePolicyConfig) -> Seen {
+        self.scanned
+            .insert(policy.name.clone(), std::time::Instant::now());
+        let listed = self.tags(policy).await;
+        let at = Timestamp::now();
+        match listed {
+            Ok(tags) => {
+                let kept = Policy::of(policy)
+                    .map(|p| p.newest(&tags, KEPT))
+                    .unwrap_or_default();
+                self.newest.insert(policy.name.clone(), kept);
+                Seen {
+                    at,
+                    tags: tags.len(),
+                    latest: None,
+                    error: None,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(policy = %policy.name, error = %e, "cannot list the image's tags");
+                Seen {
+                    at,
+                    tags: 0,
+                    latest: None,
+                    error: Some(e.to_string()),
+                }
+            }
+        }
+    }
+
+    async fn tags(&mut self, policy: &ImagePolicyConfig) -> Result<Vec<String>, RegistryError> {
+        let reference = reference(&policy.image, policy.insecure)?;
+        let client = match self.clients.get(&policy.name) {
+            Some((config, client)) if config == policy => client.clone(),
+            _ => {
+                let client = Arc::new(Client::new(&policy.registry())?);
+                self.clients
+                    .insert(policy.name.clone(), (policy.clone(), client.clone()));
+                client
+            }
+        };
+        oci::tags(&client, &reference).await
+    }
+}
+
+/// The registry's API for `image` (`host/path`; Docker Hub's `docker.io` is
+/// `registry-1.docker.io`).
+///
+/// # Errors
+/// Not an image repository.
+pub fn reference(image: &str, insecure: bool) -> Result<Reference, RegistryError> {
+    let image = match image.strip_prefix("docker.io/") {
+        Some(path) => format!("registry-1.docker.io/{path}"),
+        None => image.to_string(),
+    };
+    Reference::parse(&format!("oci://{image}"), insecure)
+}
+
+/// The scan's blocking part: failures read, fields written back, the state kept.
+fn one_scan(
+    state_dir: &Path,
+    policies: &[ImagePolicyConfig],
+    apps: &[Arc<AppConfig>],
+    newest: &HashMap<String, Vec<String>>,
+    seen: BTreeMap<String, Seen>,
+    dry_run: bool,
+) -> Report {
+    let compiled: Vec<(&ImagePolicyConfig, Policy)> = (policies.iter())
+        .filter_map(|p| Some((p, Policy::of(p).ok()?)))
+        .collect();
+    let (failed, state) = match dry_run {
+        true => (Vec::new(), state::read(state_dir)),
+        false => keep(state_dir, policies, apps, &seen),
+    };
+    let latest = latest_tags(&compiled, &state, newest);
+    let choices: BTreeMap<&str, Choice<'_>> = (compiled.iter())
+        .map(|(config, policy)| {
+            let image = &config.image;
+            let latest = latest[config.name.as_str()];
+            (
+                config.name.as_str(),
+                Choice {
+                    policy,
+                    image,
+                    latest,
+                },
+            )
+        })
+        .collect();
+    let branches = (groups(apps.iter().map(|a| &**a), state_dir).iter())
+        .map(|group| branch(group, state_dir, &choices, &state, dry_run))
+        .collect();
+    let state = state::read(state_dir);
+    let policies = (compiled.iter())
+        .map(|(config, _)| {
+            let policy = state.policies.get(&config.name);
+            let mut seen = (seen.get(&config.name).cloned()).or_else(|| policy?.seen.clone());
+            if let Some(seen) = &mut seen {
+                seen.latest = latest[config.name.as_str()].map(str::to_string);
+            }
+            let failed = policy.map(|p| p.failed.keys().cloned().collect());
+            PolicyReport {
+                name: config.name.clone(),
+                image: config.image.clone(),
+                seen,
+                failed: failed.unwrap_or_default(),
+            }
+        })
+        .collect();
+    Report {
+        policies,
+        branches,
+        failed,
+    }
+}
+
+/// Each policy's newest tag, its failed tags left out.
+fn latest_tags<'a>(
+    compiled: &[(&'a ImagePolicyConfig, Policy)],
+    state: &State,
+    newest: &'a HashMap<String, Vec<String>>,
+) -> BTreeMap<&'a str, Option<&'a str>> {
+    (compiled.iter())
+        .map(|(config, _)| {
+            let failed = state.policies.get(&config.name).map(|p| &p.failed);
+            let kept = newest.get(&config.name).map(Vec::as_slice);
+            let latest = (kept.unwrap_or_default().iter())
+                .find(|t| !failed.is_some_and(|f| f.contains_key(*t)));
+            (config.name.as_str(), latest.map(String::as_str))
+        })
+        .collect()
+}
+
+/// Keeps what the scan learnt — the tags found failed, the registries' listings — in the
+/// state; the failures new to it (policy, tag, app), and the state.
+fn keep(
+    state_dir: &Path,
+    policies: &[ImagePolicyConfig],
+    apps: &[Arc<AppConfig>],
+    seen: &BTreeMap<String, Seen>,
+) -> (Vec<(String, String, String)>, State) {
+    let found = failures(state_dir, policies, apps);
+    let kept = state::update(state_dir, |s| {
+        let mut new = Vec::new();
+        for (policy, tag, failure) in found {
+            let app = failure.app.clone();
+            if (s.policies.entry(policy.clone()).or_default()).fail(&tag, failure) {
+                new.push((policy, tag, app));
+            }
+        }
+        for (name, seen) in seen {
+            s.policies.entry(name.clone()).or_default().seen = Some(seen.clone());
+        }
+        (new, s.clone())
+    });
+    kept.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "cannot keep the image updates' state");
+        (Vec::new(), state::read(state_dir))
+    })
+}
+
+/// One branch written back (or planned), the state kept unless `dry_run`.
+fn branch(
+    group: &Group<'_>,
+    state_dir: &Path,
+    choices: &BTreeMap<&str, Choice<'_>>,
+    state: &State,
+    dry_run: bool,
+) -> BranchReport {
+    let result = if dry_run {
+        write_back(group, state_dir, choices, &mut state.clone(), true)
+    } else {
+        state::update(state_dir, |s| {
+            write_back(group, state_dir, choices, s, false)
+        })
+        .unwrap_or_else(|e| Err(super::write::WriteError::State(e)))
+    };
+    let fields = match &result {
+        Ok(Written::Planned(plan) | Written::Pushed { plan, .. }) => plan.fields.clone(),
+        Err(_) => Vec::new(),
+    };
+    match &result {
+        Ok(Written::Pushed {
+            commit,
+            plan,
+            attempts,
+        }) => {
+            tracing::info!(repo = %group.repo(), branch = %group.branch, commit = %commit, attempts, "image updates pushed: {}", changes(plan));
+            super::log::append(state_dir, group, commit, plan);
+        }
+        Err(e) => {
+            tracing::warn!(repo = %group.repo(), branch = %group.branch, "image updates not written: {e}")
+        }
+        Ok(Written::Planned(_)) => {}
+    }
+    BranchReport {
+        repo: group.repo(),
+        branch: group.branch.clone(),
+        apps: group.apps.iter().map(|a| a.name.clone()).collect(),
+        fields,
+        result,
+    }
+}
+
+/// `policy old -> new, …`.
+pub fn changes(plan: &Plan) -> String {
+    let said: Vec<String> = (plan.changes.iter())
+        .map(|c| format!("{} {} -> {}", c.policy, c.old, c.new))
+        .collect();
+    said.join(", ")
+}
+
+/// The tags whose rollout failed and berth rolled back, in each app's last rolled-back
+/// sync: each policy's image at a tag the Deployment did not run before.
+fn failures(
+    state_dir: &Path,
+    policies: &[ImagePolicyConfig],
+    apps: &[Arc<AppConfig>],
+) -> Vec<(String, String, Failure)> {
+    let log = HistoryLog::new(state_dir);
+    let mut found = Vec::new();
+    for app in apps.iter().filter(|a| a.image_updates.is_some()) {
+        let Ok(Some(record)) = log.last(&app.name, &[Outcome::RolledBack]) else {
+            continue;
+        };
+        if record.trigger == crate::history::Trigger::Cli {
+            continue; // `berth rollback`: a person's choice, not a failed rollout
+        }
+        for rollout in record.rollouts.iter().filter(|r| r.rollback.is_some()) {
+            for image in rollout
+                .images_to
+                .iter()
+                .filter(|i| !rollout.images_from.contains(i))
+            {
+                let Some((name, tag)) = split_image(image) else {
+                    continue;
+                };
+                for policy in policies.iter().filter(|p| p.image == name) {
+                    let failure = Failure {
+                        app: app.name.clone(),
+                        record: record.id.clone(),
+                        at: record.finished_at,
+                    };
+                    found.push((policy.name.clone(), tag.to_string(), failure));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// An image reference's repository and tag (`None` without a tag).
+fn split_image(image: &str) -> Option<(&str, &str)> {
+    let name = image.split('@').next()?;
+    let last = name.rfind('/').map_or(0, |slash| slash + 1);
+    let colon = name[last..].find(':')? + last;
+    Some((&name[..colon], &name[colon + 1..]))
+}

@@ -1,0 +1,325 @@
+//! The write-back: one commit per scan and repository branch that changes anything,
+//! signed when a key is configured, pushed with a lease. A push the branch's move refused
+//! is tried again on its new head (fetch, the same fields planned again, push), up to
+//! [`ATTEMPTS`]; the followed branch is never force-pushed. A push branch that no longer
+//! descends from the followed one is rebased onto it (others' commits replayed, berth's
+//! own left out: the scan writes every field anew) or reset to it, as configured.
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use git2::Oid;
+
+use super::files::marked_files;
+use super::plan::{plan, Choice, Plan};
+use super::state::State;
+use crate::config::{author_parts, AppConfig, ImageUpdatesConfig, StalePushBranch};
+use crate::source::git::{
+    followed_branch, redact_url, write_commit, Pushed, SourceError, Writable, Written as GitWritten,
+};
+use crate::source::sign::{SignError, Signer};
+
+/// Pushes tried before berth gives up until the next scan.
+pub const ATTEMPTS: usize = 5;
+
+/// The apps whose markers go to one branch of one repository.
+pub struct Group<'a> {
+    pub apps: Vec<&'a AppConfig>,
+    /// The first app's: its author, key and message.
+    pub updates: &'a ImageUpdatesConfig,
+    /// The branch pushed to.
+    pub branch: String,
+    /// The branch the apps follow (the push branch, unless another is configured).
+    pub followed: String,
+}
+
+impl Group<'_> {
+    /// The repository, as people read it.
+    pub fn repo(&self) -> String {
+        redact_url(&self.apps[0].repo)
+    }
+}
+
+/// The apps of `apps` with `[app.image_updates]`, grouped by repository and push branch
+/// (the apps whose followed branch cannot be told are said and left out).
+pub fn groups<'a>(
+    apps: impl IntoIterator<Item = &'a AppConfig>,
+    state_dir: &Path,
+) -> Vec<Group<'a>> {
+    let mut groups: Vec<Group<'a>> = Vec::new();
+    for app in apps {
+        let Some(updates) = &app.image_updates else {
+            continue;
+        };
+        let followed = followed_branch(app, state_dir);
+        let Some(branch) = updates.push_branch.clone().or_else(|| followed.clone()) else {
+            tracing::warn!(app = %app.name, "image updates: the app's branch cannot be told (its remote does not answer): set branch or push_branch");
+            continue;
+        };
+        let followed = followed.unwrap_or_else(|| branch.clone());
+        match groups
+            .iter_mut()
+            .find(|g| g.apps[0].repo == app.repo && g.branch == branch)
+        {
+            Some(group) => group.apps.push(app),
+            None => groups.push(Group {
+                apps: vec![app],
+                updates,
+                branch,
+                followed,
+            }),
+        }
+    }
+    groups
+}
+
+/// What a write-back did.
+#[derive(Debug)]
+pub enum Written {
+    /// Nothing to change (or a dry run: what would change).
+    Planned(Plan),
+    /// A commit pushed.
+    Pushed {
+        commit: String,
+        plan: Plan,
+        attempts: usize,
+    },
+}
+
+/// Why a write-back did not go through.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Sign(#[from] SignError),
+    #[error("cannot read the marked files of {commit}: {message}")]
+    Files { commit: String, message: String },
+    #[error("cannot keep the image updates' state: {0}")]
+    State(#[source] std::io::Error),
+    #[error(
+        "branch {branch} moved at each of {ATTEMPTS} pushes: berth tries again at the next scan"
+    )]
+    Moving { branch: String },
+    #[error("cannot rebase {branch} onto {onto}: commit {commit} does not apply there ({why}); merge {branch} by hand, or set stale_push_branch = \"reset\"")]
+    Rebase {
+        branch: String,
+        onto: String,
+        commit: String,
+        why: String,
+    },
+}
+
+/// Plans the group's fields at the branch's head and, unless `dry_run`, commits and pushes
+/// them; `state` learns the fields paused, and the tags written.
+///
+/// # Errors
+/// The repository cannot be fetched or pushed to, the key cannot sign, or the branch kept
+/// moving.
+pub fn write_back(
+    group: &Group<'_>,
+    state_dir: &Path,
+    choices: &BTreeMap<&str, Choice<'_>>,
+    state: &mut State,
+    dry_run: bool,
+) -> Result<Written, WriteError> {
+    let writable = Writable::open(group.apps[0], state_dir)?;
+    let signer = match (&group.updates.signing_key, dry_run) {
+        (Some(path), false) => Some(Signer::load(path)?),
+        _ => None,
+    };
+    let (name, email) = author_parts(&group.updates.author);
+    let author = git2::Signature::now(name, email).map_err(|e| cache(&writable, e))?;
+    for attempt in 1..=ATTEMPTS {
+        let base = base(group, &writable, &author, email, signer.as_ref())?;
+        let files = marked_files(&writable.repo, base.commit, &group.apps).map_err(|e| {
+            WriteError::Files {
+                commit: base.commit.to_string(),
+                message: e.message().to_string(),
+            }
+        })?;
+        let mut planned_state = state.clone();
+        let planned = plan(&files, choices, &mut planned_state);
+        if planned.files.is_empty() || dry_run {
+            *state = planned_state;
+            return Ok(Written::Planned(planned));
+        }
+        let message = message(&group.updates.message, &planned);
+        let files: Vec<(&str, &str)> = (planned.files.iter())
+            .map(|f| (f.path.as_str(), f.new.as_str()))
+            .collect();
+        let commit = writable.commit(base.commit, &files, &author, &message, signer.as_ref())?;
+        match writable.push(commit, &group.branch, base.lease, base.force)? {
+            Pushed::Moved => {
+                tracing::info!(branch = %group.branch, attempt, "image updates: the branch moved while berth pushed; trying again on its new head");
+            }
+            Pushed::Done => {
+                for change in &planned.changes {
+                    let policy = planned_state
+                        .policies
+                        .entry(change.policy.clone())
+                        .or_default();
+                    policy
+                        .written
+                        .insert(change.field.clone(), change.new.clone());
+                }
+                *state = planned_state;
+                return Ok(Written::Pushed {
+                    commit: commit.to_string(),
+                    plan: planned,
+                    attempts: attempt,
+                });
+            }
+        }
+    }
+    Err(WriteError::Moving {
+        branch: group.branch.clone(),
+    })
+}
+
+/// Where a scan's commit goes: its parent, the lease and whether it may replace the branch.
+struct Base {
+    commit: Oid,
+    lease: Option<Oid>,
+    force: bool,
+}
+
+/// Fetches the branches and finds the commit to build on.
+fn base(
+    group: &Group<'_>,
+    writable: &Writable,
+    author: &git2::Signature<'_>,
+    email: &str,
+    signer: Option<&Signer>,
+) -> Result<Base, WriteError> {
+    let missing = || SourceError::RefNotFound {
+        what: format!("branch {}", group.followed),
+        url: group.repo(),
+    };
+    if group.branch == group.followed {
+        let head = writable.fetch(&[&group.branch])?[0].ok_or_else(missing)?;
+        return Ok(Base {
+            commit: head,
+            lease: Some(head),
+            force: false,
+        });
+    }
+    let heads = writable.fetch(&[&group.followed, &group.branch])?;
+    let followed = heads[0].ok_or_else(missing)?;
+    let Some(pushed) = heads[1] else {
+        return Ok(Base {
+            commit: followed,
+            lease: None,
+            force: false,
+        });
+    };
+    let repo = &writable.repo;
+    let current = pushed == followed
+        || repo
+            .graph_descendant_of(pushed, followed)
+            .map_err(|e| cache(writable, e))?;
+    if current {
+        return Ok(Base {
+            commit: pushed,
+            lease: Some(pushed),
+            force: false,
+        });
+    }
+    tracing::info!(branch = %group.branch, onto = %group.followed, "image updates: the push branch no longer descends from the followed branch: {}", match group.updates.stale_push_branch {
+        StalePushBranch::Rebase => "rebasing it",
+        StalePushBranch::Reset => "resetting it",
+    });
+    let commit = match group.updates.stale_push_branch {
+        StalePushBranch::Reset => followed,
+        StalePushBranch::Rebase => {
+            rebase(group, writable, pushed, followed, author, email, signer)?
+        }
+    };
+    Ok(Base {
+        commit,
+        lease: Some(pushed),
+        force: true,
+    })
+}
+
+/// The commits of `branch` not in `onto`, but berth's own, replayed onto it (oldest
+/// first; one that changes nothing there dropped).
+fn rebase(
+    group: &Group<'_>,
+    writable: &Writable,
+    branch: Oid,
+    onto: Oid,
+    committer: &git2::Signature<'_>,
+    email: &str,
+    signer: Option<&Signer>,
+) -> Result<Oid, WriteError> {
+    let repo = &writable.repo;
+    let git = |e: git2::Error| cache(writable, e);
+    let mut walk = repo.revwalk().map_err(git)?;
+    walk.push(branch).map_err(git)?;
+    walk.hide(onto).map_err(git)?;
+    walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE)
+        .map_err(git)?;
+    let mut tip = onto;
+    for oid in walk {
+        let commit = repo.find_commit(oid.map_err(git)?).map_err(git)?;
+        if commit.author().email() == Ok(email) || commit.parent_count() > 1 {
+            continue;
+        }
+        let base = repo.find_commit(tip).map_err(git)?;
+        let mut index = repo
+            .cherrypick_commit(&commit, &base, 0, None)
+            .map_err(git)?;
+        if index.has_conflicts() {
+            return Err(WriteError::Rebase {
+                branch: group.branch.clone(),
+                onto: group.followed.clone(),
+                commit: commit.id().to_string()[..7].to_string(),
+                why: "it conflicts".into(),
+            });
+        }
+        let tree = index.write_tree_to(repo).map_err(git)?;
+        if tree == base.tree_id() {
+            continue;
+        }
+        let tree = repo.find_tree(tree).map_err(git)?;
+        let message = commit.message().unwrap_or_default();
+        tip = write_commit(
+            repo,
+            &commit.author(),
+            committer,
+            message,
+            &tree,
+            &base,
+            signer,
+        )
+        .map_err(|e| match e {
+            GitWritten::Git(e) => git(e),
+            GitWritten::Sign(e) => WriteError::Sign(e),
+        })?;
+    }
+    Ok(tip)
+}
+
+/// The commit message: the template with `{policies}` and `{changes}` filled in.
+fn message(template: &str, plan: &Plan) -> String {
+    let mut policies: Vec<&str> = plan.changes.iter().map(|c| c.policy.as_str()).collect();
+    policies.dedup();
+    let changes: Vec<String> = (plan.changes.iter())
+        .map(|c| {
+            format!(
+                "- {}: {} -> {} ({}:{})",
+                c.policy, c.old, c.new, c.path, c.line
+            )
+        })
+        .collect();
+    template
+        .replace("{policies}", &policies.join(", "))
+        .replace("{changes}", &changes.join("\n"))
+}
+
+fn cache(writable: &Writable, e: git2::Error) -> WriteError {
+    WriteError::Source(SourceError::Cache {
+        path: writable.repo.path().to_path_buf(),
+        message: e.message().to_string(),
+    })
+}
