@@ -65,8 +65,8 @@ impl Remote {
         std::fs::write(&self.signers, signers).unwrap();
     }
 
-    /// The person's commit of what they wrote, signed and pushed to `main`.
-    fn commit_and_push(&self, message: &str) {
+    /// The person's commit of what they wrote, signed.
+    fn commit(&self, message: &str) {
         self.person.git(&["add", "-A"]);
         let key = format!("user.signingkey={}", self.key.display());
         self.person.git(&[
@@ -80,6 +80,11 @@ impl Remote {
             "-m",
             message,
         ]);
+    }
+
+    /// The person's commit of what they wrote, signed and pushed to `main`.
+    fn commit_and_push(&self, message: &str) {
+        self.commit(message);
         self.person.git(&["push", "-q", "origin", "HEAD:main"]);
     }
 
@@ -294,4 +299,212 @@ async fn new_tags_are_committed_signed_and_deployed_and_a_failed_one_never_again
         history.contains("shop 1.4.1 -> 1.4.2") && history.contains("shop 1.4.2 -> 1.5.1"),
         "{history}"
     );
+}
+
+/// `config` (TOML) with the state in `state`, parsed and checked.
+fn config_of(state: &Path, body: &str) -> berth::config::Config {
+    let text = format!(
+        "[agent]\nstate_dir = \"{}\"\n[cluster]\nkubeconfig = \"{}\"\n{body}",
+        state.display(),
+        state.join("kubeconfig").display()
+    );
+    let config = berth::config::parse(&text).expect("the configuration");
+    config.validate().expect("a valid configuration");
+    config
+}
+
+/// One scan of every policy, written back.
+async fn scan(config: &berth::config::Config) -> berth::images::scan::Report {
+    let mut scanner = berth::images::scan::Scanner::default();
+    scanner.scan(config, &config.apps, true, false).await
+}
+
+/// What a scan pushed, or why it did not.
+fn pushed(report: &berth::images::scan::Report) -> Vec<String> {
+    use berth::images::write::Written;
+    (report.branches.iter())
+        .map(|b| match &b.result {
+            Ok(Written::Pushed { commit, .. }) => commit.clone(),
+            Ok(Written::Planned(plan)) => panic!("nothing pushed: {plan:?}"),
+            Err(e) => panic!("{}: {e}", b.branch),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn policies_write_kustomizations_and_values_in_one_signed_commit_a_moved_branch_retried_and_a_stale_push_branch_rebased(
+) {
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    for tag in [
+        "main-aaa-99",
+        "main-bbb-100",
+        "main-ccc-1000",
+        "feature-x-5000",
+        "latest",
+    ] {
+        push_tag(&registry, "team/api", tag);
+    }
+    for tag in ["1.2.0", "1.3.0"] {
+        push_tag(&registry, "team/web", tag);
+    }
+    let kustomization = "resources: [deploy.yaml]\nimages:\n  - name: api\n    newName: HOST/team/api # {\"$imagepolicy\": \"api:name\"}\n    newTag: main-aaa-99 # {\"$imagepolicy\": \"api:tag\"}\n".replace("HOST", &registry.host);
+    let values = "# the web chart's values\nimage:\n  repository: HOST/team/web\n  tag: \"1.2.0\" # {\"$imagepolicy\": \"web:tag\"}\nreplicas: 2\n".replace("HOST", &registry.host);
+    let remote = Remote::new(&[
+        ("apps/api/kustomization.yaml", &kustomization),
+        ("apps/web/values.yaml", &values),
+        (
+            "elsewhere/x.yaml",
+            "image: x:1 # {\"$imagepolicy\": \"web\"}\n",
+        ),
+    ]);
+    // An OpenPGP key signs berth's commits; berth's own verification checks them.
+    let gpg = common::gpg::Gpg::new();
+    let fingerprint = gpg.key("berth <berth@example.com>", "1y", None);
+    let keys = tempfile::tempdir().unwrap();
+    let secret = keys.path().join("signing.asc");
+    std::fs::write(
+        &secret,
+        gpg.run(&["--armor", "--export-secret-keys", &fingerprint]),
+    )
+    .unwrap();
+    let public = keys.path().join("berth.asc");
+    gpg.export(&fingerprint, &public);
+    let state = tempfile::tempdir().unwrap();
+    let policies = policy(
+        "api",
+        &registry,
+        "team/api",
+        "order = \"numerical\"\nextract = '^main-[a-f0-9]+-(?P<build>[0-9]+)$'\nfilter = '^main-'",
+    ) + &policy("web", &registry, "team/web", "semver = \"~1\"");
+    let app = |branch_keys: &str| {
+        format!(
+            "[[app]]\nname = \"apps\"\nrepo = \"{}\"\nbranch = \"main\"\npath = \"apps\"\nnamespace = \"apps\"\n[app.image_updates]\nauthor = \"berth <berth@example.com>\"\nsigning_key = \"{}\"\n{branch_keys}\n{policies}",
+            remote.url(),
+            secret.display()
+        )
+    };
+    let config = config_of(state.path(), &app(""));
+
+    // Both policies in one commit: the newest build by number among main-…, the newest
+    // ~1 version; every other byte as it was; a file outside the app's path untouched.
+    let first = pushed(&scan(&config).await);
+    assert_eq!(remote.git(&["rev-list", "--count", "main"]), "2");
+    assert_eq!(first, [remote.git(&["rev-parse", "main"])]);
+    assert_eq!(
+        remote.show("main", "apps/api/kustomization.yaml"),
+        kustomization
+            .replace("newTag: main-aaa-99", "newTag: main-ccc-1000")
+            .trim_end()
+    );
+    assert_eq!(
+        remote.show("main", "apps/web/values.yaml"),
+        values.replace("\"1.2.0\"", "\"1.3.0\"").trim_end()
+    );
+    assert_eq!(
+        remote.show("main", "elsewhere/x.yaml"),
+        "image: x:1 # {\"$imagepolicy\": \"web\"}"
+    );
+    let verify = berth::config::VerifyConfig {
+        mode: berth::config::VerifyMode::Head,
+        openpgp_keys: vec![public.display().to_string()],
+        ..Default::default()
+    };
+    let trust = berth::source::verify::Trust::load(&verify)
+        .unwrap()
+        .unwrap();
+    let bare = git2::Repository::open_bare(remote.bare.path()).unwrap();
+    let signed = trust.verify(&bare, &first[0], jiff::Timestamp::now());
+    assert!(
+        signed.is_ok(),
+        "berth's verification of its own commit: {signed:?}"
+    );
+    // Nothing new: no commit.
+    let again = scan(&config).await;
+    assert!(again.pushed().next().is_none());
+    assert_eq!(remote.git(&["rev-list", "--count", "main"]), "2");
+
+    // The branch moves between berth's fetch and its push: the push is refused by the
+    // lease, nothing is lost, and the next attempt lands on the new head.
+    let writable = berth::source::git::Writable::open(&config.apps[0], state.path()).unwrap();
+    let head = writable.fetch(&["main"]).unwrap()[0].unwrap();
+    let author = git2::Signature::now("berth", "berth@example.com").unwrap();
+    let stale = writable
+        .commit(
+            head,
+            &[("apps/web/values.yaml", "image: {}\n")],
+            &author,
+            "stale",
+            None,
+        )
+        .unwrap();
+    remote.pull();
+    remote.person.write("apps/web/README.md", "the web app\n");
+    remote.commit_and_push("a person's change");
+    let theirs = remote.git(&["rev-parse", "main"]);
+    let refused = writable.push(stale, "main", Some(head), false).unwrap();
+    assert_eq!(refused, berth::source::git::Pushed::Moved);
+    assert_eq!(
+        remote.git(&["rev-parse", "main"]),
+        theirs,
+        "their commit kept"
+    );
+    drop(writable);
+    push_tag(&registry, "team/web", "1.3.1");
+    pushed(&scan(&config).await);
+    assert_eq!(remote.git(&["rev-parse", "main^"]), theirs);
+    assert_eq!(remote.show("main", "apps/web/README.md"), "the web app");
+    assert!(remote
+        .show("main", "apps/web/values.yaml")
+        .contains("tag: \"1.3.1\""));
+
+    // To a push branch for review: made from main; a person's commit there; merged into
+    // main (main moves on, the branch is stale); the next scan rebases the branch onto
+    // main — the person's commit replayed, berth's written anew — and main is untouched.
+    let config = config_of(state.path(), &app("push_branch = \"images\""));
+    push_tag(&registry, "team/web", "1.3.2");
+    pushed(&scan(&config).await);
+    assert_eq!(
+        remote.git(&["rev-parse", "images^"]),
+        remote.git(&["rev-parse", "main"])
+    );
+    remote.person.git(&["fetch", "-q", "origin"]);
+    remote
+        .person
+        .git(&["checkout", "-q", "-b", "images", "origin/images"]);
+    remote.person.write("apps/web/NOTES.md", "reviewed\n");
+    remote.commit("a note on the review branch");
+    remote.person.git(&["push", "-q", "origin", "HEAD:images"]);
+    remote.person.git(&["checkout", "-q", "main"]);
+    remote.pull();
+    let merge = [
+        "merge",
+        "-q",
+        "--no-ff",
+        "-m",
+        "merge images",
+        "origin/images",
+    ];
+    remote.person.git(&merge);
+    remote.person.write("apps/web/CHANGELOG.md", "1.3.2\n");
+    remote.commit_and_push("after the merge");
+    remote.person.git(&["checkout", "-q", "images"]);
+    remote.person.write("apps/web/NOTES.md", "reviewed twice\n");
+    remote.commit("a second note, not merged");
+    remote.person.git(&["push", "-q", "origin", "HEAD:images"]);
+    let main = remote.git(&["rev-parse", "main"]);
+    push_tag(&registry, "team/web", "1.3.3");
+    pushed(&scan(&config).await);
+    assert_eq!(remote.git(&["rev-parse", "main"]), main, "main untouched");
+    let on_images = remote.git(&["log", "--format=%s", &format!("{main}..images")]);
+    assert_eq!(
+        on_images, "Update images: web\na second note, not merged",
+        "rebased onto main: {on_images}"
+    );
+    assert!(remote
+        .show("images", "apps/web/values.yaml")
+        .contains("tag: \"1.3.3\""));
+    assert_eq!(remote.show("images", "apps/web/NOTES.md"), "reviewed twice");
+    assert_eq!(remote.show("images", "apps/web/CHANGELOG.md"), "1.3.2");
 }
