@@ -265,6 +265,16 @@ async fn new_tags_are_committed_signed_and_deployed_and_a_failed_one_never_again
             .any(|l| l.starts_with("shop ") && l.ends_with(" 1.5.0"))
     });
 
+    let (_, status, _) = setup.berth(&["status"]);
+    let row = status
+        .lines()
+        .find(|l| l.starts_with("shop "))
+        .unwrap_or_default();
+    assert!(
+        status.contains("FAILED (SKIPPED)") && row.contains(" 1.5.0 "),
+        "{status}"
+    );
+
     // A person sets 1.4.2 again in git: the field is paused there.
     remote.pull();
     remote.person.write("deploy/web.yaml", &manifest("1.4.2"));

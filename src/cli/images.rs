@@ -101,6 +101,37 @@ fn history(state_dir: &Path) {
     }
 }
 
+/// `berth status`'s table of image policies (none configured: `None`): the newest tag
+/// each saw, the tags it skips because their rollout failed, the fields paused.
+pub fn status_rows(config: &berth::config::Config) -> Option<Vec<[String; 4]>> {
+    if config.image_policies.is_empty() {
+        return None;
+    }
+    let state = state::read(&config.agent.state_dir);
+    let head = [
+        "IMAGE POLICY",
+        "LATEST",
+        "FAILED (SKIPPED)",
+        "PAUSED FIELDS",
+    ];
+    let mut rows = vec![head.map(String::from)];
+    for policy in &config.image_policies {
+        let kept = state
+            .policies
+            .get(&policy.name)
+            .cloned()
+            .unwrap_or_default();
+        let (latest, failed) = (kept.latest_said(), kept.failed_said());
+        rows.push([
+            policy.name.clone(),
+            latest,
+            failed,
+            kept.paused.len().to_string(),
+        ]);
+    }
+    Some(rows)
+}
+
 fn known(config: &berth::config::Config, policy: &str) -> anyhow::Result<()> {
     match config.image_policy(policy) {
         Some(_) => Ok(()),

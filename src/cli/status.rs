@@ -279,6 +279,10 @@ fn print_tables(statuses: &[AppStatus], config: &config::Config, wide: bool) {
         println!();
         print!("{}", table(&others));
     }
+    if let Some(policies) = super::images::status_rows(config) {
+        println!();
+        print!("{}", table(&policies));
+    }
 }
 
 /// An app's row: its cluster, its host, its last commit, what it does now (or how its

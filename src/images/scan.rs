@@ -186,7 +186,7 @@ fn one_scan(
         .collect();
     let (failed, state) = match dry_run {
         true => (Vec::new(), state::read(state_dir)),
-        false => keep(state_dir, policies, apps, &seen),
+        false => keep(state_dir, policies, apps, &seen, newest),
     };
     let latest = latest_tags(&compiled, &state, newest);
     let choices: BTreeMap<&str, Choice<'_>> = (compiled.iter())
@@ -238,10 +238,14 @@ fn latest_tags<'a>(
 ) -> BTreeMap<&'a str, Option<&'a str>> {
     (compiled.iter())
         .map(|(config, _)| {
-            let failed = state.policies.get(&config.name).map(|p| &p.failed);
-            let kept = newest.get(&config.name).map(Vec::as_slice);
-            let latest = (kept.unwrap_or_default().iter())
-                .find(|t| !failed.is_some_and(|f| f.contains_key(*t)));
+            let kept = newest
+                .get(&config.name)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let latest = match state.policies.get(&config.name) {
+                Some(policy) => policy.latest(kept),
+                None => kept.first(),
+            };
             (config.name.as_str(), latest.map(String::as_str))
         })
         .collect()
@@ -254,6 +258,7 @@ fn keep(
     policies: &[ImagePolicyConfig],
     apps: &[Arc<AppConfig>],
     seen: &BTreeMap<String, Seen>,
+    newest: &HashMap<String, Vec<String>>,
 ) -> (Vec<(String, String, String)>, State) {
     let found = failures(state_dir, policies, apps);
     let kept = state::update(state_dir, |s| {
@@ -265,7 +270,12 @@ fn keep(
             }
         }
         for (name, seen) in seen {
-            s.policies.entry(name.clone()).or_default().seen = Some(seen.clone());
+            let policy = s.policies.entry(name.clone()).or_default();
+            let kept = newest.get(name).map(Vec::as_slice).unwrap_or_default();
+            policy.seen = Some(Seen {
+                latest: policy.latest(kept).cloned(),
+                ..seen.clone()
+            });
         }
         (new, s.clone())
     });

@@ -59,6 +59,29 @@ pub struct Seen {
 }
 
 impl PolicyState {
+    /// The newest tag the last scan saw, as people read it: the tag, `-` (none), or why
+    /// there is none.
+    pub fn latest_said(&self) -> String {
+        match &self.seen {
+            Some(s) if s.error.is_some() => "(registry unreachable)".into(),
+            Some(s) => s.latest.clone().unwrap_or_else(|| "-".into()),
+            None => "(not scanned yet)".into(),
+        }
+    }
+
+    /// The failed tags, joined by `,` (`-`: none).
+    pub fn failed_said(&self) -> String {
+        match self.failed.is_empty() {
+            true => "-".into(),
+            false => self.failed.keys().cloned().collect::<Vec<_>>().join(","),
+        }
+    }
+
+    /// The first of `newest` (newest first) that did not fail.
+    pub fn latest<'t>(&self, newest: &'t [String]) -> Option<&'t String> {
+        newest.iter().find(|t| !self.failed.contains_key(*t))
+    }
+
     /// Notes that `tag`'s rollout failed (the oldest failure forgotten past the bound);
     /// whether it is new.
     pub fn fail(&mut self, tag: &str, failure: Failure) -> bool {

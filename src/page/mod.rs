@@ -385,7 +385,38 @@ impl StatusPage {
             refused,
             refused_count,
             held_sets: self.held_sets(),
+            images: self.image_policies(),
+            writes: self.write_backs(),
         }
+    }
+
+    /// The image policies as their last scan left them (read when `/` is asked for).
+    fn image_policies(&self) -> Vec<html::ImagePolicyRow> {
+        let state = crate::images::state::read(&self.state_dir);
+        (state.policies.iter())
+            .map(|(policy, kept)| html::ImagePolicyRow {
+                policy: policy.clone(),
+                latest: kept.latest_said(),
+                failed: kept.failed_said(),
+                paused: kept.paused.len(),
+            })
+            .collect()
+    }
+
+    /// The newest five image write-backs.
+    fn write_backs(&self) -> Vec<html::WriteBackRow> {
+        let writes = crate::images::log::read(&self.state_dir);
+        (writes.iter().rev().take(5))
+            .map(|w| html::WriteBackRow {
+                at: w.at.to_string(),
+                commit: w.commit[..w.commit.len().min(7)].to_string(),
+                branch: w.branch.clone(),
+                changes: (w.changes.iter())
+                    .map(|c| format!("{} {} → {}", c.policy, c.old, c.new))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+            .collect()
     }
 
     /// Each app set that keeps its last apps, with why (a small file a set, read when

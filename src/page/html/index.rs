@@ -73,6 +73,28 @@ pub struct IndexPage {
     pub refused_count: usize,
     /// The app sets that keep their last apps, each with why (`app set NAME: …`).
     pub held_sets: Vec<String>,
+    /// The image policies, as their last scan left them.
+    pub images: Vec<ImagePolicyRow>,
+    /// The newest image write-backs, newest first.
+    pub writes: Vec<WriteBackRow>,
+}
+
+/// An image policy's row: the newest tag it saw, the tags it skips, the fields paused.
+#[derive(Debug)]
+pub struct ImagePolicyRow {
+    pub policy: String,
+    pub latest: String,
+    pub failed: String,
+    pub paused: usize,
+}
+
+/// An image write-back's row.
+#[derive(Debug)]
+pub struct WriteBackRow {
+    pub at: String,
+    pub commit: String,
+    pub branch: String,
+    pub changes: String,
 }
 
 impl IndexPage {
@@ -110,6 +132,8 @@ struct Index<'a> {
     refused_count: usize,
     /// The app sets that keep their last apps, and why.
     held_sets: &'a [String],
+    images: &'a [ImagePolicyRow],
+    writes: &'a [WriteBackRow],
 }
 
 /// `/`: one page of the apps.
@@ -144,5 +168,7 @@ pub fn index(page: &IndexPage, now: Timestamp) -> String {
         refused: &page.refused,
         refused_count: page.refused_count,
         held_sets: &page.held_sets,
+        images: &page.images,
+        writes: &page.writes,
     })
 }

@@ -16,7 +16,7 @@ use super::board::{AppState, HealthSummary, State};
 use crate::history::{short_age, CommitInfo};
 use crate::manifest::ObjectKey;
 pub use app::{app, Live, Unanswered};
-pub use index::{index, Filter, IndexPage, PAGE_APPS};
+pub use index::{index, Filter, ImagePolicyRow, IndexPage, WriteBackRow, PAGE_APPS};
 pub use sync::sync;
 
 /// The version the page names (and its assets carry, so that an upgrade reloads them).
@@ -269,6 +269,18 @@ mod tests {
                 ],
                 refused_count: 2,
                 held_sets: vec!["app set shop: it generates no app at commit 1a2b3c4 where it generated 6 apps before: none is removed …".into()],
+                images: vec![super::ImagePolicyRow {
+                    policy: "shop".into(),
+                    latest: "1.4.2".into(),
+                    failed: "1.5.0<script>".into(),
+                    paused: 1,
+                }],
+                writes: vec![super::WriteBackRow {
+                    at: "2026-11-28T21:00:00Z".into(),
+                    commit: "47f4997".into(),
+                    branch: "main".into(),
+                    changes: "shop 1.4.1 → 1.4.2".into(),
+                }],
             }
         };
         let html = index(&page("west"), Timestamp::now());
@@ -287,6 +299,11 @@ mod tests {
         assert!(
             html.contains("Held app sets (1)")
                 && html.contains("app set shop: it generates no app at commit 1a2b3c4"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<th scope=\"row\">shop</th><td>1.4.2</td><td class=\"bad\">1.5.0&#60;script&#62;</td><td>1</td>")
+                && html.contains("<code>47f4997</code> to main: shop 1.4.1 → 1.4.2"),
             "{html}"
         );
         // One cluster: neither.
@@ -318,6 +335,8 @@ mod tests {
                 refused: Vec::new(),
                 refused_count: 0,
                 held_sets: Vec::new(),
+                images: Vec::new(),
+                writes: Vec::new(),
             },
             Timestamp::now(),
         );
