@@ -56,6 +56,8 @@ mod daemon;
 mod drift;
 #[path = "scale/fleet.rs"]
 mod fleet;
+#[path = "scale/images.rs"]
+mod images;
 #[path = "scale/page.rs"]
 mod page;
 #[path = "scale/plan.rs"]
@@ -741,7 +743,7 @@ async fn main() -> Result<()> {
     let only_scale = only == "scale";
     if [
         "fetch", "chain", "chart", "registry", "secrets", "plan", "page", "clusters", "fleet",
-        "growth",
+        "growth", "images",
     ]
     .contains(&only.as_str())
     {
@@ -761,6 +763,7 @@ async fn main() -> Result<()> {
             "fetch" => b.git_fetch(),
             "chart" => b.chart(),
             "registry" => b.registry(),
+            "images" => b.images().await,
             "secrets" => b.secrets(),
             "plan" => b.plan_affected(),
             "page" => b.page_memory().await,
@@ -815,6 +818,7 @@ async fn main() -> Result<()> {
         check("git fetch".into(), b.git_fetch());
         check("charts".into(), b.chart());
         check("registries".into(), b.registry());
+        check("image updates".into(), b.images().await);
         check("secrets".into(), b.secrets());
         check("pull requests".into(), b.plan_affected());
         check("status page".into(), b.page_memory().await);

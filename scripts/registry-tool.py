@@ -7,6 +7,7 @@ berth on purpose: the signatures berth verifies are made here, with Python's cry
 
   registry-tool.py keygen DIR                      DIR/cosign.key, DIR/cosign.pub
   registry-tool.py push HOST REPO TAG LAYER MEDIA  a one-layer artifact; prints its digest
+  registry-tool.py tags HOST REPO LAYER MEDIA FILE  the same, under every tag FILE lists
   registry-tool.py sign HOST REPO DIGEST KEY       a cosign signature of REPO@DIGEST
   registry-tool.py serve DIR PORT CERT KEY         HTTPS static files until killed
   registry-tool.py token DIR PORT CERT KEY ISSUER SERVICE USER:PASSWORD
@@ -77,6 +78,11 @@ def upload(host, repo, data):
 
 
 def push(host, repo, tag, layer, media, config_media=None, annotations=None):
+    return tag_all(host, repo, [tag], layer, media, config_media, annotations)
+
+
+def tag_all(host, repo, tags, layer, media, config_media=None, annotations=None):
+    """One artifact's blobs uploaded once, its manifest put under each of `tags`."""
     config = b"{}"
     config_media = config_media or (HELM_CONFIG if media == HELM_CHART else FLUX_CONFIG)
     manifest = {
@@ -87,8 +93,9 @@ def push(host, repo, tag, layer, media, config_media=None, annotations=None):
                     "annotations": annotations or {}}],
     }
     body = json.dumps(manifest).encode()
-    request("PUT", f"https://{host}/v2/{repo}/manifests/{tag}", body,
-            {"Content-Type": MANIFEST})
+    for tag in tags:
+        request("PUT", f"https://{host}/v2/{repo}/manifests/{tag}", body,
+                {"Content-Type": MANIFEST})
     return digest(body)
 
 
@@ -217,6 +224,11 @@ def main(argv):
         host, repo, tag, layer, media = args
         with open(layer, "rb") as f:
             print(push(host, repo, tag, f.read(), media))
+    elif command == "tags":
+        # One artifact under every tag the file lists (a registry of many tags, quickly).
+        host, repo, layer, media, tags = args
+        with open(layer, "rb") as f, open(tags) as listed:
+            print(tag_all(host, repo, listed.read().split(), f.read(), media))
     elif command == "sign":
         print(sign(*args))
     elif command == "serve":

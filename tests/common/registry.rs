@@ -118,17 +118,28 @@ impl Registry {
     /// `None` (the test skipped, said why) without `docker-registry` or `htpasswd`
     /// (scripts/test installs both).
     pub fn start() -> Option<Registry> {
-        Registry::start_with(false)
+        Registry::start_with(false, "error")
+    }
+
+    /// As [`Registry::start`], each request logged (see [`Registry::requests`]).
+    pub fn start_logged() -> Option<Registry> {
+        Registry::start_with(false, "info")
+    }
+
+    /// How many requests the registry answered (one started with [`Registry::start_logged`]).
+    pub fn requests(&self) -> usize {
+        let log = std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default();
+        log.matches("response completed").count()
     }
 
     /// As [`Registry::start`], with Distribution's token flow instead of basic auth: the
     /// registry answers with a bearer challenge whose realm is a token server of
     /// `scripts/registry-tool.py` (HTTPS, the same login), and trusts the tokens it signs.
     pub fn start_with_tokens() -> Option<Registry> {
-        Registry::start_with(true)
+        Registry::start_with(true, "error")
     }
 
-    fn start_with(tokens: bool) -> Option<Registry> {
+    fn start_with(tokens: bool, log: &str) -> Option<Registry> {
         let Some(program) = ["/usr/bin/docker-registry", "/usr/bin/registry"]
             .into_iter()
             .find(|p| Path::new(p).exists())
@@ -155,7 +166,7 @@ impl Registry {
             (auth, None)
         };
         let config = format!(
-            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {d}/data\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  tls:\n    certificate: {d}/server.pem\n    key: {d}/server.key\nauth:\n{auth}"
+            "version: 0.1\nlog:\n  level: {log}\nstorage:\n  filesystem:\n    rootdirectory: {d}/data\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  tls:\n    certificate: {d}/server.pem\n    key: {d}/server.key\nauth:\n{auth}"
         );
         std::fs::write(dir.path().join("config.yml"), config).unwrap();
         let child = Command::new(program)
