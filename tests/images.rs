@@ -518,3 +518,89 @@ async fn policies_write_kustomizations_and_values_in_one_signed_commit_a_moved_b
     assert_eq!(remote.show("images", "apps/web/NOTES.md"), "reviewed twice");
     assert_eq!(remote.show("images", "apps/web/CHANGELOG.md"), "1.3.2");
 }
+
+/// A registry's push notification (Distribution's envelope, signed with the app's webhook
+/// secret) for a policy's repository scans at once: with an interval of an hour, the new
+/// tag is committed and deployed within seconds.
+#[tokio::test]
+async fn a_registry_notification_scans_the_policies_of_what_was_pushed() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "images-hook").await;
+    let image = format!("{}/team/hook", registry.host);
+    push_tag(&registry, "team/hook", "1.0.0");
+    let manifest = common::web_deployment(
+        &format!("{image}:1.0.0 # {{\"$imagepolicy\": \"hook\"}}"),
+        "",
+        "",
+    );
+    let remote = Remote::new(&[("deploy/web.yaml", &manifest)]);
+    let secret = remote.bare.path().join("hook-secret");
+    std::fs::write(&secret, "hook-s3cret\n").unwrap();
+    let extra = format!(
+        "branch = \"main\"\npath = \"deploy\"\nwebhook_secret_file = \"{}\"\n[app.image_updates]\nauthor = \"berth <berth@example.com>\"\n",
+        secret.display()
+    );
+    let setup = Setup::with_source(
+        cp,
+        "hook",
+        &format!("repo = \"{}\"", remote.url()),
+        &ns,
+        &extra,
+    );
+    let port = common::free_port();
+    let config = std::fs::read_to_string(&setup.config).unwrap();
+    let config = config.replace(
+        "[cluster]",
+        &format!("listen = \"127.0.0.1:{port}\"\n[cluster]"),
+    );
+    let policy = policy("hook", &registry, "team/hook", "semver = \"^1\"");
+    std::fs::write(&setup.config, config + &policy.replace("\"10s\"", "\"1h\"")).unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let _agent = Daemon::start(&setup.config, &[]);
+    let runs = |tag: &'static str| {
+        let deployments = deployments.clone();
+        let want = format!("{image}:{tag}");
+        async move {
+            for _ in 0..300 {
+                if image_of(&deployments).await.as_deref() == Some(want.as_str()) {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            false
+        }
+    };
+    assert!(runs("1.0.0").await, "the first sync");
+
+    push_tag(&registry, "team/hook", "1.0.1");
+    let envelope = format!(
+        r#"{{"events": [{{"id": "e1", "action": "push", "target": {{"repository": "team/hook", "tag": "1.0.1"}}, "request": {{"host": "{}", "method": "PUT"}}}}]}}"#,
+        registry.host
+    );
+    let signature = (
+        "X-Hub-Signature-256",
+        berth::body_hmac::sign(b"hook-s3cret", envelope.as_bytes()),
+    );
+    let (code, said) = common::http(
+        port,
+        "POST",
+        "/hooks/hook",
+        &[signature],
+        envelope.as_bytes(),
+    );
+    assert_eq!(
+        (code, said.as_str()),
+        (202, "sync of image policy hook requested\n")
+    );
+    assert!(
+        runs("1.0.1").await,
+        "the interval is 1h: the notification scanned it"
+    );
+    assert!(remote.show("main", "deploy/web.yaml").contains(":1.0.1 #"));
+}

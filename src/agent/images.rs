@@ -29,22 +29,30 @@ async fn run(
 ) {
     let mut scanner = Scanner::default();
     let host = crate::service::lease::host_name();
+    let mut pushed = false;
     loop {
         let config = published.borrow_and_update().clone();
         let wait = next_scan(&config);
+        let images = (config.image_policies.iter())
+            .map(|p| (format!("oci://{}", p.image), p.name.clone()))
+            .collect();
+        shared.registry.image_policies(images);
         let apps: Vec<Arc<AppConfig>> = (config.apps.iter())
             .filter(|a| a.image_updates.is_some() && shared.registry.runs(&a.name))
             .cloned()
             .collect();
         if wait.is_some() && !apps.is_empty() {
-            let report = scanner.scan(&config, &apps, false, false).await;
+            // A registry's push notification: every policy listed now.
+            let report = scanner.scan(&config, &apps, pushed, false).await;
             tell(&shared, &report, &host);
         }
         let sleep = tokio::time::sleep(wait.unwrap_or(Duration::from_secs(3600)));
+        pushed = false;
         tokio::select! {
             () = stopped(&mut shutdown) => return,
             Ok(()) = published.changed() => {}
             () = sleep => {}
+            () = shared.registry.image_pushed.notified() => pushed = true,
         }
     }
 }

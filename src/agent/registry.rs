@@ -82,6 +82,9 @@ struct Listener {
 struct Entries {
     apps: BTreeMap<String, Running>,
     sets: BTreeMap<String, Listener>,
+    /// The image policies' repositories (`oci://HOST/PATH`) and names: a registry's push
+    /// to one wakes the image scans.
+    images: Vec<(String, String)>,
 }
 
 /// The running apps and set loops.
@@ -90,6 +93,8 @@ pub(super) struct Registry {
     /// Where `STATUS=` and the agent's other words to systemd go.
     pub(super) notifier: Notifier,
     page: Option<Arc<StatusPage>>,
+    /// Wakes the image scans (a registry pushed to a policy's repository).
+    pub(super) image_pushed: tokio::sync::Notify,
 }
 
 impl Registry {
@@ -97,6 +102,7 @@ impl Registry {
     pub(super) fn new(notifier: Notifier, page: Option<Arc<StatusPage>>) -> Self {
         Registry {
             entries: Mutex::default(),
+            image_pushed: tokio::sync::Notify::new(),
             notifier,
             page,
         }
@@ -153,6 +159,11 @@ impl Registry {
             .apps
             .get(app)
             .is_some_and(|r| r.trigger.try_send(trigger).is_ok())
+    }
+
+    /// The image policies whose repositories' pushes wake the scans: (repository, name).
+    pub(super) fn image_policies(&self, policies: Vec<(String, String)>) {
+        self.entries().images = policies;
     }
 
     /// Whether `app` runs here.
@@ -252,12 +263,20 @@ impl Webhooks for Registry {
         for set in entries.sets.values().filter(|s| s.repo == repo) {
             let _ = set.trigger.try_send(Trigger::Webhook);
         }
+        let policies: Vec<String> = (entries.images.iter())
+            .filter(|(image, _)| image == repo)
+            .map(|(_, name)| format!("image policy {name}"))
+            .collect();
+        if !policies.is_empty() {
+            self.image_pushed.notify_one();
+        }
         let apps = entries.apps.iter().filter(|(_, r)| r.repo == repo);
         apps.map(|(app, running)| {
             // A full channel already holds a sync request: that sync sees this push too.
             let _ = running.trigger.try_send(Trigger::Webhook);
             app.clone()
         })
+        .chain(policies)
         .collect()
     }
 }
