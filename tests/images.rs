@@ -17,7 +17,7 @@ use kube::api::Api;
 
 /// A bare remote and a clone of it that plays the person.
 struct Remote {
-    bare: tempfile::TempDir,
+    bare: Repo,
     person: Repo,
     key: PathBuf,
     signers: PathBuf,
@@ -27,18 +27,20 @@ impl Remote {
     /// A bare remote on `main`, whose first commit holds `files`, signed by a new SSH key
     /// (trusted by `signers`, which berth's key joins when given).
     fn new(files: &[(&str, &str)]) -> Remote {
-        let bare = tempfile::tempdir().unwrap();
-        git_in(bare.path(), &["init", "-q", "--bare", "-b", "main"]);
+        let bare = Repo {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        bare.git(&["init", "-q", "--bare", "-b", "main"]);
         let person = Repo::new();
         let key = ssh_key(person.dir.path(), "person");
-        let signers = bare.path().join("allowed_signers");
+        let signers = bare.dir.path().join("allowed_signers");
         let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
         std::fs::write(&signers, format!("person@example.com {public}")).unwrap();
         person.git(&[
             "remote",
             "add",
             "origin",
-            &bare.path().display().to_string(),
+            &bare.dir.path().display().to_string(),
         ]);
         let remote = Remote {
             bare,
@@ -54,7 +56,7 @@ impl Remote {
     }
 
     fn url(&self) -> String {
-        self.bare.path().display().to_string()
+        self.bare.dir.path().display().to_string()
     }
 
     /// Trusts `key` too.
@@ -96,27 +98,13 @@ impl Remote {
 
     /// `git ARGS` in the bare remote.
     fn git(&self, args: &[&str]) -> String {
-        git_in(self.bare.path(), args)
+        self.bare.git(args)
     }
 
     /// `path` at `rev` in the remote.
     fn show(&self, rev: &str, path: &str) -> String {
         self.git(&["show", &format!("{rev}:{path}")])
     }
-}
-
-fn git_in(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// A new ed25519 key `name` in `dir`, without a passphrase.
@@ -424,7 +412,7 @@ async fn policies_write_kustomizations_and_values_in_one_signed_commit_a_moved_b
     let trust = berth::source::verify::Trust::load(&verify)
         .unwrap()
         .unwrap();
-    let bare = git2::Repository::open_bare(remote.bare.path()).unwrap();
+    let bare = git2::Repository::open_bare(remote.bare.dir.path()).unwrap();
     let signed = trust.verify(&bare, &first[0], jiff::Timestamp::now());
     assert!(
         signed.is_ok(),
@@ -540,7 +528,7 @@ async fn a_registry_notification_scans_the_policies_of_what_was_pushed() {
         "",
     );
     let remote = Remote::new(&[("deploy/web.yaml", &manifest)]);
-    let secret = remote.bare.path().join("hook-secret");
+    let secret = remote.bare.dir.path().join("hook-secret");
     std::fs::write(&secret, "hook-s3cret\n").unwrap();
     let extra = format!(
         "branch = \"main\"\npath = \"deploy\"\nwebhook_secret_file = \"{}\"\n[app.image_updates]\nauthor = \"berth <berth@example.com>\"\n",

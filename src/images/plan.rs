@@ -158,3 +158,96 @@ fn tag_in(value: &str) -> String {
         None => value.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::images::policy::Order;
+    use crate::versions::Range;
+
+    fn semver() -> Policy {
+        Policy {
+            order: Order::Semver(Range::parse("^1").unwrap()),
+            filter: None,
+            extract: None,
+        }
+    }
+
+    fn file(tag: &str) -> Vec<MarkedFile> {
+        vec![MarkedFile {
+            app: "shop".into(),
+            path: "deploy/shop.yaml".into(),
+            text: format!("# the shop\nimage: \"r.example.com/shop:{tag}\" # {{\"$imagepolicy\": \"shop\"}}\nreplicas: 2\n"),
+        }]
+    }
+
+    fn run(tag: &str, latest: Option<&str>, state: &mut State) -> Plan {
+        let policy = semver();
+        let choice = Choice {
+            policy: &policy,
+            image: "r.example.com/shop",
+            latest,
+        };
+        plan(&file(tag), &BTreeMap::from([("shop", choice)]), state)
+    }
+
+    const FIELD: &str = "shop:deploy/shop.yaml#1";
+
+    #[test]
+    fn a_newer_tag_is_written_and_every_other_byte_kept() {
+        let mut state = State::default();
+        let planned = run("1.4.1", Some("1.4.2"), &mut state);
+        assert_eq!(planned.files.len(), 1);
+        assert_eq!(planned.files[0].new, file("1.4.2")[0].text);
+        let change = &planned.changes[0];
+        assert_eq!((change.field.as_str(), change.line), (FIELD, 2));
+        assert_eq!(
+            (change.old.as_str(), change.new.as_str()),
+            ("1.4.1", "1.4.2")
+        );
+        // Up to date, or nothing newer: no change.
+        assert!(run("1.4.2", Some("1.4.2"), &mut state).files.is_empty());
+        assert!(run("1.4.2", Some("1.4.1"), &mut state).files.is_empty());
+        assert!(run("1.4.2", None, &mut state).files.is_empty());
+        // A tag the policy does not consider is replaced.
+        assert_eq!(run("latest", Some("1.4.2"), &mut state).changes.len(), 1);
+    }
+
+    #[test]
+    fn a_field_set_back_by_hand_is_paused_until_changed_again() {
+        let mut state = State::default();
+        let written = |state: &mut State, tag: &str| {
+            let policy = state.policies.entry("shop".into()).or_default();
+            policy.written.insert(FIELD.into(), tag.into());
+        };
+        written(&mut state, "1.5.0");
+        // A person set 1.4.2 where berth wrote 1.5.0: paused, even with 1.6.0 out.
+        let planned = run("1.4.2", Some("1.6.0"), &mut state);
+        assert!(planned.files.is_empty() && planned.fields[0].paused);
+        assert_eq!(state.policies["shop"].paused[FIELD], "1.4.2");
+        assert!(run("1.4.2", Some("1.6.0"), &mut state).files.is_empty());
+        // Changed again by hand: followed from there.
+        let planned = run("1.4.3", Some("1.6.0"), &mut state);
+        assert_eq!(planned.changes[0].new, "1.6.0");
+        assert!(state.policies["shop"].paused.is_empty());
+        // A person moving forward is followed, not paused.
+        let mut state = State::default();
+        written(&mut state, "1.5.0");
+        let planned = run("1.5.5", Some("1.6.0"), &mut state);
+        assert_eq!(planned.changes[0].new, "1.6.0");
+        assert_eq!(state.policies["shop"].written[FIELD], "1.5.5");
+    }
+
+    #[test]
+    fn the_state_keeps_the_fields_that_exist() {
+        let mut state = State::default();
+        let policy = state.policies.entry("shop".into()).or_default();
+        policy.written.insert(FIELD.into(), "1".into());
+        policy.written.insert("shop:gone.yaml#1".into(), "1".into());
+        policy.paused.insert("other:x.yaml#1".into(), "1".into());
+        state.keep_fields(&["shop"], &std::collections::HashSet::from([FIELD]));
+        let policy = &state.policies["shop"];
+        assert_eq!(policy.written.keys().collect::<Vec<_>>(), [FIELD]);
+        assert_eq!(policy.paused.len(), 1, "another group's field stays");
+    }
+}

@@ -101,6 +101,22 @@ impl PolicyState {
     }
 }
 
+impl State {
+    /// Forgets what it holds of the fields of `apps` that are not in `kept` (a marker
+    /// removed, a file renamed): the state holds the fields that exist.
+    pub fn keep_fields(&mut self, apps: &[&str], kept: &std::collections::HashSet<&str>) {
+        let owned = |field: &str| apps.iter().any(|a| field.starts_with(&format!("{a}:")));
+        for policy in self.policies.values_mut() {
+            policy
+                .written
+                .retain(|f, _| !owned(f) || kept.contains(f.as_str()));
+            policy
+                .paused
+                .retain(|f, _| !owned(f) || kept.contains(f.as_str()));
+        }
+    }
+}
+
 /// The state file of `state_dir`.
 pub fn path(state_dir: &Path) -> PathBuf {
     state_dir.join("images").join("state.json")

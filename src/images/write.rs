@@ -139,6 +139,9 @@ pub fn write_back(
         })?;
         let mut planned_state = state.clone();
         let planned = plan(&files, choices, &mut planned_state);
+        let fields = planned.fields.iter().map(|f| f.field.as_str()).collect();
+        let apps: Vec<&str> = group.apps.iter().map(|a| a.name.as_str()).collect();
+        planned_state.keep_fields(&apps, &fields);
         if planned.files.is_empty() || dry_run {
             *state = planned_state;
             return Ok(Written::Planned(planned));
