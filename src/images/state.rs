@@ -102,6 +102,12 @@ impl PolicyState {
 }
 
 impl State {
+    /// Notes that berth wrote `tag` into `field` for `policy`.
+    pub fn wrote(&mut self, policy: &str, field: &str, tag: &str) {
+        let policy = self.policies.entry(policy.to_string()).or_default();
+        policy.written.insert(field.to_string(), tag.to_string());
+    }
+
     /// Forgets what it holds of the fields of `apps` that are not in `kept` (a marker
     /// removed, a file renamed): the state holds the fields that exist.
     pub fn keep_fields(&mut self, apps: &[&str], kept: &std::collections::HashSet<&str>) {

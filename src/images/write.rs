@@ -131,17 +131,7 @@ pub fn write_back(
     let author = git2::Signature::now(name, email).map_err(|e| cache(&writable, e))?;
     for attempt in 1..=ATTEMPTS {
         let base = base(group, &writable, &author, email, signer.as_ref())?;
-        let files = marked_files(&writable.repo, base.commit, &group.apps).map_err(|e| {
-            WriteError::Files {
-                commit: base.commit.to_string(),
-                message: e.message().to_string(),
-            }
-        })?;
-        let mut planned_state = state.clone();
-        let planned = plan(&files, choices, &mut planned_state);
-        let fields = planned.fields.iter().map(|f| f.field.as_str()).collect();
-        let apps: Vec<&str> = group.apps.iter().map(|a| a.name.as_str()).collect();
-        planned_state.keep_fields(&apps, &fields);
+        let (planned, mut planned_state) = planned(group, &writable, base.commit, choices, state)?;
         if planned.files.is_empty() || dry_run {
             *state = planned_state;
             return Ok(Written::Planned(planned));
@@ -157,13 +147,7 @@ pub fn write_back(
             }
             Pushed::Done => {
                 for change in &planned.changes {
-                    let policy = planned_state
-                        .policies
-                        .entry(change.policy.clone())
-                        .or_default();
-                    policy
-                        .written
-                        .insert(change.field.clone(), change.new.clone());
+                    planned_state.wrote(&change.policy, &change.field, &change.new);
                 }
                 *state = planned_state;
                 return Ok(Written::Pushed {
@@ -177,6 +161,28 @@ pub fn write_back(
     Err(WriteError::Moving {
         branch: group.branch.clone(),
     })
+}
+
+/// The plan of the group's marked files at `commit`, and the state it leaves (holding
+/// the fields that exist).
+fn planned(
+    group: &Group<'_>,
+    writable: &Writable,
+    commit: Oid,
+    choices: &BTreeMap<&str, Choice<'_>>,
+    state: &State,
+) -> Result<(Plan, State), WriteError> {
+    let files =
+        marked_files(&writable.repo, commit, &group.apps).map_err(|e| WriteError::Files {
+            commit: commit.to_string(),
+            message: e.message().to_string(),
+        })?;
+    let mut state = state.clone();
+    let planned = plan(&files, choices, &mut state);
+    let fields = planned.fields.iter().map(|f| f.field.as_str()).collect();
+    let apps: Vec<&str> = group.apps.iter().map(|a| a.name.as_str()).collect();
+    state.keep_fields(&apps, &fields);
+    Ok((planned, state))
 }
 
 /// Where a scan's commit goes: its parent, the lease and whether it may replace the branch.

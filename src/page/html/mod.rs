@@ -269,18 +269,8 @@ mod tests {
                 ],
                 refused_count: 2,
                 held_sets: vec!["app set shop: it generates no app at commit 1a2b3c4 where it generated 6 apps before: none is removed …".into()],
-                images: vec![super::ImagePolicyRow {
-                    policy: "shop".into(),
-                    latest: "1.4.2".into(),
-                    failed: "1.5.0<script>".into(),
-                    paused: 1,
-                }],
-                writes: vec![super::WriteBackRow {
-                    at: "2026-11-28T21:00:00Z".into(),
-                    commit: "47f4997".into(),
-                    branch: "main".into(),
-                    changes: "shop 1.4.1 → 1.4.2".into(),
-                }],
+                images: Vec::new(),
+                writes: Vec::new(),
             }
         };
         let html = index(&page("west"), Timestamp::now());
@@ -301,15 +291,46 @@ mod tests {
                 && html.contains("app set shop: it generates no app at commit 1a2b3c4"),
             "{html}"
         );
-        assert!(
-            html.contains("<th scope=\"row\">shop</th><td>1.4.2</td><td class=\"bad\">1.5.0&#60;script&#62;</td><td>1</td>")
-                && html.contains("<code>47f4997</code> to main: shop 1.4.1 → 1.4.2"),
-            "{html}"
-        );
         // One cluster: neither.
         board.set_apps(&[app("web-east", "east")], |_| None);
         let html = index(&page(""), Timestamp::now());
         assert!(!html.contains("Cluster"), "{html}");
+    }
+
+    #[test]
+    fn image_policies_and_write_backs_are_shown_escaped() {
+        let html = index(
+            &IndexPage {
+                filter: Filter::default(),
+                number: 1,
+                apps: Vec::new(),
+                kept: 0,
+                all: 0,
+                clusters: Vec::new(),
+                refused: Vec::new(),
+                refused_count: 0,
+                held_sets: Vec::new(),
+                images: vec![super::ImagePolicyRow {
+                    policy: "shop".into(),
+                    latest: "1.4.2".into(),
+                    failed: "1.5.0<script>".into(),
+                    paused: 1,
+                }],
+                writes: vec![super::WriteBackRow {
+                    at: "2026-11-28T21:00:00Z".into(),
+                    commit: "47f4997".into(),
+                    branch: "main".into(),
+                    changes: "shop 1.4.1 → 1.4.2".into(),
+                }],
+            },
+            Timestamp::now(),
+        );
+        let row = "<th scope=\"row\">shop</th><td>1.4.2</td><td class=\"bad\">1.5.0&#60;script&#62;</td><td>1</td>";
+        assert!(html.contains(row), "{html}");
+        assert!(
+            html.contains("<code>47f4997</code> to main: shop 1.4.1 → 1.4.2"),
+            "{html}"
+        );
     }
 
     #[test]

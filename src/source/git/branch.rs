@@ -5,8 +5,7 @@ use std::path::Path;
 
 use git2::Repository;
 
-use super::fetch::bound_network_waits;
-use super::{local_path, remote_url, source_dir};
+use super::{bound_network_waits, local_path, remote_url, source_dir};
 use crate::config::{AppConfig, GitRef};
 
 /// The file in a repository's cache that names the branch a local repository's apps

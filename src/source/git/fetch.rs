@@ -14,7 +14,9 @@ use git2::{
 use super::branch::followed;
 use super::commits::commit_info;
 use super::trees::{prune_trees, write_tree, TreeError, TreeLimits};
-use super::{local_path, redact_url, remote_url, source_dir, Checkout, SourceError};
+use super::{
+    bound_network_waits, local_path, redact_url, remote_url, source_dir, Checkout, SourceError,
+};
 use crate::config::{AppConfig, GitRef, DEFAULT_KNOWN_HOSTS};
 use crate::source::known_hosts;
 
@@ -211,23 +213,6 @@ pub(super) fn lock(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)?;
     crate::state::flock(&file, crate::state::Lock::Exclusive)?;
     Ok(file)
-}
-
-/// Every git network operation gives up when the server does not answer: 30 s to connect,
-/// 60 s without a byte read or written (libgit2's server timeouts; set once per process).
-pub(super) fn bound_network_waits() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: libgit2 global options, set once before this process's first fetch
-        // (call_once keeps any other thread from fetching meanwhile through this path).
-        let set = unsafe {
-            git2::opts::set_server_connect_timeout_in_milliseconds(30_000)
-                .and_then(|()| git2::opts::set_server_timeout_in_milliseconds(60_000))
-        };
-        if let Err(e) = set {
-            tracing::warn!(error = %e, "cannot bound git's network waits");
-        }
-    });
 }
 
 /// Fetches the app's ref into the bare repository `cache`; the repository and the commit.

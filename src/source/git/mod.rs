@@ -31,6 +31,23 @@ pub use fetch::{deepen, fetch};
 pub use push::{write_commit, Pushed, Writable, Written};
 pub use trees::{tree_at, TreeLimits};
 
+/// Every git network operation gives up when the server does not answer: 30 s to connect,
+/// 60 s without a byte read or written (libgit2's server timeouts; set once per process).
+pub(super) fn bound_network_waits() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: libgit2 global options, set once before this process's first fetch
+        // (call_once keeps any other thread from fetching meanwhile through this path).
+        let set = unsafe {
+            git2::opts::set_server_connect_timeout_in_milliseconds(30_000)
+                .and_then(|()| git2::opts::set_server_timeout_in_milliseconds(60_000))
+        };
+        if let Err(e) = set {
+            tracing::warn!(error = %e, "cannot bound git's network waits");
+        }
+    });
+}
+
 /// Errors of the git source. Every message names the repository with its credentials
 /// redacted. Cloneable: every app sharing a fetch gets its error.
 #[derive(Debug, Clone, thiserror::Error)]

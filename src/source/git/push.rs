@@ -6,8 +6,8 @@ use std::path::Path;
 
 use git2::{build::TreeUpdateBuilder, FetchOptions, Oid, PushOptions, Repository};
 
-use super::fetch::{bound_network_waits, callbacks, classify, first_fetch, lock, open_cache};
-use super::{redact_url, remote_url, source_dir, SourceError};
+use super::fetch::{callbacks, classify, first_fetch, lock, open_cache};
+use super::{bound_network_waits, redact_url, remote_url, source_dir, SourceError};
 use crate::config::AppConfig;
 use crate::source::sign::{SignError, Signer};
 
