@@ -567,21 +567,8 @@ async fn a_registry_notification_scans_the_policies_of_what_was_pushed() {
     assert!(runs("1.0.0").await, "the first sync");
 
     push_tag(&registry, "team/hook", "1.0.1");
-    let envelope = format!(
-        r#"{{"events": [{{"id": "e1", "action": "push", "target": {{"repository": "team/hook", "tag": "1.0.1"}}, "request": {{"host": "{}", "method": "PUT"}}}}]}}"#,
-        registry.host
-    );
-    let signature = (
-        "X-Hub-Signature-256",
-        berth::body_hmac::sign(b"hook-s3cret", envelope.as_bytes()),
-    );
-    let (code, said) = common::http(
-        port,
-        "POST",
-        "/hooks/hook",
-        &[signature],
-        envelope.as_bytes(),
-    );
+    let envelope = registry.notification("team/hook", "1.0.1");
+    let (code, said) = common::signed_hook(port, "hook", b"hook-s3cret", &[], envelope.as_bytes());
     assert_eq!(
         (code, said.as_str()),
         (202, "sync of image policy hook requested\n")

@@ -529,10 +529,7 @@ async fn a_registry_notification_syncs_the_apps_of_what_was_pushed() {
     assert!(has_version(&client, &ns, "1.0.0").await, "the first sync");
 
     registry.helm_push(&chart(&packages, "1.1.0", "second"), "charts");
-    let envelope = format!(
-        r#"{{"events": [{{"id": "e1", "action": "push", "target": {{"mediaType": "application/vnd.oci.image.manifest.v1+json", "repository": "charts/web", "tag": "1.1.0"}}, "request": {{"host": "{}", "method": "PUT"}}}}]}}"#,
-        registry.host
-    );
+    let envelope = registry.notification("charts/web", "1.1.0");
     let content = (
         "Content-Type",
         "application/vnd.docker.distribution.events.v1+json".to_string(),
@@ -545,17 +542,9 @@ async fn a_registry_notification_syncs_the_apps_of_what_was_pushed() {
         envelope.as_bytes(),
     );
     assert_eq!(code, 401, "unsigned: {said}");
-    let signature = (
-        "X-Hub-Signature-256",
-        berth::body_hmac::sign(b"hook-s3cret", envelope.as_bytes()),
-    );
-    let (code, said) = common::http(
-        port,
-        "POST",
-        "/hooks/oci-hook",
-        &[content, signature],
-        envelope.as_bytes(),
-    );
+    let secret = b"hook-s3cret";
+    let (code, said) =
+        common::signed_hook(port, "oci-hook", secret, &[content], envelope.as_bytes());
     assert_eq!((code, said.as_str()), (202, "sync of oci-hook requested\n"));
     assert!(
         has_version(&client, &ns, "1.1.0").await,

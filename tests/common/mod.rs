@@ -428,6 +428,20 @@ pub fn eventually(what: &str, timeout: Duration, check: impl Fn() -> bool) {
     }
 }
 
+/// POSTs `body` to app `app`'s webhook on the loopback `port`, with `headers` and signed
+/// with `secret` as a git host signs it (`X-Hub-Signature-256`); the status code and body.
+pub fn signed_hook(
+    port: u16,
+    app: &str,
+    secret: &[u8],
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> (u16, String) {
+    let signature = ("X-Hub-Signature-256", berth::body_hmac::sign(secret, body));
+    let headers: Vec<(&str, String)> = headers.iter().cloned().chain([signature]).collect();
+    http(port, "POST", &format!("/hooks/{app}"), &headers, body)
+}
+
 /// One HTTP/1.1 request on a fresh connection to the loopback `port`; the status code
 /// (0 when the connection closed without an answer) and body.
 pub fn http(

@@ -194,6 +194,14 @@ impl Registry {
         })
     }
 
+    /// The registry's notification of a push to `repo` (Distribution's envelope of events).
+    pub fn notification(&self, repo: &str, tag: &str) -> String {
+        format!(
+            r#"{{"events": [{{"id": "e1", "action": "push", "target": {{"mediaType": "application/vnd.oci.image.manifest.v1+json", "repository": "{repo}", "tag": "{tag}"}}, "request": {{"host": "{}", "method": "PUT"}}}}]}}"#,
+            self.host
+        )
+    }
+
     /// `scripts/registry-tool.py ARGS` against this registry (logged in); its stdout.
     pub fn tool(&self, args: &[&str]) -> String {
         tool(
