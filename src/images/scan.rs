@@ -12,20 +12,23 @@ use super::plan::{Choice, FieldNow, Plan};
 use super::policy::Policy;
 use super::state::{self, Failure, Seen, State};
 use super::write::{groups, write_back, Group, WriteError, Written};
-use crate::config::{AppConfig, Config, ImagePolicyConfig};
+use crate::config::{AppConfig, Config, ImagePolicyConfig, RegistryConfig};
 use crate::history::{HistoryLog, Outcome};
 use crate::source::registry::http::Client;
 use crate::source::registry::oci::{self, Reference};
 use crate::source::registry::RegistryError;
+use futures::StreamExt;
 
 /// The newest tags kept of each policy's list: the newest not failed is among them unless
 /// that many failed.
 const KEPT: usize = 128;
+/// Repositories listed at once.
+const LISTINGS: usize = 8;
 
 /// The registry clients and each policy's newest tags, kept between scans.
 #[derive(Default)]
 pub struct Scanner {
-    clients: HashMap<String, (ImagePolicyConfig, Arc<Client>)>,
+    clients: Vec<(RegistryConfig, Arc<Client>)>,
     newest: HashMap<String, Vec<String>>,
     scanned: HashMap<String, std::time::Instant>,
 }
@@ -90,16 +93,16 @@ impl Scanner {
         dry_run: bool,
     ) -> Report {
         let state_dir = config.agent.state_dir.clone();
-        let mut seen = BTreeMap::new();
-        for policy in &config.image_policies {
-            let due = self
-                .scanned
-                .get(&policy.name)
-                .is_none_or(|at| at.elapsed() >= policy.interval);
-            if every || due {
-                seen.insert(policy.name.clone(), self.list(policy).await);
-            }
-        }
+        let due: Vec<&ImagePolicyConfig> = (config.image_policies.iter())
+            .filter(|p| {
+                every
+                    || self
+                        .scanned
+                        .get(&p.name)
+                        .is_none_or(|at| at.elapsed() >= p.interval)
+            })
+            .collect();
+        let seen = self.list(&due).await;
         let policies = config.image_policies.clone();
         let apps = apps.to_vec();
         let newest = self.newest.clone();
@@ -113,49 +116,69 @@ impl Scanner {
         }
     }
 
-    /// Lists `policy`'s tags, keeping its newest.
-    async fn list(&mut self, policy: &ImagePolicyConfig) -> Seen {
-        self.scanned
-            .insert(policy.name.clone(), std::time::Instant::now());
-        let listed = self.tags(policy).await;
-        let at = Timestamp::now();
-        match listed {
-            Ok(tags) => {
-                let kept = Policy::of(policy)
-                    .map(|p| p.newest(&tags, KEPT))
-                    .unwrap_or_default();
-                self.newest.insert(policy.name.clone(), kept);
-                Seen {
-                    at,
-                    tags: tags.len(),
-                    latest: None,
-                    error: None,
-                }
-            }
-            Err(e) => {
-                tracing::warn!(policy = %policy.name, error = %e, "cannot list the image's tags");
-                Seen {
-                    at,
-                    tags: 0,
-                    latest: None,
-                    error: Some(e.to_string()),
-                }
+    /// Lists the tags of `due` policies — each repository once however many policies read
+    /// it, [`LISTINGS`] at once — keeping each policy's newest.
+    async fn list(&mut self, due: &[&ImagePolicyConfig]) -> BTreeMap<String, Seen> {
+        let mut repositories: Vec<(&str, RegistryConfig)> = Vec::new();
+        for policy in due {
+            let repository = (policy.image.as_str(), policy.registry());
+            if !repositories.contains(&repository) {
+                repositories.push(repository);
             }
         }
+        let mut listings = Vec::new();
+        for (image, registry) in &repositories {
+            let (client, reference) = (self.client(registry), reference(image, registry.insecure));
+            listings.push(async move { oci::tags(&*client?, &reference?).await });
+        }
+        let listed: Vec<Result<Vec<String>, RegistryError>> = futures::stream::iter(listings)
+            .buffered(LISTINGS)
+            .collect()
+            .await;
+        let at = Timestamp::now();
+        let mut seen = BTreeMap::new();
+        for policy in due {
+            self.scanned
+                .insert(policy.name.clone(), std::time::Instant::now());
+            let repository = (policy.image.as_str(), policy.registry());
+            let index = repositories.iter().position(|r| *r == repository);
+            let tags = index.map(|i| &listed[i]);
+            let said = match tags {
+                Some(Ok(tags)) => {
+                    let kept = Policy::of(policy).map(|p| p.newest(tags, KEPT));
+                    self.newest
+                        .insert(policy.name.clone(), kept.unwrap_or_default());
+                    Seen {
+                        at,
+                        tags: tags.len(),
+                        latest: None,
+                        error: None,
+                    }
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(policy = %policy.name, error = %e, "cannot list the image's tags");
+                    Seen {
+                        at,
+                        tags: 0,
+                        latest: None,
+                        error: Some(e.to_string()),
+                    }
+                }
+                None => continue,
+            };
+            seen.insert(policy.name.clone(), said);
+        }
+        seen
     }
 
-    async fn tags(&mut self, policy: &ImagePolicyConfig) -> Result<Vec<String>, RegistryError> {
-        let reference = reference(&policy.image, policy.insecure)?;
-        let client = match self.clients.get(&policy.name) {
-            Some((config, client)) if config == policy => client.clone(),
-            _ => {
-                let client = Arc::new(Client::new(&policy.registry())?);
-                self.clients
-                    .insert(policy.name.clone(), (policy.clone(), client.clone()));
-                client
-            }
-        };
-        oci::tags(&client, &reference).await
+    /// The client of a registry reached as `registry` says (kept: its token grants too).
+    fn client(&mut self, registry: &RegistryConfig) -> Result<Arc<Client>, RegistryError> {
+        if let Some((_, client)) = self.clients.iter().find(|(r, _)| r == registry) {
+            return Ok(client.clone());
+        }
+        let client = Arc::new(Client::new(registry)?);
+        self.clients.push((registry.clone(), client.clone()));
+        Ok(client)
     }
 }
 
