@@ -579,3 +579,83 @@ async fn a_registry_notification_scans_the_policies_of_what_was_pushed() {
     );
     assert!(remote.show("main", "deploy/web.yaml").contains(":1.0.1 #"));
 }
+
+/// A repository served by `git daemon` on loopback (git://, push enabled): berth's cache
+/// of it starts shallow, as any remote's does, and the write-back's commit is pushed from
+/// it all the same.
+#[tokio::test]
+async fn a_write_back_is_pushed_to_a_remote_over_the_network_from_a_shallow_cache() {
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    push_tag(&registry, "team/net", "1.0.0");
+    let values = "tag: \"0.9.0\" # {\"$imagepolicy\": \"net:tag\"}\n";
+    let remote = Remote::new(&[("net/values.yaml", values)]);
+    for n in 0..3 {
+        remote.person.write("net/README.md", &format!("{n}\n"));
+        remote.commit_and_push(&format!("history {n}"));
+    }
+    let port = common::free_port();
+    let served = remote.bare.dir.path();
+    /// The daemon, stopped when the test ends.
+    struct Served(std::process::Child);
+    impl Drop for Served {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _daemon = Served(
+        Command::new("git")
+            .args([
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                "--enable=receive-pack",
+            ])
+            .args(["--listen=127.0.0.1", &format!("--port={port}")])
+            .arg(format!(
+                "--base-path={}",
+                served.parent().unwrap().display()
+            ))
+            .arg(served)
+            .spawn()
+            .expect("git daemon"),
+    );
+    let name = served.file_name().unwrap().to_string_lossy();
+    let url = format!("git://127.0.0.1:{port}/{name}");
+    eventually("git daemon listens", Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let state = tempfile::tempdir().unwrap();
+    let config = config_of(
+        state.path(),
+        &format!(
+            "[[app]]\nname = \"net\"\nrepo = \"{url}\"\nbranch = \"main\"\npath = \"net\"\nnamespace = \"net\"\n[app.image_updates]\nauthor = \"berth <berth@example.com>\"\n{}",
+            policy("net", &registry, "team/net", "semver = \"^1\"")
+        ),
+    );
+    // The sync's fetch makes the cache, shallow.
+    let sources = berth::source::shared::Sources::of(&config.agent);
+    sources
+        .fetch(&config.apps[0], std::time::Instant::now())
+        .await
+        .expect("the first fetch");
+    let cache = berth::source::git::source_dir(state.path(), &url).join("git");
+    assert!(
+        git2::Repository::open_bare(&cache).unwrap().is_shallow(),
+        "the cache starts shallow"
+    );
+
+    pushed(&scan(&config).await);
+    assert_eq!(
+        remote.show("main", "net/values.yaml"),
+        "tag: \"1.0.0\" # {\"$imagepolicy\": \"net:tag\"}"
+    );
+    assert_eq!(
+        remote.git(&["rev-list", "--count", "main"]),
+        "5",
+        "the history kept whole"
+    );
+    remote.git(&["fsck", "--strict"]);
+}

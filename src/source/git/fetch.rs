@@ -160,7 +160,7 @@ pub(super) enum Depth {
 
 impl Depth {
     /// libgit2's depth: 1, 0 (no limit), `GIT_FETCH_DEPTH_UNSHALLOW`.
-    fn git(self) -> i32 {
+    pub(super) fn git(self) -> i32 {
         match self {
             Depth::Newest => 1,
             Depth::AsItIs => 0,

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use git2::{build::TreeUpdateBuilder, FetchOptions, Oid, PushOptions, Repository};
 
-use super::fetch::{callbacks, classify, first_fetch, lock, open_cache};
+use super::fetch::{callbacks, classify, first_fetch, lock, open_cache, Depth};
 use super::{bound_network_waits, redact_url, remote_url, source_dir, SourceError};
 use crate::config::AppConfig;
 use crate::source::sign::{SignError, Signer};
@@ -55,8 +55,9 @@ impl Writable {
         })
     }
 
-    /// Fetches `branches` (whole: a commit is made on their heads); each one's head, or
-    /// `None` for a branch the remote does not have.
+    /// Fetches `branches`, and the rest of the history when the cache is shallow (libgit2
+    /// pushes from a whole repository only); each one's head, or `None` for a branch the
+    /// remote does not have.
     ///
     /// # Errors
     /// As a fetch's.
@@ -68,9 +69,15 @@ impl Writable {
             .map(|b| format!("+refs/heads/{b}:refs/remotes/origin/{b}"))
             .collect();
         let mut options = FetchOptions::new();
+        let depth = if self.repo.is_shallow() {
+            Depth::Whole
+        } else {
+            Depth::AsItIs
+        };
         options
             .remote_callbacks(callbacks(&self.app, &self.url)?)
-            .download_tags(git2::AutotagOption::None);
+            .download_tags(git2::AutotagOption::None)
+            .depth(depth.git());
         remote
             .fetch(&refspecs, Some(&mut options), None)
             .map_err(|e| classify(e, &self.url, &shown, self.repo.path()))?;
