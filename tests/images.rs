@@ -605,14 +605,13 @@ async fn a_write_back_is_pushed_to_a_remote_over_the_network_from_a_shallow_cach
             let _ = self.0.wait();
         }
     }
+    // `git daemon` would run git-daemon as its child, left behind when `git` is killed:
+    // the daemon itself is started.
+    let exec_path = Command::new("git").arg("--exec-path").output().unwrap();
+    let exec_path = String::from_utf8(exec_path.stdout).unwrap();
     let _daemon = Served(
-        Command::new("git")
-            .args([
-                "daemon",
-                "--reuseaddr",
-                "--export-all",
-                "--enable=receive-pack",
-            ])
+        Command::new(Path::new(exec_path.trim()).join("git-daemon"))
+            .args(["--reuseaddr", "--export-all", "--enable=receive-pack"])
             .args(["--listen=127.0.0.1", &format!("--port={port}")])
             .arg(format!(
                 "--base-path={}",
