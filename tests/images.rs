@@ -250,7 +250,7 @@ async fn new_tags_are_committed_signed_and_deployed_and_a_failed_one_never_again
     eventually("1.5.0 recorded as failed", Duration::from_secs(60), || {
         let (_, out) = images(&[]);
         out.lines()
-            .any(|l| l.starts_with("shop ") && l.ends_with(" 1.5.0"))
+            .any(|l| l.starts_with("shop ") && l.ends_with(" 1.5.0 (web)"))
     });
 
     let (_, status, _) = setup.berth(&["status"]);
@@ -314,7 +314,14 @@ fn config_of(state: &Path, body: &str) -> berth::config::Config {
 /// One scan of every policy, written back.
 async fn scan(config: &berth::config::Config) -> berth::images::scan::Report {
     let mut scanner = berth::images::scan::Scanner::default();
-    scanner.scan(config, &config.apps, true, false).await
+    scanner
+        .scan(
+            config,
+            &config.apps,
+            berth::images::scan::Listed::Every,
+            false,
+        )
+        .await
 }
 
 /// What a scan pushed, or why it did not.
@@ -450,6 +457,25 @@ async fn policies_write_kustomizations_and_values_in_one_signed_commit_a_moved_b
     );
     drop(writable);
     push_tag(&registry, "team/web", "1.3.1");
+    // A damaged state file (it holds the failed tags) is never written over: nothing is
+    // pushed, and the error names the file, until it is put right.
+    let file = state.path().join("images/state.json");
+    let kept = std::fs::read(&file).unwrap();
+    std::fs::write(&file, "{ not berth's").unwrap();
+    let held = scan(&config).await;
+    let error = held.branches[0]
+        .result
+        .as_ref()
+        .err()
+        .map(ToString::to_string);
+    let error = error.unwrap_or_default();
+    assert!(
+        error.contains("state.json") && error.contains("moved aside"),
+        "{error}"
+    );
+    assert_eq!(remote.git(&["rev-parse", "main"]), theirs);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "{ not berth's");
+    std::fs::write(&file, kept).unwrap();
     pushed(&scan(&config).await);
     assert_eq!(remote.git(&["rev-parse", "main^"]), theirs);
     assert_eq!(remote.show("main", "apps/web/README.md"), "the web app");

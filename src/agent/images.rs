@@ -6,12 +6,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::Shared;
 use crate::config::{AppConfig, Config};
 use crate::history::Trigger;
-use crate::images::scan::{Report, Scanner};
+use crate::images::scan::{Listed, Report, Scanner};
 use crate::shutdown::{stopped, Signal};
+
+/// The least time between two scans a registry's notifications start: a flood of them
+/// (each signed, but naming what it likes) lists each repository at most once a second.
+const PUSHED_FLOOR: Duration = Duration::from_secs(1);
 
 /// Starts the loop: it scans until shutdown, reading each configuration published.
 pub(super) fn start(
@@ -29,7 +34,7 @@ async fn run(
 ) {
     let mut scanner = Scanner::default();
     let host = crate::service::lease::host_name();
-    let mut pushed = false;
+    let mut floor = Instant::now();
     loop {
         let config = published.borrow_and_update().clone();
         let wait = next_scan(&config);
@@ -42,17 +47,24 @@ async fn run(
             .cloned()
             .collect();
         if wait.is_some() && !apps.is_empty() {
-            // A registry's push notification: every policy listed now.
-            let report = scanner.scan(&config, &apps, pushed, false).await;
+            // The policies a registry pushed to are listed now, with those due.
+            let pushed = shared.registry.pushed_images();
+            floor = Instant::now() + PUSHED_FLOOR;
+            let report = scanner
+                .scan(&config, &apps, Listed::Due(&pushed), false)
+                .await;
             tell(&shared, &report, &host);
         }
         let sleep = tokio::time::sleep(wait.unwrap_or(Duration::from_secs(3600)));
-        pushed = false;
+        let pushed = async {
+            shared.registry.image_pushed.notified().await;
+            tokio::time::sleep_until(floor).await;
+        };
         tokio::select! {
             () = stopped(&mut shutdown) => return,
             Ok(()) = published.changed() => {}
             () = sleep => {}
-            () = shared.registry.image_pushed.notified() => pushed = true,
+            () = pushed => {}
         }
     }
 }
@@ -61,12 +73,13 @@ async fn run(
 /// and wakes the apps of each branch that received a commit.
 fn tell(shared: &Shared, report: &Report, host: &str) {
     let notifications = &shared.syncer().notifications;
-    for (policy, tag, app) in &report.failed {
+    for (policy, failed) in &report.failed {
+        let (tag, app) = (&failed.tag, &failed.app);
         tracing::warn!(
             policy,
             tag,
             app,
-            "image tag skipped from now on: its rollout failed and was rolled back"
+            "image tag skipped from now on in the app: its rollout failed and was rolled back"
         );
         notifications.observe_image_skipped(app, host, policy, tag);
     }

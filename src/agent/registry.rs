@@ -5,7 +5,7 @@
 //! status page is told through it what each app does. An app enters when its loop starts
 //! and leaves when it stops, in `apps.rs`, and nowhere else.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -85,6 +85,8 @@ struct Entries {
     /// The image policies' repositories (`oci://HOST/PATH`) and names: a registry's push
     /// to one wakes the image scans.
     images: Vec<(String, String)>,
+    /// The policies a registry said it pushed to since the last scan.
+    pushed_images: BTreeSet<String>,
 }
 
 /// The running apps and set loops.
@@ -93,7 +95,8 @@ pub(super) struct Registry {
     /// Where `STATUS=` and the agent's other words to systemd go.
     pub(super) notifier: Notifier,
     page: Option<Arc<StatusPage>>,
-    /// Wakes the image scans (a registry pushed to a policy's repository).
+    /// Wakes the image scans (a registry pushed to a policy's repository:
+    /// [`Registry::pushed_images`] says which).
     pub(super) image_pushed: tokio::sync::Notify,
 }
 
@@ -164,6 +167,11 @@ impl Registry {
     /// The image policies whose repositories' pushes wake the scans: (repository, name).
     pub(super) fn image_policies(&self, policies: Vec<(String, String)>) {
         self.entries().images = policies;
+    }
+
+    /// The policies a registry pushed to since this was last asked.
+    pub(super) fn pushed_images(&self) -> BTreeSet<String> {
+        std::mem::take(&mut self.entries().pushed_images)
     }
 
     /// Whether `app` runs here.
@@ -259,17 +267,21 @@ impl Webhooks for Registry {
     }
 
     fn push(&self, repo: &str) -> Vec<String> {
-        let entries = self.entries();
+        let mut entries = self.entries();
         for set in entries.sets.values().filter(|s| s.repo == repo) {
             let _ = set.trigger.try_send(Trigger::Webhook);
         }
-        let policies: Vec<String> = (entries.images.iter())
+        let pushed: Vec<String> = (entries.images.iter())
             .filter(|(image, _)| image == repo)
-            .map(|(_, name)| format!("image policy {name}"))
+            .map(|(_, name)| name.clone())
             .collect();
-        if !policies.is_empty() {
+        if !pushed.is_empty() {
+            entries.pushed_images.extend(pushed.iter().cloned());
             self.image_pushed.notify_one();
         }
+        let policies = pushed
+            .into_iter()
+            .map(|name| format!("image policy {name}"));
         let apps = entries.apps.iter().filter(|(_, r)| r.repo == repo);
         apps.map(|(app, running)| {
             // A full channel already holds a sync request: that sync sees this push too.

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use berth::images::plan::Plan;
-use berth::images::scan::{Report, Scanner};
+use berth::images::scan::{Listed, Report, Scanner};
 use berth::images::write::Written;
 use berth::images::{log, state};
 
@@ -52,7 +52,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
             known(&config, &policy)?;
             super::own_state(&config, "images forget")?;
             let forgot = state::update(state_dir, |s| {
-                (s.policies.get_mut(&policy)).is_some_and(|p| p.failed.remove(&tag).is_some())
+                (s.policies.get_mut(&policy)).is_some_and(|p| p.forget(&tag))
             })?;
             let said = if forgot {
                 "may be written again"
@@ -70,7 +70,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
                 );
             }
             let report = Scanner::default()
-                .scan(&config, &config.apps, true, true)
+                .scan(&config, &config.apps, Listed::Every, true)
                 .await;
             print(&report, args.dry_run);
             let failed = report.branches.iter().any(|b| b.result.is_err())
@@ -154,11 +154,7 @@ fn print(report: &Report, diff: bool) {
             ),
             _ => ("?".into(), "-".into()),
         };
-        let failed = if p.failed.is_empty() {
-            "-".into()
-        } else {
-            p.failed.join(",")
-        };
+        let failed = state::failed_said(&p.failed);
         println!(
             "{:<16} {:<40} {tags:>6} {latest:<16} {failed}",
             p.name, p.image

@@ -104,3 +104,67 @@ fn left_out(app: &AppConfig, rel: &str, text: &str) -> Option<String> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::test_app;
+
+    const MARKED: &str = "image: r.example.com/shop:1.0.0 # {\"$imagepolicy\": \"shop\"}\n";
+
+    /// A commit holding `files`.
+    fn commit(repo: &Repository, files: &[(&str, &str)]) -> Oid {
+        let mut index = repo.index().unwrap();
+        for (path, text) in files {
+            let blob = repo.blob(text.as_bytes()).unwrap();
+            let entry = git2::IndexEntry {
+                ctime: git2::IndexTime::new(0, 0),
+                mtime: git2::IndexTime::new(0, 0),
+                dev: 0,
+                ino: 0,
+                mode: 0o100_644,
+                uid: 0,
+                gid: 0,
+                file_size: text.len() as u32,
+                id: blob,
+                flags: 0,
+                flags_extended: 0,
+                path: path.as_bytes().to_vec(),
+            };
+            index.add(&entry).unwrap();
+        }
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let who = git2::Signature::now("t", "t@example.com").unwrap();
+        repo.commit(None, &who, &who, "files", &tree, &[]).unwrap()
+    }
+
+    #[test]
+    fn each_app_reads_the_markers_of_its_own_folder_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        let head = commit(
+            &repo,
+            &[
+                ("teams/a/web.yaml", MARKED),
+                ("teams/a/left-out.yaml", MARKED),
+                ("teams/a/broken.yaml", &format!("{MARKED}: [\n")),
+                ("teams/ab/web.yaml", MARKED),
+                ("teams/b/web.yaml", MARKED),
+                ("teams/b/plain.yaml", "image: r.example.com/shop:1.0.0\n"),
+                ("outside.yaml", MARKED),
+            ],
+        );
+        let a = test_app(
+            "name = \"a\"\nrepo = \"/r\"\npath = \"teams/a\"\nnamespace = \"a\"\nexclude = [\"left-out.yaml\"]",
+        );
+        let b = test_app("name = \"b\"\nrepo = \"/r\"\npath = \"/teams/b/\"\nnamespace = \"b\"");
+        let found = marked_files(&repo, head, &[&a, &b]).unwrap();
+        let found: Vec<(&str, &str)> = (found.iter())
+            .map(|f| (f.app.as_str(), f.path.as_str()))
+            .collect();
+        assert_eq!(
+            found,
+            [("a", "teams/a/web.yaml"), ("b", "teams/b/web.yaml")]
+        );
+    }
+}

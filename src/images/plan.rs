@@ -1,7 +1,7 @@
 //! What one scan changes in a repository's marked files (pure): for each marked field, the
 //! tag the policy chooses when it is newer than the field's — unless a person set the
-//! field back by hand (then the field is paused), and never a tag that failed (the caller
-//! left those out of `latest`).
+//! field back by hand (then the field is paused), and never a tag whose rollout failed in
+//! the field's app.
 use std::collections::BTreeMap;
 
 use super::files::MarkedFile;
@@ -13,9 +13,9 @@ use super::state::State;
 pub struct Choice<'a> {
     pub policy: &'a Policy,
     pub image: &'a str,
-    /// The newest tag it considers, failed ones left out (`None`: the registry was not
-    /// read, or holds none).
-    pub latest: Option<&'a str>,
+    /// The tags it considers, newest first (none: the registry was not read, or holds
+    /// none).
+    pub newest: &'a [String],
 }
 
 /// One field changed.
@@ -76,7 +76,7 @@ pub fn plan(files: &[MarkedFile], choices: &BTreeMap<&str, Choice<'_>>, state: &
             let field = &fields[index];
             index += 1;
             let choice = choices.get(marker.policy)?;
-            let chosen = field_value(marker, field, choice, state, &mut out.fields)?;
+            let chosen = field_value(marker, (&file.app, field), choice, state, &mut out.fields)?;
             Some(markers::value(marker.form, choice.image, &chosen))
         });
         for edit in edits {
@@ -104,7 +104,7 @@ pub fn plan(files: &[MarkedFile], choices: &BTreeMap<&str, Choice<'_>>, state: &
 /// The tag a marked field should hold, when the scan changes it.
 fn field_value(
     marker: &markers::Marker<'_>,
-    field: &str,
+    (app, field): (&str, &str),
     choice: &Choice<'_>,
     state: &mut State,
     now: &mut Vec<FieldNow>,
@@ -139,7 +139,7 @@ fn field_value(
         tag: current.clone(),
         paused,
     });
-    let latest = choice.latest?;
+    let latest = (choice.newest.iter()).find(|t| !policy.failed_in(app, t))?;
     (!paused && choice.policy.newer(latest, &current)).then(|| latest.to_string())
 }
 
@@ -183,10 +183,15 @@ mod tests {
 
     fn run(tag: &str, latest: Option<&str>, state: &mut State) -> Plan {
         let policy = semver();
+        let newest: Vec<String> = latest
+            .into_iter()
+            .chain(["1.0.0"])
+            .map(String::from)
+            .collect();
         let choice = Choice {
             policy: &policy,
             image: "r.example.com/shop",
-            latest,
+            newest: &newest,
         };
         plan(&file(tag), &BTreeMap::from([("shop", choice)]), state)
     }
@@ -236,6 +241,27 @@ mod tests {
         let planned = run("1.5.5", Some("1.6.0"), &mut state);
         assert_eq!(planned.changes[0].new, "1.6.0");
         assert_eq!(state.policies["shop"].written[FIELD], "1.5.5");
+    }
+
+    #[test]
+    fn a_tag_that_failed_is_skipped_in_its_app_alone() {
+        let mut state = State::default();
+        let failed = |state: &mut State, app: &str| {
+            let policy = state.policies.entry("shop".into()).or_default();
+            policy.fail(crate::images::state::Failure {
+                tag: "1.5.0".into(),
+                app: app.into(),
+                record: "r".into(),
+                at: jiff::Timestamp::UNIX_EPOCH,
+            });
+        };
+        failed(&mut state, "cart");
+        assert_eq!(
+            run("1.4.1", Some("1.5.0"), &mut state).changes[0].new,
+            "1.5.0"
+        );
+        failed(&mut state, "shop");
+        assert!(run("1.4.1", Some("1.5.0"), &mut state).files.is_empty());
     }
 
     #[test]

@@ -178,6 +178,9 @@ impl Policy {
     }
 
     fn key<'t>(&self, tag: &'t str) -> Option<Key<'t>> {
+        if !is_tag(tag) {
+            return None; // a registry's answer is not trusted to be a tag
+        }
         if self.filter.as_ref().is_some_and(|f| !f.is_match(tag)) {
             return None;
         }
@@ -206,6 +209,18 @@ fn part_of<'t>(extract: &Regex, tag: &'t str) -> Option<&'t str> {
         None => captures.get(1).or_else(|| captures.get(0)),
     };
     part.map(|m| m.as_str())
+}
+
+/// Whether `tag` is a tag as the OCI distribution spec has them
+/// (`[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`): nothing else is ever written into a file.
+fn is_tag(tag: &str) -> bool {
+    let word = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    match tag.as_bytes() {
+        [first, rest @ ..] if rest.len() < 128 => {
+            word(first) && rest.iter().all(|b| word(b) || *b == b'.' || *b == b'-')
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -319,5 +334,18 @@ mod tests {
         assert_eq!(policy.latest(tags, |_| false), Some("build-20261127-b"));
         let reversed = tags.iter().rev().copied();
         assert_eq!(policy.latest(reversed, |_| false), Some("build-20261127-b"));
+    }
+
+    #[test]
+    fn only_a_tag_is_ever_chosen_whatever_the_registry_lists() {
+        let policy = Policy {
+            order: Order::Alphabetical,
+            filter: None,
+            extract: None,
+        };
+        let long = "z".repeat(129);
+        let tags = ["a", "zz\nevil: x", "zz #", "-z", ".z", long.as_str(), ""];
+        assert_eq!(policy.latest(tags, |_| false), Some("a"));
+        assert!(policy.considers(&"z".repeat(128)) && policy.considers("_a.B-9"));
     }
 }

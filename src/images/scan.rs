@@ -2,7 +2,7 @@
 //! bounded, a client and its token grants kept per policy), the tags whose rollout failed
 //! read from the apps' history, and each repository branch's fields written back (or, for
 //! `berth images`, planned).
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use jiff::Timestamp;
 
 use super::plan::{Choice, FieldNow, Plan};
 use super::policy::Policy;
-use super::state::{self, Failure, Seen, State};
+use super::state::{self, Failure, Seen};
 use super::write::{groups, write_back, Group, WriteError, Written};
 use crate::config::{AppConfig, Config, ImagePolicyConfig, RegistryConfig};
 use crate::history::{HistoryLog, Outcome};
@@ -38,8 +38,8 @@ pub struct Scanner {
 pub struct Report {
     pub policies: Vec<PolicyReport>,
     pub branches: Vec<BranchReport>,
-    /// Tags found failed by this scan: policy, tag, app.
-    pub failed: Vec<(String, String, String)>,
+    /// Failed rollouts found by this scan, with their policy.
+    pub failed: Vec<(String, Failure)>,
 }
 
 /// A policy, as a scan saw it.
@@ -48,8 +48,8 @@ pub struct PolicyReport {
     pub name: String,
     pub image: String,
     pub seen: Option<Seen>,
-    /// The failed tags it skips.
-    pub failed: Vec<String>,
+    /// The failed tags it skips, each in its app.
+    pub failed: Vec<Failure>,
 }
 
 /// A repository branch, as a scan left it.
@@ -82,24 +82,31 @@ impl Report {
     }
 }
 
+/// Which policies a scan lists.
+pub enum Listed<'a> {
+    Every,
+    /// Those whose interval has passed, and these (a registry said it pushed to them).
+    Due(&'a BTreeSet<String>),
+}
+
 impl Scanner {
-    /// Lists the tags of each policy whose interval has passed (all when `every`), then
-    /// writes back (or, with `dry_run`, plans) each branch of `apps`' repositories.
+    /// Lists the tags of the policies `listed` says, then writes back (or, with `dry_run`,
+    /// plans) each branch of `apps`' repositories.
     pub async fn scan(
         &mut self,
         config: &Config,
         apps: &[Arc<AppConfig>],
-        every: bool,
+        listed: Listed<'_>,
         dry_run: bool,
     ) -> Report {
         let state_dir = config.agent.state_dir.clone();
         let due: Vec<&ImagePolicyConfig> = (config.image_policies.iter())
-            .filter(|p| {
-                every
-                    || self
-                        .scanned
-                        .get(&p.name)
-                        .is_none_or(|at| at.elapsed() >= p.interval)
+            .filter(|p| match &listed {
+                Listed::Every => true,
+                Listed::Due(pushed) => {
+                    pushed.contains(&p.name)
+                        || (self.scanned.get(&p.name)).is_none_or(|at| at.elapsed() >= p.interval)
+                }
             })
             .collect();
         let seen = self.list(&due).await;
@@ -207,27 +214,23 @@ fn one_scan(
     let compiled: Vec<(&ImagePolicyConfig, Policy)> = (policies.iter())
         .filter_map(|p| Some((p, Policy::of(p).ok()?)))
         .collect();
-    let (failed, state) = match dry_run {
-        true => (Vec::new(), state::read(state_dir)),
+    let failed = match dry_run {
+        true => Vec::new(),
         false => keep(state_dir, policies, apps, &seen, newest),
     };
-    let latest = latest_tags(&compiled, &state, newest);
+    let newest_of = |name: &str| newest.get(name).map(Vec::as_slice).unwrap_or_default();
     let choices: BTreeMap<&str, Choice<'_>> = (compiled.iter())
         .map(|(config, policy)| {
-            let image = &config.image;
-            let latest = latest[config.name.as_str()];
-            (
-                config.name.as_str(),
-                Choice {
-                    policy,
-                    image,
-                    latest,
-                },
-            )
+            let choice = Choice {
+                policy,
+                image: &config.image,
+                newest: newest_of(&config.name),
+            };
+            (config.name.as_str(), choice)
         })
         .collect();
     let branches = (groups(apps.iter().map(|a| &**a), state_dir).iter())
-        .map(|group| branch(group, state_dir, &choices, &state, dry_run))
+        .map(|group| branch(group, state_dir, &choices, dry_run))
         .collect();
     let state = state::read(state_dir);
     let policies = (compiled.iter())
@@ -235,9 +238,9 @@ fn one_scan(
             let policy = state.policies.get(&config.name);
             let mut seen = (seen.get(&config.name).cloned()).or_else(|| policy?.seen.clone());
             if let Some(seen) = &mut seen {
-                seen.latest = latest[config.name.as_str()].map(str::to_string);
+                seen.latest = newest_of(&config.name).first().cloned();
             }
-            let failed = policy.map(|p| p.failed.keys().cloned().collect());
+            let failed = policy.map(|p| p.failed.clone());
             PolicyReport {
                 name: config.name.clone(),
                 image: config.image.clone(),
@@ -253,58 +256,35 @@ fn one_scan(
     }
 }
 
-/// Each policy's newest tag, its failed tags left out.
-fn latest_tags<'a>(
-    compiled: &[(&'a ImagePolicyConfig, Policy)],
-    state: &State,
-    newest: &'a HashMap<String, Vec<String>>,
-) -> BTreeMap<&'a str, Option<&'a str>> {
-    (compiled.iter())
-        .map(|(config, _)| {
-            let kept = newest
-                .get(&config.name)
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            let latest = match state.policies.get(&config.name) {
-                Some(policy) => policy.latest(kept),
-                None => kept.first(),
-            };
-            (config.name.as_str(), latest.map(String::as_str))
-        })
-        .collect()
-}
-
 /// Keeps what the scan learnt — the tags found failed, the registries' listings — in the
-/// state; the failures new to it (policy, tag, app), and the state.
+/// state; the failures new to it, each with its policy.
 fn keep(
     state_dir: &Path,
     policies: &[ImagePolicyConfig],
     apps: &[Arc<AppConfig>],
     seen: &BTreeMap<String, Seen>,
     newest: &HashMap<String, Vec<String>>,
-) -> (Vec<(String, String, String)>, State) {
+) -> Vec<(String, Failure)> {
     let found = failures(state_dir, policies, apps);
     let kept = state::update(state_dir, |s| {
         let mut new = Vec::new();
-        for (policy, tag, failure) in found {
-            let app = failure.app.clone();
-            if (s.policies.entry(policy.clone()).or_default()).fail(&tag, failure) {
-                new.push((policy, tag, app));
+        for (policy, failure) in found {
+            if (s.policies.entry(policy.clone()).or_default()).fail(failure.clone()) {
+                new.push((policy, failure));
             }
         }
         for (name, seen) in seen {
             let policy = s.policies.entry(name.clone()).or_default();
-            let kept = newest.get(name).map(Vec::as_slice).unwrap_or_default();
             policy.seen = Some(Seen {
-                latest: policy.latest(kept).cloned(),
+                latest: newest.get(name).and_then(|n| n.first().cloned()),
                 ..seen.clone()
             });
         }
-        (new, s.clone())
+        new
     });
     kept.unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "cannot keep the image updates' state");
-        (Vec::new(), state::read(state_dir))
+        tracing::warn!("cannot keep the image updates' state: {e}");
+        Vec::new()
     })
 }
 
@@ -313,16 +293,16 @@ fn branch(
     group: &Group<'_>,
     state_dir: &Path,
     choices: &BTreeMap<&str, Choice<'_>>,
-    state: &State,
     dry_run: bool,
 ) -> BranchReport {
     let result = if dry_run {
-        write_back(group, state_dir, choices, &mut state.clone(), true)
+        (state::load(state_dir).map_err(WriteError::State))
+            .and_then(|mut state| write_back(group, state_dir, choices, &mut state, true))
     } else {
         state::update(state_dir, |s| {
             write_back(group, state_dir, choices, s, false)
         })
-        .unwrap_or_else(|e| Err(super::write::WriteError::State(e)))
+        .unwrap_or_else(|e| Err(WriteError::State(e)))
     };
     let fields = match &result {
         Ok(Written::Planned(plan) | Written::Pushed { plan, .. }) => plan.fields.clone(),
@@ -365,7 +345,7 @@ fn failures(
     state_dir: &Path,
     policies: &[ImagePolicyConfig],
     apps: &[Arc<AppConfig>],
-) -> Vec<(String, String, Failure)> {
+) -> Vec<(String, Failure)> {
     let log = HistoryLog::new(state_dir);
     let mut found = Vec::new();
     for app in apps.iter().filter(|a| a.image_updates.is_some()) {
@@ -386,11 +366,12 @@ fn failures(
                 };
                 for policy in policies.iter().filter(|p| p.image == name) {
                     let failure = Failure {
+                        tag: tag.to_string(),
                         app: app.name.clone(),
                         record: record.id.clone(),
                         at: record.finished_at,
                     };
-                    found.push((policy.name.clone(), tag.to_string(), failure));
+                    found.push((policy.name.clone(), failure));
                 }
             }
         }

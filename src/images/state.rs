@@ -1,16 +1,18 @@
 //! What image updates remember between scans, in `state_dir/images/state.json`: per
-//! policy, the tags whose rollout failed and was rolled back, the fields a person set back
-//! by hand (paused), the tag berth wrote last into each field, and the last scan. Read and
-//! written under a lock (`berth images resume` writes it beside the agent), bounded.
+//! policy, the tags whose rollout failed and was rolled back (in which app), the fields a
+//! person set back by hand (paused), the tag berth wrote last into each field, and the
+//! last scan. Read and written under a lock (`berth images resume` writes it beside the
+//! agent), bounded. A file that cannot be read is never written over: it holds what keeps
+//! a failed tag out of git, so write-backs wait until a person moves it aside.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-/// The most the file may hold: a larger one is not berth's, and is started over.
+/// The most the file may hold: a larger one is not berth's.
 const MAX_STATE: u64 = 8 << 20;
-/// Failed tags kept per policy (the oldest forgotten first).
+/// Failed tags kept per policy and app (the oldest forgotten first).
 const MAX_FAILED: usize = 100;
 
 /// Every policy's state.
@@ -23,9 +25,10 @@ pub struct State {
 /// One policy's state.
 #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PolicyState {
-    /// Tags whose rollout failed and was rolled back: never written again.
+    /// Tags whose rollout failed in an app and was rolled back: never written again into
+    /// that app's fields.
     #[serde(default)]
-    pub failed: BTreeMap<String, Failure>,
+    pub failed: Vec<Failure>,
     /// Fields (`app:path#n`) a person set to an older tag than berth wrote: the tag they
     /// set. berth leaves them alone until resumed or changed again by hand.
     #[serde(default)]
@@ -37,9 +40,10 @@ pub struct PolicyState {
     pub seen: Option<Seen>,
 }
 
-/// A tag's failed rollout.
+/// A tag's failed rollout in one app.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failure {
+    pub tag: String,
     pub app: String,
     /// The sync record that rolled it back.
     pub record: String,
@@ -52,7 +56,8 @@ pub struct Seen {
     pub at: Timestamp,
     /// How many tags the registry listed.
     pub tags: usize,
-    /// The newest tag the policy considers, failed ones left out.
+    /// The newest tag the policy considers (in the apps where it failed, the next one
+    /// goes in its place).
     pub latest: Option<String>,
     /// Why the scan failed, when it did.
     pub error: Option<String>,
@@ -69,35 +74,34 @@ impl PolicyState {
         }
     }
 
-    /// The failed tags, joined by `,` (`-`: none).
+    /// The failed tags, as [`failed_said`] says them.
     pub fn failed_said(&self) -> String {
-        match self.failed.is_empty() {
-            true => "-".into(),
-            false => self.failed.keys().cloned().collect::<Vec<_>>().join(","),
-        }
+        failed_said(&self.failed)
     }
 
-    /// The first of `newest` (newest first) that did not fail.
-    pub fn latest<'t>(&self, newest: &'t [String]) -> Option<&'t String> {
-        newest.iter().find(|t| !self.failed.contains_key(*t))
+    /// Whether `tag` failed in `app`.
+    pub fn failed_in(&self, app: &str, tag: &str) -> bool {
+        self.failed.iter().any(|f| f.app == app && f.tag == tag)
     }
 
-    /// Notes that `tag`'s rollout failed (the oldest failure forgotten past the bound);
-    /// whether it is new.
-    pub fn fail(&mut self, tag: &str, failure: Failure) -> bool {
-        if self.failed.contains_key(tag) {
+    /// Notes a failed rollout (the oldest failure forgotten past the bound); whether it is
+    /// new.
+    pub fn fail(&mut self, failure: Failure) -> bool {
+        if self.failed_in(&failure.app, &failure.tag) {
             return false;
         }
-        self.failed.insert(tag.to_string(), failure);
-        while self.failed.len() > MAX_FAILED {
-            let oldest = (self.failed.iter())
-                .min_by_key(|(_, f)| f.at)
-                .map(|(t, _)| t.clone());
-            if let Some(oldest) = oldest {
-                self.failed.remove(&oldest);
-            }
-        }
+        self.failed.push(failure);
+        self.failed.sort_by_key(|f| f.at);
+        let over = self.failed.len().saturating_sub(MAX_FAILED);
+        self.failed.drain(..over);
         true
+    }
+
+    /// Forgets that `tag` failed, in every app; whether it had.
+    pub fn forget(&mut self, tag: &str) -> bool {
+        let before = self.failed.len();
+        self.failed.retain(|f| f.tag != tag);
+        self.failed.len() != before
     }
 }
 
@@ -123,6 +127,17 @@ impl State {
     }
 }
 
+/// Failed tags, each with its app (`1.5.0 (shop)`), joined by `,` (`-`: none).
+pub fn failed_said(failed: &[Failure]) -> String {
+    let said: Vec<String> = (failed.iter())
+        .map(|f| format!("{} ({})", f.tag, f.app))
+        .collect();
+    match said.is_empty() {
+        true => "-".into(),
+        false => said.join(","),
+    }
+}
+
 /// The state file of `state_dir`.
 pub fn path(state_dir: &Path) -> PathBuf {
     state_dir.join("images").join("state.json")
@@ -143,7 +158,7 @@ pub fn update<T>(state_dir: &Path, change: impl FnOnce(&mut State) -> T) -> std:
         .write(true)
         .open(dir.join("lock"))?;
     crate::state::flock(&lock, crate::state::Lock::Exclusive)?;
-    let mut state = read(state_dir);
+    let mut state = load(state_dir)?;
     let before = state.clone();
     let out = change(&mut state);
     if state != before {
@@ -153,45 +168,74 @@ pub fn update<T>(state_dir: &Path, change: impl FnOnce(&mut State) -> T) -> std:
     Ok(out)
 }
 
-/// The state as last written (empty when there is none, or it cannot be read).
-pub fn read(state_dir: &Path) -> State {
+/// The state as last written (empty when there is none).
+///
+/// # Errors
+/// The file is there but cannot be read, is too large or is not the state berth writes:
+/// the error names it and says what to do.
+pub fn load(state_dir: &Path) -> std::io::Result<State> {
     let file = path(state_dir);
-    let bytes = crate::manifest::read::read_capped(crate::state::open_state(&file), MAX_STATE);
-    match bytes {
-        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-            tracing::warn!(file = %file.display(), error = %e, "the image updates' state is unreadable: starting over");
-            State::default()
-        }),
-        Err(_) => State::default(),
-    }
+    let damaged = |why: String| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{}: {why}; it holds the failed tags and the paused fields, so berth writes no image update until it is fixed or moved aside (then every field starts unpaused and no tag is known to have failed)",
+                file.display()
+            ),
+        )
+    };
+    let bytes = match crate::manifest::read::read_capped(crate::state::open_state(&file), MAX_STATE)
+    {
+        Ok(bytes) => bytes,
+        Err(crate::manifest::read::ReadError::Io(e))
+            if e.kind() == std::io::ErrorKind::NotFound =>
+        {
+            return Ok(State::default());
+        }
+        Err(e) => return Err(damaged(e.to_string())),
+    };
+    serde_json::from_slice(&bytes).map_err(|e| damaged(format!("not berth's state ({e})")))
+}
+
+/// The state as last written, for showing (empty when there is none or it cannot be read,
+/// with a warning).
+pub fn read(state_dir: &Path) -> State {
+    load(state_dir).unwrap_or_else(|e| {
+        tracing::warn!("the image updates' state is unreadable: {e}");
+        State::default()
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn failure(at: i64) -> Failure {
+    fn failure(tag: &str, app: &str, at: i64) -> Failure {
         Failure {
-            app: "shop".into(),
+            tag: tag.into(),
+            app: app.into(),
             record: "r".into(),
             at: Timestamp::from_second(at).unwrap(),
         }
     }
 
     #[test]
-    fn failed_tags_are_bounded_and_the_oldest_forgotten() {
+    fn failed_tags_are_per_app_bounded_and_the_oldest_forgotten() {
         let mut state = PolicyState::default();
-        assert!(state.fail("1.0.0", failure(0)));
-        assert!(!state.fail("1.0.0", failure(5)));
+        assert!(state.fail(failure("1.0.0", "shop", 0)));
+        assert!(!state.fail(failure("1.0.0", "shop", 5)));
+        assert!(state.failed_in("shop", "1.0.0"));
+        assert!(!state.failed_in("cart", "1.0.0"));
         for n in 1..=MAX_FAILED {
-            state.fail(&format!("1.0.{n}"), failure(n as i64));
+            state.fail(failure(&format!("1.0.{n}"), "shop", n as i64));
         }
         assert_eq!(state.failed.len(), MAX_FAILED);
-        assert!(!state.failed.contains_key("1.0.0"));
+        assert!(!state.failed_in("shop", "1.0.0"));
+        assert!(state.forget("1.0.1") && !state.forget("1.0.1"));
     }
 
     #[test]
-    fn the_state_survives_a_round_trip_and_a_broken_file_starts_over() {
+    fn the_state_survives_a_round_trip_and_a_damaged_file_is_never_written_over() {
         let dir = tempfile::tempdir().unwrap();
         update(dir.path(), |s| {
             s.policies
@@ -202,7 +246,13 @@ mod tests {
         })
         .unwrap();
         assert_eq!(read(dir.path()).policies["shop"].paused["f"], "1");
-        std::fs::write(path(dir.path()), "{").unwrap();
-        assert_eq!(read(dir.path()), State::default());
+        for damaged in ["{".into(), "x".repeat(MAX_STATE as usize + 1)] {
+            std::fs::write(path(dir.path()), &damaged).unwrap();
+            let error = update(dir.path(), |s| s.wrote("shop", "f", "2")).unwrap_err();
+            assert!(error.to_string().contains("state.json"), "{error}");
+            assert!(error.to_string().contains("moved aside"), "{error}");
+            assert_eq!(std::fs::read_to_string(path(dir.path())).unwrap(), damaged);
+            assert_eq!(read(dir.path()), State::default());
+        }
     }
 }

@@ -21,10 +21,11 @@ use crate::source::sign::{SignError, Signer};
 /// Pushes tried before berth gives up until the next scan.
 pub const ATTEMPTS: usize = 5;
 
-/// The apps whose markers go to one branch of one repository.
+/// The apps whose markers go to one branch of one repository, pushed with the same
+/// credentials, author, key and message.
 pub struct Group<'a> {
     pub apps: Vec<&'a AppConfig>,
-    /// The first app's: its author, key and message.
+    /// The apps' author, key and message.
     pub updates: &'a ImageUpdatesConfig,
     /// The branch pushed to.
     pub branch: String,
@@ -40,7 +41,9 @@ impl Group<'_> {
 }
 
 /// The apps of `apps` with `[app.image_updates]`, grouped by repository and push branch
-/// (the apps whose followed branch cannot be told are said and left out).
+/// (the apps whose followed branch cannot be told are said and left out). Apps that push
+/// with other credentials or settings make groups of their own: a commit is never signed
+/// with one app's key for another's fields.
 pub fn groups<'a>(
     apps: impl IntoIterator<Item = &'a AppConfig>,
     state_dir: &Path,
@@ -56,10 +59,12 @@ pub fn groups<'a>(
             continue;
         };
         let followed = followed.unwrap_or_else(|| branch.clone());
-        match groups
-            .iter_mut()
-            .find(|g| g.apps[0].repo == app.repo && g.branch == branch)
-        {
+        let same = |g: &&mut Group<'a>| {
+            let first = g.apps[0];
+            (first.repo == app.repo && first.auth == app.auth && g.branch == branch)
+                && g.updates == updates
+        };
+        match groups.iter_mut().find(same) {
             Some(group) => group.apps.push(app),
             None => groups.push(Group {
                 apps: vec![app],
