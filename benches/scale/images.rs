@@ -236,9 +236,15 @@ impl Bench {
                     .context("the first sync")?;
                 // Each tag pushed and the registry's notification sent (as a signing relay
                 // in front of it would), then each tag left to the policy's interval.
+                // Tags are pushed a second apart at least: berth lists a repository at most
+                // once a second however many notifications come (the latency of a burst
+                // is that floor's, not a scan's).
                 let (mut notified, mut scanned) = (Vec::new(), Vec::new());
+                let mut last = Instant::now();
                 for i in 1..=2 * sized(20, 3) {
                     let tag = format!("2.0.{i}");
+                    tokio::time::sleep(Duration::from_secs(1).saturating_sub(last.elapsed())).await;
+                    last = Instant::now();
                     registry.push("bench/web", &tag, b"web", MEDIA);
                     let start = Instant::now();
                     let notify = i <= sized(20, 3);
