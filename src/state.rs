@@ -200,6 +200,21 @@ pub fn private_file() -> OpenOptions {
     options
 }
 
+/// An exclusive `flock` on the file `path` (made 0600 when missing), held until the file
+/// is dropped.
+///
+/// # Errors
+/// The file cannot be opened or locked.
+pub fn lock(path: &Path) -> std::io::Result<File> {
+    let file = private_file()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    flock(&file, Lock::Exclusive)?;
+    Ok(file)
+}
+
 /// Opens a state file to read it, never through a link in its place.
 ///
 /// # Errors

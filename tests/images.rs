@@ -427,7 +427,7 @@ async fn policies_write_kustomizations_and_values_in_one_signed_commit_a_moved_b
     );
     // Nothing new: no commit.
     let again = scan(&config).await;
-    assert!(again.pushed().next().is_none());
+    assert!(again.branches.iter().all(|b| b.said().is_none()));
     assert_eq!(remote.git(&["rev-list", "--count", "main"]), "2");
 
     // The branch moves between berth's fetch and its push: the push is refused by the

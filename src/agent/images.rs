@@ -83,7 +83,7 @@ fn tell(shared: &Shared, report: &Report, host: &str) {
         );
         notifications.observe_image_skipped(app, host, policy, tag);
     }
-    for branch in report.pushed() {
+    for branch in &report.branches {
         let Some((commit, changes)) = branch.said() else {
             continue;
         };

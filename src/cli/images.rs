@@ -69,6 +69,8 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
                     config_path.display()
                 );
             }
+            // The scan fetches into the agent's caches of the repositories.
+            super::own_state(&config, "images")?;
             let report = Scanner::default()
                 .scan(&config, &config.apps, Listed::Every, true)
                 .await;
@@ -88,16 +90,8 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
 fn history(state_dir: &Path) {
     println!("{:<25} {:<10} {:<12} CHANGES", "WHEN", "COMMIT", "BRANCH");
     for w in log::read(state_dir) {
-        let changes: Vec<String> = (w.changes.iter())
-            .map(|c| format!("{} {} -> {}", c.policy, c.old, c.new))
-            .collect();
-        let commit = &w.commit[..w.commit.len().min(7)];
-        let at = w.at.to_string();
-        println!(
-            "{at:<25} {commit:<10} {:<12} {}",
-            w.branch,
-            changes.join(", ")
-        );
+        let (at, commit) = (w.at.to_string(), berth::source::short(&w.commit));
+        println!("{at:<25} {commit:<10} {:<12} {}", w.branch, w.said());
     }
 }
 

@@ -88,7 +88,7 @@ pub struct ImageUpdatesConfig {
 }
 
 /// The default commit message.
-pub fn default_message() -> String {
+fn default_message() -> String {
     "Update images: {policies}\n\n{changes}".into()
 }
 

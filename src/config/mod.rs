@@ -32,15 +32,13 @@ pub use app_set::{AppSetConfig, Refused, Selector, SetError, DEFAULT_MAX_APPS, S
 pub use error::{io_message, ConfigError, Problem};
 use error::{toml_error, unknown_field};
 pub use globs::{compile_globs, Globs};
-pub use images::{
-    default_message, ImagePolicyConfig, ImageUpdatesConfig, StalePushBranch, TagOrder,
-};
+pub use images::{ImagePolicyConfig, ImageUpdatesConfig, StalePushBranch, TagOrder};
 pub use notify::{NotifyConfig, NotifyEvent, NotifyFormat};
 pub use registry::{
     is_digest, split_oci, ChartSource, OciPick, OciSource, RegistryConfig, SourceRef,
 };
 pub use validate::{
-    author_parts, check_generated, check_image, check_notify_url, check_repo_path, is_dns_label,
+    author_parts, check_generated, check_notify_url, check_repo_path, is_dns_label,
     is_kube_version, ValueError,
 };
 pub use values::{parse_byte_size, show_size};

@@ -11,7 +11,7 @@ mod images;
 mod registry;
 mod sets;
 
-pub use {images::author_parts, images::check_image, sets::check_generated};
+pub use {images::author_parts, sets::check_generated};
 
 use super::{compile_globs, AgentConfig, AppConfig, Config, ConfigError, Problem};
 use clusters::{app_cluster, clusters};

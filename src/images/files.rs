@@ -7,10 +7,12 @@ use serde::Deserialize;
 
 use crate::config::AppConfig;
 
-/// The largest file read for markers.
+/// The largest file read for markers (a larger one is not inflated).
 const MAX_FILE: usize = 1 << 20;
 /// The most files read in one commit.
 const MAX_FILES: usize = 20_000;
+/// The most marked text kept of one commit.
+const MAX_MARKED: usize = 64 << 20;
 
 /// A file with markers, and the app whose path holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +36,8 @@ pub fn marked_files(
     let tree = repo.find_commit(commit)?.tree()?;
     let mut found: Vec<MarkedFile> = Vec::new();
     let mut read = 0;
+    let mut kept = 0;
+    let odb = repo.odb()?;
     tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
         if entry.kind() != Some(ObjectType::Blob) {
             return TreeWalkResult::Ok;
@@ -53,11 +57,20 @@ pub fn marked_files(
             tracing::warn!(commit = %commit, "more than {MAX_FILES} YAML files: the rest are not read for image markers");
             return TreeWalkResult::Abort;
         }
+        if odb.read_header(entry.id()).is_ok_and(|(size, _)| size > MAX_FILE) {
+            tracing::warn!(app = %app.name, file = %path, "image markers not read: the file is over {MAX_FILE} bytes");
+            return TreeWalkResult::Ok;
+        }
         let Ok(blob) = repo.find_blob(entry.id()) else {
             return TreeWalkResult::Ok;
         };
-        if blob.size() > MAX_FILE || memchr::memmem::find(blob.content(), b"$imagepolicy").is_none() {
+        if memchr::memmem::find(blob.content(), b"$imagepolicy").is_none() {
             return TreeWalkResult::Ok;
+        }
+        kept += blob.size();
+        if kept > MAX_MARKED {
+            tracing::warn!(commit = %commit, "more than {MAX_MARKED} bytes of marked files: the rest are not read for image markers");
+            return TreeWalkResult::Abort;
         }
         let Ok(text) = std::str::from_utf8(blob.content()) else {
             return TreeWalkResult::Ok;
@@ -78,12 +91,16 @@ pub fn marked_files(
     Ok(found)
 }
 
-/// `path` relative to the one of `app`'s paths that holds it.
+/// `path` relative to the one of `app`'s paths that holds it (a path that is the file
+/// itself: its name), the paths read as the render reads them.
 fn under<'p>(app: &AppConfig, path: &'p str) -> Option<&'p str> {
     app.path.iter().find_map(|prefix| {
-        let prefix = prefix.trim_matches('/');
+        let prefix = prefix.trim_matches('/').trim_start_matches("./");
         if prefix.is_empty() || prefix == "." {
             return Some(path);
+        }
+        if path == prefix {
+            return path.rsplit('/').next();
         }
         path.strip_prefix(prefix)?.strip_prefix('/')
     })
@@ -157,14 +174,19 @@ mod tests {
         let a = test_app(
             "name = \"a\"\nrepo = \"/r\"\npath = \"teams/a\"\nnamespace = \"a\"\nexclude = [\"left-out.yaml\"]",
         );
-        let b = test_app("name = \"b\"\nrepo = \"/r\"\npath = \"/teams/b/\"\nnamespace = \"b\"");
-        let found = marked_files(&repo, head, &[&a, &b]).unwrap();
+        let b = test_app("name = \"b\"\nrepo = \"/r\"\npath = \"./teams/b/\"\nnamespace = \"b\"");
+        let c = test_app("name = \"c\"\nrepo = \"/r\"\npath = \"outside.yaml\"\nnamespace = \"c\"");
+        let found = marked_files(&repo, head, &[&a, &b, &c]).unwrap();
         let found: Vec<(&str, &str)> = (found.iter())
             .map(|f| (f.app.as_str(), f.path.as_str()))
             .collect();
         assert_eq!(
             found,
-            [("a", "teams/a/web.yaml"), ("b", "teams/b/web.yaml")]
+            [
+                ("c", "outside.yaml"),
+                ("a", "teams/a/web.yaml"),
+                ("b", "teams/b/web.yaml")
+            ]
         );
     }
 }

@@ -11,7 +11,7 @@ use super::plan::Plan;
 use super::write::Group;
 
 /// Write-backs kept.
-pub const KEEP: usize = 1000;
+const KEEP: usize = 1000;
 /// The longest line read.
 const MAX_LINE: usize = 64 << 10;
 
@@ -34,6 +34,16 @@ pub struct Changed {
     pub line: usize,
     pub old: String,
     pub new: String,
+}
+
+impl WriteBack {
+    /// `policy old -> new, …`.
+    pub fn said(&self) -> String {
+        let said: Vec<String> = (self.changes.iter())
+            .map(|c| format!("{} {} -> {}", c.policy, c.old, c.new))
+            .collect();
+        said.join(", ")
+    }
 }
 
 fn file(state_dir: &Path) -> PathBuf {

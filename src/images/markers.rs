@@ -143,12 +143,16 @@ pub fn tag_of(marker: &Marker) -> Option<String> {
     match marker.form {
         Form::Tag => Some(marker.value.to_string()),
         Form::Name => None,
-        Form::Whole => {
-            let name = marker.value.split('@').next().unwrap_or_default();
-            let last = name.rfind('/').map_or(0, |slash| slash + 1);
-            name[last..].split_once(':').map(|(_, tag)| tag.to_string())
-        }
+        Form::Whole => split_image(marker.value).map(|(_, tag)| tag.to_string()),
     }
+}
+
+/// An image reference's repository and tag (`None` without a tag; a digest left out).
+pub fn split_image(image: &str) -> Option<(&str, &str)> {
+    let name = image.split('@').next()?;
+    let last = name.rfind('/').map_or(0, |slash| slash + 1);
+    let colon = name[last..].find(':')? + last;
+    Some((&name[..colon], &name[colon + 1..]))
 }
 
 #[cfg(test)]

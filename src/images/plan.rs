@@ -151,12 +151,9 @@ fn fields_at(fields: &[String], text: &str, line: usize) -> String {
 
 /// The tag in a marked value (the value itself when it holds none: a tag alone).
 fn tag_in(value: &str) -> String {
-    let name = value.split('@').next().unwrap_or_default();
-    let last = name.rfind('/').map_or(0, |slash| slash + 1);
-    match name[last..].split_once(':') {
-        Some((_, tag)) => tag.to_string(),
-        None => value.to_string(),
-    }
+    markers::split_image(value)
+        .map_or(value, |(_, tag)| tag)
+        .to_string()
 }
 
 #[cfg(test)]

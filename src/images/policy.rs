@@ -145,22 +145,6 @@ impl Policy {
         }
     }
 
-    /// The newest of `tags` this policy considers, leaving out those `ruled_out` says;
-    /// `None` when none is left.
-    pub fn latest<'t>(
-        &self,
-        tags: impl IntoIterator<Item = &'t str>,
-        ruled_out: impl Fn(&str) -> bool,
-    ) -> Option<&'t str> {
-        tags.into_iter()
-            .filter(|tag| !ruled_out(tag))
-            .filter_map(|tag| Some((self.key(tag)?, tag)))
-            // Equal keys: the greater tag, so that the answer never depends on the order
-            // the registry listed them in.
-            .max_by(|(a, ta), (b, tb)| a.cmp(b).then_with(|| ta.cmp(tb)))
-            .map(|(_, tag)| tag)
-    }
-
     /// The `k` newest of `tags` this policy considers, newest first: what a scan keeps of
     /// a registry's list (the newest not ruled out is among them unless `k` are).
     pub fn newest(&self, tags: &[String], k: usize) -> Vec<String> {
@@ -170,11 +154,6 @@ impl Policy {
         keyed.sort_by(|(a, ta), (b, tb)| b.cmp(a).then_with(|| tb.cmp(ta)));
         keyed.truncate(k);
         keyed.into_iter().map(|(_, tag)| tag.to_string()).collect()
-    }
-
-    /// Whether this policy considers `tag` at all.
-    pub fn considers(&self, tag: &str) -> bool {
-        self.key(tag).is_some()
     }
 
     fn key<'t>(&self, tag: &'t str) -> Option<Key<'t>> {
@@ -246,6 +225,17 @@ mod tests {
         "main-abc",
     ];
 
+    impl Policy {
+        fn latest<'t>(&self, tags: impl IntoIterator<Item = &'t str>) -> Option<String> {
+            let tags: Vec<String> = tags.into_iter().map(String::from).collect();
+            self.newest(&tags, 1).pop()
+        }
+
+        fn considers(&self, tag: &str) -> bool {
+            self.key(tag).is_some()
+        }
+    }
+
     #[test]
     fn newer_ranks_by_the_policy_and_anything_beats_a_tag_it_does_not_consider() {
         let policy = semver("^1.4");
@@ -257,27 +247,25 @@ mod tests {
     }
 
     #[test]
-    fn semver_picks_the_newest_inside_the_range_and_skips_what_is_ruled_out() {
+    fn semver_picks_the_newest_inside_the_range_newest_first() {
         let tags = TAGS.iter().copied();
         assert_eq!(
-            semver("^1.4").latest(tags.clone(), |_| false),
+            semver("^1.4").latest(tags.clone()).as_deref(),
             Some("1.4.10")
         );
-        assert_eq!(semver(">=1").latest(tags.clone(), |_| false), Some("2.0.0"));
-        assert_eq!(
-            semver("~1.4").latest(tags.clone(), |t| t == "1.4.10"),
-            Some("v1.4.2")
-        );
+        assert_eq!(semver(">=1").latest(tags.clone()).as_deref(), Some("2.0.0"));
+        let all: Vec<String> = TAGS.iter().map(|t| t.to_string()).collect();
+        assert_eq!(semver("~1.4").newest(&all, 2), ["1.4.10", "v1.4.2"]);
         // Pre-releases only when the range names one.
         assert_eq!(
-            semver("^1.4").latest(tags.clone(), |_| false),
+            semver("^1.4").latest(tags.clone()).as_deref(),
             Some("1.4.10")
         );
         assert_eq!(
-            semver(">=1.5.0-rc.0 <2").latest(tags.clone(), |_| false),
+            semver(">=1.5.0-rc.0 <2").latest(tags.clone()).as_deref(),
             Some("1.5.0-rc.1")
         );
-        assert_eq!(semver("^3").latest(tags, |_| false), None);
+        assert_eq!(semver("^3").latest(tags).as_deref(), None);
     }
 
     #[test]
@@ -298,11 +286,11 @@ mod tests {
             "main-eee-100000000000000000000",
         ];
         assert_eq!(
-            policy.latest(tags, |_| false),
+            policy.latest(tags).as_deref(),
             Some("main-eee-100000000000000000000")
         );
         assert_eq!(
-            policy.latest(tags[..4].iter().copied(), |_| false),
+            policy.latest(tags[..4].iter().copied()).as_deref(),
             Some("main-0a0a0a-0101"),
             "101 is more than 100"
         );
@@ -313,7 +301,7 @@ mod tests {
             extract: None,
         };
         assert_eq!(
-            decimals.latest(["1.5", "1.25", "1.50", "x"], |_| false),
+            decimals.latest(["1.5", "1.25", "1.50", "x"]).as_deref(),
             Some("1.50")
         );
     }
@@ -331,9 +319,9 @@ mod tests {
             "build-20261127-a",
             "other",
         ];
-        assert_eq!(policy.latest(tags, |_| false), Some("build-20261127-b"));
+        assert_eq!(policy.latest(tags).as_deref(), Some("build-20261127-b"));
         let reversed = tags.iter().rev().copied();
-        assert_eq!(policy.latest(reversed, |_| false), Some("build-20261127-b"));
+        assert_eq!(policy.latest(reversed).as_deref(), Some("build-20261127-b"));
     }
 
     #[test]
@@ -345,7 +333,7 @@ mod tests {
         };
         let long = "z".repeat(129);
         let tags = ["a", "zz\nevil: x", "zz #", "-z", ".z", long.as_str(), ""];
-        assert_eq!(policy.latest(tags, |_| false), Some("a"));
+        assert_eq!(policy.latest(tags).as_deref(), Some("a"));
         assert!(policy.considers(&"z".repeat(128)) && policy.considers("_a.B-9"));
     }
 }

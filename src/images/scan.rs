@@ -64,21 +64,12 @@ pub struct BranchReport {
 }
 
 impl BranchReport {
-    /// A pushed commit in words: its short id and subject, and the changes.
+    /// A pushed commit in words: its id, and the changes (`policy old -> new, …`).
     pub fn said(&self) -> Option<(String, String)> {
         let Ok(Written::Pushed { commit, plan, .. }) = &self.result else {
             return None;
         };
         Some((commit.clone(), changes(plan)))
-    }
-}
-
-impl Report {
-    /// The branches a commit was pushed to, with the apps following each.
-    pub fn pushed(&self) -> impl Iterator<Item = &BranchReport> {
-        self.branches
-            .iter()
-            .filter(|b| matches!(b.result, Ok(Written::Pushed { .. })))
     }
 }
 
@@ -113,7 +104,8 @@ impl Scanner {
         let policies = config.image_policies.clone();
         let apps = apps.to_vec();
         let newest = self.newest.clone();
-        let work = move || one_scan(&state_dir, &policies, &apps, &newest, seen, dry_run);
+        let all = config.apps.clone();
+        let work = move || one_scan(&state_dir, &policies, (&apps, &all), &newest, seen, dry_run);
         match tokio::task::spawn_blocking(work).await {
             Ok(report) => report,
             Err(e) => {
@@ -153,14 +145,15 @@ impl Scanner {
             let said = match tags {
                 Some(Ok(tags)) => {
                     let kept = Policy::of(policy).map(|p| p.newest(tags, KEPT));
-                    self.newest
-                        .insert(policy.name.clone(), kept.unwrap_or_default());
-                    Seen {
+                    let kept = kept.unwrap_or_default();
+                    let seen = Seen {
                         at,
                         tags: tags.len(),
-                        latest: None,
+                        latest: kept.first().cloned(),
                         error: None,
-                    }
+                    };
+                    self.newest.insert(policy.name.clone(), kept);
+                    seen
                 }
                 Some(Err(e)) => {
                     tracing::warn!(policy = %policy.name, error = %e, "cannot list the image's tags");
@@ -202,11 +195,12 @@ pub fn reference(image: &str, insecure: bool) -> Result<Reference, RegistryError
     Reference::parse(&format!("oci://{image}"), insecure)
 }
 
-/// The scan's blocking part: failures read, fields written back, the state kept.
+/// The scan's blocking part: failures read, fields written back, the state kept (`all`:
+/// every configured app, `apps` those written back).
 fn one_scan(
     state_dir: &Path,
     policies: &[ImagePolicyConfig],
-    apps: &[Arc<AppConfig>],
+    (apps, all): (&[Arc<AppConfig>], &[Arc<AppConfig>]),
     newest: &HashMap<String, Vec<String>>,
     seen: BTreeMap<String, Seen>,
     dry_run: bool,
@@ -216,7 +210,7 @@ fn one_scan(
         .collect();
     let failed = match dry_run {
         true => Vec::new(),
-        false => keep(state_dir, policies, apps, &seen, newest),
+        false => keep(state_dir, policies, apps, &seen),
     };
     let newest_of = |name: &str| newest.get(name).map(Vec::as_slice).unwrap_or_default();
     let choices: BTreeMap<&str, Choice<'_>> = (compiled.iter())
@@ -229,17 +223,14 @@ fn one_scan(
             (config.name.as_str(), choice)
         })
         .collect();
-    let branches = (groups(apps.iter().map(|a| &**a), state_dir).iter())
+    let branches = (groups(apps.iter().map(|a| &**a), all, state_dir).iter())
         .map(|group| branch(group, state_dir, &choices, dry_run))
         .collect();
     let state = state::read(state_dir);
     let policies = (compiled.iter())
         .map(|(config, _)| {
             let policy = state.policies.get(&config.name);
-            let mut seen = (seen.get(&config.name).cloned()).or_else(|| policy?.seen.clone());
-            if let Some(seen) = &mut seen {
-                seen.latest = newest_of(&config.name).first().cloned();
-            }
+            let seen = (seen.get(&config.name).cloned()).or_else(|| policy?.seen.clone());
             let failed = policy.map(|p| p.failed.clone());
             PolicyReport {
                 name: config.name.clone(),
@@ -263,7 +254,6 @@ fn keep(
     policies: &[ImagePolicyConfig],
     apps: &[Arc<AppConfig>],
     seen: &BTreeMap<String, Seen>,
-    newest: &HashMap<String, Vec<String>>,
 ) -> Vec<(String, Failure)> {
     let found = failures(state_dir, policies, apps);
     let kept = state::update(state_dir, |s| {
@@ -275,10 +265,7 @@ fn keep(
         }
         for (name, seen) in seen {
             let policy = s.policies.entry(name.clone()).or_default();
-            policy.seen = Some(Seen {
-                latest: newest.get(name).and_then(|n| n.first().cloned()),
-                ..seen.clone()
-            });
+            policy.seen = Some(seen.clone());
         }
         new
     });
@@ -361,7 +348,7 @@ fn failures(
                 .iter()
                 .filter(|i| !rollout.images_from.contains(i))
             {
-                let Some((name, tag)) = split_image(image) else {
+                let Some((name, tag)) = super::markers::split_image(image) else {
                     continue;
                 };
                 for policy in policies.iter().filter(|p| p.image == name) {
@@ -377,12 +364,4 @@ fn failures(
         }
     }
     found
-}
-
-/// An image reference's repository and tag (`None` without a tag).
-fn split_image(image: &str) -> Option<(&str, &str)> {
-    let name = image.split('@').next()?;
-    let last = name.rfind('/').map_or(0, |slash| slash + 1);
-    let colon = name[last..].find(':')? + last;
-    Some((&name[..colon], &name[colon + 1..]))
 }

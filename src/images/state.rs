@@ -152,12 +152,7 @@ pub fn update<T>(state_dir: &Path, change: impl FnOnce(&mut State) -> T) -> std:
     let file = path(state_dir);
     let dir = file.parent().unwrap_or(state_dir);
     crate::state::private_dir(dir)?;
-    let lock = crate::state::private_file()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join("lock"))?;
-    crate::state::flock(&lock, crate::state::Lock::Exclusive)?;
+    let _lock = crate::state::lock(&dir.join("lock"))?;
     let mut state = load(state_dir)?;
     let before = state.clone();
     let out = change(&mut state);

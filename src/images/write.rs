@@ -6,6 +6,7 @@
 //! own left out: the scan writes every field anew) or reset to it, as configured.
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use git2::Oid;
 
@@ -19,7 +20,7 @@ use crate::source::git::{
 use crate::source::sign::{SignError, Signer};
 
 /// Pushes tried before berth gives up until the next scan.
-pub const ATTEMPTS: usize = 5;
+const ATTEMPTS: usize = 5;
 
 /// The apps whose markers go to one branch of one repository, pushed with the same
 /// credentials, author, key and message.
@@ -29,8 +30,11 @@ pub struct Group<'a> {
     pub updates: &'a ImageUpdatesConfig,
     /// The branch pushed to.
     pub branch: String,
-    /// The branch the apps follow (the push branch, unless another is configured).
+    /// The branch the first app follows (the push branch, unless another is configured).
     pub followed: String,
+    /// Every configured app of the repository: a branch one of them follows is never
+    /// force-pushed.
+    pub everyone: Vec<&'a AppConfig>,
 }
 
 impl Group<'_> {
@@ -43,9 +47,10 @@ impl Group<'_> {
 /// The apps of `apps` with `[app.image_updates]`, grouped by repository and push branch
 /// (the apps whose followed branch cannot be told are said and left out). Apps that push
 /// with other credentials or settings make groups of their own: a commit is never signed
-/// with one app's key for another's fields.
+/// with one app's key for another's fields. `all` is every configured app.
 pub fn groups<'a>(
     apps: impl IntoIterator<Item = &'a AppConfig>,
+    all: &'a [Arc<AppConfig>],
     state_dir: &Path,
 ) -> Vec<Group<'a>> {
     let mut groups: Vec<Group<'a>> = Vec::new();
@@ -71,6 +76,10 @@ pub fn groups<'a>(
                 updates,
                 branch,
                 followed,
+                everyone: (all.iter())
+                    .filter(|a| a.repo == app.repo)
+                    .map(|a| &**a)
+                    .collect(),
             }),
         }
     }
@@ -105,12 +114,17 @@ pub enum WriteError {
         "branch {branch} moved at each of {ATTEMPTS} pushes: berth tries again at the next scan"
     )]
     Moving { branch: String },
-    #[error("cannot rebase {branch} onto {onto}: commit {commit} does not apply there ({why}); merge {branch} by hand, or set stale_push_branch = \"reset\"")]
+    #[error("cannot rebase {branch} onto {onto}: commit {commit} conflicts there; merge {branch} by hand, or set stale_push_branch = \"reset\"")]
     Rebase {
         branch: String,
         onto: String,
         commit: String,
-        why: String,
+    },
+    #[error("push branch {branch} no longer descends from {onto}, and app {app} follows it: berth never force-pushes a branch an app follows; merge {onto} into it by hand")]
+    Followed {
+        branch: String,
+        onto: String,
+        app: String,
     },
 }
 
@@ -133,9 +147,10 @@ pub fn write_back(
         _ => None,
     };
     let (name, email) = author_parts(&group.updates.author);
-    let author = git2::Signature::now(name, email).map_err(|e| cache(&writable, e))?;
+    let author =
+        git2::Signature::now(name, email).map_err(|e| WriteError::from(writable.cache(e)))?;
     for attempt in 1..=ATTEMPTS {
-        let base = base(group, &writable, &author, email, signer.as_ref())?;
+        let base = base(group, &writable, state_dir, &author, signer.as_ref())?;
         let (planned, mut planned_state) = planned(group, &writable, base.commit, choices, state)?;
         if planned.files.is_empty() || dry_run {
             *state = planned_state;
@@ -201,8 +216,8 @@ struct Base {
 fn base(
     group: &Group<'_>,
     writable: &Writable,
+    state_dir: &Path,
     author: &git2::Signature<'_>,
-    email: &str,
     signer: Option<&Signer>,
 ) -> Result<Base, WriteError> {
     let missing = || SourceError::RefNotFound {
@@ -230,12 +245,21 @@ fn base(
     let current = pushed == followed
         || repo
             .graph_descendant_of(pushed, followed)
-            .map_err(|e| cache(writable, e))?;
+            .map_err(|e| WriteError::from(writable.cache(e)))?;
     if current {
         return Ok(Base {
             commit: pushed,
             lease: Some(pushed),
             force: false,
+        });
+    }
+    let follower = (group.everyone.iter())
+        .find(|a| followed_branch(a, state_dir).as_deref() == Some(group.branch.as_str()));
+    if let Some(app) = follower {
+        return Err(WriteError::Followed {
+            branch: group.branch.clone(),
+            onto: group.followed.clone(),
+            app: app.name.clone(),
         });
     }
     tracing::info!(branch = %group.branch, onto = %group.followed, "image updates: the push branch no longer descends from the followed branch: {}", match group.updates.stale_push_branch {
@@ -244,9 +268,7 @@ fn base(
     });
     let commit = match group.updates.stale_push_branch {
         StalePushBranch::Reset => followed,
-        StalePushBranch::Rebase => {
-            rebase(group, writable, pushed, followed, author, email, signer)?
-        }
+        StalePushBranch::Rebase => rebase(group, writable, pushed, followed, author, signer)?,
     };
     Ok(Base {
         commit,
@@ -255,19 +277,19 @@ fn base(
     })
 }
 
-/// The commits of `branch` not in `onto`, but berth's own, replayed onto it (oldest
-/// first; one that changes nothing there dropped).
+/// The commits of `branch` not in `onto`, but berth's own (by its author's address) and
+/// merges, replayed onto it (oldest first; one that changes nothing there dropped).
 fn rebase(
     group: &Group<'_>,
     writable: &Writable,
     branch: Oid,
     onto: Oid,
     committer: &git2::Signature<'_>,
-    email: &str,
     signer: Option<&Signer>,
 ) -> Result<Oid, WriteError> {
+    let email = committer.email();
     let repo = &writable.repo;
-    let git = |e: git2::Error| cache(writable, e);
+    let git = |e: git2::Error| WriteError::from(writable.cache(e));
     let mut walk = repo.revwalk().map_err(git)?;
     walk.push(branch).map_err(git)?;
     walk.hide(onto).map_err(git)?;
@@ -276,7 +298,7 @@ fn rebase(
     let mut tip = onto;
     for oid in walk {
         let commit = repo.find_commit(oid.map_err(git)?).map_err(git)?;
-        if commit.author().email() == Ok(email) || commit.parent_count() > 1 {
+        if commit.author().email() == email || commit.parent_count() > 1 {
             continue;
         }
         let base = repo.find_commit(tip).map_err(git)?;
@@ -287,8 +309,7 @@ fn rebase(
             return Err(WriteError::Rebase {
                 branch: group.branch.clone(),
                 onto: group.followed.clone(),
-                commit: commit.id().to_string()[..7].to_string(),
-                why: "it conflicts".into(),
+                commit: crate::source::short(&commit.id().to_string()).to_string(),
             });
         }
         let tree = index.write_tree_to(repo).map_err(git)?;
@@ -316,8 +337,12 @@ fn rebase(
 
 /// The commit message: the template with `{policies}` and `{changes}` filled in.
 fn message(template: &str, plan: &Plan) -> String {
-    let mut policies: Vec<&str> = plan.changes.iter().map(|c| c.policy.as_str()).collect();
-    policies.dedup();
+    let mut policies: Vec<&str> = Vec::new();
+    for change in &plan.changes {
+        if !policies.contains(&change.policy.as_str()) {
+            policies.push(&change.policy);
+        }
+    }
     let changes: Vec<String> = (plan.changes.iter())
         .map(|c| {
             format!(
@@ -329,11 +354,4 @@ fn message(template: &str, plan: &Plan) -> String {
     template
         .replace("{policies}", &policies.join(", "))
         .replace("{changes}", &changes.join("\n"))
-}
-
-fn cache(writable: &Writable, e: git2::Error) -> WriteError {
-    WriteError::Source(SourceError::Cache {
-        path: writable.repo.path().to_path_buf(),
-        message: e.message().to_string(),
-    })
 }

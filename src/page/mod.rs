@@ -409,12 +409,9 @@ impl StatusPage {
         (writes.iter().rev().take(5))
             .map(|w| html::WriteBackRow {
                 at: w.at.to_string(),
-                commit: w.commit[..w.commit.len().min(7)].to_string(),
+                commit: crate::source::short(&w.commit).to_string(),
                 branch: w.branch.clone(),
-                changes: (w.changes.iter())
-                    .map(|c| format!("{} {} → {}", c.policy, c.old, c.new))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                changes: w.said(),
             })
             .collect()
     }

@@ -58,7 +58,7 @@ fn one_policy(policy: &ImagePolicyConfig, key: &dyn Fn(&str) -> String, problems
 
 /// An image repository with its registry's host: `host[:port]/path` (no scheme, tag or
 /// digest).
-pub fn check_image(image: &str) -> Result<(), &'static str> {
+fn check_image(image: &str) -> Result<(), &'static str> {
     let Some((host, path)) = image.split_once('/') else {
         return Err("names no registry: write host/path, e.g. registry.example.com/team/shop or docker.io/library/nginx");
     };

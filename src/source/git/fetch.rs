@@ -19,6 +19,7 @@ use super::{
 };
 use crate::config::{AppConfig, GitRef, DEFAULT_KNOWN_HOSTS};
 use crate::source::known_hosts;
+use crate::state::lock;
 
 /// What to fetch and which local ref then holds the commit.
 struct Want {
@@ -202,17 +203,6 @@ fn remove_legacy_cache(state_dir: &Path, app: &str) {
         }
         let _ = std::fs::remove_dir(state_dir.join("repos")); // only when empty
     }
-}
-
-/// An exclusive `flock` on `path`, held until the file is dropped.
-pub(super) fn lock(path: &Path) -> std::io::Result<std::fs::File> {
-    let file = crate::state::private_file()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)?;
-    crate::state::flock(&file, crate::state::Lock::Exclusive)?;
-    Ok(file)
 }
 
 /// Fetches the app's ref into the bare repository `cache`; the repository and the commit.

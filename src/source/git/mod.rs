@@ -109,8 +109,8 @@ pub enum SourceError {
         /// What git or the remote said (the URL redacted in it).
         message: String,
     },
-    /// A commit could not be signed.
-    #[error("cannot sign the commit: {0}")]
+    /// A commit could not be signed (the key's error, as it says it).
+    #[error("{0}")]
     Sign(String),
     /// A chart's or an artifact's registry.
     #[error(transparent)]

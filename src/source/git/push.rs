@@ -6,10 +6,11 @@ use std::path::Path;
 
 use git2::{build::TreeUpdateBuilder, FetchOptions, Oid, PushOptions, Repository};
 
-use super::fetch::{callbacks, classify, first_fetch, lock, open_cache, Depth};
+use super::fetch::{callbacks, classify, first_fetch, open_cache, Depth};
 use super::{bound_network_waits, redact_url, remote_url, source_dir, SourceError};
 use crate::config::AppConfig;
 use crate::source::sign::{SignError, Signer};
+use crate::state::lock;
 
 /// The repository's cache, open and locked against fetches (the lock is held until this
 /// is dropped).
@@ -215,7 +216,8 @@ impl Writable {
         Ok(callbacks)
     }
 
-    fn cache(&self, e: git2::Error) -> SourceError {
+    /// `e`, a failure of the cache.
+    pub fn cache(&self, e: git2::Error) -> SourceError {
         SourceError::Cache {
             path: self.repo.path().to_path_buf(),
             message: e.message().to_string(),
