@@ -531,6 +531,32 @@ async fn policies_write_kustomizations_and_values_in_one_signed_commit_a_moved_b
         .contains("tag: \"1.3.3\""));
     assert_eq!(remote.show("images", "apps/web/NOTES.md"), "reviewed twice");
     assert_eq!(remote.show("images", "apps/web/CHANGELOG.md"), "1.3.2");
+
+    // An app follows the push branch: stale again, it is never force-pushed; the error
+    // says which app follows it and what to do.
+    let review = format!(
+        "push_branch = \"images\"\n[[app]]\nname = \"review\"\nrepo = \"{}\"\nbranch = \"images\"\npath = \"apps\"\nnamespace = \"review\"",
+        remote.url()
+    );
+    let config = config_of(state.path(), &app(&review));
+    remote.person.git(&["checkout", "-q", "main"]);
+    remote.pull();
+    remote.person.write("apps/web/CHANGELOG.md", "1.3.3\n");
+    remote.commit_and_push("main moves on");
+    let images = remote.git(&["rev-parse", "images"]);
+    push_tag(&registry, "team/web", "1.3.4");
+    let held = scan(&config).await;
+    let error = held.branches[0]
+        .result
+        .as_ref()
+        .err()
+        .map(ToString::to_string);
+    let error = error.unwrap_or_default();
+    assert!(
+        error.contains("app review follows it") && error.contains("merge main into it"),
+        "{error}"
+    );
+    assert_eq!(remote.git(&["rev-parse", "images"]), images);
 }
 
 /// A registry's push notification (Distribution's envelope, signed with the app's webhook
