@@ -93,11 +93,40 @@ fn generated(
         Ok(None) => Vec::new(),
         Err(e) => return said(&e),
     };
-    let apps = match set.generate(&folders, &config.cluster) {
-        Ok(apps) => apps,
+    // The remote's refs, unless a folder stands for the repository.
+    let refs = match (set.ref_globs(), dir) {
+        (Ok(Some(globs)), None) => match berth::source::git::matching_refs(&sample, &globs) {
+            Ok(refs) => refs,
+            Err(e) => return said(&e),
+        },
+        (Ok(Some(_)), Some(_)) => {
+            println!("app set {}: its refs are not listed with --dir", set.name);
+            Vec::new()
+        }
+        (Ok(None), _) => Vec::new(),
+        (Err(e), _) => return said(&e),
+    };
+    let now = jiff::Timestamp::now();
+    let listed = berth::fleet::Listed {
+        commit: String::new(),
+        folders: (folders.into_iter())
+            .map(|path| berth::fleet::Folder {
+                path,
+                tree: String::new(),
+            })
+            .collect(),
+        refs: (refs.into_iter())
+            .map(|(name, sha)| berth::config::FoundRef {
+                name,
+                sha,
+                since: now,
+            })
+            .collect(),
+    };
+    let (apps, refused) = match berth::fleet::made(config, set, &listed) {
+        Ok(made) => made,
         Err(e) => return said(&e),
     };
-    let (apps, refused) = berth::fleet::within_reach(config, set, apps);
     for r in &refused {
         println!("{r}");
     }
@@ -247,6 +276,7 @@ fn what(app: &AppConfig) -> String {
         GitRef::Branch(b) => format!("branch {b}"),
         GitRef::Tag(t) => format!("tag {t}"),
         GitRef::Commit(c) => format!("commit {c}"),
+        GitRef::Ref(r) => format!("ref {r}"),
     }
 }
 

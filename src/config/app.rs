@@ -34,6 +34,10 @@ pub struct AppConfig {
     pub tag: Option<String>,
     /// Pin this full commit SHA.
     pub commit: Option<String>,
+    /// Follow this ref by its full name (`refs/pull/7/head`, `refs/changes/…`): a pull
+    /// request's, which no branch names. A preview app set gives each of its apps its own.
+    #[serde(rename = "ref")]
+    pub follow_ref: Option<String>,
     /// Folders (or files) in the repository to render, relative to its root.
     #[serde(default = "root_path", deserialize_with = "one_or_many")]
     pub path: Vec<String>,
@@ -70,6 +74,9 @@ pub struct AppConfig {
     /// The set's folder it was generated from (its path in the repository).
     #[serde(skip)]
     pub folder: Option<String>,
+    /// The ref it was generated from, when it is a preview (a pull request's: untrusted).
+    #[serde(skip)]
+    pub preview: Option<String>,
     /// Delete objects that an earlier commit applied and this one no longer holds.
     #[serde(default)]
     pub prune: bool,
@@ -281,6 +288,8 @@ pub enum GitRef<'a> {
     Tag(&'a str),
     /// One commit, by its full SHA.
     Commit(&'a str),
+    /// A ref by its full name, outside `refs/heads/` and `refs/tags/` (a pull request's).
+    Ref(&'a str),
 }
 
 /// A revision that names nothing the app's source would take.
@@ -390,11 +399,12 @@ impl AppConfig {
 
     /// The ref this app follows.
     pub fn git_ref(&self) -> GitRef<'_> {
-        match (&self.tag, &self.commit, &self.branch) {
-            (Some(tag), _, _) => GitRef::Tag(tag),
-            (None, Some(sha), _) => GitRef::Commit(sha),
-            (None, None, Some(branch)) => GitRef::Branch(branch),
-            (None, None, None) => GitRef::DefaultBranch,
+        match (&self.tag, &self.commit, &self.follow_ref, &self.branch) {
+            (Some(tag), ..) => GitRef::Tag(tag),
+            (None, Some(sha), ..) => GitRef::Commit(sha),
+            (None, None, Some(name), _) => GitRef::Ref(name),
+            (None, None, None, Some(branch)) => GitRef::Branch(branch),
+            (None, None, None, None) => GitRef::DefaultBranch,
         }
     }
 }

@@ -28,7 +28,10 @@ pub use app::{
     RenderMode, RevisionError, RolloutConfig, RolloutEngine, ScopeConfig, VerifyConfig, VerifyMode,
     DEFAULT_KNOWN_HOSTS,
 };
-pub use app_set::{AppSetConfig, Refused, Selector, SetError, DEFAULT_MAX_APPS, SAMPLE_FOLDER};
+pub use app_set::{
+    AppSetConfig, Combination, FoundRef, Refused, Selector, SetError, DEFAULT_MAX_APPS,
+    SAMPLE_FOLDER,
+};
 pub use error::{io_message, ConfigError, Problem};
 use error::{toml_error, unknown_field};
 pub use globs::{compile_globs, Globs};

@@ -267,7 +267,24 @@ fn duplicate_app_names() {
 #[test]
 fn more_than_one_ref() {
     let e = invalid(&format!("{MINIMAL}branch = \"main\"\ntag = \"v1\"\n"));
-    assert!(e.contains("at most one of branch, tag and commit"), "{e}");
+    assert!(
+        e.contains("at most one of branch, tag, commit and ref"),
+        "{e}"
+    );
+    for (name, said) in [
+        (
+            "refs/heads/main",
+            "is a branch or a tag: give branch or tag instead",
+        ),
+        ("pull/1/head", "is not a full ref name (refs/…)"),
+        ("refs/pull/1/head..", "is not a full ref name (refs/…)"),
+    ] {
+        let e = invalid(&format!("{MINIMAL}ref = {name:?}\n"));
+        assert!(e.contains(&format!("app[0].ref: {name:?} {said}")), "{e}");
+    }
+    let app = parse(&format!("{MINIMAL}ref = \"refs/pull/7/head\"\n")).unwrap();
+    app.validate().unwrap();
+    assert_eq!(app.apps[0].git_ref(), GitRef::Ref("refs/pull/7/head"));
 }
 
 #[test]
@@ -394,7 +411,7 @@ interval = "1s"
 "#;
     let err = parse(bad).unwrap().validate().unwrap_err().to_string();
     for said in [
-        "app[0].image_updates.push_branch: the app follows a tag or a commit",
+        "app[0].image_updates.push_branch: the app follows a tag, a commit or a ref",
         "app[0].image_updates.author: \"berth\" is not an author",
         "image_policy[0].name: \"Shop\" is not a DNS label",
         "image_policy[0].image: \"shop\" names no registry",

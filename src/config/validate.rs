@@ -280,9 +280,17 @@ fn app_identity(app: &AppConfig, key: &dyn Fn(&str) -> String, problems: &mut Pr
 
 /// An app's repository, ref and credentials.
 fn app_source(app: &AppConfig, key: &dyn Fn(&str) -> String, problems: &mut Problems) {
-    let refs = [&app.branch, &app.tag, &app.commit];
+    let refs = [&app.branch, &app.tag, &app.commit, &app.follow_ref];
     if refs.iter().filter(|r| r.is_some()).count() > 1 {
-        problems.add(key("branch"), "give at most one of branch, tag and commit");
+        problems.add(
+            key("branch"),
+            "give at most one of branch, tag, commit and ref",
+        );
+    }
+    if let Some(name) = &app.follow_ref {
+        if let Err(why) = check_ref(name) {
+            problems.add(key("ref"), format!("{name:?} {why}"));
+        }
     }
     if let Some(c) = &app.commit {
         if !is_full_sha(c) {
@@ -471,6 +479,24 @@ pub fn check_repo_path(p: &str) -> Result<(), ValueError> {
                 return Err(ValueError::Absolute(p.to_string()))
             }
         }
+    }
+    Ok(())
+}
+
+/// Whether `name` is a ref `ref = …` may follow: a full, valid ref name outside
+/// `refs/heads/` and `refs/tags/` (`branch` and `tag` name those).
+///
+/// # Errors
+/// What is wrong with it.
+pub fn check_ref(name: &str) -> Result<(), &'static str> {
+    if !name.starts_with("refs/") || !git2::Reference::is_valid_name(name) {
+        return Err("is not a full ref name (refs/…)");
+    }
+    if name.starts_with("refs/heads/") || name.starts_with("refs/tags/") {
+        return Err("is a branch or a tag: give branch or tag instead");
+    }
+    if name.len() > 255 {
+        return Err("is longer than 255 bytes");
     }
     Ok(())
 }

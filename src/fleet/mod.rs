@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::config::{
-    check_generated, AppConfig, AppSetConfig, Config, Problem as Invalid, Refused, SetError,
+    check_generated, AppConfig, AppSetConfig, Config, FoundRef, Problem as Invalid, Refused,
+    SetError,
 };
 use crate::source::folders::{self, FolderError};
 use crate::source::git::SourceError;
@@ -30,10 +31,13 @@ pub struct Folder {
 /// What a set lists at a commit.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Listed {
-    /// The commit (empty for a set without folders, which reads no repository).
+    /// The commit (empty for a set without folders, which reads no commit).
     pub commit: String,
     /// The folders matching, sorted.
     pub folders: Vec<Folder>,
+    /// The remote's refs matching, sorted (expired ones too: their `since` is kept).
+    #[serde(default)]
+    pub refs: Vec<FoundRef>,
 }
 
 impl Listed {
@@ -138,7 +142,10 @@ pub async fn list(
     revision: Option<&str>,
 ) -> Listing {
     let before = read_state(&config.agent.state_dir, &set.name);
-    let listing = list_commit(sources, config, set, since, revision).await;
+    let mut listing = list_commit(sources, config, set, since, revision).await;
+    if let (Ok(now), Ok(Some(before))) = (&mut listing, &before) {
+        keep_since(&mut now.refs, &before.refs);
+    }
     let before = match (before, &listing) {
         (Ok(before), _) => before,
         // A listing of the commit mends a torn state file; without one, nothing is known.
@@ -179,7 +186,21 @@ pub async fn list(
     }
 }
 
-/// The folders `set` matches at its repository's commit.
+/// Each ref of `now` that names the commit it named `before` keeps the time berth first
+/// saw it there.
+fn keep_since(now: &mut [FoundRef], before: &[FoundRef]) {
+    for found in now {
+        let same = before
+            .iter()
+            .find(|b| b.name == found.name && b.sha == found.sha);
+        if let Some(same) = same {
+            found.since = same.since;
+        }
+    }
+}
+
+/// The folders `set` matches at its repository's commit, and the refs its remote has that
+/// `set` matches.
 async fn list_commit(
     sources: &Sources,
     config: &Config,
@@ -187,10 +208,35 @@ async fn list_commit(
     since: Instant,
     revision: Option<&str>,
 ) -> Result<Listed, ListError> {
-    let Some(globs) = set.folder_globs()? else {
+    let (folder_globs, ref_globs) = (set.folder_globs()?, set.ref_globs()?);
+    if folder_globs.is_none() && ref_globs.is_none() {
         return Ok(Listed::default());
-    };
+    }
     let sample = set.sample(&config.cluster)?.ok_or(ListError::NoCluster)?;
+    let refs = match ref_globs {
+        None => Vec::new(),
+        Some(globs) => {
+            let app = sample.clone();
+            let listed = move || crate::source::git::matching_refs(&app, &globs);
+            let now = jiff::Timestamp::now();
+            (tokio::task::spawn_blocking(listed)
+                .await
+                .map_err(ListError::Task)??)
+            .into_iter()
+            .map(|(name, sha)| FoundRef {
+                name,
+                sha,
+                since: now,
+            })
+            .collect()
+        }
+    };
+    let Some(globs) = folder_globs else {
+        return Ok(Listed {
+            refs,
+            ..Listed::default()
+        });
+    };
     let sample = match revision {
         Some(revision) => sample.at_revision(revision)?,
         None => sample,
@@ -210,6 +256,7 @@ async fn list_commit(
             .zip(trees)
             .map(|(path, tree)| Folder { path, tree })
             .collect(),
+        refs,
     })
 }
 
@@ -286,19 +333,45 @@ pub fn remembered_apps(config: &Config, set: &AppSetConfig) -> Vec<Arc<AppConfig
     made(config, set, &listed).map_or_else(|_| Vec::new(), |(apps, _)| apps)
 }
 
-/// The apps of `set` for `listed`, each checked as a written app is, and those refused: a
-/// folder whose apps would reach a reserved namespace (see [`within_reach`]).
+/// The apps of `set` for `listed` (its refs past the set's `ttl` left out), each checked
+/// as a written app is, and those refused: a folder whose apps would reach a reserved
+/// namespace (see [`within_reach`]), a ref whose app cannot be made (one pull request
+/// never holds back the others).
 ///
 /// # Errors
-/// The first app that cannot be made, or more apps than the set's `max_apps`.
-fn made(
+/// The first app of a folder, item or cluster that cannot be made, or more apps than the
+/// set's `max_apps`.
+pub fn made(
     config: &Config,
     set: &AppSetConfig,
     listed: &Listed,
 ) -> Result<(Vec<Arc<AppConfig>>, Vec<Refused>), ListError> {
-    let apps = set.generate(&listed.paths(), &config.cluster)?;
-    for app in &apps {
-        if let Err(problems) = check_generated(app, &config.cluster) {
+    let now = jiff::Timestamp::now();
+    let live = |r: &&FoundRef| {
+        let age = now.duration_since(r.since).unsigned_abs();
+        set.ttl.is_none_or(|ttl| age <= ttl)
+    };
+    let refs: Vec<FoundRef> = listed.refs.iter().filter(live).cloned().collect();
+    let (mut apps, mut refused) = (Vec::new(), Vec::new());
+    for app in set.generate(&listed.paths(), &refs, &config.cluster)? {
+        let app = match app {
+            Ok(app) => app,
+            // One pull request's ref never holds back the set's other apps.
+            Err(e @ SetError::App { .. }) if is_preview(&e) => {
+                refused.push(Refused::unmade(&e));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if let Err(problems) = check_generated(&app, &config.cluster) {
+            if app.preview.is_some() {
+                let said: Vec<String> = problems
+                    .iter()
+                    .map(|p| format!("{}: {}", p.key, p.message))
+                    .collect();
+                refused.push(Refused::of(&app, said.join("; ")));
+                continue;
+            }
             let (app, path) = (app.name.clone(), app.path.join(", "));
             return Err(ListError::Invalid {
                 app,
@@ -306,8 +379,16 @@ fn made(
                 problems,
             });
         }
+        apps.push(Arc::new(app));
     }
-    Ok(within_reach(config, set, apps))
+    let (apps, more) = within_reach(config, set, apps);
+    refused.extend(more);
+    Ok((apps, refused))
+}
+
+/// Whether `e` is about a ref's app.
+fn is_preview(e: &SetError) -> bool {
+    matches!(e, SetError::App { at, .. } if at.git_ref.is_some())
 }
 
 mod desired;

@@ -43,6 +43,7 @@ fn listing(paths: &[&str]) -> Listing {
                     tree: "1".repeat(40),
                 })
                 .collect(),
+            refs: Vec::new(),
         },
         problem: None,
     }
@@ -232,7 +233,9 @@ fn more_apps_than_max_apps_are_refused_naming_the_set_and_the_bound() {
     assert_eq!(names(&expanded), ["solo"]);
     let problem = listings[0].problem.as_ref().unwrap().to_string();
     assert!(
-        problem.contains("app set addons: its 2 folders make 4 apps, more than its max_apps (3)"),
+        problem.contains(
+            "app set addons: its 2 folders × 2 clusters make 4 apps, more than its max_apps (3)"
+        ),
         "{problem}"
     );
 }

@@ -130,8 +130,16 @@ fn renamed(
             continue;
         };
         let old = gone.swap_remove(at);
-        let apps = |path: &str| set.generate(&[path.to_string()], &config.cluster);
-        if let (Ok(from), Ok(to)) = (apps(&old.path), apps(&new.path)) {
+        // A set of refs makes no app here (no ref given): its folders' apps are removed
+        // and made again rather than handed over.
+        let apps = |path: &str| {
+            let made = set.generate(&[path.to_string()], &[], &config.cluster);
+            made.ok()?
+                .into_iter()
+                .map(|app| app.ok().map(Arc::new))
+                .collect::<Option<Vec<_>>>()
+        };
+        if let (Some(from), Some(to)) = (apps(&old.path), apps(&new.path)) {
             pairs.extend(from.into_iter().zip(to));
         }
     }

@@ -97,11 +97,11 @@ pub(super) fn image_updates(
             "image updates are committed to git: a chart or oci app has no repository to write",
         );
     }
-    if let GitRef::Tag(_) | GitRef::Commit(_) = app.git_ref() {
+    if let GitRef::Tag(_) | GitRef::Commit(_) | GitRef::Ref(_) = app.git_ref() {
         if updates.push_branch.is_none() {
             problems.add(
                 key("push_branch"),
-                "the app follows a tag or a commit: name the branch berth pushes to",
+                "the app follows a tag, a commit or a ref: name the branch berth pushes to",
             );
         }
     }

@@ -20,7 +20,7 @@ pub(super) fn app_sets(config: &Config, problems: &mut Problems) {
                 format!("duplicate set name {:?}: {why}", set.name),
             );
         }
-        for fixed in ["repo", "branch", "tag", "commit"] {
+        for fixed in ["repo", "branch", "tag", "commit", "ref"] {
             let templated = set.template.get(fixed).and_then(|v| v.as_str());
             if templated.is_some_and(|v| v.contains('{')) {
                 let why = "is read once for the whole set: it cannot hold a placeholder";
@@ -34,6 +34,19 @@ pub(super) fn app_sets(config: &Config, problems: &mut Problems) {
         }
         if let Err(SetError::Key { message, .. }) = set.folder_globs() {
             problems.add(key("folders"), message);
+        }
+        if let Err(SetError::Key { message, .. }) = set.ref_globs() {
+            problems.add(key("refs"), message);
+        }
+        if !set.refs.is_empty() && set.template.contains_key("ref") {
+            problems.add(key("ref"), "each app of the set's refs follows its own ref");
+        }
+        if set.ttl.is_some() && set.refs.is_empty() {
+            problems.add(key("ttl"), "only a ref's apps expire: the set has no refs");
+        }
+        if set.generators() > 3 {
+            let why = "a set combines at most three of folders, clusters, refs and list";
+            problems.add(key("refs"), why);
         }
         match set.clusters(&config.cluster) {
             Err(SetError::Clusters { message, .. }) => problems.add(key("clusters"), message),

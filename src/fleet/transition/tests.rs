@@ -40,6 +40,7 @@ fn listing(folders: &[(&str, char)]) -> Listing {
                     tree: tree.to_string().repeat(40),
                 })
                 .collect(),
+            refs: Vec::new(),
         },
         problem: None,
     }
@@ -123,6 +124,7 @@ fn an_app_refused_is_neither_removed_nor_handed_over() {
         app: "addons-dns-east".into(),
         set: "addons".into(),
         folder: Some("addons/dns".into()),
+        git_ref: None,
         cluster: "east".into(),
         why: "a written app has its name".into(),
     });

@@ -56,7 +56,7 @@ pub fn followed_branch(app: &AppConfig, state_dir: &Path) -> Option<String> {
     match followed(app, &source_dir(state_dir, &app.repo)).git_ref() {
         GitRef::Branch(branch) => Some(branch.to_string()),
         GitRef::DefaultBranch => default_branch(&app.repo),
-        GitRef::Tag(_) | GitRef::Commit(_) => None,
+        GitRef::Tag(_) | GitRef::Commit(_) | GitRef::Ref(_) => None,
     }
 }
 

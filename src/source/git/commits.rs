@@ -110,6 +110,7 @@ pub fn local_tip(app: &crate::config::AppConfig) -> Option<String> {
         GitRef::Branch(b) => format!("refs/heads/{b}"),
         GitRef::Tag(t) => format!("refs/tags/{t}"),
         GitRef::Commit(sha) => return Some(sha.to_string()),
+        GitRef::Ref(name) => name.to_string(),
     };
     let commit = repo.revparse_single(&name).ok()?.peel_to_commit().ok()?;
     Some(commit.id().to_string())

@@ -50,6 +50,15 @@ fn want(git_ref: GitRef<'_>) -> Want {
             local_ref: format!("refs/remotes/origin/{branch}"),
             what: format!("branch {branch}"),
         },
+        GitRef::Ref(name) => {
+            let local = format!("refs/berth/{}", name.trim_start_matches("refs/"));
+            Want {
+                refspec: format!("+{name}:{local}"),
+                remote_ref: Some(name.to_string()),
+                local_ref: local,
+                what: format!("ref {name}"),
+            }
+        }
         GitRef::DefaultBranch => Want {
             refspec: "+HEAD:refs/remotes/origin/HEAD".into(),
             remote_ref: Some("HEAD".into()),

@@ -21,6 +21,7 @@ mod commits;
 mod fetch;
 mod paths;
 mod push;
+mod refs;
 #[cfg(test)]
 mod tests;
 mod trees;
@@ -29,6 +30,7 @@ pub use branch::{default_branch, followed_branch};
 pub use commits::{ancestry, branches_holding, local_tip, paths_digest, tree_ids};
 pub use fetch::{deepen, fetch};
 pub use push::{write_commit, Pushed, Writable, Written};
+pub use refs::matching_refs;
 pub use trees::{tree_at, TreeLimits};
 
 /// Every git network operation gives up when the server does not answer: 30 s to connect,
