@@ -38,6 +38,10 @@ pub(super) struct Agent {
     pub(super) leader: tokio::sync::watch::Receiver<bool>,
 }
 
+/// How often a preview syncs on its own, at most: its set lists the refs on the agent's
+/// interval (one request for all its previews) and wakes those whose ref moved.
+const PREVIEW_INTERVAL: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// The apps a repository's commits trigger.
 type Subscribers = Arc<std::sync::Mutex<BTreeMap<String, mpsc::Sender<Trigger>>>>;
 
@@ -106,11 +110,13 @@ impl Agent {
 
     pub(super) fn start(&mut self, app: Arc<AppConfig>) {
         let (trigger, triggers) = mpsc::channel(4);
-        if let Some(path) = crate::source::local_repository(&app) {
+        // A preview is woken by its set, which watches the repository.
+        let watched = crate::source::local_repository(&app).filter(|_| app.preview.is_none());
+        if let Some(path) = watched {
             self.subscribe(&app.name, path, trigger.clone());
         }
-        let (secret, repo) = (webhook_secret(&app), crate::source::push_key(&app));
-        let heart = self.shared.registry.enter(&app.name, trigger, secret, repo);
+        let key = (crate::source::push_key(&app), app.preview.is_some());
+        let heart = (self.shared.registry).enter(&app.name, trigger, webhook_secret(&app), key);
         let (stop, stopping) = shutdown::channel();
         let mut tasks = Vec::new();
         if app.rollout.engine == RolloutEngine::Agent {
@@ -125,7 +131,11 @@ impl Agent {
                 stopping.clone(),
             )));
         }
-        let (interval, jitter) = (self.config().agent.interval, self.config().agent.jitter);
+        let (mut interval, jitter) = (self.config().agent.interval, self.config().agent.jitter);
+        if app.preview.is_some() {
+            // Its set lists the refs on the interval and wakes the previews whose ref moved.
+            interval = interval.max(PREVIEW_INTERVAL);
+        }
         tasks.push(tokio::spawn(super::app_loop::app_loop(
             app.clone(),
             self.shared.clone(),

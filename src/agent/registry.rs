@@ -66,8 +66,11 @@ struct Running {
     heart: Arc<Heartbeat>,
     /// Its webhook's key; `None`: the app has no webhook.
     secret: Option<Vec<u8>>,
-    /// Its repository's URL: a push to it triggers the app.
+    /// Its repository's URL: a push to it triggers the app (unless `by_set`).
     repo: String,
+    /// A preview: its set's listing wakes it when its ref moves, not every push to the
+    /// repository.
+    by_set: bool,
     /// Its last word, once it said one.
     said: Option<Said>,
 }
@@ -122,7 +125,7 @@ impl Registry {
         app: &str,
         trigger: mpsc::Sender<Trigger>,
         secret: Option<Vec<u8>>,
-        repo: String,
+        (repo, by_set): (String, bool),
     ) -> Arc<Heartbeat> {
         let heart = Arc::new(Heartbeat::default());
         heart.beat();
@@ -131,6 +134,7 @@ impl Registry {
             heart: heart.clone(),
             secret,
             repo,
+            by_set,
             said: None,
         };
         self.entries().apps.insert(app.to_string(), running);
@@ -282,7 +286,7 @@ impl Webhooks for Registry {
         let policies = pushed
             .into_iter()
             .map(|name| format!("image policy {name}"));
-        let apps = entries.apps.iter().filter(|(_, r)| r.repo == repo);
+        let apps = (entries.apps.iter()).filter(|(_, r)| r.repo == repo && !r.by_set);
         apps.map(|(app, running)| {
             // A full channel already holds a sync request: that sync sees this push too.
             let _ = running.trigger.try_send(Trigger::Webhook);
@@ -308,9 +312,21 @@ mod tests {
         let (api, mut api_rx) = mpsc::channel(1);
         let (other, mut other_rx) = mpsc::channel(1);
         let (set, mut set_rx) = mpsc::channel(1);
-        registry.enter("web", web, Some(b"k".to_vec()), "git@x:a".into());
-        registry.enter("api", api, None, "git@x:a".into());
-        registry.enter("other", other, Some(b"o".to_vec()), "git@x:b".into());
+        let (preview, mut preview_rx) = mpsc::channel(1);
+        registry.enter("web", web, Some(b"k".to_vec()), ("git@x:a".into(), false));
+        registry.enter("api", api, None, ("git@x:a".into(), false));
+        registry.enter(
+            "other",
+            other,
+            Some(b"o".to_vec()),
+            ("git@x:b".into(), false),
+        );
+        registry.enter(
+            "pr-1",
+            preview,
+            Some(b"p".to_vec()),
+            ("git@x:a".into(), true),
+        );
         registry.enter_set("teams", set, "git@x:a".into());
         assert_eq!(registry.key("web"), Some((b"k".to_vec(), "git@x:a".into())));
         assert_eq!(registry.key("api"), None, "no secret, no webhook");
@@ -318,6 +334,14 @@ mod tests {
         assert!(web_rx.try_recv().is_ok() && api_rx.try_recv().is_ok());
         assert!(set_rx.try_recv().is_ok());
         assert!(other_rx.try_recv().is_err());
+        assert!(
+            preview_rx.try_recv().is_err(),
+            "a preview is woken by its set's listing"
+        );
+        assert_eq!(
+            registry.key("pr-1"),
+            Some((b"p".to_vec(), "git@x:a".into()))
+        );
         registry.leave("web");
         registry.leave_set("teams");
         assert_eq!(registry.key("web"), None);
@@ -329,7 +353,7 @@ mod tests {
     fn an_app_that_left_is_neither_woken_nor_watched() {
         let registry = registry();
         let (tx, mut rx) = mpsc::channel(1);
-        let heart = registry.enter("web", tx, None, String::new());
+        let heart = registry.enter("web", tx, None, (String::new(), false));
         heart.busy(true);
         assert!(registry.is_busy("web"));
         assert!(registry.wake("web", Trigger::Drift));

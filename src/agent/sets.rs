@@ -82,6 +82,7 @@ impl Agent {
     pub(super) async fn take_listing(&mut self, listing: Listing, prune: bool, shutdown: &Signal) {
         let set = listing.set.clone();
         let before = self.listings.insert(set.clone(), listing.clone());
+        let moved = fleet::moved_refs(before.as_ref().map(|b| &b.listed), &listing.listed);
         let running = self.config();
         let expanded = self.expanded(&running);
         let listing = self.listings.get(&set).cloned().unwrap_or(listing);
@@ -102,6 +103,15 @@ impl Agent {
                 Ok(said) => tracing::info!(set = %set, "app set {set} listed: {said}"),
                 Err(e) => tracing::error!(set = %set, "app set {set}: {e}"),
             }
+        }
+        // The previews whose ref moved sync now (a new one syncs as it starts).
+        let previews = (self.config().apps.iter())
+            .filter(|a| a.set.as_deref() == Some(set.as_str()))
+            .filter(|a| a.preview.as_ref().is_some_and(|r| moved.contains(r)))
+            .map(|a| a.name.clone())
+            .collect::<Vec<_>>();
+        for app in previews {
+            self.shared.registry.wake(&app, Trigger::Ref);
         }
         if acted {
             fleet::remember(&running.agent.state_dir, &listing);

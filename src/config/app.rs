@@ -77,6 +77,10 @@ pub struct AppConfig {
     /// The ref it was generated from, when it is a preview (a pull request's: untrusted).
     #[serde(skip)]
     pub preview: Option<String>,
+    /// Downloads no chart, whatever `[agent] allow_remote_charts` names (a preview's,
+    /// unless its set allows them).
+    #[serde(skip)]
+    pub no_remote_charts: bool,
     /// Delete objects that an earlier commit applied and this one no longer holds.
     #[serde(default)]
     pub prune: bool,

@@ -567,6 +567,7 @@ impl AppSetConfig {
         if !self.allow_decrypt {
             app.decrypt = None;
         }
+        app.no_remote_charts = !self.allow_remote_charts;
         app.preview = Some(git_ref.name.clone());
     }
 

@@ -186,6 +186,20 @@ pub async fn list(
     }
 }
 
+/// The refs of `now` that name another commit than they did `before` (none before: none
+/// moved).
+pub fn moved_refs(before: Option<&Listed>, now: &Listed) -> Vec<String> {
+    let Some(before) = before else {
+        return Vec::new();
+    };
+    let moved = |r: &&FoundRef| (before.refs.iter()).any(|b| b.name == r.name && b.sha != r.sha);
+    now.refs
+        .iter()
+        .filter(moved)
+        .map(|r| r.name.clone())
+        .collect()
+}
+
 /// Each ref of `now` that names the commit it named `before` keeps the time berth first
 /// saw it there.
 fn keep_since(now: &mut [FoundRef], before: &[FoundRef]) {

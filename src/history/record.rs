@@ -33,6 +33,8 @@ pub enum Trigger {
     Drift,
     /// berth pushed an image update to the branch the app follows.
     Image,
+    /// Its app set saw the ref it follows (a pull request's) move.
+    Ref,
 }
 
 impl Trigger {
@@ -49,6 +51,7 @@ impl Trigger {
             Trigger::Retry => "retry",
             Trigger::Drift => "drift",
             Trigger::Image => "image",
+            Trigger::Ref => "ref",
         }
     }
 }

@@ -178,6 +178,10 @@ impl Helm {
             skip_tests: h.skip_tests,
             required: app.render == RenderMode::Helm,
             registry: app.registry.clone(),
+            remote_charts: match app.no_remote_charts {
+                true => Arc::from([]),
+                false => agent.allow_remote_charts.clone().into(),
+            },
             ..Helm::new(release, namespace, agent)
         })
     }

@@ -62,6 +62,9 @@ pub struct AppOrigin {
     /// The set's folder it is made from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub folder: Option<String>,
+    /// The ref it is a preview of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_ref: Option<String>,
     /// Its cluster.
     pub cluster: String,
     /// Its repository (or registry source: [`crate::config::AppConfig::origin`]).
@@ -69,11 +72,12 @@ pub struct AppOrigin {
 }
 
 impl AppOrigin {
-    /// Whether both name the same app: the same set and folder (or both written) on the
-    /// same cluster. Its repository may change (a written app moved to another); the rewind
-    /// check then compares nothing.
+    /// Whether both name the same app: the same set, folder and ref (or both written) on
+    /// the same cluster. Its repository may change (a written app moved to another); the
+    /// rewind check then compares nothing.
     pub fn same_app(&self, other: &AppOrigin) -> bool {
-        self.set == other.set && self.folder == other.folder && self.cluster == other.cluster
+        (self.set == other.set && self.folder == other.folder)
+            && (self.git_ref == other.git_ref && self.cluster == other.cluster)
     }
 }
 
@@ -83,6 +87,9 @@ impl std::fmt::Display for AppOrigin {
             (Some(set), Some(folder)) => write!(f, "app set {set}'s folder {folder}")?,
             (Some(set), None) => write!(f, "app set {set}")?,
             (None, _) => f.write_str("a written [[app]]")?,
+        }
+        if let Some(git_ref) = &self.git_ref {
+            write!(f, ", ref {git_ref}")?;
         }
         write!(f, " on cluster {} (repository {})", self.cluster, self.repo)
     }

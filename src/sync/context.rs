@@ -125,6 +125,7 @@ impl<'a> Ctx<'a> {
         crate::plan::AppOrigin {
             set: app.set.clone(),
             folder: app.folder.clone(),
+            git_ref: app.preview.clone(),
             cluster: self.cluster.name.clone(),
             repo: app.origin(),
         }

@@ -229,6 +229,10 @@ fn refs_make_one_preview_per_ref_following_it_untrusted() {
         first.decrypt.is_none(),
         "no keys unless the set allows them"
     );
+    assert!(
+        first.no_remote_charts,
+        "no chart downloaded unless the set allows it"
+    );
     assert_eq!(first.helm.set["sha"], "0000000");
     assert_eq!(
         first.git_ref(),

@@ -1,0 +1,206 @@
+//! Preview environments (issue 65): an app set of `refs = ["refs/pull/*/head"]` makes one
+//! app per pull request from git refs alone — a bare repository whose `refs/pull/N/head`
+//! the test writes as a server would — against a real control plane with `berth run`.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use berth::history::{HistoryLog, Outcome, SyncRecord, Trigger};
+use common::{eventually, Daemon, Repo};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::api::Api;
+
+fn config_map(value: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  value: \"{value}\"\n"
+    )
+}
+
+const BINDING: &str = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: preview-admin\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: cluster-admin\nsubjects:\n  - kind: User\n    name: fork-author\n    apiGroup: rbac.authorization.k8s.io\n";
+
+/// The work repository the test commits in, and the bare one berth reads (the "server").
+struct Server {
+    work: Repo,
+    bare: tempfile::TempDir,
+}
+
+impl Server {
+    fn new() -> Server {
+        let work = Repo::new();
+        work.write("deploy/cm.yaml", &config_map("main"));
+        work.commit("main");
+        let bare = tempfile::tempdir().unwrap();
+        let path = bare.path().to_str().unwrap();
+        work.git(&["clone", "-q", "--bare", ".", path]);
+        Server { work, bare }
+    }
+
+    /// Commits `files` on a branch of `base` and makes `refs/pull/N/head` name it (pushed,
+    /// forced: a pull request's head is rewritten at will); the commit.
+    fn pull_request(&self, n: u32, base: &str, files: &[(&str, &str)]) -> String {
+        self.work.git(&["checkout", "-q", "--detach", base]);
+        for (path, text) in files {
+            self.work.write(path, text);
+        }
+        let commit = self.work.commit(&format!("pull request {n}"));
+        let target = format!("+{commit}:refs/pull/{n}/head");
+        self.work.git(&["push", "-q", self.path(), &target]);
+        commit
+    }
+
+    /// The pull request closed: the server deletes its ref.
+    fn close(&self, n: u32) {
+        let name = format!("refs/pull/{n}/head");
+        self.work
+            .git(&["--git-dir", self.path(), "update-ref", "-d", &name]);
+    }
+
+    fn path(&self) -> &str {
+        self.bare.path().to_str().unwrap()
+    }
+}
+
+fn records(state: &Path, app: &str) -> Vec<SyncRecord> {
+    HistoryLog::new(state).read(app).unwrap_or_default()
+}
+
+async fn value(client: &kube::Client, ns: &str) -> Option<String> {
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let map = maps.get_opt("web").await.ok()??;
+    map.data?.get("value").cloned()
+}
+
+async fn wait_value(client: &kube::Client, ns: &str, want: Option<&str>) {
+    let end = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let now = value(client, ns).await;
+        if now.as_deref() == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "{ns}: {now:?}, not {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Two pull requests make two previews in their own namespaces; a push to one syncs it
+/// alone; a force-push is taken and said in its record; a closed one is removed with its
+/// objects and namespace; a preview that renders a ClusterRoleBinding, or a sops Secret
+/// (the set's template has keys), is refused and writes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_pull_request_is_a_preview_from_its_ref_alone() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let id = std::process::id() % 100_000;
+    let ns = |n: u32| format!("p{id}-pr-{n}");
+    let server = Server::new();
+    let main = server.work.git(&["rev-parse", "main"]);
+    let one = server.pull_request(1, &main, &[("deploy/cm.yaml", &config_map("one"))]);
+    server.pull_request(2, &main, &[("deploy/cm.yaml", &config_map("two"))]);
+    server.pull_request(3, &main, &[("deploy/binding.yaml", BINDING)]);
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sops");
+    let secret = std::fs::read_to_string(fixtures.join("secret.enc.json")).unwrap();
+    server.pull_request(4, &main, &[("deploy/secret.enc.json", &secret)]);
+
+    let state = tempfile::tempdir().unwrap();
+    let config = state.path().join("berth.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\n[cluster]\nkubeconfig = \"{}\"\n[[app_set]]\nname = \"previews\"\nrepo = \"{}\"\nrefs = [\"refs/pull/*/head\"]\napp_name = \"pr-{{number}}\"\nnamespace = \"p{id}-pr-{{number}}\"\ncreate_namespace = true\nprune = true\npath = \"deploy\"\nmax_apps = 50\n[app_set.decrypt]\nprovider = \"sops\"\nage_key_files = [\"{}\"]\n",
+            state.path().display(),
+            cp.kubeconfig.display(),
+            server.path(),
+            fixtures.join("age.key").display(),
+        ),
+    )
+    .unwrap();
+    // `berth validate` lists the previews and renders each from its own ref: two of the
+    // pull requests are refused, before anything runs.
+    let (code, out, err) = common::berth_on(&config, &["validate"]);
+    assert_eq!(code, 1, "{out}{err}");
+    for said in [
+        "app set previews: 4 apps from",
+        "app pr-1: 1 object from ref refs/pull/1/head at",
+        "ClusterRoleBinding preview-admin is cluster-scoped, outside the app's scope",
+        "deploy/secret.enc.json: encrypted with sops, and the app decrypts nothing",
+    ] {
+        assert!(out.contains(said), "{said}: {out}");
+    }
+    let _daemon = Daemon::start(&config, &[]);
+    wait_value(&client, &ns(1), Some("one")).await;
+    wait_value(&client, &ns(2), Some("two")).await;
+
+    // Untrusted code: no cluster kind, no decryption.
+    let failed = |app: &str, said: &str| {
+        records(state.path(), app).iter().any(|r| {
+            r.outcome == Outcome::Failed && r.errors.iter().any(|e| e.message.contains(said))
+        })
+    };
+    eventually("pr-3 refused", Duration::from_secs(60), || {
+        failed("pr-3", "ClusterRoleBinding")
+    });
+    eventually("pr-4 refused", Duration::from_secs(60), || {
+        failed("pr-4", "the app decrypts nothing")
+    });
+    let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(client.clone());
+    assert!(bindings.get_opt("preview-admin").await.unwrap().is_none());
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns(4));
+    assert!(secrets
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+    assert_eq!(
+        value(&client, &ns(3)).await,
+        None,
+        "a refused commit writes nothing"
+    );
+
+    // A push to pull request 1 syncs its preview alone.
+    let two = records(state.path(), "pr-2").len();
+    let pushed = server.pull_request(1, &one, &[("deploy/cm.yaml", &config_map("one-b"))]);
+    wait_value(&client, &ns(1), Some("one-b")).await;
+    let last = records(state.path(), "pr-1").pop().unwrap();
+    assert_eq!(last.trigger, Trigger::Ref, "{last:?}");
+    assert_eq!(
+        last.commit.as_ref().map(|c| c.sha.as_str()),
+        Some(pushed.as_str())
+    );
+
+    // Rewritten (rebased on main): taken, and said in the record.
+    server.pull_request(1, &main, &[("deploy/cm.yaml", &config_map("one-c"))]);
+    wait_value(&client, &ns(1), Some("one-c")).await;
+    let last = records(state.path(), "pr-1").pop().unwrap();
+    assert!(last.history_rewritten.is_some(), "{last:?}");
+
+    // Closed: its preview, its objects and its namespace go.
+    server.close(2);
+    wait_value(&client, &ns(2), None).await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    eventually("pr-2's namespace deleted", Duration::from_secs(60), || {
+        let namespaces = namespaces.clone();
+        let name = ns(2);
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(async move {
+                let found = namespaces.get_opt(&name).await.unwrap();
+                found.is_none_or(|n| n.metadata.deletion_timestamp.is_some())
+            })
+        })
+    });
+    let removed = records(state.path(), "pr-2");
+    assert_eq!(
+        removed.len(),
+        two + 1,
+        "pr-2 synced only to be removed: {removed:?}"
+    );
+    assert_eq!(removed.last().unwrap().trigger, Trigger::Removed);
+    assert_eq!(value(&client, &ns(1)).await.as_deref(), Some("one-c"));
+}
