@@ -232,11 +232,21 @@ impl Bench {
     /// A control plane beside `self.cp`, in `work/<name>`: the Deployment controller on,
     /// sending `controller_qps` requests a second (else its default 20), no kubelet.
     async fn extra_plane(&self, name: &str, controller_qps: Option<u32>) -> Result<ControlPlane> {
+        self.plane_beside(name, controller_qps, None).await
+    }
+
+    /// As [`Self::extra_plane`], with the kubelet stand-in `kubelet` (pods made ready).
+    async fn plane_beside(
+        &self,
+        name: &str,
+        controller_qps: Option<u32>,
+        kubelet: Option<PathBuf>,
+    ) -> Result<ControlPlane> {
         Ok(ControlPlane::up(&UpOptions {
             dir: self.work.join(name),
             bin: assets::ensure()?,
             deployment_controller: true,
-            kubelet: None,
+            kubelet,
             controller_qps,
         })
         .await?)

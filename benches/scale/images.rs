@@ -42,7 +42,19 @@ fn peak(cmd: &mut Command) -> Result<(f64, f64)> {
 }
 
 impl Bench {
+    /// Cases 15 and 16 on a control plane of their own, with the kubelet stand-in: a tag's
+    /// rollout must not queue behind the Deployment controller's work the cases before left.
     pub(crate) async fn images(&mut self) -> Result<()> {
+        let kubelet = std::path::PathBuf::from(env!("CARGO_BIN_EXE_berth-testenv"));
+        let plane = self.plane_beside("cp-images", None, Some(kubelet)).await?;
+        let main = std::mem::replace(&mut self.cp, plane);
+        let result = self.images_here().await;
+        let plane = std::mem::replace(&mut self.cp, main);
+        let _ = berth_testenv::ControlPlane::down(&plane.dir);
+        result
+    }
+
+    async fn images_here(&mut self) -> Result<()> {
         let Some(registry) = Registry::start_logged() else {
             bail!("no docker-registry: scripts/bench installs Debian's");
         };
