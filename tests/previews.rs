@@ -8,6 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use berth::history::{HistoryLog, Outcome, SyncRecord, Trigger};
+use common::receiver::{Answer, Receiver};
 use common::{eventually, Daemon, Repo};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::Api;
@@ -110,10 +111,12 @@ async fn each_pull_request_is_a_preview_from_its_ref_alone() {
 
     let state = tempfile::tempdir().unwrap();
     let config = state.path().join("berth.toml");
+    let receiver = Receiver::start(Answer::Script(Vec::new()));
     std::fs::write(
         &config,
         format!(
-            "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\n[cluster]\nkubeconfig = \"{}\"\n[[app_set]]\nname = \"previews\"\nrepo = \"{}\"\nrefs = [\"refs/pull/*/head\"]\napp_name = \"pr-{{number}}\"\nnamespace = \"p{id}-pr-{{number}}\"\ncreate_namespace = true\nprune = true\npath = \"deploy\"\nmax_apps = 50\n[app_set.decrypt]\nprovider = \"sops\"\nage_key_files = [\"{}\"]\n",
+            "[[notify]]\nurl = \"{}\"\nevents = [\"preview_created\", \"preview_removed\"]\n[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\n[cluster]\nkubeconfig = \"{}\"\n[[app_set]]\nname = \"previews\"\nrepo = \"{}\"\nrefs = [\"refs/pull/*/head\"]\napp_name = \"pr-{{number}}\"\nnamespace = \"p{id}-pr-{{number}}\"\ncreate_namespace = true\nprune = true\npath = \"deploy\"\nmax_apps = 50\n[app_set.decrypt]\nprovider = \"sops\"\nage_key_files = [\"{}\"]\n",
+            receiver.url,
             state.path().display(),
             cp.kubeconfig.display(),
             server.path(),
@@ -181,6 +184,28 @@ async fn each_pull_request_is_a_preview_from_its_ref_alone() {
     let last = records(state.path(), "pr-1").pop().unwrap();
     assert!(last.history_rewritten.is_some(), "{last:?}");
 
+    // Opened while berth runs: a preview made, and said.
+    let five = server.pull_request(5, &main, &[("deploy/cm.yaml", &config_map("five"))]);
+    wait_value(&client, &ns(5), Some("five")).await;
+    let said = |event: &str, app: &str| {
+        (receiver.accepted().iter()).any(|m| {
+            m["event"] == event
+                && m["app"] == app
+                && m["commit"]["subject"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("refs/pull/"))
+        })
+    };
+    eventually("preview_created of pr-5", Duration::from_secs(30), || {
+        said("preview_created", "pr-5")
+    });
+    let created = (receiver.accepted().iter())
+        .find(|m| m["event"] == "preview_created" && m["app"] == "pr-5")
+        .cloned()
+        .unwrap();
+    assert_eq!(created["commit"]["sha"], five.as_str());
+    assert_eq!(created["commit"]["subject"], "refs/pull/5/head");
+
     // Closed: its preview, its objects and its namespace go.
     server.close(2);
     wait_value(&client, &ns(2), None).await;
@@ -203,4 +228,20 @@ async fn each_pull_request_is_a_preview_from_its_ref_alone() {
     );
     assert_eq!(removed.last().unwrap().trigger, Trigger::Removed);
     assert_eq!(value(&client, &ns(1)).await.as_deref(), Some("one-c"));
+    eventually("preview_removed of pr-2", Duration::from_secs(30), || {
+        said("preview_removed", "pr-2")
+    });
+    let mut events: Vec<String> = (receiver.accepted().iter())
+        .map(|m| {
+            format!(
+                "{} {}",
+                m["event"].as_str().unwrap(),
+                m["app"].as_str().unwrap()
+            )
+        })
+        .collect();
+    events.sort();
+    let created = (1..=5).map(|n| format!("preview_created pr-{n}"));
+    let want: Vec<String> = created.chain(["preview_removed pr-2".into()]).collect();
+    assert_eq!(events, want, "each once");
 }

@@ -13,7 +13,7 @@ use super::app_loop::log_progress;
 use super::apps::Agent;
 use super::{SetTask, Shared, DEBOUNCE};
 use crate::config::{AppConfig, AppSetConfig, Config};
-use crate::fleet::{self, Listing, Transition};
+use crate::fleet::{self, Listed, Listing, Transition};
 use crate::history::Trigger;
 use crate::shutdown::{self, stopped, Signal};
 use crate::source::shared::INTERVAL_SHARE;
@@ -87,6 +87,13 @@ impl Agent {
         let expanded = self.expanded(&running);
         let listing = self.listings.get(&set).cloned().unwrap_or(listing);
         self.say_listing(&listing, &expanded);
+        if let (Some(before), true) = (&before, prune) {
+            self.say_previews(
+                &set,
+                (&running, &before.listed),
+                (&expanded, &listing.listed),
+            );
+        }
         let acted = match (prune, before) {
             (true, Some(before)) => {
                 self.act(&running, &before, &listing, &expanded, shutdown)
@@ -134,6 +141,36 @@ impl Agent {
         (syncer.notifications).observe_set(set, problem.as_deref(), &syncer.host);
         for refused in expanded.refused.iter().filter(|r| &r.set == set) {
             tracing::warn!(set = %set, app = %refused.app, "{refused}");
+        }
+    }
+
+    /// Tells the receivers of each preview of `set` made or removed since the last listing
+    /// (none at the first: the previews that ran before a restart are not new).
+    fn say_previews(
+        &self,
+        set: &str,
+        (was, listed): (&Config, &Listed),
+        (now, listing): (&Config, &Listed),
+    ) {
+        let previews = |config: &Config| -> Vec<(String, String)> {
+            (config.apps.iter())
+                .filter(|a| a.set.as_deref() == Some(set))
+                .filter_map(|a| Some((a.name.clone(), a.preview.clone()?)))
+                .collect()
+        };
+        let (before, after) = (previews(was), previews(now));
+        let syncer = self.shared.syncer();
+        let sha = |refs: &Listed, name: &str| {
+            let found = refs.refs.iter().find(|r| r.name == name);
+            found.map(|r| r.sha.clone()).unwrap_or_default()
+        };
+        for (app, git_ref) in after.iter().filter(|p| !before.contains(p)) {
+            let at = (git_ref.as_str(), sha(listing, git_ref));
+            (syncer.notifications).observe_preview(app, (at.0, &at.1), true, &syncer.host);
+        }
+        for (app, git_ref) in before.iter().filter(|p| !after.contains(p)) {
+            let at = (git_ref.as_str(), sha(listed, git_ref));
+            (syncer.notifications).observe_preview(app, (at.0, &at.1), false, &syncer.host);
         }
     }
 

@@ -303,8 +303,8 @@ pub struct RevisionError(pub String, pub &'static str);
 
 impl AppConfig {
     /// The app as it would be at another revision of its repository, for `berth plan
-    /// --revision`: a full commit SHA, `tags/NAME` (or `refs/tags/NAME`), or a branch
-    /// (`refs/heads/NAME` or the bare name). Such a revision need not descend from the
+    /// --revision`: a full commit SHA, `tags/NAME` (or `refs/tags/NAME`), another full ref
+    /// name (`refs/pull/7/head`), or a branch (`refs/heads/NAME` or the bare name). Such a revision need not descend from the
     /// commit applied last (a branch forked before it): that is what is planned. A registry
     /// source takes a version or range (an OCI artifact also a tag), a digest, or a
     /// revision a sync recorded (`1.2.0@sha256:…`).
@@ -340,7 +340,7 @@ impl AppConfig {
                 "commit, branch or tag name",
             ));
         }
-        (app.branch, app.tag, app.commit) = (None, None, None);
+        (app.branch, app.tag, app.commit, app.follow_ref) = (None, None, None, None);
         if super::validate::is_full_sha(revision) {
             app.commit = Some(revision.to_ascii_lowercase());
         } else if let Some(tag) = revision
@@ -348,6 +348,8 @@ impl AppConfig {
             .or_else(|| revision.strip_prefix("tags/"))
         {
             app.tag = Some(tag.to_string());
+        } else if super::validate::check_ref(revision).is_ok() {
+            app.follow_ref = Some(revision.to_string()); // a pull request's, `refs/pull/7/head`
         } else {
             let branch = revision.strip_prefix("refs/heads/").unwrap_or(revision);
             app.branch = Some(branch.to_string());

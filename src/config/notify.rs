@@ -92,6 +92,11 @@ pub enum NotifyEvent {
     ImageUpdated,
     /// An image tag is skipped from now on: its rollout failed and was rolled back.
     ImageSkipped,
+    /// An app set made a preview for a ref that appeared (a pull request opened).
+    PreviewCreated,
+    /// An app set removed a preview: its ref is gone (a pull request closed or merged)
+    /// or expired.
+    PreviewRemoved,
 }
 
 impl NotifyEvent {
@@ -107,6 +112,8 @@ impl NotifyEvent {
             NotifyEvent::SetHeld => "set_held",
             NotifyEvent::ImageUpdated => "image_updated",
             NotifyEvent::ImageSkipped => "image_skipped",
+            NotifyEvent::PreviewCreated => "preview_created",
+            NotifyEvent::PreviewRemoved => "preview_removed",
         }
     }
 }
@@ -122,6 +129,8 @@ fn default_events() -> Vec<NotifyEvent> {
         SetHeld,
         ImageUpdated,
         ImageSkipped,
+        PreviewCreated,
+        PreviewRemoved,
     ]
 }
 

@@ -81,6 +81,10 @@ fn a_revision_to_plan_is_a_commit_a_tag_or_a_branch() {
         app.at_revision("refs/heads/feature/x").unwrap().git_ref(),
         GitRef::Branch("feature/x")
     );
+    assert_eq!(
+        app.at_revision("refs/pull/7/head").unwrap().git_ref(),
+        GitRef::Ref("refs/pull/7/head")
+    );
     let branch = app.at_revision("fix-db").unwrap();
     assert_eq!(branch.git_ref(), GitRef::Branch("fix-db"));
     assert!(

@@ -51,8 +51,9 @@ pub struct Message {
 }
 
 impl Message {
-    /// An image update's message for `app`, on `host`, now.
-    pub fn image(event: NotifyEvent, app: &str, host: &str, outcome: Outcome) -> Message {
+    /// A message of `event` for `app`, on `host`, now, with no sync record (an image
+    /// update, a preview made or removed).
+    pub fn of(event: NotifyEvent, app: &str, host: &str, outcome: Outcome) -> Message {
         Message {
             event,
             resolves: None,
@@ -70,7 +71,8 @@ impl Message {
         }
     }
 
-    /// With berth's commit `sha`, `subject` its changes.
+    /// With the commit `sha` and `subject` (berth's image update and its changes, a preview's
+    /// commit and its ref).
     pub fn with_commit(mut self, sha: &str, subject: &str) -> Message {
         self.commit = Some((sha.to_string(), subject.to_string(), "berth".to_string()));
         self

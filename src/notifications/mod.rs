@@ -206,7 +206,7 @@ impl Notifications {
     /// Queues `image_updated` for `app`: berth on `host` pushed `commit`, making `changes`.
     pub fn observe_image_update(&self, app: &str, host: &str, commit: &str, changes: &str) {
         let updated = NotifyEvent::ImageUpdated;
-        let message = events::Message::image(updated, app, host, Outcome::Succeeded)
+        let message = events::Message::of(updated, app, host, Outcome::Succeeded)
             .with_commit(commit, changes);
         self.send(|_| vec![message]);
     }
@@ -214,8 +214,26 @@ impl Notifications {
     /// Queues `image_skipped` for `app` (seen on `host`): `policy` skips `tag` from now on.
     pub fn observe_image_skipped(&self, app: &str, host: &str, policy: &str, tag: &str) {
         let skipped = NotifyEvent::ImageSkipped;
-        let mut message = events::Message::image(skipped, app, host, Outcome::RolledBack);
+        let mut message = events::Message::of(skipped, app, host, Outcome::RolledBack);
         message.errors.push(format!("image policy {policy}: tag {tag} is not written again (its rollout failed and was rolled back); berth images forget {policy} {tag} lets it"));
+        self.send(|_| vec![message]);
+    }
+
+    /// Queues `preview_created` (`created`) or `preview_removed` for the preview `app` of
+    /// `git_ref` at commit `sha`, seen on `host`.
+    pub fn observe_preview(
+        &self,
+        app: &str,
+        (git_ref, sha): (&str, &str),
+        created: bool,
+        host: &str,
+    ) {
+        let event = match created {
+            true => NotifyEvent::PreviewCreated,
+            false => NotifyEvent::PreviewRemoved,
+        };
+        let message =
+            events::Message::of(event, app, host, Outcome::Succeeded).with_commit(sha, git_ref);
         self.send(|_| vec![message]);
     }
 

@@ -69,6 +69,8 @@ fn headline(m: &Message) -> String {
         NotifyEvent::SetHeld => "keeps its last apps, removes none",
         NotifyEvent::ImageUpdated => "image update pushed",
         NotifyEvent::ImageSkipped => "image tag skipped from now on: its rollout failed",
+        NotifyEvent::PreviewCreated => "preview created",
+        NotifyEvent::PreviewRemoved => "preview removed",
     };
     let cluster = match m.cluster.as_deref() {
         Some(name) if name != "default" => format!(" (cluster {name})"),
@@ -84,6 +86,8 @@ fn slack(m: &Message, link: Option<&str>) -> String {
         NotifyEvent::Held | NotifyEvent::SetHeld => ":pause_button:",
         NotifyEvent::ImageUpdated => ":arrow_up:",
         NotifyEvent::ImageSkipped => ":no_entry_sign:",
+        NotifyEvent::PreviewCreated => ":sparkles:",
+        NotifyEvent::PreviewRemoved => ":wastebasket:",
         _ => ":x:",
     };
     let mut text = format!("{icon} berth: {}", headline(m));
@@ -118,7 +122,9 @@ fn alert_name(event: NotifyEvent) -> Option<&'static str> {
         NotifyEvent::Recovered
         | NotifyEvent::Synced
         | NotifyEvent::ImageUpdated
-        | NotifyEvent::ImageSkipped => None,
+        | NotifyEvent::ImageSkipped
+        | NotifyEvent::PreviewCreated
+        | NotifyEvent::PreviewRemoved => None,
     }
 }
 
