@@ -206,6 +206,31 @@ async fn each_pull_request_is_a_preview_from_its_ref_alone() {
     assert_eq!(created["commit"]["sha"], five.as_str());
     assert_eq!(created["commit"]["subject"], "refs/pull/5/head");
 
+    // `berth status --set` shows each preview with its ref and the commit it synced.
+    let (code, out, err) = common::berth_on(&config, &["status", "--set", "previews"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let row = |app: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("{app} ")))
+            .map(String::from)
+    };
+    let rows: Vec<String> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("PREVIEW"))
+        .map(String::from)
+        .collect();
+    assert_eq!(rows.len(), 6, "{out}");
+    let five_row = rows
+        .iter()
+        .find(|l| l.starts_with("pr-5 "))
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        five_row.contains("refs/pull/5/head") && five_row.contains(&five[..7]),
+        "{out}"
+    );
+    assert!(row("pr-3").is_some(), "{out}");
+
     // Closed: its preview, its objects and its namespace go.
     server.close(2);
     wait_value(&client, &ns(2), None).await;

@@ -26,6 +26,9 @@ use super::sync::select;
 pub struct Args {
     /// Apps to show (default: all).
     pub apps: Vec<String>,
+    /// The apps of this app set, with the ref and commit of each preview.
+    #[arg(long = "set", value_name = "SET", conflicts_with = "apps")]
+    pub set: Option<String>,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
@@ -49,6 +52,11 @@ struct AppStatus {
     app: String,
     /// The cluster it is synced to (`default` for a lone `[cluster]`).
     cluster: String,
+    /// The app set that makes it, `null` for a written `[[app]]`.
+    set: Option<String>,
+    /// The ref it is a preview of (`refs/pull/7/head`), `null` when it is none.
+    #[serde(rename = "ref")]
+    git_ref: Option<String>,
     /// Why its cluster was not reached, `null` when it was.
     unreachable: Option<String>,
     /// Why it is suspended (`by ops@host at …`, `in the configuration`), `null` when it
@@ -101,7 +109,10 @@ struct Syncing {
 /// still shown and the command says so.
 pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     let config = super::load_listed(config_path)?;
-    let selected = select(&config.apps, &args.apps)?;
+    let selected = match &args.set {
+        Some(set) => of_set(&config, set)?,
+        None => select(&config.apps, &args.apps)?,
+    };
     let log = HistoryLog::new(&config.agent.state_dir);
     let live = live(&config, &selected).await;
     let mut statuses = Vec::new();
@@ -124,6 +135,9 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         }
         Output::Table | Output::Wide => {
             print_tables(&statuses, &config, args.output == Output::Wide);
+            if args.set.is_some() {
+                print_previews(&statuses);
+            }
         }
     }
     let held = print_sets(&config, &args, &selected);
@@ -148,11 +162,53 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The apps of the set `name`, as it listed them last.
+fn of_set<'a>(config: &'a config::Config, name: &str) -> anyhow::Result<Vec<&'a AppConfig>> {
+    if !config.app_sets.iter().any(|s| s.name == name) {
+        let sets: Vec<&str> = config.app_sets.iter().map(|s| s.name.as_str()).collect();
+        anyhow::bail!(
+            "no app set named {name:?} in the configuration (app sets: {})",
+            sets.join(", ")
+        );
+    }
+    let apps = config
+        .apps
+        .iter()
+        .filter(|a| a.set.as_deref() == Some(name));
+    Ok(apps.map(|a| &**a).collect())
+}
+
+/// The previews among `statuses`, each with its ref and the commit it synced last.
+fn print_previews(statuses: &[AppStatus]) {
+    let head = ["PREVIEW", "REF", "COMMIT", "LAST SYNC"].map(String::from);
+    let rows: Vec<[String; 4]> = (statuses.iter())
+        .filter_map(|s| {
+            let last = s.last.as_ref();
+            let commit = last
+                .and_then(|l| l.commit.as_deref())
+                .map(berth::source::short);
+            Some([
+                s.app.clone(),
+                s.git_ref.clone()?,
+                commit.unwrap_or("-").to_string(),
+                last.map_or("-".into(), |l| l.outcome.clone()),
+            ])
+        })
+        .collect();
+    if !rows.is_empty() {
+        println!();
+        print!("{}", super::history::table(&[vec![head], rows].concat()));
+    }
+}
+
 /// Prints the apps the sets make that do not run, and the sets that keep their last apps
 /// rather than their commit's (the empty-set guard, a listing that failed): every one, or
 /// with apps named, theirs. Returns how many sets are held.
 fn print_sets(config: &config::Config, args: &Args, selected: &[&AppConfig]) -> usize {
-    let named = |r: &&config::Refused| args.apps.is_empty() || args.apps.contains(&r.app);
+    let named = |r: &&config::Refused| match &args.set {
+        Some(set) => &r.set == set,
+        None => args.apps.is_empty() || args.apps.contains(&r.app),
+    };
     for refused in config.refused.iter().filter(named) {
         match args.output {
             Output::Json => println!(
@@ -162,8 +218,10 @@ fn print_sets(config: &config::Config, args: &Args, selected: &[&AppConfig]) -> 
             Output::Table | Output::Wide => println!("refused: {refused}"),
         }
     }
-    let shown =
-        |set: &str| args.apps.is_empty() || selected.iter().any(|a| a.set.as_deref() == Some(set));
+    let shown = |set: &str| match &args.set {
+        Some(only) => only == set,
+        None => args.apps.is_empty() || selected.iter().any(|a| a.set.as_deref() == Some(set)),
+    };
     let mut held = 0;
     for set in config.app_sets.iter().filter(|set| shown(&set.name)) {
         let Some(problem) = berth::fleet::problem_of(&config.agent.state_dir, &set.name) else {
@@ -219,6 +277,8 @@ fn app_status(
     Ok(AppStatus {
         app: app.name.clone(),
         cluster: config.cluster_of(app).name().to_string(),
+        set: app.set.clone(),
+        git_ref: app.preview.clone(),
         unreachable,
         suspended,
         host,
