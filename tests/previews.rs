@@ -270,3 +270,115 @@ async fn each_pull_request_is_a_preview_from_its_ref_alone() {
     let want: Vec<String> = created.chain(["preview_removed pr-2".into()]).collect();
     assert_eq!(events, want, "each once");
 }
+
+/// `refs` × `clusters`: each pull request's preview on both clusters the set selects; a
+/// `list` set: one app per item, its values in the templates.
+#[tokio::test(flavor = "multi_thread")]
+async fn refs_times_clusters_and_a_list_make_one_app_per_combination() {
+    let (Some(east), Some(west)) = (
+        common::control_plane(),
+        common::control_plane_without_deployment_controller(),
+    ) else {
+        return;
+    };
+    let clients = [common::client(east).await, common::client(west).await];
+    let id = std::process::id() % 100_000;
+    let server = Server::new();
+    let main = server.work.git(&["rev-parse", "main"]);
+    server.pull_request(1, &main, &[("deploy/cm.yaml", &config_map("one"))]);
+    server.pull_request(2, &main, &[("deploy/cm.yaml", &config_map("two"))]);
+    let state = tempfile::tempdir().unwrap();
+    let config = state.path().join("berth.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\n[[cluster]]\nname = \"east\"\nkubeconfig = \"{}\"\nlabels = {{ env = \"prod\" }}\n[[cluster]]\nname = \"west\"\nkubeconfig = \"{}\"\nlabels = {{ env = \"prod\" }}\n[[app_set]]\nname = \"pr\"\nrepo = \"{repo}\"\nrefs = \"refs/pull/*/head\"\nclusters = {{ env = \"prod\" }}\nnamespace = \"m{id}-{{number}}\"\ncreate_namespace = true\nprune = true\npath = \"deploy\"\n[[app_set]]\nname = \"regions\"\nrepo = \"{repo}\"\nbranch = \"main\"\nclusters = {{ env = \"prod\" }}\nlist = [{{ region = \"eu\" }}, {{ region = \"us\" }}]\napp_name = \"shop-{{item.region}}-{{cluster}}\"\nnamespace = \"m{id}-{{item.region}}\"\ncreate_namespace = true\npath = \"deploy\"\n",
+            state.path().display(),
+            east.kubeconfig.display(),
+            west.kubeconfig.display(),
+            repo = server.path(),
+        ),
+    )
+    .unwrap();
+    let _daemon = Daemon::start(&config, &[]);
+    for client in &clients {
+        wait_value(client, &format!("m{id}-1"), Some("one")).await;
+        wait_value(client, &format!("m{id}-2"), Some("two")).await;
+        wait_value(client, &format!("m{id}-eu"), Some("main")).await;
+        wait_value(client, &format!("m{id}-us"), Some("main")).await;
+    }
+    let (code, out, err) = common::berth_on(&config, &["status", "-o", "json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let mut apps: Vec<String> = (out.lines())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|s| {
+            format!(
+                "{} {} {}",
+                s["app"].as_str().unwrap(),
+                s["cluster"].as_str().unwrap(),
+                s["ref"].as_str().unwrap_or("-")
+            )
+        })
+        .collect();
+    apps.sort();
+    assert_eq!(
+        apps,
+        [
+            "pr-1-east east refs/pull/1/head",
+            "pr-1-west west refs/pull/1/head",
+            "pr-2-east east refs/pull/2/head",
+            "pr-2-west west refs/pull/2/head",
+            "shop-eu-east east -",
+            "shop-eu-west west -",
+            "shop-us-east east -",
+            "shop-us-west west -",
+        ]
+    );
+}
+
+/// A remote with 200 pull requests and a set of `max_apps = 50`: no preview is made, and
+/// `berth status` names the set and the bound.
+#[tokio::test(flavor = "multi_thread")]
+async fn more_refs_than_max_apps_make_no_preview_and_name_the_bound() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let server = Server::new();
+    let main = server.work.git(&["rev-parse", "main"]);
+    let refs: String = (1..=200)
+        .map(|n| format!("create refs/pull/{n}/head {main}\n"))
+        .collect();
+    let mut update = std::process::Command::new("git")
+        .args(["--git-dir", server.path(), "update-ref", "--stdin"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    update
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(refs.as_bytes())
+        .unwrap();
+    assert!(update.wait().unwrap().success());
+    let state = tempfile::tempdir().unwrap();
+    let config = state.path().join("berth.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agent]\nstate_dir = \"{}\"\n[cluster]\nkubeconfig = \"{}\"\n[[app_set]]\nname = \"previews\"\nrepo = \"{}\"\nrefs = [\"refs/pull/*/head\"]\napp_name = \"pr-{{number}}\"\nnamespace = \"pr-{{number}}\"\npath = \"deploy\"\nmax_apps = 50\n",
+            state.path().display(),
+            cp.kubeconfig.display(),
+            server.path(),
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = common::berth_on(&config, &["sync"]);
+    let bound = "app set previews: its 200 refs × 1 cluster make 200 apps, more than its max_apps (50); none is made";
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains(bound), "{out}{err}");
+    let (code, out, err) = common::berth_on(&config, &["status"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains(bound), "{out}{err}");
+    assert!(!out.contains("pr-1 "), "no preview made: {out}");
+}
