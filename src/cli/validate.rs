@@ -76,7 +76,11 @@ fn generated(
     dir: Option<&PathBuf>,
 ) -> Option<(Vec<std::sync::Arc<AppConfig>>, usize)> {
     let said = |e: &dyn std::fmt::Display| {
-        println!("app set {}: {e}", set.name);
+        let text = e.to_string();
+        match text.starts_with(&format!("app set {}", set.name)) {
+            true => println!("{text}"),
+            false => println!("app set {}: {text}", set.name),
+        }
         None
     };
     let sample = match set.sample(&config.cluster) {

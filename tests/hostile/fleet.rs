@@ -460,7 +460,7 @@ fn a_set_of_45000_folders_is_refused_at_its_bound() {
         );
         assert_eq!(run.code, Some(1), "{}", run.out);
         assert!(
-            run.out.contains("app set wide: its 45000 folders make 45000 apps, more than its max_apps (10000); none is made"),
+            run.out.contains("app set wide: its 45000 folders × 1 cluster make 45000 apps, more than its max_apps (10000); none is made"),
             "{}",
             &run.out[..run.out.len().min(2000)]
         );
