@@ -555,12 +555,21 @@ impl AppSetConfig {
         Ok(app)
     }
 
-    /// `app` made a preview of `git_ref`: it follows the ref, takes a force-push (a pull
+    /// `app` made a preview of `git_ref`: it follows the ref (a branch's or a tag's as
+    /// `branch` or `tag`), takes a force-push (a pull
     /// request's head is rewritten as a matter of course) unless the template asks for the
     /// rewind rule, and keeps no decryption keys unless the set allows them.
     fn preview(&self, app: &mut AppConfig, git_ref: &FoundRef) {
-        app.follow_ref = Some(git_ref.name.clone());
-        (app.branch, app.tag, app.commit) = (None, None, None);
+        (app.branch, app.tag, app.commit, app.follow_ref) = (None, None, None, None);
+        let name = &git_ref.name;
+        match (
+            name.strip_prefix("refs/heads/"),
+            name.strip_prefix("refs/tags/"),
+        ) {
+            (Some(branch), _) => app.branch = Some(branch.to_string()),
+            (_, Some(tag)) => app.tag = Some(tag.to_string()),
+            _ => app.follow_ref = Some(name.clone()),
+        }
         if !self.template.contains_key("allow_rewind") {
             app.allow_rewind = true;
         }

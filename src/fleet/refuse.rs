@@ -84,8 +84,8 @@ pub fn reserved_namespaces(agent: &AgentConfig) -> [&str; 5] {
 }
 
 /// Why a set's app may not run: a namespace or scope its templates fill in (from a
-/// folder's name, a cluster's, a label) reaches a reserved namespace, or a folder's name
-/// holding a glob's character fills in a scope (a folder named `*` would make
+/// folder's name, a ref's, a cluster's, a label) reaches a reserved namespace, or a
+/// folder's or ref's name holding a glob's character fills in a scope (a folder named `*` would make
 /// `scope = ["{folder}"]` every namespace). What the set writes literally stands.
 fn out_of_reach(set: &AppSetConfig, app: &AppConfig, reserved: &[&str]) -> Option<String> {
     let filled = |v: Option<&toml::Value>| v.and_then(toml::Value::as_str).is_some_and(is_template);
@@ -104,12 +104,18 @@ fn out_of_reach(set: &AppSetConfig, app: &AppConfig, reserved: &[&str]) -> Optio
             .collect(),
         _ => Vec::new(),
     };
-    if let Some(folder) =
-        (app.folder.as_deref()).filter(|f| !filled_scope.is_empty() && f.contains(GLOB_CHARS))
-    {
-        return Some(format!(
-            "its folder {folder:?} holds a glob's character, which its scope's template would take as one: skipped"
-        ));
+    // A folder's or a ref's name is the repository's to choose (a ref's, anyone's who
+    // opens a pull request): one holding a glob's character never fills a scope.
+    let named = [
+        ("folder", app.folder.as_deref()),
+        ("ref", app.preview.as_deref()),
+    ];
+    for (what, name) in named {
+        if let Some(name) = name.filter(|n| !filled_scope.is_empty() && n.contains(GLOB_CHARS)) {
+            return Some(format!(
+                "its {what} {name:?} holds a glob's character, which its scope's template would take as one: skipped"
+            ));
+        }
     }
     let globs = compile_globs(&filled_scope.into_iter().cloned().collect::<Vec<_>>())
         .ok()

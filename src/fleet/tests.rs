@@ -296,3 +296,95 @@ fn a_dependency_on_an_app_no_set_makes_is_said() {
         ["app solo: depends_on names \"addons-dsn-east\", which no app is (nor any app set makes): not waited on"]
     );
 }
+
+const PREVIEWS: &str = r#"
+[agent]
+state_dir = "STATE"
+
+[[app_set]]
+name = "pr"
+repo = "/srv/git/shop"
+refs = ["refs/pull/*/head", "refs/heads/preview/*"]
+namespace = "pr-{number}"
+ttl = "1d"
+"#;
+
+/// A listing of refs, each `(name, sha's digit, seconds ago)`.
+fn refs(found: &[(&str, char, i64)]) -> Listing {
+    let now = jiff::Timestamp::now();
+    let refs = (found.iter())
+        .map(|(name, sha, ago)| FoundRef {
+            name: name.to_string(),
+            sha: sha.to_string().repeat(40),
+            since: now - jiff::SignedDuration::from_secs(*ago),
+        })
+        .collect();
+    Listing {
+        set: "pr".into(),
+        listed: Listed {
+            refs,
+            ..Listed::default()
+        },
+        problem: None,
+    }
+}
+
+#[test]
+fn refs_past_their_ttl_make_no_app_and_one_bad_ref_is_refused_alone() {
+    let state = tempfile::tempdir().unwrap();
+    let c = config(state.path(), PREVIEWS);
+    let day = 86_400;
+    let mut listings = [refs(&[
+        ("refs/pull/1/head", 'a', 60),
+        ("refs/pull/2/head", 'b', 2 * day),
+        ("refs/heads/preview/no-number", 'c', 60),
+    ])];
+    let expanded = expand(&c, &mut listings, &|_| Vec::new());
+    assert_eq!(names(&expanded), ["pr-1"], "pr-2 expired");
+    assert!(listings[0].problem.is_none());
+    let refused = &expanded.refused[0];
+    assert_eq!(
+        refused.git_ref.as_deref(),
+        Some("refs/heads/preview/no-number")
+    );
+    assert!(
+        refused
+            .why
+            .contains("{number}: ref refs/heads/preview/no-number holds no number"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn a_ref_named_as_a_glob_cannot_widen_a_templated_scope() {
+    let state = tempfile::tempdir().unwrap();
+    let text = PREVIEWS.to_string()
+        + "app_name = \"pr-{number}\"\n[app_set.scope]\nnamespaces = [\"{branch}\"]\n";
+    let c = config(state.path(), &text);
+    let mut listings = [refs(&[("refs/heads/preview/{kube-system,x}-1", 'a', 60)])];
+    let expanded = expand(&c, &mut listings, &|_| Vec::new());
+    assert!(expanded.apps.is_empty());
+    assert!(
+        expanded.refused[0].why.contains("its ref"),
+        "{:?}",
+        expanded.refused
+    );
+}
+
+#[test]
+fn a_ref_moved_is_one_that_names_another_commit() {
+    let before = refs(&[("refs/pull/1/head", 'a', 0), ("refs/pull/2/head", 'b', 0)]);
+    let now = refs(&[
+        ("refs/pull/1/head", 'c', 0),
+        ("refs/pull/2/head", 'b', 0),
+        ("refs/pull/3/head", 'd', 0),
+    ]);
+    assert_eq!(
+        moved_refs(Some(&before.listed), &now.listed),
+        ["refs/pull/1/head"]
+    );
+    assert!(
+        moved_refs(None, &now.listed).is_empty(),
+        "nothing moved before a first listing"
+    );
+}

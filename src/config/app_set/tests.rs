@@ -273,6 +273,12 @@ fn a_list_and_refs_and_clusters_combine_as_a_matrix() {
     let refs = found(&["refs/heads/preview/Big_Feature"]);
     let apps = generate(&c.app_sets[0], &[], &refs, &c.cluster).unwrap();
     assert_eq!(apps[0].helm.set["branch"], "preview/Big_Feature");
+    let follows = (apps[0].branch.as_deref(), apps[0].follow_ref.as_deref());
+    assert_eq!(
+        follows,
+        (Some("preview/Big_Feature"), None),
+        "a branch's preview follows the branch"
+    );
     let made: Vec<(&str, &str, &str)> = (apps.iter())
         .map(|a| {
             (

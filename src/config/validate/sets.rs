@@ -60,7 +60,7 @@ pub(super) fn app_sets(config: &Config, problems: &mut Problems) {
             Ok(None) | Err(SetError::Clusters { .. }) => {}
             Err(e) => problems.add(
                 format!("app_set[{i}]"),
-                format!("{e} (its templates tried with a folder named {SAMPLE_FOLDER:?})"),
+                format!("{e} (its templates tried with a sample folder {SAMPLE_FOLDER:?}, ref or list item)"),
             ),
         }
     }
