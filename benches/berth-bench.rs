@@ -62,6 +62,8 @@ mod images;
 mod page;
 #[path = "scale/plan.rs"]
 mod plan;
+#[path = "scale/previews.rs"]
+mod previews;
 #[path = "render/registry.rs"]
 mod registry;
 #[path = "../tests/common/registry.rs"]
@@ -753,7 +755,7 @@ async fn main() -> Result<()> {
     let only_scale = only == "scale";
     if [
         "fetch", "chain", "chart", "registry", "secrets", "plan", "page", "clusters", "fleet",
-        "growth", "images",
+        "growth", "images", "previews",
     ]
     .contains(&only.as_str())
     {
@@ -774,6 +776,7 @@ async fn main() -> Result<()> {
             "chart" => b.chart(),
             "registry" => b.registry(),
             "images" => b.images().await,
+            "previews" => b.previews().await,
             "secrets" => b.secrets(),
             "plan" => b.plan_affected(),
             "page" => b.page_memory().await,
@@ -829,6 +832,7 @@ async fn main() -> Result<()> {
         check("charts".into(), b.chart());
         check("registries".into(), b.registry());
         check("image updates".into(), b.images().await);
+        check("previews".into(), b.previews().await);
         check("secrets".into(), b.secrets());
         check("pull requests".into(), b.plan_affected());
         check("status page".into(), b.page_memory().await);
