@@ -67,6 +67,22 @@ fn records(state: &Path, app: &str) -> Vec<SyncRecord> {
     HistoryLog::new(state).read(app).unwrap_or_default()
 }
 
+/// The record of `app`'s sync of `commit`, once written (it is written after the apply).
+fn recorded(state: &Path, app: &str, commit: &str) -> SyncRecord {
+    let of = || {
+        let records = records(state, app).into_iter().rev();
+        records
+            .into_iter()
+            .find(|r| r.commit.as_ref().is_some_and(|c| c.sha == commit))
+    };
+    eventually(
+        &format!("{app}'s record of {commit}"),
+        Duration::from_secs(30),
+        || of().is_some(),
+    );
+    of().unwrap()
+}
+
 async fn value(client: &kube::Client, ns: &str) -> Option<String> {
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let map = maps.get_opt("web").await.ok()??;
@@ -112,10 +128,11 @@ async fn each_pull_request_is_a_preview_from_its_ref_alone() {
     let state = tempfile::tempdir().unwrap();
     let config = state.path().join("berth.toml");
     let receiver = Receiver::start(Answer::Script(Vec::new()));
+    let port = common::free_port();
     std::fs::write(
         &config,
         format!(
-            "[[notify]]\nurl = \"{}\"\nevents = [\"preview_created\", \"preview_removed\"]\n[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"off\"\n[cluster]\nkubeconfig = \"{}\"\n[[app_set]]\nname = \"previews\"\nrepo = \"{}\"\nrefs = [\"refs/pull/*/head\"]\napp_name = \"pr-{{number}}\"\nnamespace = \"p{id}-pr-{{number}}\"\ncreate_namespace = true\nprune = true\npath = \"deploy\"\nmax_apps = 50\n[app_set.decrypt]\nprovider = \"sops\"\nage_key_files = [\"{}\"]\n",
+            "[[notify]]\nurl = \"{}\"\nevents = [\"preview_created\", \"preview_removed\"]\n[agent]\nstate_dir = \"{}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"127.0.0.1:{port}\"\nstatus_page = true\n[cluster]\nkubeconfig = \"{}\"\n[[app_set]]\nname = \"previews\"\nrepo = \"{}\"\nrefs = [\"refs/pull/*/head\"]\napp_name = \"pr-{{number}}\"\nnamespace = \"p{id}-pr-{{number}}\"\ncreate_namespace = true\nprune = true\npath = \"deploy\"\nmax_apps = 50\n[app_set.decrypt]\nprovider = \"sops\"\nage_key_files = [\"{}\"]\n",
             receiver.url,
             state.path().display(),
             cp.kubeconfig.display(),
@@ -171,17 +188,13 @@ async fn each_pull_request_is_a_preview_from_its_ref_alone() {
     let two = records(state.path(), "pr-2").len();
     let pushed = server.pull_request(1, &one, &[("deploy/cm.yaml", &config_map("one-b"))]);
     wait_value(&client, &ns(1), Some("one-b")).await;
-    let last = records(state.path(), "pr-1").pop().unwrap();
+    let last = recorded(state.path(), "pr-1", &pushed);
     assert_eq!(last.trigger, Trigger::Ref, "{last:?}");
-    assert_eq!(
-        last.commit.as_ref().map(|c| c.sha.as_str()),
-        Some(pushed.as_str())
-    );
 
     // Rewritten (rebased on main): taken, and said in the record.
-    server.pull_request(1, &main, &[("deploy/cm.yaml", &config_map("one-c"))]);
+    let forced = server.pull_request(1, &main, &[("deploy/cm.yaml", &config_map("one-c"))]);
     wait_value(&client, &ns(1), Some("one-c")).await;
-    let last = records(state.path(), "pr-1").pop().unwrap();
+    let last = recorded(state.path(), "pr-1", &forced);
     assert!(last.history_rewritten.is_some(), "{last:?}");
 
     // Opened while berth runs: a preview made, and said.
@@ -230,6 +243,13 @@ async fn each_pull_request_is_a_preview_from_its_ref_alone() {
         "{out}"
     );
     assert!(row("pr-3").is_some(), "{out}");
+    // The status page says which set and ref each preview is.
+    let (code, page) = common::http(port, "GET", "/", &[], b"");
+    assert_eq!(code, 200, "{page}");
+    assert!(
+        page.contains("app set previews · preview of refs/pull/5/head"),
+        "{page}"
+    );
 
     // Closed: its preview, its objects and its namespace go.
     server.close(2);

@@ -28,6 +28,9 @@ pub struct AppState {
     /// The app set that generated it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub set: Option<String>,
+    /// The ref it is a preview of.
+    #[serde(rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub git_ref: Option<String>,
     /// `idle`, `syncing` or `waiting`.
     pub state: State,
     /// The step of the sync in flight.
@@ -168,6 +171,7 @@ impl AppState {
             path: app.path.join(","),
             cluster: app.cluster.clone().unwrap_or_else(|| "default".into()),
             set: app.set.clone(),
+            git_ref: app.preview.clone(),
             ..Self::idle(&app.name)
         }
     }
@@ -192,6 +196,7 @@ impl AppState {
             path: "-".into(),
             cluster: "default".into(),
             set: None,
+            git_ref: None,
             state: State::Idle,
             step: None,
             activity: None,
@@ -242,6 +247,7 @@ impl Board {
             state.path = fresh.path;
             state.cluster = fresh.cluster;
             state.set = fresh.set;
+            state.git_ref = fresh.git_ref;
         }
         drop(all);
         self.version.send_modify(|v| *v += 1);
