@@ -124,6 +124,8 @@ async fn each_pull_request_is_a_preview_from_its_ref_alone() {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sops");
     let secret = std::fs::read_to_string(fixtures.join("secret.enc.json")).unwrap();
     server.pull_request(4, &main, &[("deploy/secret.enc.json", &secret)]);
+    let system = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: kube-system\n  labels:\n    owned-by: fork\n";
+    server.pull_request(6, &main, &[("deploy/ns.yaml", system)]);
 
     let state = tempfile::tempdir().unwrap();
     let config = state.path().join("berth.toml");
@@ -146,7 +148,7 @@ async fn each_pull_request_is_a_preview_from_its_ref_alone() {
     let (code, out, err) = common::berth_on(&config, &["validate"]);
     assert_eq!(code, 1, "{out}{err}");
     for said in [
-        "app set previews: 4 apps from",
+        "app set previews: 5 apps from",
         "app pr-1: 1 object from ref refs/pull/1/head at",
         "ClusterRoleBinding preview-admin is cluster-scoped, outside the app's scope",
         "deploy/secret.enc.json: encrypted with sops, and the app decrypts nothing",
@@ -169,6 +171,13 @@ async fn each_pull_request_is_a_preview_from_its_ref_alone() {
     eventually("pr-4 refused", Duration::from_secs(60), || {
         failed("pr-4", "the app decrypts nothing")
     });
+    eventually("pr-6 refused", Duration::from_secs(60), || {
+        failed("pr-6", "kube-system")
+    });
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let system = namespaces.get("kube-system").await.unwrap();
+    let labels = system.metadata.labels.unwrap_or_default();
+    assert!(!labels.contains_key("owned-by"), "{labels:?}");
     let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(client.clone());
     assert!(bindings.get_opt("preview-admin").await.unwrap().is_none());
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns(4));
@@ -232,7 +241,7 @@ async fn each_pull_request_is_a_preview_from_its_ref_alone() {
         .skip_while(|l| !l.starts_with("PREVIEW"))
         .map(String::from)
         .collect();
-    assert_eq!(rows.len(), 6, "{out}");
+    assert_eq!(rows.len(), 7, "{out}");
     let five_row = rows
         .iter()
         .find(|l| l.starts_with("pr-5 "))
@@ -254,7 +263,6 @@ async fn each_pull_request_is_a_preview_from_its_ref_alone() {
     // Closed: its preview, its objects and its namespace go.
     server.close(2);
     wait_value(&client, &ns(2), None).await;
-    let namespaces: Api<Namespace> = Api::all(client.clone());
     eventually("pr-2's namespace deleted", Duration::from_secs(60), || {
         let namespaces = namespaces.clone();
         let name = ns(2);
@@ -286,7 +294,7 @@ async fn each_pull_request_is_a_preview_from_its_ref_alone() {
         })
         .collect();
     events.sort();
-    let created = (1..=5).map(|n| format!("preview_created pr-{n}"));
+    let created = (1..=6).map(|n| format!("preview_created pr-{n}"));
     let want: Vec<String> = created.chain(["preview_removed pr-2".into()]).collect();
     assert_eq!(events, want, "each once");
 }
@@ -353,6 +361,18 @@ async fn refs_times_clusters_and_a_list_make_one_app_per_combination() {
             "shop-us-east east -",
             "shop-us-west west -",
         ]
+    );
+    // The last pull requests closed: no guard holds their previews back.
+    server.close(1);
+    server.close(2);
+    for client in &clients {
+        wait_value(client, &format!("m{id}-1"), None).await;
+        wait_value(client, &format!("m{id}-2"), None).await;
+    }
+    let (_, out, err) = common::berth_on(&config, &["status"]);
+    assert!(
+        !out.contains("pr-1-east") && !err.contains("error: app set pr"),
+        "{out}{err}"
     );
 }
 
