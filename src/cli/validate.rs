@@ -66,6 +66,43 @@ pub fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// What `set` lists: the folders of `root` its globs match, and its remote's refs (not
+/// with `--dir`: a folder stands for the repository, and no remote is asked).
+fn listed_at(
+    set: &AppSetConfig,
+    sample: &AppConfig,
+    root: &std::path::Path,
+    dir: bool,
+) -> anyhow::Result<berth::fleet::Listed> {
+    let folders = match set.folder_globs()? {
+        Some(globs) => folders::matching(root, &globs, set.folder_depth())?,
+        None => Vec::new(),
+    };
+    let refs = match (set.ref_globs()?, dir) {
+        (Some(globs), false) => berth::source::git::matching_refs(sample, &globs)?,
+        (Some(_), true) => {
+            println!("app set {}: its refs are not listed with --dir", set.name);
+            Vec::new()
+        }
+        (None, _) => Vec::new(),
+    };
+    let now = jiff::Timestamp::now();
+    let folder = |path| berth::fleet::Folder {
+        path,
+        tree: String::new(),
+    };
+    let found = |(name, sha)| berth::config::FoundRef {
+        name,
+        sha,
+        since: now,
+    };
+    Ok(berth::fleet::Listed {
+        commit: String::new(),
+        folders: folders.into_iter().map(folder).collect(),
+        refs: refs.into_iter().map(found).collect(),
+    })
+}
+
 /// The apps `set` generates from the folders of its repository's commit (or `--dir`),
 /// listed (set, app, cluster, path, namespace) so that a change to a set can be reviewed,
 /// with how many it makes that are refused (said); `None`, said why, when it cannot make
@@ -89,43 +126,9 @@ fn generated(
         Err(e) => return said(&e),
     };
     let (root, shown) = source_of(config, &sample, &format!("app set {}", set.name), dir)?;
-    let folders = match set.folder_globs() {
-        Ok(Some(globs)) => match folders::matching(&root, &globs, set.folder_depth()) {
-            Ok(folders) => folders,
-            Err(e) => return said(&e),
-        },
-        Ok(None) => Vec::new(),
+    let listed = match listed_at(set, &sample, &root, dir.is_some()) {
+        Ok(listed) => listed,
         Err(e) => return said(&e),
-    };
-    // The remote's refs, unless a folder stands for the repository.
-    let refs = match (set.ref_globs(), dir) {
-        (Ok(Some(globs)), None) => match berth::source::git::matching_refs(&sample, &globs) {
-            Ok(refs) => refs,
-            Err(e) => return said(&e),
-        },
-        (Ok(Some(_)), Some(_)) => {
-            println!("app set {}: its refs are not listed with --dir", set.name);
-            Vec::new()
-        }
-        (Ok(None), _) => Vec::new(),
-        (Err(e), _) => return said(&e),
-    };
-    let now = jiff::Timestamp::now();
-    let listed = berth::fleet::Listed {
-        commit: String::new(),
-        folders: (folders.into_iter())
-            .map(|path| berth::fleet::Folder {
-                path,
-                tree: String::new(),
-            })
-            .collect(),
-        refs: (refs.into_iter())
-            .map(|(name, sha)| berth::config::FoundRef {
-                name,
-                sha,
-                since: now,
-            })
-            .collect(),
     };
     let (apps, refused) = match berth::fleet::made(config, set, &listed) {
         Ok(made) => made,

@@ -34,8 +34,8 @@ pub struct AppConfig {
     pub tag: Option<String>,
     /// Pin this full commit SHA.
     pub commit: Option<String>,
-    /// Follow this ref by its full name (`refs/pull/7/head`, `refs/changes/…`): a pull
-    /// request's, which no branch names. A preview app set gives each of its apps its own.
+    /// Follow this ref by its full name (`refs/pull/7/head`): a pull request's, which no
+    /// branch names (each preview of an app set follows its own).
     #[serde(rename = "ref")]
     pub follow_ref: Option<String>,
     /// Folders (or files) in the repository to render, relative to its root.
@@ -77,8 +77,7 @@ pub struct AppConfig {
     /// The ref it was generated from, when it is a preview (a pull request's: untrusted).
     #[serde(skip)]
     pub preview: Option<String>,
-    /// Downloads no chart, whatever `[agent] allow_remote_charts` names (a preview's,
-    /// unless its set allows them).
+    /// Downloads no chart whatever `[agent] allow_remote_charts` names (a preview's).
     #[serde(skip)]
     pub no_remote_charts: bool,
     /// Delete objects that an earlier commit applied and this one no longer holds.

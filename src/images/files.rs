@@ -39,16 +39,9 @@ pub fn marked_files(
     let mut kept = 0;
     let odb = repo.odb()?;
     tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
-        if entry.kind() != Some(ObjectType::Blob) {
-            return TreeWalkResult::Ok;
-        }
-        let Ok(name) = entry.name() else {
+        let Some(path) = yaml_path(dir, entry) else {
             return TreeWalkResult::Ok;
         };
-        if !(name.ends_with(".yaml") || name.ends_with(".yml")) {
-            return TreeWalkResult::Ok;
-        }
-        let path = format!("{dir}{name}");
         let Some((app, rel)) = apps.iter().find_map(|a| Some((*a, under(a, &path)?))) else {
             return TreeWalkResult::Ok;
         };
@@ -89,6 +82,15 @@ pub fn marked_files(
         TreeWalkResult::Ok
     })?;
     Ok(found)
+}
+
+/// The path of `entry`, in the folder `dir`, when it is a YAML file.
+fn yaml_path(dir: &str, entry: &git2::TreeEntry<'_>) -> Option<String> {
+    let name = entry
+        .name()
+        .ok()
+        .filter(|_| entry.kind() == Some(ObjectType::Blob))?;
+    (name.ends_with(".yaml") || name.ends_with(".yml")).then(|| format!("{dir}{name}"))
 }
 
 /// `path` relative to the one of `app`'s paths that holds it (a path that is the file

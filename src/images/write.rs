@@ -253,6 +253,21 @@ fn base(
             force: false,
         });
     }
+    let (branch, onto) = (pushed, followed);
+    replaced(group, writable, state_dir, (branch, onto), author, signer)
+}
+
+/// Where a scan's commit goes when the push branch, at `branch`, no longer descends from
+/// the followed one, at `onto`: rebased or reset onto it — unless an app follows the push
+/// branch, which is never force-pushed.
+fn replaced(
+    group: &Group<'_>,
+    writable: &Writable,
+    state_dir: &Path,
+    (pushed, followed): (Oid, Oid),
+    author: &git2::Signature<'_>,
+    signer: Option<&Signer>,
+) -> Result<Base, WriteError> {
     let follower = (group.everyone.iter())
         .find(|a| followed_branch(a, state_dir).as_deref() == Some(group.branch.as_str()));
     if let Some(app) = follower {
