@@ -289,6 +289,13 @@ impl Bench {
         c
     }
 
+    /// A kube client of the bench's control plane, for watching what berth does.
+    async fn client(&self) -> Result<kube::Client> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.cp.kubeconfig)?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+        Ok(kube::Client::try_from(config)?)
+    }
+
     /// A berth configuration for one app; returns its path.
     fn config(&self, name: &str, repo: &Path, concurrency: usize) -> Result<PathBuf> {
         let dir = self.work.join(format!("state-{name}"));

@@ -336,6 +336,12 @@ fn pushed(report: &berth::images::scan::Report) -> Vec<String> {
         .collect()
 }
 
+/// The first branch's error, as a user reads it ("" when it was written).
+fn first_error(report: &berth::images::scan::Report) -> String {
+    let result = report.branches[0].result.as_ref();
+    result.err().map(ToString::to_string).unwrap_or_default()
+}
+
 #[tokio::test]
 async fn policies_write_kustomizations_and_values_in_one_signed_commit_a_moved_branch_retried_and_a_stale_push_branch_rebased(
 ) {
@@ -462,13 +468,7 @@ async fn policies_write_kustomizations_and_values_in_one_signed_commit_a_moved_b
     let file = state.path().join("images/state.json");
     let kept = std::fs::read(&file).unwrap();
     std::fs::write(&file, "{ not berth's").unwrap();
-    let held = scan(&config).await;
-    let error = held.branches[0]
-        .result
-        .as_ref()
-        .err()
-        .map(ToString::to_string);
-    let error = error.unwrap_or_default();
+    let error = first_error(&scan(&config).await);
     assert!(
         error.contains("state.json") && error.contains("moved aside"),
         "{error}"
@@ -545,13 +545,7 @@ async fn policies_write_kustomizations_and_values_in_one_signed_commit_a_moved_b
     remote.commit_and_push("main moves on");
     let images = remote.git(&["rev-parse", "images"]);
     push_tag(&registry, "team/web", "1.3.4");
-    let held = scan(&config).await;
-    let error = held.branches[0]
-        .result
-        .as_ref()
-        .err()
-        .map(ToString::to_string);
-    let error = error.unwrap_or_default();
+    let error = first_error(&scan(&config).await);
     assert!(
         error.contains("app review follows it") && error.contains("merge main into it"),
         "{error}"

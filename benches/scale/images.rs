@@ -219,13 +219,7 @@ impl Bench {
             state.display(), self.cp.kubeconfig.display(), bare.display(), secret.display()
         ))?;
         let daemon = Daemon::start(&self.berth, &config, "images")?;
-        let client = kube::Client::try_from(
-            kube::Config::from_custom_kubeconfig(
-                kube::config::Kubeconfig::read_from(&self.cp.kubeconfig)?,
-                &Default::default(),
-            )
-            .await?,
-        )?;
+        let client = self.client().await?;
         let deployments: Api<Deployment> = Api::namespaced(client, "images");
         let image_now = || async {
             let d = deployments.get_opt("web").await.ok()??;

@@ -54,13 +54,7 @@ impl Bench {
             state.display(), self.cp.kubeconfig.display(),
         ))?;
         let daemon = Daemon::start(&self.berth, &config, "previews")?;
-        let client = kube::Client::try_from(
-            kube::Config::from_custom_kubeconfig(
-                kube::config::Kubeconfig::read_from(&self.cp.kubeconfig)?,
-                &Default::default(),
-            )
-            .await?,
-        )?;
+        let client = self.client().await?;
         let maps: Api<ConfigMap> = Api::all(client.clone());
         let value_of = |n: usize| {
             let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &format!("bp-{n}"));

@@ -370,12 +370,14 @@ pub fn made(
     for app in set.generate(&listed.paths(), &refs, &config.cluster)? {
         let app = match app {
             Ok(app) => app,
-            // One pull request's ref never holds back the set's other apps.
-            Err(e @ SetError::App { .. }) if is_preview(&e) => {
-                refused.push(Refused::unmade(&e));
-                continue;
-            }
-            Err(e) => return Err(e.into()),
+            Err(e) => match Refused::unmade(e) {
+                // One pull request's ref never holds back the set's other apps.
+                Ok(one) => {
+                    refused.push(one);
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            },
         };
         if let Err(problems) = check_generated(&app, &config.cluster) {
             if app.preview.is_some() {
@@ -401,10 +403,6 @@ pub fn made(
 }
 
 /// Whether `e` is about a ref's app.
-fn is_preview(e: &SetError) -> bool {
-    matches!(e, SetError::App { at, .. } if at.git_ref.is_some())
-}
-
 mod desired;
 mod execute;
 mod refuse;

@@ -33,31 +33,24 @@ impl Refused {
         }
     }
 
-    /// The app a set could not make (its name unknown: `-`), and why.
-    pub fn unmade(error: &SetError) -> Refused {
-        let SetError::App {
-            set,
-            at,
-            cluster,
-            message,
-        } = error
-        else {
-            return Refused {
+    /// The preview a set could not make (its name unknown: `-`), and why; any other
+    /// error is handed back, for it holds back the whole set.
+    pub fn unmade(error: SetError) -> Result<Refused, SetError> {
+        match error {
+            SetError::App {
+                set,
+                at,
+                cluster,
+                message,
+            } if at.git_ref.is_some() => Ok(Refused {
                 app: "-".into(),
-                set: String::new(),
-                folder: None,
-                git_ref: None,
-                cluster: String::new(),
-                why: error.to_string(),
-            };
-        };
-        Refused {
-            app: "-".into(),
-            set: set.clone(),
-            folder: at.folder.clone(),
-            git_ref: at.git_ref.clone(),
-            cluster: cluster.clone(),
-            why: message.clone(),
+                set,
+                folder: at.folder,
+                git_ref: at.git_ref,
+                cluster,
+                why: message,
+            }),
+            other => Err(other),
         }
     }
 }
