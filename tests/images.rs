@@ -641,37 +641,8 @@ async fn a_write_back_is_pushed_to_a_remote_over_the_network_from_a_shallow_cach
         remote.person.write("net/README.md", &format!("{n}\n"));
         remote.commit_and_push(&format!("history {n}"));
     }
-    let port = common::free_port();
-    let served = remote.bare.dir.path();
-    /// The daemon, stopped when the test ends.
-    struct Served(std::process::Child);
-    impl Drop for Served {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    // `git daemon` would run git-daemon as its child, left behind when `git` is killed:
-    // the daemon itself is started.
-    let exec_path = Command::new("git").arg("--exec-path").output().unwrap();
-    let exec_path = String::from_utf8(exec_path.stdout).unwrap();
-    let _daemon = Served(
-        Command::new(Path::new(exec_path.trim()).join("git-daemon"))
-            .args(["--reuseaddr", "--export-all", "--enable=receive-pack"])
-            .args(["--listen=127.0.0.1", &format!("--port={port}")])
-            .arg(format!(
-                "--base-path={}",
-                served.parent().unwrap().display()
-            ))
-            .arg(served)
-            .spawn()
-            .expect("git daemon"),
-    );
-    let name = served.file_name().unwrap().to_string_lossy();
-    let url = format!("git://127.0.0.1:{port}/{name}");
-    eventually("git daemon listens", Duration::from_secs(10), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
+    let served = common::GitDaemon::serve(remote.bare.dir.path());
+    let url = &served.url;
     let state = tempfile::tempdir().unwrap();
     let config = config_of(
         state.path(),
@@ -686,7 +657,7 @@ async fn a_write_back_is_pushed_to_a_remote_over_the_network_from_a_shallow_cach
         .fetch(&config.apps[0], std::time::Instant::now())
         .await
         .expect("the first fetch");
-    let cache = berth::source::git::source_dir(state.path(), &url).join("git");
+    let cache = berth::source::git::source_dir(state.path(), url).join("git");
     assert!(
         git2::Repository::open_bare(&cache).unwrap().is_shallow(),
         "the cache starts shallow"

@@ -41,11 +41,33 @@ impl Server {
     /// Commits `files` on a branch of `base` and makes `refs/pull/N/head` name it (pushed,
     /// forced: a pull request's head is rewritten at will); the commit.
     fn pull_request(&self, n: u32, base: &str, files: &[(&str, &str)]) -> String {
+        self.pull_request_by(n, base, files, &[])
+    }
+
+    /// [`Server::pull_request`] with git `settings` (`user.signingkey`: signed with `-S`).
+    fn pull_request_by(
+        &self,
+        n: u32,
+        base: &str,
+        files: &[(&str, &str)],
+        settings: &[(&str, String)],
+    ) -> String {
         self.work.git(&["checkout", "-q", "--detach", base]);
         for (path, text) in files {
             self.work.write(path, text);
         }
-        let commit = self.work.commit(&format!("pull request {n}"));
+        self.work.git(&["add", "-A"]);
+        let message = format!("pull request {n}");
+        let mut args: Vec<String> = (settings.iter())
+            .flat_map(|(k, v)| ["-c".to_string(), format!("{k}={v}")])
+            .collect();
+        args.extend(["commit", "-q", "-m", &message].map(String::from));
+        if !settings.is_empty() {
+            args.push("-S".into());
+        }
+        self.work
+            .git(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let commit = self.work.git(&["rev-parse", "HEAD"]);
         let target = format!("+{commit}:refs/pull/{n}/head");
         self.work.git(&["push", "-q", self.path(), &target]);
         commit
@@ -374,6 +396,75 @@ async fn refs_times_clusters_and_a_list_make_one_app_per_combination() {
         !out.contains("pr-1-east") && !err.contains("error: app set pr"),
         "{out}{err}"
     );
+}
+
+/// GitHub's `pull_request` event, delivered to the webhook of an app of the repository,
+/// lists the set at once (its interval an hour, its repository served by `git daemon`); with `[app_set.verify]`, a pull request
+/// whose commit is signed by a trusted key is previewed and an unsigned one refused, writing
+/// nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pull_request_event_lists_the_set_and_only_signed_pull_requests_run() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let id = std::process::id() % 100_000;
+    let ns = |n: u32| format!("h{id}-pr-{n}");
+    let gpg = common::gpg::Gpg::new();
+    let trusted = gpg.key("Trusted Dev <dev@example.com>", "1y", None);
+    let keys = tempfile::tempdir().unwrap();
+    gpg.export(&trusted, &keys.path().join("dev.asc"));
+    let signed = [
+        ("gpg.program", gpg.program(None).display().to_string()),
+        ("user.signingkey", trusted.clone()),
+    ];
+    let server = Server::new();
+    let main = server.work.git(&["rev-parse", "main"]);
+    server.pull_request_by(1, &main, &[("deploy/cm.yaml", &config_map("one"))], &signed);
+
+    // Served as a hosted repository is: no file watcher sees its refs move.
+    let served = common::GitDaemon::serve(server.bare.path());
+    let state = tempfile::tempdir().unwrap();
+    let secret = state.path().join("hook-secret");
+    std::fs::write(&secret, "s3cret").unwrap();
+    let port = common::free_port();
+    let config = state.path().join("berth.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agent]\nstate_dir = \"{state}\"\ninterval = \"1h\"\njitter = \"0s\"\nlisten = \"127.0.0.1:{port}\"\n[cluster]\nkubeconfig = \"{}\"\n[[app]]\nname = \"site\"\nrepo = \"{repo}\"\nbranch = \"main\"\npath = \"deploy\"\nnamespace = \"h{id}-site\"\ncreate_namespace = true\nwebhook_secret_file = \"{}\"\n[[app_set]]\nname = \"previews\"\nrepo = \"{repo}\"\nrefs = [\"refs/pull/*/head\"]\napp_name = \"pr-{{number}}\"\nnamespace = \"h{id}-pr-{{number}}\"\ncreate_namespace = true\npath = \"deploy\"\n[app_set.verify]\nmode = \"head\"\nopenpgp_keys = [\"{}/*.asc\"]\n",
+            cp.kubeconfig.display(),
+            secret.display(),
+            keys.path().display(),
+            state = state.path().display(),
+            repo = served.url,
+        ),
+    )
+    .unwrap();
+    let _daemon = Daemon::start(&config, &[]);
+    wait_value(&client, &ns(1), Some("one")).await;
+    wait_value(&client, &format!("h{id}-site"), Some("main")).await;
+
+    // Two pull requests opened: the event lists the set within seconds, not the hour.
+    server.pull_request_by(2, &main, &[("deploy/cm.yaml", &config_map("two"))], &signed);
+    let unsigned = server.pull_request(3, &main, &[("deploy/cm.yaml", &config_map("three"))]);
+    let event = br#"{"action":"opened","number":2,"pull_request":{"head":{"ref":"feature"}}}"#;
+    let github = [("X-GitHub-Event", "pull_request".to_string())];
+    let (code, said) = common::signed_hook(port, "site", b"s3cret", &github, event);
+    assert_eq!(code, 202, "{said}");
+    wait_value(&client, &ns(2), Some("two")).await;
+    let refused = recorded(state.path(), "pr-3", &unsigned);
+    assert_eq!(refused.outcome, Outcome::Failed);
+    assert!(refused.objects.is_empty(), "nothing written");
+    assert!(
+        refused
+            .errors
+            .iter()
+            .any(|e| e.message.contains("is not signed")),
+        "{:?}",
+        refused.errors
+    );
+    assert_eq!(value(&client, &ns(3)).await, None);
 }
 
 /// A remote with 200 pull requests and a set of `max_apps = 50`: no preview is made, and

@@ -317,52 +317,6 @@ async fn a_source_missing_an_object_is_blamed_and_the_cache_kept() {
     assert!(marker.exists(), "the cache was cloned again: {out}");
 }
 
-/// `git daemon` serving a repository: a remote over git's own protocol, as a hosted
-/// repository is (libgit2's local transport cannot fetch shallow).
-struct GitDaemon {
-    child: std::process::Child,
-    url: String,
-}
-
-impl GitDaemon {
-    fn serve(repo: &Repo) -> GitDaemon {
-        let dir = repo.dir.path();
-        let port = common::free_port();
-        // git-daemon itself, not `git daemon`, which would leave it behind when killed.
-        let exec_path = std::process::Command::new("git")
-            .arg("--exec-path")
-            .output()
-            .expect("git --exec-path");
-        let exec_path = String::from_utf8_lossy(&exec_path.stdout)
-            .trim()
-            .to_string();
-        let child = std::process::Command::new(format!("{exec_path}/git-daemon"))
-            .args(["--export-all", "--reuseaddr", "--listen=127.0.0.1"])
-            .arg(format!("--port={port}"))
-            .arg(format!("--base-path={}", dir.parent().unwrap().display()))
-            .arg(dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("git daemon");
-        common::eventually("git daemon listens", Duration::from_secs(10), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        let name = dir.file_name().unwrap().to_string_lossy();
-        GitDaemon {
-            child,
-            url: format!("git://127.0.0.1:{port}/{name}"),
-        }
-    }
-}
-
-impl Drop for GitDaemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The first fetch from a remote takes the newest commit alone (as `git clone --depth 1`);
 /// the history comes when a check needs it: a cache lost with the previous commit applied
 /// still tells a fast-forward from a force-push, and an app pinned to an older commit
@@ -380,7 +334,7 @@ async fn a_fresh_cache_fetches_history_only_when_it_needs_it() {
     };
     repo.write("cm.yaml", &cm("1"));
     let first = repo.commit("first");
-    let daemon = GitDaemon::serve(&repo);
+    let daemon = common::GitDaemon::serve(repo.dir.path());
     let setup = Setup::new(cp, "shallow", &repo, &ns, "");
     let path = format!("repo = \"{}\"", repo.dir.path().display());
     let config = std::fs::read_to_string(&setup.config).unwrap();

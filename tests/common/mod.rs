@@ -546,3 +546,48 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// `git daemon` serving a repository (pushes too): a remote over git's own protocol, as a
+/// hosted repository is — no file watcher sees it, and libgit2's local transport cannot
+/// fetch shallow. Stopped when dropped.
+pub struct GitDaemon {
+    child: std::process::Child,
+    /// `git://127.0.0.1:PORT/NAME`.
+    pub url: String,
+}
+
+impl GitDaemon {
+    pub fn serve(dir: &Path) -> GitDaemon {
+        let port = free_port();
+        // git-daemon itself, not `git daemon`, which would leave it behind when killed.
+        let exec_path = std::process::Command::new("git")
+            .arg("--exec-path")
+            .output()
+            .expect("git --exec-path");
+        let exec_path = String::from_utf8_lossy(&exec_path.stdout);
+        let child = std::process::Command::new(Path::new(exec_path.trim()).join("git-daemon"))
+            .args(["--export-all", "--reuseaddr", "--enable=receive-pack"])
+            .args(["--listen=127.0.0.1", &format!("--port={port}")])
+            .arg(format!("--base-path={}", dir.parent().unwrap().display()))
+            .arg(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("git daemon");
+        eventually("git daemon listens", Duration::from_secs(10), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        let name = dir.file_name().unwrap().to_string_lossy();
+        GitDaemon {
+            child,
+            url: format!("git://127.0.0.1:{port}/{name}"),
+        }
+    }
+}
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
