@@ -17,6 +17,7 @@ use kube::api::{Api, PostParams};
 
 pub mod browser;
 pub mod gpg;
+pub mod prometheus;
 pub mod proxy;
 pub mod receiver;
 pub mod registry;

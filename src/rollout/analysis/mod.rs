@@ -1,0 +1,209 @@
+//! A rollout step's analysis: checks measured on an interval, each measurement judged by
+//! its condition, the run decided by its count and failure limit. [`measure`] takes one
+//! measurement (a Prometheus query, an HTTP check); this module judges them, pure.
+//!
+//! A check that cannot be measured — Prometheus down, a query with no data, a body that is
+//! not JSON — fails that measurement: an analysis never promotes on what it could not see.
+
+pub mod measure;
+
+use serde::{Deserialize, Serialize};
+
+/// What a measurement must show.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Condition {
+    /// A number at or under this.
+    pub max: Option<f64>,
+    /// A number at or over this.
+    pub min: Option<f64>,
+    /// A text (an HTTP check's JSON field) equal to this.
+    pub equals: Option<String>,
+}
+
+/// What one measurement read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Value {
+    /// A number (a query's result, a JSON number).
+    Number(f64),
+    /// A text (a JSON string or other value, as JSON writes it).
+    Text(String),
+}
+
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Value::Number(n) => write!(f, "{n}"),
+            Value::Text(t) => write!(f, "{t:?}"),
+        }
+    }
+}
+
+impl Condition {
+    /// Whether `value` meets the condition; if not, why (as a user reads it).
+    ///
+    /// # Errors
+    /// The value, and the bound it broke.
+    pub fn judge(&self, value: &Value) -> Result<(), String> {
+        let number = match value {
+            Value::Number(n) => Some(*n),
+            Value::Text(t) => t.parse::<f64>().ok(),
+        };
+        if let Some(want) = &self.equals {
+            let text = match value {
+                Value::Text(t) => t.clone(),
+                Value::Number(n) => n.to_string(),
+            };
+            if &text != want {
+                return Err(format!("{value}, not {want:?}"));
+            }
+        }
+        if self.max.is_none() && self.min.is_none() {
+            return Ok(());
+        }
+        let Some(n) = number else {
+            return Err(format!("{value}, not a number"));
+        };
+        if let Some(max) = self.max.filter(|max| n.is_nan() || n > *max) {
+            return Err(format!("{value}, over the max {max}"));
+        }
+        if let Some(min) = self.min.filter(|min| n.is_nan() || n < *min) {
+            return Err(format!("{value}, under the min {min}"));
+        }
+        Ok(())
+    }
+}
+
+/// One measurement: when, what it read, and whether it passed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    /// When it was taken.
+    pub at: jiff::Timestamp,
+    /// What it read (none when it could not be measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    /// Whether it met the condition.
+    pub passed: bool,
+    /// Why it failed: the bound broken, or what kept it from being measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+impl Measurement {
+    /// A measurement of `read` (a value, or why none) judged by `condition`.
+    pub fn judged(at: jiff::Timestamp, read: Result<Value, String>, condition: &Condition) -> Self {
+        match read {
+            Ok(value) => {
+                let judged = condition.judge(&value);
+                Measurement {
+                    at,
+                    passed: judged.is_ok(),
+                    why: judged.err(),
+                    value: Some(value),
+                }
+            }
+            Err(why) => Measurement {
+                at,
+                value: None,
+                passed: false,
+                why: Some(why),
+            },
+        }
+    }
+}
+
+/// Where a check's run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// More measurements to take.
+    Running,
+    /// `count` measurements taken, no more failed than the limit allows.
+    Passed,
+    /// More failed than `failure_limit`: the rollout is aborted at once.
+    Failed,
+}
+
+/// A check's measurements so far, against its `count` and `failure_limit`.
+pub fn verdict(measurements: &[Measurement], count: u32, failure_limit: u32) -> Verdict {
+    let failed = measurements.iter().filter(|m| !m.passed).count();
+    if failed > failure_limit as usize {
+        Verdict::Failed
+    } else if measurements.len() >= count.max(1) as usize {
+        Verdict::Passed
+    } else {
+        Verdict::Running
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at() -> jiff::Timestamp {
+        jiff::Timestamp::UNIX_EPOCH
+    }
+
+    #[test]
+    fn a_condition_names_the_bound_a_value_broke() {
+        let max = Condition {
+            max: Some(0.05),
+            ..Condition::default()
+        };
+        assert_eq!(max.judge(&Value::Number(0.05)), Ok(()));
+        assert_eq!(
+            max.judge(&Value::Number(0.2)),
+            Err("0.2, over the max 0.05".into())
+        );
+        assert!(
+            max.judge(&Value::Number(f64::NAN)).is_err(),
+            "NaN never passes"
+        );
+        assert_eq!(
+            max.judge(&Value::Text("fine".into())),
+            Err("\"fine\", not a number".into())
+        );
+        let min = Condition {
+            min: Some(10.0),
+            ..Condition::default()
+        };
+        assert_eq!(
+            min.judge(&Value::Number(3.0)),
+            Err("3, under the min 10".into())
+        );
+        assert_eq!(min.judge(&Value::Text("12".into())), Ok(()));
+        let equals = Condition {
+            equals: Some("ok".into()),
+            ..Condition::default()
+        };
+        assert_eq!(equals.judge(&Value::Text("ok".into())), Ok(()));
+        assert_eq!(
+            equals.judge(&Value::Text("degraded".into())),
+            Err("\"degraded\", not \"ok\"".into())
+        );
+    }
+
+    #[test]
+    fn a_run_fails_past_its_limit_and_passes_at_its_count() {
+        let max = Condition {
+            max: Some(1.0),
+            ..Condition::default()
+        };
+        let good = Measurement::judged(at(), Ok(Value::Number(0.0)), &max);
+        let bad = Measurement::judged(at(), Ok(Value::Number(2.0)), &max);
+        let unseen = Measurement::judged(at(), Err("no data".into()), &max);
+        assert!(!unseen.passed, "what could not be measured fails");
+        assert_eq!(verdict(&[], 3, 0), Verdict::Running);
+        assert_eq!(
+            verdict(&[good.clone(), good.clone()], 3, 0),
+            Verdict::Running
+        );
+        assert_eq!(verdict(&vec![good.clone(); 3], 3, 0), Verdict::Passed);
+        assert_eq!(verdict(&[good.clone(), bad.clone()], 3, 0), Verdict::Failed);
+        assert_eq!(
+            verdict(&[bad.clone(), good.clone()], 3, 1),
+            Verdict::Running
+        );
+        assert_eq!(verdict(&[bad, good.clone(), good], 3, 1), Verdict::Passed);
+        assert_eq!(verdict(&[unseen], 3, 0), Verdict::Failed);
+    }
+}
