@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use berth::rollout::analysis::measure::{measure, Check};
-use berth::rollout::analysis::{Condition, Measurement, Value};
+use berth::rollout::analysis::{judged, Condition, Value};
 use common::prometheus::Prometheus;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -44,10 +44,10 @@ async fn a_query_measures_each_version_and_a_bad_one_breaks_its_bound() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let now = jiff::Timestamp::now();
-    let good = Measurement::judged(now, read("good5f7").await, &at_most);
+    let good = judged(now, read("good5f7").await, &at_most);
     assert_eq!(good.value, Some(Value::Number(0.01)));
     assert!(good.passed, "{good:?}");
-    let bad = Measurement::judged(now, read("bad9c1").await, &at_most);
+    let bad = judged(now, read("bad9c1").await, &at_most);
     assert_eq!(bad.value, Some(Value::Number(0.3)));
     assert!(!bad.passed);
     assert_eq!(bad.why.as_deref(), Some("0.3, over the max 0.05"));
@@ -90,7 +90,7 @@ async fn an_http_check_reads_the_status_and_a_json_field() {
     };
     let read = measure(&client, &field, "v", None, SECOND * 5).await;
     assert_eq!(read, Ok(Value::Text("success".into())));
-    assert!(Measurement::judged(jiff::Timestamp::now(), read, &ok).passed);
+    assert!(judged(jiff::Timestamp::now(), read, &ok).passed);
     let ready = Check::Http {
         url: format!("{}/-/ready", prometheus.address),
         json: None,

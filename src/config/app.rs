@@ -1,13 +1,13 @@
 //! `[[app]]`: one git source and what to do with it — its ref, paths and globs, scope,
 //! signature verification, credentials and rollout — with their defaults.
 use std::path::PathBuf;
-use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::credentials;
 use super::registry::{ChartSource, OciSource, RegistryConfig, SourceRef};
-use super::values::{duration, one_or_many};
+use super::rollout::RolloutConfig;
+use super::values::one_or_many;
 use super::Globs;
 
 /// `[[app]]`: one git source and what to do with it.
@@ -448,53 +448,4 @@ fn default_namespace() -> String {
 
 fn yes() -> bool {
     true
-}
-
-/// `[app.rollout]`: how changed Deployments are followed.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RolloutConfig {
-    /// Who runs the rolling steps.
-    pub engine: RolloutEngine,
-    /// How long a rollout may take before it counts as failed.
-    #[serde(deserialize_with = "duration")]
-    pub timeout: Duration,
-    /// What to do when a rollout fails.
-    pub on_failure: OnFailure,
-    /// Wait for every Service with a selector to have ready endpoints (otherwise a
-    /// Service without any is only reported as a warning).
-    pub require_endpoints: bool,
-}
-
-impl Default for RolloutConfig {
-    fn default() -> Self {
-        RolloutConfig {
-            engine: RolloutEngine::Cluster,
-            timeout: Duration::from_secs(300),
-            on_failure: OnFailure::Rollback,
-            require_endpoints: false,
-        }
-    }
-}
-
-/// Who runs a Deployment's rolling steps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RolloutEngine {
-    /// The cluster's Deployment controller; berth follows it.
-    Cluster,
-    /// berth runs the Deployment controller's algorithm itself.
-    Agent,
-}
-
-/// What happens after a failed rollout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnFailure {
-    /// Restore the previous revision's pod template.
-    Rollback,
-    /// Leave it as it is and stop syncing the app until a new commit.
-    Halt,
-    /// Record the failure and go on.
-    Continue,
 }

@@ -19,14 +19,14 @@ mod images;
 mod notify;
 pub mod order;
 mod registry;
+mod rollout;
 mod validate;
 mod values;
 
 pub use agent::{AgentConfig, ClusterConfig, Clusters, LogFormat, DEFAULT_RENDER_MEMORY};
 pub use app::{
-    AppConfig, AuthConfig, DecryptConfig, DecryptProvider, GitRef, HelmConfig, OnFailure,
-    RenderMode, RevisionError, RolloutConfig, RolloutEngine, ScopeConfig, VerifyConfig, VerifyMode,
-    DEFAULT_KNOWN_HOSTS,
+    AppConfig, AuthConfig, DecryptConfig, DecryptProvider, GitRef, HelmConfig, RenderMode,
+    RevisionError, ScopeConfig, VerifyConfig, VerifyMode, DEFAULT_KNOWN_HOSTS,
 };
 pub use app_set::{
     AppSetConfig, Combination, FoundRef, Refused, Selector, SetError, DEFAULT_MAX_APPS,
@@ -39,6 +39,10 @@ pub use images::{ImagePolicyConfig, ImageUpdatesConfig, StalePushBranch, TagOrde
 pub use notify::{NotifyConfig, NotifyEvent, NotifyFormat};
 pub use registry::{
     is_digest, split_oci, ChartSource, OciPick, OciSource, RegistryConfig, SourceRef,
+};
+pub use rollout::{
+    check_steps, AnalysisConfig, AnnotatedRollout, CanaryStep, OnFailure, RolloutConfig,
+    RolloutEngine, Strategy, ROLLOUT_ANNOTATION,
 };
 pub use validate::{
     author_parts, check_generated, check_notify_url, check_repo_path, is_dns_label,
@@ -79,6 +83,9 @@ pub struct Config {
     /// Image repositories whose newest tag berth commits into the apps' markers.
     #[serde(default, rename = "image_policy")]
     pub image_policies: Vec<ImagePolicyConfig>,
+    /// The checks canary steps run, by name.
+    #[serde(default, rename = "analysis")]
+    pub analyses: Vec<AnalysisConfig>,
     /// The apps the sets make that do not run (see [`Refused`]), once the sets are listed.
     #[serde(skip)]
     pub refused: Vec<Refused>,

@@ -426,3 +426,61 @@ interval = "1s"
         assert!(err.contains(said), "{said} in {err}");
     }
 }
+
+#[test]
+fn a_canary_names_its_checks_and_rises_to_100() {
+    let canary = |steps: &str, analysis: &str| {
+        format!("{MINIMAL}[app.rollout]\nstrategy = \"canary\"\nsteps = {steps}\n{analysis}")
+    };
+    let errors = "[[analysis]]\nname = \"errors\"\nprometheus = \"http://127.0.0.1:9090\"\nquery = 'sum(errors{version=\"{version}\"})'\nmax = 0.05\ninterval = \"5s\"\ncount = 3\n";
+    let good = canary(
+        r#"[{ weight = 20, pause = "30s", analysis = ["errors"] }, { weight = 50, analysis = ["errors"] }, { weight = 100 }]"#,
+        errors,
+    );
+    let c = parse(&good).unwrap();
+    c.validate().unwrap();
+    let rollout = &c.apps[0].rollout;
+    assert_eq!(rollout.strategy, Strategy::Canary);
+    assert_eq!(rollout.steps[0].pause, Some(Duration::from_secs(30)));
+    assert_eq!(rollout.steps[1].pause, None);
+    assert_eq!(c.analyses[0].count, 3);
+    assert_eq!(c.analyses[0].failure_limit, 0);
+
+    let err = invalid(&canary(
+        r#"[{ weight = 50, analysis = ["latency"] }, { weight = 20 }]"#,
+        errors,
+    ));
+    assert!(
+        err.contains(
+            "app[0].rollout.steps: steps[0]: no [[analysis]] named \"latency\" (known: errors)"
+        ),
+        "{err}"
+    );
+    let err = invalid(&canary("[{ weight = 50 }, { weight = 20 }]", ""));
+    assert!(
+        err.contains("steps[1]: weight 20 must be over the step before (50)"),
+        "{err}"
+    );
+    let err = invalid(&canary("[{ weight = 50 }]", ""));
+    assert!(err.contains("a canary ends at weight = 100"), "{err}");
+    let err = invalid(&canary("[]", ""));
+    assert!(err.contains("a canary needs steps"), "{err}");
+    let err = invalid(&format!(
+        "{MINIMAL}[app.rollout]\nsteps = [{{ weight = 100 }}]\n"
+    ));
+    assert!(err.contains("set strategy = \"canary\""), "{err}");
+    let err = parse_err(&format!("{MINIMAL}[app.rollout]\nstrategy = \"linear\"\n"));
+    assert!(err.contains("app[0].rollout.strategy"), "{err}");
+    let err = invalid(&format!(
+        "{MINIMAL}[[analysis]]\nname = \"a\"\nprometheus = \"http://p\"\n[[analysis]]\nname = \"a\"\nhttp = \"http://h\"\nquery = \"up\"\ncount = 0\n"
+    ));
+    for said in [
+        "analysis[0].query: prometheus needs a query",
+        "analysis[0].max: a query's result needs a bound: max or min",
+        "analysis[1].name: duplicate analysis name \"a\"",
+        "analysis[1].query: a query is asked of prometheus; an http check has none",
+        "analysis[1].count: must be 1 or more",
+    ] {
+        assert!(err.contains(said), "{said} in {err}");
+    }
+}

@@ -9,6 +9,7 @@ use std::time::Duration;
 mod clusters;
 mod images;
 mod registry;
+mod rollout;
 mod sets;
 mod source;
 
@@ -60,6 +61,7 @@ impl Config {
         dependencies(&self.apps, !self.app_sets.is_empty(), &mut problems);
         sets::app_sets(self, &mut problems);
         images::image_policies(self, &mut problems);
+        rollout::rollouts(self, &mut problems);
         for (i, target) in self.notify.iter().enumerate() {
             notify(target, &|k: &str| format!("notify[{i}].{k}"), &mut problems);
         }

@@ -18,7 +18,10 @@ pub use record::{
     commit_of_template, new_id, HookRecord, ObjectAction, ObjectHealth, Outcome, RecordError,
     RollbackRecord, RolloutRecord, SyncRecord, Trigger, WaveRecord,
 };
-pub use rollout::{FollowedRollout, RolloutOutcome, TimelineStep};
+pub use rollout::{
+    CanaryStepRecord, CheckRecord, FollowedRollout, Measurement, RolloutOutcome, TimelineStep,
+    Value,
+};
 
 /// An age as `berth history`, `berth status` and the status page say it: `45s`, `12m`,
 /// `5h`, `3d`.

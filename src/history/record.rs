@@ -269,6 +269,9 @@ pub struct RolloutRecord {
     /// The rollback that followed a failure, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback: Option<RollbackRecord>,
+    /// A canary's steps, as they ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub canary: Vec<super::CanaryStepRecord>,
 }
 
 /// A rollback to an earlier revision's template.

@@ -69,3 +69,70 @@ pub struct FollowedRollout {
     /// The steps seen.
     pub steps: Vec<TimelineStep>,
 }
+
+/// A canary's step as it ran: its weight, the pods of each version once it stood, and the
+/// checks it ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CanaryStepRecord {
+    /// Its place among the steps (from 0).
+    pub step: usize,
+    /// Its weight (%).
+    pub weight: u8,
+    /// Ready pods of the new version, counted once the step stood.
+    pub new: i32,
+    /// Ready pods of the old version.
+    pub old: i32,
+    /// When it stood.
+    pub at: Timestamp,
+    /// When its pause and checks were over (none: the rollout ended during them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub done_at: Option<Timestamp>,
+    /// Its checks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckRecord>,
+}
+
+/// One check a step ran, with every measurement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckRecord {
+    /// The `[[analysis]]` name.
+    pub name: String,
+    /// Whether it passed.
+    pub passed: bool,
+    /// Its measurements, in order.
+    pub measurements: Vec<Measurement>,
+}
+
+/// What one measurement read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Value {
+    /// A number (a query's result, a JSON number).
+    Number(f64),
+    /// A text (a JSON string or other value, as JSON writes it).
+    Text(String),
+}
+
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Value::Number(n) => write!(f, "{n}"),
+            Value::Text(t) => write!(f, "{t:?}"),
+        }
+    }
+}
+
+/// One measurement: when, what it read, and whether it passed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    /// When it was taken.
+    pub at: Timestamp,
+    /// What it read (none when it could not be measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    /// Whether it met the condition.
+    pub passed: bool,
+    /// Why it failed: the bound broken, or what kept it from being measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}

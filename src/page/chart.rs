@@ -329,6 +329,7 @@ mod tests {
                     vec![step(12_000, (3, 3), (0, 0))],
                 ),
             }),
+            canary: Vec::new(),
         }
     }
 

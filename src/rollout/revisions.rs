@@ -157,6 +157,38 @@ pub fn select(deployment: &Deployment, replica_sets: Vec<ReplicaSet>) -> Revisio
     }
 }
 
+/// The ReplicaSet `name` of Deployment `d` for pod `template` (JSON, without the hash
+/// label) of hash `hash`, at `size`, with `annotations`: the hash in its labels and
+/// selector, the Deployment its controller — what Kubernetes' controller makes, and adopts
+/// as its new ReplicaSet when the template is the Deployment's.
+///
+/// # Errors
+/// The parts make no ReplicaSet (a Deployment without a name, say).
+pub fn replica_set_of(
+    d: &Deployment,
+    template: &Value,
+    name: &str,
+    hash: &str,
+    annotations: std::collections::BTreeMap<String, String>,
+    size: i32,
+) -> Result<ReplicaSet, serde_json::Error> {
+    let mut template = template.clone();
+    template["metadata"]["labels"][POD_TEMPLATE_HASH] = Value::from(hash);
+    let spec = d.spec.as_ref();
+    let mut selector = serde_json::to_value(spec.map(|s| s.selector.clone()))?;
+    selector["matchLabels"][POD_TEMPLATE_HASH] = Value::from(hash);
+    let ns = d.metadata.namespace.clone().unwrap_or_default();
+    serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": name, "namespace": ns, "labels": template["metadata"]["labels"], "annotations": annotations,
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": d.metadata.name,
+                "uid": d.metadata.uid, "controller": true, "blockOwnerDeletion": true}],
+        },
+        "spec": {"replicas": size, "minReadySeconds": spec.and_then(|s| s.min_ready_seconds).unwrap_or(0),
+            "selector": selector, "template": template},
+    }))
+}
+
 /// Reads one ReplicaSet.
 pub fn info(rs: &ReplicaSet) -> ReplicaSetInfo {
     let template = replica_set_template(rs);

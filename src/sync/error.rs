@@ -93,6 +93,17 @@ pub enum SyncError {
         /// The engine's refusal.
         cause: EngineError,
     },
+    /// A Deployment's canary cannot run: its `berth.dev/rollout` annotation is wrong, or
+    /// the live Deployment cannot be read.
+    #[error("Deployment {key}: {message}; nothing was written")]
+    Canary {
+        /// Where the Deployment came from.
+        origin: Origin,
+        /// The Deployment (`namespace/name`).
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
     /// An ordering annotation (wave, hook, delete policy) berth cannot read.
     #[error(transparent)]
     Phase(crate::plan::phases::PhaseError),
@@ -203,7 +214,8 @@ impl SyncError {
                 ClusterError::Object { origin, .. } | ClusterError::Encode { origin, .. },
             ) => Some(origin.clone()),
             SyncError::CrdNotEstablished { origin, .. }
-            | SyncError::EngineRefused { origin, .. } => Some(origin.to_string()),
+            | SyncError::EngineRefused { origin, .. }
+            | SyncError::Canary { origin, .. } => Some(origin.to_string()),
             _ => None,
         }
     }

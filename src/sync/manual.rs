@@ -270,6 +270,7 @@ fn rollback_record(
         images_to: target.images.clone(),
         rollout,
         rollback: None,
+        canary: Vec::new(),
     }
 }
 

@@ -44,6 +44,7 @@
 // The orchestrators: a sync, its waves and its lock; `berth plan` (online and offline),
 // `berth rollback`, an app's removal, the dependency gate.
 mod affected;
+mod canary;
 mod depends;
 mod lock;
 mod manual;

@@ -22,6 +22,8 @@ pub(super) struct Write {
     pub live: Option<String>,
     /// Why the dry run refused it, when it did.
     pub refused: Option<String>,
+    /// A Deployment whose canary runs: what is applied meanwhile, and its steps.
+    pub canary: Option<super::canary::Canary>,
 }
 
 impl Write {
@@ -36,6 +38,7 @@ impl Write {
             took_back: None,
             live: None,
             refused: None,
+            canary: None,
         }
     }
 
@@ -75,6 +78,11 @@ impl Write {
     /// From the dry run: a Deployment's revision before this sync.
     pub fn existing_revision(&self) -> Option<i64> {
         crate::rollout::revisions::revision_of(&self.dry_run.as_ref()?.metadata)
+    }
+
+    /// What the apply writes: the held Deployment while its canary runs, else the target.
+    pub fn to_apply(&self) -> &Target {
+        self.canary.as_ref().map_or(&self.target, |c| &c.held)
     }
 
     /// Whether the object is a Namespace the cluster does not hold yet.

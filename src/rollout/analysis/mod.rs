@@ -7,7 +7,7 @@
 
 pub mod measure;
 
-use serde::{Deserialize, Serialize};
+pub use crate::history::{Measurement, Value};
 
 /// What a measurement must show.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -18,25 +18,6 @@ pub struct Condition {
     pub min: Option<f64>,
     /// A text (an HTTP check's JSON field) equal to this.
     pub equals: Option<String>,
-}
-
-/// What one measurement read.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Value {
-    /// A number (a query's result, a JSON number).
-    Number(f64),
-    /// A text (a JSON string or other value, as JSON writes it).
-    Text(String),
-}
-
-impl std::fmt::Display for Value {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Value::Number(n) => write!(f, "{n}"),
-            Value::Text(t) => write!(f, "{t:?}"),
-        }
-    }
 }
 
 impl Condition {
@@ -74,41 +55,28 @@ impl Condition {
     }
 }
 
-/// One measurement: when, what it read, and whether it passed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Measurement {
-    /// When it was taken.
-    pub at: jiff::Timestamp,
-    /// What it read (none when it could not be measured).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<Value>,
-    /// Whether it met the condition.
-    pub passed: bool,
-    /// Why it failed: the bound broken, or what kept it from being measured.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub why: Option<String>,
-}
-
-impl Measurement {
-    /// A measurement of `read` (a value, or why none) judged by `condition`.
-    pub fn judged(at: jiff::Timestamp, read: Result<Value, String>, condition: &Condition) -> Self {
-        match read {
-            Ok(value) => {
-                let judged = condition.judge(&value);
-                Measurement {
-                    at,
-                    passed: judged.is_ok(),
-                    why: judged.err(),
-                    value: Some(value),
-                }
-            }
-            Err(why) => Measurement {
+/// A measurement of `read` (a value, or why none) judged by `condition`.
+pub fn judged(
+    at: jiff::Timestamp,
+    read: Result<Value, String>,
+    condition: &Condition,
+) -> Measurement {
+    match read {
+        Ok(value) => {
+            let judged = condition.judge(&value);
+            Measurement {
                 at,
-                value: None,
-                passed: false,
-                why: Some(why),
-            },
+                passed: judged.is_ok(),
+                why: judged.err(),
+                value: Some(value),
+            }
         }
+        Err(why) => Measurement {
+            at,
+            value: None,
+            passed: false,
+            why: Some(why),
+        },
     }
 }
 
@@ -188,9 +156,9 @@ mod tests {
             max: Some(1.0),
             ..Condition::default()
         };
-        let good = Measurement::judged(at(), Ok(Value::Number(0.0)), &max);
-        let bad = Measurement::judged(at(), Ok(Value::Number(2.0)), &max);
-        let unseen = Measurement::judged(at(), Err("no data".into()), &max);
+        let good = judged(at(), Ok(Value::Number(0.0)), &max);
+        let bad = judged(at(), Ok(Value::Number(2.0)), &max);
+        let unseen = judged(at(), Err("no data".into()), &max);
         assert!(!unseen.passed, "what could not be measured fails");
         assert_eq!(verdict(&[], 3, 0), Verdict::Running);
         assert_eq!(

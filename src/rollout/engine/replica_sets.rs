@@ -12,7 +12,7 @@ use super::{
     annotation, replicas, request, revision, rs_name, rs_view, Engine, EngineError, World, DESIRED,
     ENGINE_ANNOTATION, HISTORY, MAX, SKIPPED,
 };
-use crate::rollout::hash::{template_hash, POD_TEMPLATE_HASH};
+use crate::rollout::hash::template_hash;
 use crate::rollout::revisions::{controlled_by, replica_set_template, REVISION};
 use crate::rollout::steps::{self, DeploymentView, Pass, ReplicaSetView};
 
@@ -27,11 +27,6 @@ fn new_replica_set(
     let d = &w.d;
     let hash = rs_name.rsplit('-').next().unwrap_or_default().to_string();
     let max_old = w.olds.iter().map(revision).max().unwrap_or(0);
-    let mut template = w.template.clone();
-    template["metadata"]["labels"][POD_TEMPLATE_HASH] = json!(hash);
-    let mut selector =
-        serde_json::to_value(d.spec.as_ref().map(|s| s.selector.clone())).unwrap_or_default();
-    selector["matchLabels"][POD_TEMPLATE_HASH] = json!(hash);
     let mut annotations: BTreeMap<String, String> = d
         .metadata
         .annotations
@@ -44,17 +39,8 @@ fn new_replica_set(
     annotations.insert(DESIRED.into(), v.replicas.to_string());
     annotations.insert(MAX.into(), (v.replicas + steps::max_surge(v)).to_string());
     annotations.insert(ENGINE_ANNOTATION.into(), "agent".into());
-    let ns = d.metadata.namespace.clone().unwrap_or_default();
-    serde_json::from_value(json!({
-        "metadata": {
-            "name": rs_name, "namespace": ns, "labels": template["metadata"]["labels"], "annotations": annotations,
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": d.metadata.name,
-                "uid": d.metadata.uid, "controller": true, "blockOwnerDeletion": true}],
-        },
-        "spec": {"replicas": size, "minReadySeconds": d.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0),
-            "selector": selector, "template": template},
-    }))
-    .map_err(|e| request("building the new ReplicaSet")(kube::Error::SerdeError(e)))
+    crate::rollout::revisions::replica_set_of(d, &w.template, rs_name, &hash, annotations, size)
+        .map_err(|e| request("building the new ReplicaSet")(kube::Error::SerdeError(e)))
 }
 
 impl Engine {

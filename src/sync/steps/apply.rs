@@ -131,7 +131,17 @@ async fn apply_some(
         writes[i].applied = writes[i].dry_run.clone();
         journal.unchanged += 1;
     }
-    let targets: Vec<&Target> = indices.iter().map(|&i| &writes[i].target).collect();
+    let claims: Vec<&Target> = (indices.iter())
+        .filter_map(|&i| writes[i].canary.as_ref()?.claim.as_ref())
+        .collect();
+    journal.requests += claims.len() as u64;
+    for result in apply_all(&ctx.writer, &ctx.settings(), &claims, false).await {
+        if let Err(e) = result {
+            journal.fail(e);
+            return Err(Stop::Failed);
+        }
+    }
+    let targets: Vec<&Target> = indices.iter().map(|&i| writes[i].to_apply()).collect();
     journal.requests += targets.len() as u64;
     let results = apply_all(&ctx.writer, &ctx.settings(), &targets, false).await;
     let mut failed = false;

@@ -19,6 +19,7 @@ use crate::manifest::ObjectKey;
 use crate::plan::{Entry, Held, Inventory};
 use crate::rollout::revisions::{self, Revisions};
 use crate::rollout::track::Follow;
+use crate::sync::canary;
 use crate::sync::context::{Ctx, Journal, Stop};
 use crate::sync::error::SyncError;
 use crate::sync::follow::{
@@ -35,6 +36,8 @@ struct Rollouts {
     rolled_back: Vec<ObjectKey>,
     /// Deployments whose rollout shutdown cut short: the next sync follows them again.
     unfinished: Vec<ObjectKey>,
+    /// Deployments a canary applied again at its end, and what they came to (`observed`).
+    reapplied: Vec<(ObjectKey, String)>,
 }
 
 /// Follows the rollouts of the Deployments written and applies the failure policy to
@@ -49,13 +52,15 @@ pub(in crate::sync) async fn roll_out(
     sha: &str,
     journal: &mut Journal<'_>,
 ) -> Result<(), Stop> {
-    let rollouts = follow_all(ctx, writes, old, sha, journal).await;
-    for e in next
-        .objects
-        .iter_mut()
-        .filter(|e| rollouts.rolled_back.contains(&e.key))
-    {
-        e.digest = "rolled-back".into();
+    let mut rollouts = follow_all(ctx, writes, old, sha, journal).await;
+    canaries(ctx, writes, old, sha, journal, &mut rollouts).await;
+    for e in next.objects.iter_mut() {
+        if rollouts.rolled_back.contains(&e.key) {
+            e.digest = "rolled-back".into();
+        }
+        if let Some((_, observed)) = rollouts.reapplied.iter().find(|(k, _)| k == &e.key) {
+            e.observed = observed.clone();
+        }
     }
     if let Some(reason) = rollouts.held {
         next.held = Some(Held {
@@ -100,7 +105,7 @@ async fn follow_all(
     let deployments: Vec<&Write> = writes
         .iter()
         .copied()
-        .filter(|w| starts_rollout(w, &before))
+        .filter(|w| w.canary.is_none() && starts_rollout(w, &before))
         .collect();
     if !ctx.options.wait {
         if !deployments.is_empty() {
@@ -140,6 +145,52 @@ async fn follow_all(
         result.judge(ctx, record, sha, journal);
     }
     result
+}
+
+/// Drives the canaries of the Deployments written held, one after another, and applies the
+/// failure policy to each as to a rolling rollout.
+async fn canaries(
+    ctx: &Ctx<'_>,
+    writes: &[&Write],
+    old: &Inventory,
+    sha: &str,
+    journal: &mut Journal<'_>,
+    rollouts: &mut Rollouts,
+) {
+    let before = old.by_key();
+    for w in writes
+        .iter()
+        .filter(|w| w.canary.is_some() && w.applied.is_some())
+    {
+        if !ctx.options.wait {
+            let key = w.target.manifest.key().kubectl();
+            ctx.say(&format!(
+                "{key}: not driving its canary (--no-wait): the next sync carries it on"
+            ));
+            continue;
+        }
+        let driven = match canary::drive(ctx, w).await {
+            Ok(driven) => driven,
+            Err(e) => {
+                let record = refused(ctx, w.target.manifest.key(), e.to_string());
+                journal.fail(e);
+                rollouts.judge(ctx, record, sha, journal);
+                continue;
+            }
+        };
+        if let Some(applied) = &driven.applied {
+            let key = w.target.manifest.key();
+            rollouts.reapplied.push((key, observed(&applied.metadata)));
+        }
+        let resumed = (before.get(&w.target.manifest.key()))
+            .is_some_and(|e| e.digest == crate::plan::UNFINISHED);
+        let (mut record, error) = record_rollout(ctx, w, driven.followed, resumed).await;
+        record.canary = driven.steps;
+        if let Some(e) = error {
+            journal.fail(e);
+        }
+        rollouts.judge(ctx, record, sha, journal);
+    }
 }
 
 impl Rollouts {
@@ -231,6 +282,7 @@ async fn record_rollout(
             .unwrap_or_default(),
         rollout: followed,
         rollback: None,
+        canary: Vec::new(),
     };
     if !failed(&record) || ctx.app.rollout.on_failure != OnFailure::Rollback {
         return (record, None);
@@ -299,6 +351,7 @@ fn refused(ctx: &Ctx<'_>, key: ObjectKey, message: String) -> RolloutRecord {
             steps: Vec::new(),
         },
         rollback: None,
+        canary: Vec::new(),
     }
 }
 

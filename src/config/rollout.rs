@@ -1,0 +1,216 @@
+//! `[app.rollout]` (how changed Deployments are followed, and the strategy that brings
+//! them to their new version) and `[[analysis]]` (the checks a canary's steps run), with
+//! the rules a Deployment's `berth.dev/rollout` annotation is held to as well.
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::values::duration;
+
+/// `[app.rollout]`: how changed Deployments are followed.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RolloutConfig {
+    /// Who runs the rolling steps.
+    pub engine: RolloutEngine,
+    /// How long a rollout may take before it counts as failed.
+    #[serde(deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// What to do when a rollout fails.
+    pub on_failure: OnFailure,
+    /// Wait for every Service with a selector to have ready endpoints (otherwise a
+    /// Service without any is only reported as a warning).
+    pub require_endpoints: bool,
+    /// How a changed Deployment reaches its new version.
+    pub strategy: Strategy,
+    /// A canary's steps, in order; the last at weight 100.
+    pub steps: Vec<CanaryStep>,
+}
+
+impl Default for RolloutConfig {
+    fn default() -> Self {
+        RolloutConfig {
+            engine: RolloutEngine::Cluster,
+            timeout: Duration::from_secs(300),
+            on_failure: OnFailure::Rollback,
+            require_endpoints: false,
+            strategy: Strategy::Rolling,
+            steps: Vec::new(),
+        }
+    }
+}
+
+/// Who runs a Deployment's rolling steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RolloutEngine {
+    /// The cluster's Deployment controller; berth follows it.
+    Cluster,
+    /// berth runs the Deployment controller's algorithm itself.
+    Agent,
+}
+
+/// What happens after a failed rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// Restore the previous revision's pod template.
+    Rollback,
+    /// Leave it as it is and stop syncing the app until a new commit.
+    Halt,
+    /// Record the failure and go on.
+    Continue,
+}
+
+/// How a changed Deployment reaches its new version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// The Deployment's own rolling update (or Recreate), followed step by step.
+    #[default]
+    Rolling,
+    /// berth's steps: a share of the pods on the new version, held for a pause and an
+    /// analysis, step by step to 100 %.
+    Canary,
+}
+
+/// One canary step.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CanaryStep {
+    /// The share of the pods running the new version, 1–100 %.
+    pub weight: u8,
+    /// How long the step is held once its pods are ready.
+    #[serde(default, deserialize_with = "some_duration")]
+    pub pause: Option<Duration>,
+    /// The `[[analysis]]` checks run at the step (after its pause); any failing aborts.
+    #[serde(default)]
+    pub analysis: Vec<String>,
+}
+
+fn some_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    duration(d).map(Some)
+}
+
+/// A Deployment's `berth.dev/rollout` annotation: its strategy, as `[app.rollout]` writes it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnnotatedRollout {
+    /// The strategy.
+    pub strategy: Strategy,
+    /// A canary's steps.
+    #[serde(default)]
+    pub steps: Vec<CanaryStep>,
+}
+
+/// The annotation a Deployment carries its strategy in (for charts).
+pub const ROLLOUT_ANNOTATION: &str = "berth.dev/rollout";
+
+/// Checks a canary's `steps` against the analyses configured (`known`): weights rising
+/// from 1 to a last step of 100, each analysis named known.
+///
+/// # Errors
+/// The first step at fault, as a user reads it.
+pub fn check_steps(steps: &[CanaryStep], known: &BTreeSet<&str>) -> Result<(), String> {
+    let Some(last) = steps.last() else {
+        return Err("a canary needs steps, the last of weight = 100".into());
+    };
+    let mut below = 0;
+    for (i, step) in steps.iter().enumerate() {
+        if step.weight <= below || step.weight > 100 {
+            return Err(format!(
+                "steps[{i}]: weight {} must be over the step before ({below}) and at most 100",
+                step.weight
+            ));
+        }
+        below = step.weight;
+        if let Some(name) = step.analysis.iter().find(|a| !known.contains(a.as_str())) {
+            return Err(format!(
+                "steps[{i}]: no [[analysis]] named {name:?} (known: {})",
+                known.iter().copied().collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    if last.weight != 100 {
+        return Err(format!(
+            "the last step has weight {}: a canary ends at weight = 100",
+            last.weight
+        ));
+    }
+    Ok(())
+}
+
+/// `[[analysis]]`: a check a canary's steps run, by name.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnalysisConfig {
+    /// Its name, as steps give it.
+    pub name: String,
+    /// A Prometheus server's address; `query` is asked of it.
+    pub prometheus: Option<String>,
+    /// The PromQL query (`{version}`: the new version's pod-template hash); its result
+    /// must be one number.
+    pub query: Option<String>,
+    /// An address GET: it must answer 2xx (`{version}` as in `query`).
+    pub http: Option<String>,
+    /// The field of the HTTP answer's JSON body measured (`.status`).
+    pub json: Option<String>,
+    /// The measurement must be at or under this.
+    pub max: Option<f64>,
+    /// The measurement must be at or over this.
+    pub min: Option<f64>,
+    /// The measurement (a JSON field's text) must equal this.
+    pub equals: Option<String>,
+    /// The time between measurements.
+    #[serde(default = "ten_seconds", deserialize_with = "duration")]
+    pub interval: Duration,
+    /// Measurements taken; the check passes once they are all taken.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// Failed measurements allowed; one more aborts the rollout at once.
+    #[serde(default)]
+    pub failure_limit: u32,
+    /// A file holding the bearer token sent with each request.
+    pub bearer_token_file: Option<PathBuf>,
+}
+
+fn ten_seconds() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl AnalysisConfig {
+    /// What is wrong with the check, if anything (one line each: the key, what).
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        let mut say = |key, what: &str| problems.push((key, what.to_string()));
+        match (&self.prometheus, &self.http) {
+            (Some(_), Some(_)) => say("http", "a check is either prometheus or http, not both"),
+            (None, None) => say("prometheus", "give prometheus (and query) or http"),
+            (Some(_), None) if self.query.is_none() => say("query", "prometheus needs a query"),
+            (None, Some(_)) if self.query.is_some() => say(
+                "query",
+                "a query is asked of prometheus; an http check has none",
+            ),
+            _ => {}
+        }
+        if self.http.is_none() && self.json.is_some() {
+            say("json", "only an http check reads a JSON field");
+        }
+        if self.prometheus.is_some() && self.max.is_none() && self.min.is_none() {
+            say("max", "a query's result needs a bound: max or min");
+        }
+        if self.count == 0 {
+            say("count", "must be 1 or more");
+        }
+        if self.interval.is_zero() {
+            say("interval", "must be more than 0s");
+        }
+        problems
+    }
+}

@@ -1,0 +1,106 @@
+//! A step's checks: each `[[analysis]]` it names measured on its interval until its count
+//! is taken or its failure limit passed, the checks side by side; every measurement kept.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+
+use crate::config::AnalysisConfig;
+use crate::history::CheckRecord;
+use crate::notifications::deliver::HttpClient;
+use crate::rollout::analysis::measure::{measure, Check};
+use crate::rollout::analysis::{judged, verdict, Condition, Verdict};
+use crate::shutdown::{self, Signal};
+
+/// The longest one measurement may take.
+const MEASURE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs the checks `names` of the new `version`; their records, in the order named. A
+/// shutdown ends them early (the unfinished ones not passed).
+pub(super) async fn run(
+    analyses: &[AnalysisConfig],
+    names: &[String],
+    version: &str,
+    client: &HttpClient,
+    shutdown: &Signal,
+    say: &(dyn Fn(&str) + Sync),
+) -> Vec<CheckRecord> {
+    let runs = (names.iter())
+        .filter_map(|name| analyses.iter().find(|a| &a.name == name))
+        .map(|config| one(config, version, client, shutdown, say));
+    join_all(runs).await
+}
+
+async fn one(
+    config: &AnalysisConfig,
+    version: &str,
+    client: &HttpClient,
+    shutdown: &Signal,
+    say: &(dyn Fn(&str) + Sync),
+) -> CheckRecord {
+    let check = match (&config.prometheus, &config.http) {
+        (Some(address), _) => Check::Prometheus {
+            address: address.clone(),
+            query: config.query.clone().unwrap_or_default(),
+        },
+        (None, url) => Check::Http {
+            url: url.clone().unwrap_or_default(),
+            json: config.json.clone(),
+        },
+    };
+    let condition = Condition {
+        max: config.max,
+        min: config.min,
+        equals: config.equals.clone(),
+    };
+    let timeout = config
+        .interval
+        .clamp(Duration::from_secs(1), MEASURE_TIMEOUT);
+    let mut measurements = Vec::new();
+    loop {
+        let read = match authorization(config) {
+            Ok(auth) => measure(client, &check, version, auth.as_deref(), timeout).await,
+            Err(e) => Err(e),
+        };
+        let m = judged(jiff::Timestamp::now(), read, &condition);
+        let shown = match (&m.value, &m.why) {
+            (_, Some(why)) => format!("failed: {why}"),
+            (Some(value), None) => format!("{value}, passed"),
+            (None, None) => "passed".into(),
+        };
+        measurements.push(m);
+        say(&format!(
+            "analysis {}: {shown} ({} of {})",
+            config.name,
+            measurements.len(),
+            config.count
+        ));
+        match verdict(&measurements, config.count, config.failure_limit) {
+            Verdict::Running => {}
+            done => {
+                return CheckRecord {
+                    name: config.name.clone(),
+                    passed: done == Verdict::Passed,
+                    measurements,
+                }
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(config.interval) => {}
+            () = shutdown::asked(shutdown.clone()) => {
+                return CheckRecord { name: config.name.clone(), passed: false, measurements };
+            }
+        }
+    }
+}
+
+/// The `Authorization` header of a check with a `bearer_token_file` (read at each
+/// measurement: a rotated token is taken).
+fn authorization(config: &AnalysisConfig) -> Result<Option<String>, String> {
+    let Some(file) = &config.bearer_token_file else {
+        return Ok(None);
+    };
+    let token = std::fs::read_to_string(file)
+        .map_err(|e| format!("bearer_token_file {}: {e}", file.display()))?;
+    Ok(Some(format!("Bearer {}", token.trim())))
+}

@@ -1,0 +1,169 @@
+//! Canary rollouts on the plain Deployment (docs/progressive-delivery.md): a Deployment
+//! whose strategy is `canary` (`[app.rollout]`, or its `berth.dev/rollout` annotation)
+//! and whose template changed is applied held — paused, its strategy Recreate, so
+//! neither Kubernetes' Deployment controller nor berth's engine scales its ReplicaSets
+//! while two are active — and [`drive`] moves the pods step by step; at 100 % the
+//! Deployment is applied as git has it, and the controller finds its new ReplicaSet full.
+//!
+//! A held Deployment is in flight: a later sync (a restart of berth) carries it on from
+//! the step its ReplicaSets show.
+
+mod checks;
+mod drive;
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::Api;
+use serde_json::{json, Value};
+
+use super::context::{Ctx, Journal, Stop};
+use super::error::SyncError;
+use super::write::Write;
+use crate::config::{check_steps, AnnotatedRollout, CanaryStep, Strategy, ROLLOUT_ANNOTATION};
+use crate::manifest::Manifest;
+use crate::plan::Target;
+use crate::rollout::revisions;
+
+pub(super) use drive::drive;
+
+/// A Deployment's canary: what is applied while it runs, and its steps.
+pub(crate) struct Canary {
+    /// The Deployment as git has it, paused, its strategy Recreate.
+    pub held: Target,
+    /// Applied first when the live Deployment is not held yet: paused, its strategy (the
+    /// rolling update's sizes the server defaulted) claimed by berth's field manager, so
+    /// that [`Canary::held`], which leaves them out, removes them — a Recreate strategy
+    /// may have none.
+    pub claim: Option<Target>,
+    /// The steps.
+    pub steps: Vec<CanaryStep>,
+}
+
+/// Marks each Deployment write whose canary runs (its template changed, or its canary is
+/// in flight), once the dry run has passed: its apply writes it held. A Deployment the
+/// cluster does not hold yet is created as git has it (there is no old version to keep).
+///
+/// # Errors
+/// A `berth.dev/rollout` annotation that is not a strategy, or a live Deployment that
+/// cannot be read: nothing is written.
+pub(super) async fn prepare(
+    ctx: &Ctx<'_>,
+    writes: &mut [Write],
+    journal: &mut Journal<'_>,
+) -> Result<(), Stop> {
+    let config = ctx.syncer.config();
+    let known: BTreeSet<&str> = config.analyses.iter().map(|a| a.name.as_str()).collect();
+    let mut failed = false;
+    for w in writes.iter_mut().filter(|w| w.is_deployment()) {
+        let m = &w.target.manifest;
+        let fail = |message: String| SyncError::Canary {
+            origin: m.origin.clone(),
+            key: m.key().qualified_name(),
+            message,
+        };
+        let steps = match steps_of(m, &ctx.app.rollout, &known) {
+            Ok(Some(steps)) => steps,
+            Ok(None) => continue,
+            Err(e) => {
+                journal.fail(fail(e));
+                failed = true;
+                continue;
+            }
+        };
+        match in_flight(ctx, w).await {
+            Ok(None) => {}
+            Ok(Some(strategy)) => {
+                let target = |manifest| Target {
+                    manifest,
+                    resolved: w.target.resolved.clone(),
+                };
+                let recreate = strategy["type"] == "Recreate";
+                let claim = (!recreate).then(|| target(paused(&w.target.manifest, Some(strategy))));
+                let recreate = json!({"type": "Recreate"});
+                let held = target(paused(&w.target.manifest, Some(recreate)));
+                w.canary = Some(Canary { held, claim, steps });
+            }
+            Err(e) => {
+                journal.fail(fail(format!("the live Deployment cannot be read: {e}")));
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        return Err(Stop::Failed);
+    }
+    Ok(())
+}
+
+/// A canary's steps for Deployment `m`: its annotation's strategy, else the app's; `None`
+/// for a rolling one.
+fn steps_of(
+    m: &Manifest,
+    app: &crate::config::RolloutConfig,
+    known: &BTreeSet<&str>,
+) -> Result<Option<Vec<CanaryStep>>, String> {
+    let annotation = m
+        .object
+        .get("metadata")
+        .and_then(|meta| meta.get("annotations"))
+        .and_then(|a| a.get(ROLLOUT_ANNOTATION))
+        .and_then(Value::as_str);
+    let (strategy, steps) = match annotation {
+        Some(text) => {
+            let said: AnnotatedRollout = serde_json::from_str(text)
+                .map_err(|e| format!("annotation {ROLLOUT_ANNOTATION}: {e}"))?;
+            (said.strategy, said.steps)
+        }
+        None => (app.strategy, app.steps.clone()),
+    };
+    if strategy != Strategy::Canary {
+        return Ok(None);
+    }
+    let paused = m.object.get("spec").and_then(|s| s.get("paused"));
+    if paused == Some(&Value::Bool(true)) {
+        // Git pauses it: nothing rolls out until git says so.
+        return Ok(None);
+    }
+    check_steps(&steps, known).map_err(|e| match annotation {
+        Some(_) => format!("annotation {ROLLOUT_ANNOTATION}: {e}"),
+        None => e,
+    })?;
+    Ok(Some(steps))
+}
+
+/// Whether the write starts or carries on a canary — the live Deployment's template is
+/// not the one the dry run made, or berth holds it (paused) still — and if so, the live
+/// strategy.
+async fn in_flight(ctx: &Ctx<'_>, w: &Write) -> Result<Option<Value>, String> {
+    let (Some(Some(_)), Some(dry)) = (w.existing(), &w.dry_run) else {
+        return Ok(None);
+    };
+    let planned: Deployment = serde_json::to_value(dry)
+        .and_then(serde_json::from_value)
+        .map_err(|e| e.to_string())?;
+    let m = &w.target.manifest;
+    let api: Api<Deployment> =
+        Api::namespaced(ctx.cluster.client.clone(), m.namespace_or_default());
+    let Some(live) = api.get_opt(m.name()).await.map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    let hash = |d: &Deployment| revisions::owned(d, Vec::new()).hash;
+    let spec = live.spec.as_ref();
+    let paused = spec.and_then(|s| s.paused) == Some(true);
+    let strategy = serde_json::to_value(spec.and_then(|s| s.strategy.as_ref()));
+    let strategy = strategy.map_err(|e| e.to_string())?;
+    Ok((paused || hash(&live) != hash(&planned)).then_some(strategy))
+}
+
+/// Deployment `m` paused, with `strategy` (when given).
+fn paused(m: &Manifest, strategy: Option<Value>) -> Manifest {
+    let mut held = m.clone();
+    if let Some(spec) = held.object.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.insert("paused".into(), json!(true));
+        if let Some(strategy) = strategy {
+            spec.insert("strategy".into(), strategy);
+        }
+    }
+    held
+}

@@ -1,0 +1,230 @@
+//! Progressive delivery on the plain Deployment (issue 66), against the real control plane
+//! with Kubernetes' Deployment controller running and a real Prometheus fed by a
+//! Pushgateway: the test pushes an error rate for each version once berth has made its
+//! ReplicaSet, and counts each version's ready pods from the API server at every step.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use berth::history::{Outcome, RolloutOutcome};
+use common::prometheus::Prometheus;
+use common::{Repo, Setup};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+
+fn deployment(image: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 10
+  selector:
+    matchLabels: {{app: web}}
+  template:
+    metadata:
+      labels: {{app: web}}
+    spec:
+      containers:
+        - name: web
+          image: {image}
+"
+    )
+}
+
+const SERVICE: &str = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector: {app: web}\n  ports:\n    - port: 80\n";
+
+/// Ready pods by pod-template hash (pods being deleted left out).
+async fn ready_by_version(pods: &Api<Pod>) -> BTreeMap<String, i32> {
+    let mut ready = BTreeMap::new();
+    for pod in pods
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .unwrap()
+    {
+        let is_ready = (pod.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        if pod.metadata.deletion_timestamp.is_none() && is_ready {
+            let labels = pod.metadata.labels.unwrap_or_default();
+            *ready
+                .entry(labels["pod-template-hash"].clone())
+                .or_default() += 1;
+        }
+    }
+    ready
+}
+
+/// The hash of the ReplicaSet running `image`, once there is one.
+async fn version_of(sets: &Api<ReplicaSet>, image: &str) -> String {
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        for rs in sets.list(&ListParams::default()).await.unwrap() {
+            let spec = rs.spec.as_ref().and_then(|s| s.template.as_ref());
+            let runs = spec
+                .and_then(|t| t.spec.as_ref())
+                .is_some_and(|s| s.containers[0].image.as_deref() == Some(image));
+            if runs {
+                return rs.metadata.labels.unwrap_or_default()["pod-template-hash"].clone();
+            }
+        }
+        assert!(Instant::now() < end, "no ReplicaSet runs {image}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The splits of the pods seen, each with how long it held, in order.
+async fn watch_splits(
+    pods: &Api<Pod>,
+    new: &str,
+    until: impl Fn() -> bool,
+) -> Vec<((i32, i32), Duration)> {
+    let mut seen: Vec<((i32, i32), Instant, Instant)> = Vec::new();
+    while !until() {
+        let ready = ready_by_version(pods).await;
+        let new_ready = ready.get(new).copied().unwrap_or(0);
+        let old_ready: i32 = ready
+            .iter()
+            .filter(|(h, _)| *h != new)
+            .map(|(_, n)| n)
+            .sum();
+        let now = Instant::now();
+        match seen.last_mut() {
+            Some((split, _, last)) if *split == (new_ready, old_ready) => *last = now,
+            _ => seen.push(((new_ready, old_ready), now, now)),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    seen.into_iter()
+        .map(|(s, first, last)| (s, last - first))
+        .collect()
+}
+
+fn config(prometheus: &Prometheus) -> String {
+    format!(
+        "[app.rollout]\nstrategy = \"canary\"\ntimeout = \"2m\"\nsteps = [{{ weight = 20, pause = \"10s\", analysis = [\"errors\"] }}, {{ weight = 50, analysis = [\"errors\"] }}, {{ weight = 100 }}]\n[[analysis]]\nname = \"errors\"\nprometheus = \"{}\"\nquery = 'max(http_error_ratio{{app=\"web\",version=\"{{version}}\"}})'\nmax = 0.05\ninterval = \"1s\"\ncount = 2\n",
+        prometheus.address
+    )
+}
+
+/// A good version goes 20 % → 50 % → 100 % with its error rate checked at each step, the
+/// pods of each version counted at each; a bad one is aborted at its first check, the old
+/// version back at its full size and its template restored.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_canary_steps_through_its_weights_and_a_bad_version_is_aborted() {
+    let (Some(cp), Some(prometheus)) = (common::control_plane(), Prometheus::start()) else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "canary").await;
+    let repo = Repo::new();
+    repo.write("web.yaml", &deployment("web:1"));
+    repo.write("service.yaml", SERVICE);
+    repo.commit("web 1");
+    let setup = Setup::new(cp, "canary", &repo, &ns, &config(&prometheus));
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "the first version is created as it is: {out}{err}");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+
+    repo.write("web.yaml", &deployment("web:2"));
+    repo.commit("web 2");
+    let (splits, (code, out, err)) = std::thread::scope(|s| {
+        let sync = s.spawn(|| setup.berth(&["sync"]));
+        let splits = async {
+            let new = version_of(&sets, "web:2").await;
+            prometheus.push(
+                "web",
+                &format!("http_error_ratio{{app=\"web\",version=\"{new}\"}} 0.01\n"),
+            );
+            watch_splits(&pods, &new, || sync.is_finished()).await
+        };
+        let splits =
+            tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(splits));
+        (splits, sync.join().unwrap())
+    });
+    assert_eq!(code, 0, "{out}{err}");
+    // 20 % of 10: 2 new and 8 old, held through the 10 s pause and the checks.
+    let held = |want: (i32, i32)| {
+        (splits.iter())
+            .filter(|(split, _)| *split == want)
+            .map(|(_, d)| *d)
+            .max()
+            .unwrap_or_default()
+    };
+    assert!(held((2, 8)) >= Duration::from_secs(5), "{splits:?}");
+    assert!(held((5, 5)) >= Duration::from_millis(500), "{splits:?}");
+    assert_eq!(splits.last().unwrap().0, (10, 0), "{splits:?}");
+    // New pods come up before old ones go: never fewer than 10 ready.
+    for ((new, old), _) in &splits {
+        assert!(new + old >= 10, "{splits:?}");
+    }
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Succeeded, "{:?}", record.errors);
+    let rollout = &record.rollouts[0];
+    assert_eq!(rollout.rollout.outcome, RolloutOutcome::Complete);
+    let weights: Vec<(u8, i32, i32)> = rollout
+        .canary
+        .iter()
+        .map(|s| (s.weight, s.new, s.old))
+        .collect();
+    assert_eq!(weights, [(20, 2, 8), (50, 5, 5), (100, 10, 0)]);
+    let check = &rollout.canary[0].checks[0];
+    assert!(check.passed && check.measurements.len() == 2, "{check:?}");
+    assert_eq!(
+        check.measurements[0].value,
+        Some(berth::history::Value::Number(0.01))
+    );
+    let live = deployments.get("web").await.unwrap();
+    let spec = live.spec.unwrap();
+    assert_ne!(spec.paused, Some(true), "as git has it at the end");
+    assert_eq!(
+        spec.strategy.unwrap().type_.as_deref(),
+        Some("RollingUpdate")
+    );
+    let good = version_of(&sets, "web:2").await;
+
+    // A bad version: aborted at its first check, the old version back at 10.
+    repo.write("web.yaml", &deployment("web:3"));
+    repo.commit("web 3");
+    let (code, out, err) = std::thread::scope(|s| {
+        let sync = s.spawn(|| setup.berth(&["sync"]));
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(async {
+                let bad = version_of(&sets, "web:3").await;
+                prometheus.push(
+                    "web",
+                    &format!("http_error_ratio{{app=\"web\",version=\"{bad}\"}} 0.3\n"),
+                );
+            })
+        });
+        sync.join().unwrap()
+    });
+    assert_eq!(code, 1, "{out}{err}");
+    let said = "analysis errors failed at step 1 (20 %): 0.3, over the max 0.05";
+    assert!(out.contains(said) || err.contains(said), "{out}{err}");
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::RolledBack);
+    let rollout = &record.rollouts[0];
+    assert_eq!(rollout.rollout.outcome, RolloutOutcome::Failed);
+    assert!(
+        rollout.rollout.message.contains(said),
+        "{}",
+        rollout.rollout.message
+    );
+    assert!(rollout.rollback.is_some(), "rolled back");
+    assert!(!rollout.canary[0].checks[0].passed);
+    let ready = ready_by_version(&pods).await;
+    assert_eq!(ready.get(&good).copied(), Some(10), "{ready:?}");
+    assert_eq!(ready.values().sum::<i32>(), 10, "{ready:?}");
+    let live = deployments.get("web").await.unwrap();
+    let image = live.spec.unwrap().template.spec.unwrap().containers[0]
+        .image
+        .clone();
+    assert_eq!(image.as_deref(), Some("web:2"), "the old template restored");
+}
