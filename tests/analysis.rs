@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use berth::rollout::analysis::measure::{measure, Check};
-use berth::rollout::analysis::{judged, Condition, Value};
+use berth::rollout::analysis::{judged, Condition, Unmeasured, Value};
 use common::prometheus::Prometheus;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -52,7 +52,7 @@ async fn a_query_measures_each_version_and_a_bad_one_breaks_its_bound() {
     assert!(!bad.passed);
     assert_eq!(bad.why.as_deref(), Some("0.3, over the max 0.05"));
     // A version without a series, a broken query and a dead server: not measured, failed.
-    assert_eq!(read("none").await, Err("the query returned no data".into()));
+    assert_eq!(read("none").await, Err(Unmeasured::NoData));
     let broken = Check::Prometheus {
         address: prometheus.address.clone(),
         query: "sum(".into(),
@@ -60,7 +60,7 @@ async fn a_query_measures_each_version_and_a_bad_one_breaks_its_bound() {
     let said = measure(&client, &broken, "v", None, SECOND * 5).await;
     assert!(
         said.as_ref()
-            .is_err_and(|e| e.starts_with("the query failed (400)")),
+            .is_err_and(|e| e.to_string().starts_with("the query failed (400)")),
         "{said:?}"
     );
     let dead = Check::Prometheus {
@@ -69,7 +69,8 @@ async fn a_query_measures_each_version_and_a_bad_one_breaks_its_bound() {
     };
     let said = measure(&client, &dead, "v", None, SECOND * 5).await;
     assert!(
-        said.as_ref().is_err_and(|e| e.starts_with("unreachable")),
+        said.as_ref()
+            .is_err_and(|e| e.to_string().starts_with("unreachable")),
         "{said:?}"
     );
 }
@@ -105,6 +106,6 @@ async fn an_http_check_reads_the_status_and_a_json_field() {
     };
     assert_eq!(
         measure(&client, &missing, "v", None, SECOND * 5).await,
-        Err("answered 404".into())
+        Err(Unmeasured::Status(404))
     );
 }

@@ -42,7 +42,7 @@ pub use registry::{
 };
 pub use rollout::{
     check_steps, AnalysisConfig, AnnotatedRollout, CanaryStep, OnFailure, RolloutConfig,
-    RolloutEngine, Strategy, ROLLOUT_ANNOTATION,
+    RolloutEngine, StepsError, Strategy, ROLLOUT_ANNOTATION,
 };
 pub use validate::{
     author_parts, check_generated, check_notify_url, check_repo_path, is_dns_label,

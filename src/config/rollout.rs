@@ -108,36 +108,67 @@ pub struct AnnotatedRollout {
 /// The annotation a Deployment carries its strategy in (for charts).
 pub const ROLLOUT_ANNOTATION: &str = "berth.dev/rollout";
 
+/// Why a canary's steps cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepsError {
+    /// No steps at all.
+    #[error("a canary needs steps, the last of weight = 100")]
+    None,
+    /// A weight not above the one before, or over 100.
+    #[error(
+        "steps[{step}]: weight {weight} must be over the step before ({below}) and at most 100"
+    )]
+    NotRising {
+        /// The step.
+        step: usize,
+        /// Its weight.
+        weight: u8,
+        /// The weight before it.
+        below: u8,
+    },
+    /// A check no `[[analysis]]` names.
+    #[error("steps[{step}]: no [[analysis]] named {name:?} (known: {known})")]
+    Unknown {
+        /// The step.
+        step: usize,
+        /// The name.
+        name: String,
+        /// The names there are.
+        known: String,
+    },
+    /// The last step is not 100 %.
+    #[error("the last step has weight {0}: a canary ends at weight = 100")]
+    Short(u8),
+}
+
 /// Checks a canary's `steps` against the analyses configured (`known`): weights rising
 /// from 1 to a last step of 100, each analysis named known.
 ///
 /// # Errors
-/// The first step at fault, as a user reads it.
-pub fn check_steps(steps: &[CanaryStep], known: &BTreeSet<&str>) -> Result<(), String> {
+/// The first step at fault.
+pub fn check_steps(steps: &[CanaryStep], known: &BTreeSet<&str>) -> Result<(), StepsError> {
     let Some(last) = steps.last() else {
-        return Err("a canary needs steps, the last of weight = 100".into());
+        return Err(StepsError::None);
     };
     let mut below = 0;
-    for (i, step) in steps.iter().enumerate() {
-        if step.weight <= below || step.weight > 100 {
-            return Err(format!(
-                "steps[{i}]: weight {} must be over the step before ({below}) and at most 100",
-                step.weight
-            ));
+    for (step, s) in steps.iter().enumerate() {
+        if s.weight <= below || s.weight > 100 {
+            let weight = s.weight;
+            return Err(StepsError::NotRising {
+                step,
+                weight,
+                below,
+            });
         }
-        below = step.weight;
-        if let Some(name) = step.analysis.iter().find(|a| !known.contains(a.as_str())) {
-            return Err(format!(
-                "steps[{i}]: no [[analysis]] named {name:?} (known: {})",
-                known.iter().copied().collect::<Vec<_>>().join(", ")
-            ));
+        below = s.weight;
+        if let Some(name) = s.analysis.iter().find(|a| !known.contains(a.as_str())) {
+            let known = known.iter().copied().collect::<Vec<_>>().join(", ");
+            let name = name.clone();
+            return Err(StepsError::Unknown { step, name, known });
         }
     }
     if last.weight != 100 {
-        return Err(format!(
-            "the last step has weight {}: a canary ends at weight = 100",
-            last.weight
-        ));
+        return Err(StepsError::Short(last.weight));
     }
     Ok(())
 }

@@ -181,7 +181,6 @@ async fn write(
     let wanted = namespace::wanted(ctx, &writes, journal).await?;
     let created = (wanted == Some(namespace::Wanted::Create)).then_some(ctx.app.namespace.as_str());
     let mut validated = validate::validate(ctx, &mut writes, created, journal).await?;
-    super::canary::prepare(ctx, &mut writes, journal).await?;
     let mut new = new_namespaces(&writes);
     new.extend(created);
     hooks::validate(ctx, &hooks, &new, journal).await?;

@@ -25,7 +25,7 @@ pub(super) fn rollouts(config: &Config, problems: &mut Problems) {
         match rollout.strategy {
             Strategy::Canary => {
                 if let Err(e) = check_steps(&rollout.steps, &known) {
-                    problems.add(key, e);
+                    problems.add(key, e.to_string());
                 }
             }
             Strategy::Rolling if !rollout.steps.is_empty() => {

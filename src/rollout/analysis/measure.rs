@@ -35,6 +35,58 @@ pub enum Check {
     },
 }
 
+/// Why a check could not be measured.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Unmeasured {
+    /// The check's address makes no request.
+    #[error("not a request: {0}")]
+    NotRequest(String),
+    /// The server could not be reached.
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    /// No answer in time.
+    #[error("no answer within {}", humantime::format_duration(*.0))]
+    Slow(Duration),
+    /// The answer could not be read.
+    #[error("the answer could not be read (at most 1 MiB): {0}")]
+    Unreadable(String),
+    /// An HTTP check's answer was not 2xx.
+    #[error("answered {0}")]
+    Status(u16),
+    /// A query's answer was not JSON.
+    #[error("answered {0}, not JSON")]
+    NotJson(u16),
+    /// Prometheus refused the query.
+    #[error("the query failed ({status}): {error}")]
+    QueryFailed {
+        /// The answer's status.
+        status: u16,
+        /// Prometheus' error.
+        error: String,
+    },
+    /// The query's series is not there (yet).
+    #[error("the query returned no data")]
+    NoData,
+    /// More than one series.
+    #[error("the query returned {0} series; a check needs one number (sum them)")]
+    Series(usize),
+    /// A result of another kind (a matrix, a string).
+    #[error("the query returned a {0}, not one number")]
+    NotOneNumber(String),
+    /// A sample's value that is no number.
+    #[error("the query's value {0:?} is not a number")]
+    NotNumber(String),
+    /// An HTTP check's body is not JSON.
+    #[error("the answer is not JSON")]
+    BodyNotJson,
+    /// An HTTP check's field is not there.
+    #[error("the answer has no {0}")]
+    NoField(String),
+    /// The bearer token file cannot be read.
+    #[error("bearer_token_file {0}")]
+    Token(String),
+}
+
 /// `template` with `{version}` filled.
 pub fn fill(template: &str, version: &str) -> String {
     template.replace("{version}", version)
@@ -52,7 +104,7 @@ pub async fn measure(
     version: &str,
     authorization: Option<&str>,
     timeout: Duration,
-) -> Result<Value, String> {
+) -> Result<Value, Unmeasured> {
     let request = match check {
         Check::Prometheus { address, query } => {
             let url = format!("{}/api/v1/query", address.trim_end_matches('/'));
@@ -70,16 +122,16 @@ pub async fn measure(
             .uri(fill(url, version))
             .body(Full::new(Bytes::new())),
     };
-    let mut request = request.map_err(|e| format!("not a request: {e}"))?;
+    let mut request = request.map_err(|e| Unmeasured::NotRequest(e.to_string()))?;
     if let Some(value) = authorization.and_then(|a| a.parse().ok()) {
         request.headers_mut().insert("authorization", value);
     }
     let (status, body) = tokio::time::timeout(timeout, send(client, request))
         .await
-        .map_err(|_| format!("no answer within {}", humantime::format_duration(timeout)))??;
+        .map_err(|_| Unmeasured::Slow(timeout))??;
     match check {
         Check::Prometheus { .. } => prometheus_value(status, &body).map(Value::Number),
-        Check::Http { .. } if !(200..300).contains(&status) => Err(format!("answered {status}")),
+        Check::Http { .. } if !(200..300).contains(&status) => Err(Unmeasured::Status(status)),
         Check::Http { json: None, .. } => Ok(Value::Number(f64::from(status))),
         Check::Http {
             json: Some(path), ..
@@ -87,16 +139,19 @@ pub async fn measure(
     }
 }
 
-async fn send(client: &HttpClient, request: Request<Full<Bytes>>) -> Result<(u16, Bytes), String> {
+async fn send(
+    client: &HttpClient,
+    request: Request<Full<Bytes>>,
+) -> Result<(u16, Bytes), Unmeasured> {
     let answer = client
         .request(request)
         .await
-        .map_err(|e| format!("unreachable: {e}"))?;
+        .map_err(|e| Unmeasured::Unreachable(e.to_string()))?;
     let status = answer.status().as_u16();
     let body = Limited::new(answer.into_body(), MAX_ANSWER)
         .collect()
         .await
-        .map_err(|e| format!("the answer could not be read (at most 1 MiB): {e}"))?;
+        .map_err(|e| Unmeasured::Unreadable(e.to_string()))?;
     Ok((status, body.to_bytes()))
 }
 
@@ -105,36 +160,28 @@ async fn send(client: &HttpClient, request: Request<Full<Bytes>>) -> Result<(u16
 /// # Errors
 /// The answer is an error, not JSON, empty (no data: the series is not there yet) or
 /// more than one series.
-pub fn prometheus_value(status: u16, body: &[u8]) -> Result<f64, String> {
+pub fn prometheus_value(status: u16, body: &[u8]) -> Result<f64, Unmeasured> {
     let answer: serde_json::Value =
-        serde_json::from_slice(body).map_err(|_| format!("answered {status}, not JSON"))?;
+        serde_json::from_slice(body).map_err(|_| Unmeasured::NotJson(status))?;
     if answer["status"] != "success" {
-        let error = answer["error"].as_str().unwrap_or("no error given");
-        return Err(format!("the query failed ({status}): {error}"));
+        let error = answer["error"].as_str().unwrap_or("no error given").into();
+        return Err(Unmeasured::QueryFailed { status, error });
     }
     let data = &answer["data"];
     let sample = match (data["resultType"].as_str(), &data["result"]) {
         (Some("scalar"), sample) => sample,
         (Some("vector"), serde_json::Value::Array(series)) => match series.as_slice() {
-            [] => return Err("the query returned no data".into()),
+            [] => return Err(Unmeasured::NoData),
             [one] => &one["value"],
-            many => {
-                return Err(format!(
-                    "the query returned {} series; a check needs one number (sum them)",
-                    many.len()
-                ))
-            }
+            many => return Err(Unmeasured::Series(many.len())),
         },
         (kind, _) => {
-            let kind = kind.unwrap_or("nothing");
-            return Err(format!("the query returned a {kind}, not one number"));
+            let kind = kind.unwrap_or("nothing").to_string();
+            return Err(Unmeasured::NotOneNumber(kind));
         }
     };
-    let text = sample[1]
-        .as_str()
-        .ok_or("the query's sample has no value")?;
-    text.parse::<f64>()
-        .map_err(|_| format!("the query's value {text:?} is not a number"))
+    let text = sample[1].as_str().unwrap_or_default();
+    (text.parse::<f64>()).map_err(|_| Unmeasured::NotNumber(text.to_string()))
 }
 
 /// The field at `path` (`.a.b.0`) of a JSON body: a number, or a text (a string as it is,
@@ -142,9 +189,9 @@ pub fn prometheus_value(status: u16, body: &[u8]) -> Result<f64, String> {
 ///
 /// # Errors
 /// The body is not JSON, or the field is not there.
-pub fn json_field(body: &[u8], path: &str) -> Result<Value, String> {
+pub fn json_field(body: &[u8], path: &str) -> Result<Value, Unmeasured> {
     let mut at: serde_json::Value =
-        serde_json::from_slice(body).map_err(|_| "the answer is not JSON".to_string())?;
+        serde_json::from_slice(body).map_err(|_| Unmeasured::BodyNotJson)?;
     for key in path.split('.').filter(|k| !k.is_empty()) {
         let next = match &mut at {
             serde_json::Value::Array(items) => {
@@ -155,7 +202,7 @@ pub fn json_field(body: &[u8], path: &str) -> Result<Value, String> {
         };
         at = next
             .map(serde_json::Value::take)
-            .ok_or(format!("the answer has no {path}"))?;
+            .ok_or_else(|| Unmeasured::NoField(path.to_string()))?;
     }
     Ok(match at {
         serde_json::Value::Number(n) => Value::Number(n.as_f64().unwrap_or(f64::NAN)),
@@ -176,20 +223,18 @@ mod tests {
             br#"{"status":"success","data":{"resultType":"scalar","result":[1700000000.1,"3"]}}"#;
         assert_eq!(prometheus_value(200, scalar), Ok(3.0));
         let empty = br#"{"status":"success","data":{"resultType":"vector","result":[]}}"#;
-        assert_eq!(
-            prometheus_value(200, empty),
-            Err("the query returned no data".into())
-        );
+        assert_eq!(prometheus_value(200, empty), Err(Unmeasured::NoData));
         let two = br#"{"status":"success","data":{"resultType":"vector","result":[{"value":[1,"1"]},{"value":[1,"2"]}]}}"#;
-        assert!(prometheus_value(200, two).unwrap_err().contains("2 series"));
+        let said = |r: Result<f64, Unmeasured>| r.unwrap_err().to_string();
+        assert!(said(prometheus_value(200, two)).contains("2 series"));
         let bad = br#"{"status":"error","errorType":"bad_data","error":"parse error at char 4"}"#;
         assert_eq!(
-            prometheus_value(400, bad),
-            Err("the query failed (400): parse error at char 4".into())
+            said(prometheus_value(400, bad)),
+            "the query failed (400): parse error at char 4"
         );
         assert_eq!(
-            prometheus_value(502, b"<html>"),
-            Err("answered 502, not JSON".into())
+            said(prometheus_value(502, b"<html>")),
+            "answered 502, not JSON"
         );
         let nan = br#"{"status":"success","data":{"resultType":"vector","result":[{"value":[1,"NaN"]}]}}"#;
         assert!(prometheus_value(200, nan).unwrap().is_nan());
@@ -208,13 +253,14 @@ mod tests {
             Ok(Value::Text("up".into()))
         );
         assert_eq!(json_field(body, ".ready"), Ok(Value::Text("true".into())));
+        let said = |r: Result<Value, Unmeasured>| r.unwrap_err().to_string();
         assert_eq!(
-            json_field(body, ".checks.cache"),
-            Err("the answer has no .checks.cache".into())
+            said(json_field(body, ".checks.cache")),
+            "the answer has no .checks.cache"
         );
         assert_eq!(
-            json_field(b"fine", ".status"),
-            Err("the answer is not JSON".into())
+            said(json_field(b"fine", ".status")),
+            "the answer is not JSON"
         );
     }
 

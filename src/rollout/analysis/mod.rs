@@ -8,6 +8,24 @@
 pub mod measure;
 
 pub use crate::history::{Measurement, Value};
+pub use measure::Unmeasured;
+
+/// How a measurement broke its condition.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Broken {
+    /// Not the text wanted.
+    #[error("{0}, not {1:?}")]
+    NotEqual(Value, String),
+    /// A bound on a value that is no number.
+    #[error("{0}, not a number")]
+    NotNumber(Value),
+    /// Over `max`.
+    #[error("{0}, over the max {1}")]
+    OverMax(Value, f64),
+    /// Under `min`.
+    #[error("{0}, under the min {1}")]
+    UnderMin(Value, f64),
+}
 
 /// What a measurement must show.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -21,11 +39,11 @@ pub struct Condition {
 }
 
 impl Condition {
-    /// Whether `value` meets the condition; if not, why (as a user reads it).
+    /// Whether `value` meets the condition.
     ///
     /// # Errors
     /// The value, and the bound it broke.
-    pub fn judge(&self, value: &Value) -> Result<(), String> {
+    pub fn judge(&self, value: &Value) -> Result<(), Broken> {
         let number = match value {
             Value::Number(n) => Some(*n),
             Value::Text(t) => t.parse::<f64>().ok(),
@@ -36,20 +54,20 @@ impl Condition {
                 Value::Number(n) => n.to_string(),
             };
             if &text != want {
-                return Err(format!("{value}, not {want:?}"));
+                return Err(Broken::NotEqual(value.clone(), want.clone()));
             }
         }
         if self.max.is_none() && self.min.is_none() {
             return Ok(());
         }
         let Some(n) = number else {
-            return Err(format!("{value}, not a number"));
+            return Err(Broken::NotNumber(value.clone()));
         };
         if let Some(max) = self.max.filter(|max| n.is_nan() || n > *max) {
-            return Err(format!("{value}, over the max {max}"));
+            return Err(Broken::OverMax(value.clone(), max));
         }
         if let Some(min) = self.min.filter(|min| n.is_nan() || n < *min) {
-            return Err(format!("{value}, under the min {min}"));
+            return Err(Broken::UnderMin(value.clone(), min));
         }
         Ok(())
     }
@@ -58,7 +76,7 @@ impl Condition {
 /// A measurement of `read` (a value, or why none) judged by `condition`.
 pub fn judged(
     at: jiff::Timestamp,
-    read: Result<Value, String>,
+    read: Result<Value, Unmeasured>,
     condition: &Condition,
 ) -> Measurement {
     match read {
@@ -67,7 +85,7 @@ pub fn judged(
             Measurement {
                 at,
                 passed: judged.is_ok(),
-                why: judged.err(),
+                why: judged.err().map(|e| e.to_string()),
                 value: Some(value),
             }
         }
@@ -75,7 +93,7 @@ pub fn judged(
             at,
             value: None,
             passed: false,
-            why: Some(why),
+            why: Some(why.to_string()),
         },
     }
 }
@@ -118,26 +136,24 @@ mod tests {
             ..Condition::default()
         };
         assert_eq!(max.judge(&Value::Number(0.05)), Ok(()));
+        let said = |r: Result<(), Broken>| r.unwrap_err().to_string();
         assert_eq!(
-            max.judge(&Value::Number(0.2)),
-            Err("0.2, over the max 0.05".into())
+            said(max.judge(&Value::Number(0.2))),
+            "0.2, over the max 0.05"
         );
         assert!(
             max.judge(&Value::Number(f64::NAN)).is_err(),
             "NaN never passes"
         );
         assert_eq!(
-            max.judge(&Value::Text("fine".into())),
-            Err("\"fine\", not a number".into())
+            said(max.judge(&Value::Text("fine".into()))),
+            "\"fine\", not a number"
         );
         let min = Condition {
             min: Some(10.0),
             ..Condition::default()
         };
-        assert_eq!(
-            min.judge(&Value::Number(3.0)),
-            Err("3, under the min 10".into())
-        );
+        assert_eq!(said(min.judge(&Value::Number(3.0))), "3, under the min 10");
         assert_eq!(min.judge(&Value::Text("12".into())), Ok(()));
         let equals = Condition {
             equals: Some("ok".into()),
@@ -145,8 +161,8 @@ mod tests {
         };
         assert_eq!(equals.judge(&Value::Text("ok".into())), Ok(()));
         assert_eq!(
-            equals.judge(&Value::Text("degraded".into())),
-            Err("\"degraded\", not \"ok\"".into())
+            said(equals.judge(&Value::Text("degraded".into()))),
+            "\"degraded\", not \"ok\""
         );
     }
 
@@ -158,7 +174,7 @@ mod tests {
         };
         let good = judged(at(), Ok(Value::Number(0.0)), &max);
         let bad = judged(at(), Ok(Value::Number(2.0)), &max);
-        let unseen = judged(at(), Err("no data".into()), &max);
+        let unseen = judged(at(), Err(Unmeasured::NoData), &max);
         assert!(!unseen.passed, "what could not be measured fails");
         assert_eq!(verdict(&[], 3, 0), Verdict::Running);
         assert_eq!(

@@ -8,7 +8,7 @@ use futures::future::join_all;
 use crate::config::AnalysisConfig;
 use crate::history::CheckRecord;
 use crate::notifications::deliver::HttpClient;
-use crate::rollout::analysis::measure::{measure, Check};
+use crate::rollout::analysis::measure::{measure, Check, Unmeasured};
 use crate::rollout::analysis::{judged, verdict, Condition, Verdict};
 use crate::shutdown::{self, Signal};
 
@@ -38,21 +38,7 @@ async fn one(
     shutdown: &Signal,
     say: &(dyn Fn(&str) + Sync),
 ) -> CheckRecord {
-    let check = match (&config.prometheus, &config.http) {
-        (Some(address), _) => Check::Prometheus {
-            address: address.clone(),
-            query: config.query.clone().unwrap_or_default(),
-        },
-        (None, url) => Check::Http {
-            url: url.clone().unwrap_or_default(),
-            json: config.json.clone(),
-        },
-    };
-    let condition = Condition {
-        max: config.max,
-        min: config.min,
-        equals: config.equals.clone(),
-    };
+    let (check, condition) = check_of(config);
     let timeout = config
         .interval
         .clamp(Duration::from_secs(1), MEASURE_TIMEOUT);
@@ -94,13 +80,33 @@ async fn one(
     }
 }
 
+/// What `[[analysis]]` `config` measures, and the condition its measurements must meet.
+fn check_of(config: &AnalysisConfig) -> (Check, Condition) {
+    let check = match (&config.prometheus, &config.http) {
+        (Some(address), _) => Check::Prometheus {
+            address: address.clone(),
+            query: config.query.clone().unwrap_or_default(),
+        },
+        (None, url) => Check::Http {
+            url: url.clone().unwrap_or_default(),
+            json: config.json.clone(),
+        },
+    };
+    let condition = Condition {
+        max: config.max,
+        min: config.min,
+        equals: config.equals.clone(),
+    };
+    (check, condition)
+}
+
 /// The `Authorization` header of a check with a `bearer_token_file` (read at each
 /// measurement: a rotated token is taken).
-fn authorization(config: &AnalysisConfig) -> Result<Option<String>, String> {
+fn authorization(config: &AnalysisConfig) -> Result<Option<String>, Unmeasured> {
     let Some(file) = &config.bearer_token_file else {
         return Ok(None);
     };
     let token = std::fs::read_to_string(file)
-        .map_err(|e| format!("bearer_token_file {}: {e}", file.display()))?;
+        .map_err(|e| Unmeasured::Token(format!("{}: {e}", file.display())))?;
     Ok(Some(format!("Bearer {}", token.trim())))
 }

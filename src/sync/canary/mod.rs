@@ -10,6 +10,7 @@
 
 mod checks;
 mod drive;
+mod sets;
 
 use std::collections::BTreeSet;
 
@@ -20,7 +21,9 @@ use serde_json::{json, Value};
 use super::context::{Ctx, Journal, Stop};
 use super::error::SyncError;
 use super::write::Write;
-use crate::config::{check_steps, AnnotatedRollout, CanaryStep, Strategy, ROLLOUT_ANNOTATION};
+use crate::config::{
+    check_steps, AnnotatedRollout, CanaryStep, StepsError, Strategy, ROLLOUT_ANNOTATION,
+};
 use crate::manifest::Manifest;
 use crate::plan::Target;
 use crate::rollout::revisions;
@@ -66,7 +69,7 @@ pub(super) async fn prepare(
             Ok(Some(steps)) => steps,
             Ok(None) => continue,
             Err(e) => {
-                journal.fail(fail(e));
+                journal.fail(fail(e.to_string()));
                 failed = true;
                 continue;
             }
@@ -96,13 +99,27 @@ pub(super) async fn prepare(
     Ok(())
 }
 
+/// Why a Deployment's strategy cannot run.
+#[derive(Debug, thiserror::Error)]
+enum StrategyError {
+    /// Its annotation is not a strategy.
+    #[error("annotation {ROLLOUT_ANNOTATION}: {0}")]
+    Annotation(serde_json::Error),
+    /// Its annotation's steps cannot run.
+    #[error("annotation {ROLLOUT_ANNOTATION}: {0}")]
+    AnnotatedSteps(StepsError),
+    /// The app's steps cannot run (a set's template, checked only here).
+    #[error("[app.rollout] {0}")]
+    Steps(StepsError),
+}
+
 /// A canary's steps for Deployment `m`: its annotation's strategy, else the app's; `None`
 /// for a rolling one.
 fn steps_of(
     m: &Manifest,
     app: &crate::config::RolloutConfig,
     known: &BTreeSet<&str>,
-) -> Result<Option<Vec<CanaryStep>>, String> {
+) -> Result<Option<Vec<CanaryStep>>, StrategyError> {
     let annotation = m
         .object
         .get("metadata")
@@ -111,8 +128,8 @@ fn steps_of(
         .and_then(Value::as_str);
     let (strategy, steps) = match annotation {
         Some(text) => {
-            let said: AnnotatedRollout = serde_json::from_str(text)
-                .map_err(|e| format!("annotation {ROLLOUT_ANNOTATION}: {e}"))?;
+            let said: AnnotatedRollout =
+                serde_json::from_str(text).map_err(StrategyError::Annotation)?;
             (said.strategy, said.steps)
         }
         None => (app.strategy, app.steps.clone()),
@@ -125,9 +142,9 @@ fn steps_of(
         // Git pauses it: nothing rolls out until git says so.
         return Ok(None);
     }
-    check_steps(&steps, known).map_err(|e| match annotation {
-        Some(_) => format!("annotation {ROLLOUT_ANNOTATION}: {e}"),
-        None => e,
+    check_steps(&steps, known).map_err(match annotation {
+        Some(_) => StrategyError::AnnotatedSteps,
+        None => StrategyError::Steps,
     })?;
     Ok(Some(steps))
 }
@@ -135,24 +152,24 @@ fn steps_of(
 /// Whether the write starts or carries on a canary — the live Deployment's template is
 /// not the one the dry run made, or berth holds it (paused) still — and if so, the live
 /// strategy.
-async fn in_flight(ctx: &Ctx<'_>, w: &Write) -> Result<Option<Value>, String> {
+async fn in_flight(ctx: &Ctx<'_>, w: &Write) -> Result<Option<Value>, kube::Error> {
     let (Some(Some(_)), Some(dry)) = (w.existing(), &w.dry_run) else {
         return Ok(None);
     };
     let planned: Deployment = serde_json::to_value(dry)
         .and_then(serde_json::from_value)
-        .map_err(|e| e.to_string())?;
+        .map_err(kube::Error::SerdeError)?;
     let m = &w.target.manifest;
     let api: Api<Deployment> =
         Api::namespaced(ctx.cluster.client.clone(), m.namespace_or_default());
-    let Some(live) = api.get_opt(m.name()).await.map_err(|e| e.to_string())? else {
+    let Some(live) = api.get_opt(m.name()).await? else {
         return Ok(None);
     };
     let hash = |d: &Deployment| revisions::owned(d, Vec::new()).hash;
     let spec = live.spec.as_ref();
     let paused = spec.and_then(|s| s.paused) == Some(true);
     let strategy = serde_json::to_value(spec.and_then(|s| s.strategy.as_ref()));
-    let strategy = strategy.map_err(|e| e.to_string())?;
+    let strategy = strategy.map_err(kube::Error::SerdeError)?;
     Ok((paused || hash(&live) != hash(&planned)).then_some(strategy))
 }
 

@@ -117,6 +117,27 @@ pub(in crate::sync) async fn namespaces_first(
     checked
 }
 
+/// What the writes at `indices` apply, once what their canaries claim is applied (see
+/// [`crate::sync::canary::Canary::claim`]).
+async fn claimed<'w>(
+    ctx: &Ctx<'_>,
+    writes: &'w [Write],
+    indices: &[usize],
+    journal: &mut Journal<'_>,
+) -> Result<Vec<&'w Target>, Stop> {
+    let claims: Vec<&Target> = (indices.iter())
+        .filter_map(|&i| writes[i].canary.as_ref()?.claim.as_ref())
+        .collect();
+    journal.requests += claims.len() as u64;
+    for result in apply_all(&ctx.writer, &ctx.settings(), &claims, false).await {
+        if let Err(e) = result {
+            journal.fail(e);
+            return Err(Stop::Failed);
+        }
+    }
+    Ok(indices.iter().map(|&i| writes[i].to_apply()).collect())
+}
+
 /// Applies the writes at `indices` and records what became of each.
 async fn apply_some(
     ctx: &Ctx<'_>,
@@ -131,17 +152,7 @@ async fn apply_some(
         writes[i].applied = writes[i].dry_run.clone();
         journal.unchanged += 1;
     }
-    let claims: Vec<&Target> = (indices.iter())
-        .filter_map(|&i| writes[i].canary.as_ref()?.claim.as_ref())
-        .collect();
-    journal.requests += claims.len() as u64;
-    for result in apply_all(&ctx.writer, &ctx.settings(), &claims, false).await {
-        if let Err(e) = result {
-            journal.fail(e);
-            return Err(Stop::Failed);
-        }
-    }
-    let targets: Vec<&Target> = indices.iter().map(|&i| writes[i].to_apply()).collect();
+    let targets = claimed(ctx, writes, &indices, journal).await?;
     journal.requests += targets.len() as u64;
     let results = apply_all(&ctx.writer, &ctx.settings(), &targets, false).await;
     let mut failed = false;

@@ -45,6 +45,7 @@ pub(in crate::sync) async fn validate(
         });
     dry_run(ctx, writes, &now, journal).await?;
     check_engine_ownership(ctx, writes, journal).await?;
+    crate::sync::canary::prepare(ctx, writes, journal).await?;
     Ok(Validated { first, late })
 }
 
