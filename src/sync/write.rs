@@ -4,6 +4,7 @@
 use kube::api::DynamicObject;
 
 use crate::cluster::apply::observed;
+use crate::config::CanaryStep;
 use crate::manifest::ObjectKey;
 use crate::plan::{Change, Entry, Planned, Target};
 
@@ -23,7 +24,7 @@ pub(super) struct Write {
     /// Why the dry run refused it, when it did.
     pub refused: Option<String>,
     /// A Deployment whose canary runs: what is applied meanwhile, and its steps.
-    pub canary: Option<super::canary::Canary>,
+    pub canary: Option<Canary>,
 }
 
 impl Write {
@@ -96,6 +97,19 @@ impl Write {
         let m = &self.target.manifest;
         m.group() == "apps" && m.kind() == "Deployment"
     }
+}
+
+/// A Deployment's canary: what is applied while it runs, and its steps.
+pub(super) struct Canary {
+    /// The Deployment as git has it, paused, its strategy Recreate.
+    pub held: Target,
+    /// Applied first when the live Deployment is not held yet: paused, its strategy (the
+    /// rolling update's sizes the server defaulted) claimed by berth's field manager, so
+    /// that [`Canary::held`], which leaves them out, removes them — a Recreate strategy
+    /// may have none.
+    pub claim: Option<Target>,
+    /// The steps.
+    pub steps: Vec<CanaryStep>,
 }
 
 /// Splits planned objects into the unchanged ones (by key) and those to write.

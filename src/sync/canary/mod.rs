@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 use super::context::{Ctx, Journal, Stop};
 use super::error::SyncError;
-use super::write::Write;
+use super::write::{Canary, Write};
 use crate::config::{
     check_steps, AnnotatedRollout, CanaryStep, StepsError, Strategy, ROLLOUT_ANNOTATION,
 };
@@ -29,19 +29,6 @@ use crate::plan::Target;
 use crate::rollout::revisions;
 
 pub(super) use drive::drive;
-
-/// A Deployment's canary: what is applied while it runs, and its steps.
-pub(crate) struct Canary {
-    /// The Deployment as git has it, paused, its strategy Recreate.
-    pub held: Target,
-    /// Applied first when the live Deployment is not held yet: paused, its strategy (the
-    /// rolling update's sizes the server defaulted) claimed by berth's field manager, so
-    /// that [`Canary::held`], which leaves them out, removes them — a Recreate strategy
-    /// may have none.
-    pub claim: Option<Target>,
-    /// The steps.
-    pub steps: Vec<CanaryStep>,
-}
 
 /// Marks each Deployment write whose canary runs (its template changed, or its canary is
 /// in flight), once the dry run has passed: its apply writes it held. A Deployment the

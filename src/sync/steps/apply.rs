@@ -118,7 +118,7 @@ pub(in crate::sync) async fn namespaces_first(
 }
 
 /// What the writes at `indices` apply, once what their canaries claim is applied (see
-/// [`crate::sync::canary::Canary::claim`]).
+/// [`Canary::claim`](crate::sync::write::Canary::claim)).
 async fn claimed<'w>(
     ctx: &Ctx<'_>,
     writes: &'w [Write],
