@@ -13,27 +13,13 @@ use common::prometheus::Prometheus;
 use common::{Repo, Setup};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ListParams};
 
+/// Ten replicas of `web` (`image`), its strategy the RollingUpdate git writes: what
+/// berth holds during a canary and gives back at its end.
 fn deployment(image: &str) -> String {
-    format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-spec:
-  replicas: 10
-  selector:
-    matchLabels: {{app: web}}
-  template:
-    metadata:
-      labels: {{app: web}}
-    spec:
-      containers:
-        - name: web
-          image: {image}
-"
-    )
+    common::web_deployment(image, "", "").replace("replicas: 3", "replicas: 10")
 }
 
 const SERVICE: &str = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector: {app: web}\n  ports:\n    - port: 80\n";
@@ -183,9 +169,13 @@ async fn a_canary_steps_through_its_weights_and_a_bad_version_is_aborted() {
     let live = deployments.get("web").await.unwrap();
     let spec = live.spec.unwrap();
     assert_ne!(spec.paused, Some(true), "as git has it at the end");
+    let strategy = spec.strategy.unwrap();
+    assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
+    let surge = strategy.rolling_update.and_then(|r| r.max_surge);
     assert_eq!(
-        spec.strategy.unwrap().type_.as_deref(),
-        Some("RollingUpdate")
+        surge,
+        Some(IntOrString::Int(1)),
+        "git's maxSurge given back"
     );
     let good = version_of(&sets, "web:2").await;
 
