@@ -218,3 +218,70 @@ async fn a_canary_steps_through_its_weights_and_a_bad_version_is_aborted() {
         .clone();
     assert_eq!(image.as_deref(), Some("web:2"), "the old template restored");
 }
+
+/// `berth run` killed (SIGKILL) while a canary holds step 2: the Deployment stays held at
+/// 5 new and 5 old, and the restarted agent carries on from step 2 — never back to 20 % —
+/// to 100 %, recording the steps it ran.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_canary_cut_short_by_a_killed_agent_carries_on_from_its_step() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "restart").await;
+    let repo = Repo::new();
+    repo.write("web.yaml", &deployment("web:1"));
+    repo.commit("web 1");
+    let steps =
+        r#"[{ weight = 20, pause = "1s" }, { weight = 50, pause = "8s" }, { weight = 100 }]"#;
+    let rollout =
+        format!("[app.rollout]\nstrategy = \"canary\"\ntimeout = \"2m\"\nsteps = {steps}\n");
+    let setup = Setup::new(cp, "restart", &repo, &ns, &rollout);
+    setup.agent_setting("listen = \"off\"");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
+    repo.write("web.yaml", &deployment("web:2"));
+    repo.commit("web 2");
+    let mut daemon = common::Daemon::start(&setup.config, &[]);
+    let new = version_of(&sets, "web:2").await;
+    let split = || async {
+        let ready = ready_by_version(&pods).await;
+        let new_ready = ready.get(&new).copied().unwrap_or(0);
+        (new_ready, ready.values().sum::<i32>() - new_ready)
+    };
+    let end = Instant::now() + Duration::from_secs(90);
+    while split().await != (5, 5) {
+        assert!(
+            Instant::now() < end,
+            "step 2 never stood: {:?}",
+            split().await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    daemon.signal(libc::SIGKILL);
+    daemon.wait(Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(split().await, (5, 5), "held where it stood");
+    let _daemon = common::Daemon::start(&setup.config, &[]);
+    let end = Instant::now() + Duration::from_secs(90);
+    loop {
+        let now = split().await;
+        assert!(now.0 >= 5, "carried on, never back to 20 %: {now:?}");
+        if now == (10, 0)
+            && setup
+                .history()
+                .last()
+                .is_some_and(|r| !r.rollouts.is_empty())
+        {
+            break;
+        }
+        assert!(Instant::now() < end, "never reached 100 %: {now:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Succeeded, "{:?}", record.errors);
+    let weights: Vec<u8> = record.rollouts[0].canary.iter().map(|s| s.weight).collect();
+    assert_eq!(weights, [50, 100], "carried on from step 2");
+}
