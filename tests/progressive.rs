@@ -120,6 +120,17 @@ async fn a_canary_steps_through_its_weights_and_a_bad_version_is_aborted() {
 
     repo.write("web.yaml", &deployment("web:2"));
     repo.commit("web 2");
+    // The plan predicts the steps, their pods and what holds each.
+    let (code, out, err) = setup.berth(&["plan"]);
+    assert_eq!(code, 0, "{out}{err}");
+    for said in [
+        "; canary, 10 replicas",
+        "1      20 %     2     8     pause 10s, analysis errors",
+        "2      50 %     5     5     analysis errors",
+        "3      100 %    10    0     -",
+    ] {
+        assert!(out.contains(said), "{said}: {out}");
+    }
     let (splits, (code, out, err)) = std::thread::scope(|s| {
         let sync = s.spawn(|| setup.berth(&["sync"]));
         let splits = async {

@@ -234,34 +234,53 @@ fn text(p: &Preview) -> String {
     }
     out += &format!("  {} unchanged\n", p.unchanged);
     for d in &p.deployments {
-        let from = d
-            .revision_from
-            .map(|r| format!("revision {r} → "))
-            .unwrap_or_default();
-        let reuse = d
-            .reuses
-            .as_ref()
-            .map(|rs| format!(", back to ReplicaSet {rs}"))
-            .unwrap_or_default();
-        out += &format!(
-            "  {}/{}: {from}revision {}{reuse}; {} replicas {}, maxSurge {}, maxUnavailable {}\n    STEP   NEW   OLD\n",
-            d.deployment.namespace_or_default(),
-            d.deployment.name,
-            d.revision_to,
-            d.strategy,
-            d.replicas,
-            d.max_surge,
-            d.max_unavailable
-        );
-        for (i, s) in d.steps.iter().enumerate() {
-            out += &format!("    {:<6} {:<5} {}\n", i + 1, s.new, s.old);
-        }
+        out += &rollout(d);
     }
     for e in &p.errors {
         out += &format!("  error: {e}\n");
     }
     for n in &p.notes {
         out += &format!("  note: {n}\n");
+    }
+    out
+}
+
+/// One predicted rollout, as `berth plan` prints it: the revision it makes, how, and its
+/// steps.
+fn rollout(d: &berth::rollout::predict::DeploymentPlan) -> String {
+    let from = (d.revision_from)
+        .map(|r| format!("revision {r} → "))
+        .unwrap_or_default();
+    let reuse = (d.reuses.as_ref())
+        .map(|rs| format!(", back to ReplicaSet {rs}"))
+        .unwrap_or_default();
+    let (how, head, rows): (String, &str, Vec<String>) = match d.canary.is_empty() {
+        true => {
+            let how = format!(
+                "{} replicas {}, maxSurge {}, maxUnavailable {}",
+                d.strategy, d.replicas, d.max_surge, d.max_unavailable
+            );
+            let rows = d.steps.iter().enumerate();
+            let rows = rows.map(|(i, s)| format!("{:<6} {:<5} {}", i + 1, s.new, s.old));
+            (how, "STEP   NEW   OLD", rows.collect())
+        }
+        false => {
+            let rows = d.canary.iter().enumerate().map(|(i, s)| {
+                let weight = format!("{} %", s.weight);
+                let (new, old, then) = (s.new, s.old, s.hold());
+                format!("{:<6} {weight:<8} {new:<5} {old:<5} {then}", i + 1)
+            });
+            let how = format!("canary, {} replicas", d.replicas);
+            (how, "STEP   WEIGHT   NEW   OLD   THEN", rows.collect())
+        }
+    };
+    let (ns, name) = (d.deployment.namespace_or_default(), &d.deployment.name);
+    let mut out = format!(
+        "  {ns}/{name}: {from}revision {}{reuse}; {how}\n",
+        d.revision_to
+    );
+    for line in std::iter::once(head).chain(rows.iter().map(String::as_str)) {
+        out += &format!("    {line}\n");
     }
     out
 }

@@ -36,6 +36,40 @@ pub struct DeploymentPlan {
     pub max_unavailable: i32,
     /// ReplicaSet sizes after each scaling step, assuming pods become ready.
     pub steps: Vec<RolloutStep>,
+    /// A canary's steps (its Deployment held while they run); `steps` are their sizes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub canary: Vec<PlannedStep>,
+}
+
+/// One canary step as it will run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlannedStep {
+    /// Its weight (%).
+    pub weight: u8,
+    /// Pods of the new version.
+    pub new: i32,
+    /// Pods of the old version.
+    pub old: i32,
+    /// Its pause (`30s`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause: Option<String>,
+    /// The checks it runs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub analysis: Vec<String>,
+}
+
+impl PlannedStep {
+    /// What holds the step: "pause 30s, analysis errors, latency" ("-": nothing).
+    pub fn hold(&self) -> String {
+        let pause = self.pause.as_ref().map(|p| format!("pause {p}"));
+        let checks =
+            (!self.analysis.is_empty()).then(|| format!("analysis {}", self.analysis.join(", ")));
+        let said: Vec<String> = pause.into_iter().chain(checks).collect();
+        match said.is_empty() {
+            true => "-".into(),
+            false => said.join(", "),
+        }
+    }
 }
 
 /// The view the step math needs of a Deployment (apps/v1 defaults filled in).
@@ -109,6 +143,7 @@ pub fn predict(key: ObjectKey, planned: &Deployment, live: &Revisions) -> Option
         max_surge: steps::max_surge(&d),
         max_unavailable: steps::max_unavailable(&d),
         steps: steps::predict(&d, reused.map(as_view), olds, &new_name),
+        canary: Vec::new(),
         deployment: key,
     })
 }

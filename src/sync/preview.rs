@@ -294,7 +294,11 @@ impl Syncer {
             Some(d) => revisions::list(client, &d).await.unwrap_or_default(),
             None => Revisions::default(),
         };
-        predict(m.key(), &planned, &live)
+        let plan = predict(m.key(), &planned, &live)?;
+        Some(match &w.canary {
+            Some(canary) => super::canary::planned(plan, &canary.steps),
+            None => plan,
+        })
     }
 }
 

@@ -120,6 +120,19 @@ fn rollouts(deployments: &[DeploymentPlan]) -> String {
             .iter()
             .map(|s| format!("{}/{}", s.new, s.old))
             .collect();
+        if !d.canary.is_empty() {
+            let steps: Vec<String> = (d.canary.iter())
+                .map(|s| format!("{} % ({}/{}, then {})", s.weight, s.new, s.old, s.hold()))
+                .collect();
+            out += &format!(
+                "- `{}`: {from}revision {}, {} replicas, canary: {}\n",
+                d.deployment.kubectl(),
+                d.revision_to,
+                d.replicas,
+                steps.join("; ")
+            );
+            continue;
+        }
         out += &format!(
             "- `{}`: {from}revision {}, {} replicas, {} (maxSurge {}, maxUnavailable {}): {} steps, new/old replicas {}\n",
             d.deployment.kubectl(),

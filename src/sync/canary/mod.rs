@@ -26,9 +26,36 @@ use crate::config::{
 };
 use crate::manifest::Manifest;
 use crate::plan::Target;
+use crate::rollout::canary::Split;
+use crate::rollout::predict::{DeploymentPlan, PlannedStep};
 use crate::rollout::revisions;
+use crate::rollout::steps::RolloutStep;
 
 pub(super) use drive::drive;
+
+/// `plan` as a canary of `steps` will run it: each step's pods, its pause and checks.
+pub(super) fn planned(mut plan: DeploymentPlan, steps: &[CanaryStep]) -> DeploymentPlan {
+    plan.canary = (steps.iter())
+        .map(|s| {
+            let split = Split::at(plan.replicas, s.weight);
+            PlannedStep {
+                weight: s.weight,
+                new: split.new,
+                old: split.old,
+                pause: s.pause.map(|p| humantime::format_duration(p).to_string()),
+                analysis: s.analysis.clone(),
+            }
+        })
+        .collect();
+    plan.steps = (plan.canary.iter())
+        .map(|s| RolloutStep {
+            new: s.new,
+            old: s.old,
+        })
+        .collect();
+    plan.strategy = "canary".into();
+    plan
+}
 
 /// Marks each Deployment write whose canary runs (its template changed, or its canary is
 /// in flight), once the dry run has passed: its apply writes it held. A Deployment the
