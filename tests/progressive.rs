@@ -296,3 +296,51 @@ async fn a_canary_cut_short_by_a_killed_agent_carries_on_from_its_step() {
     let weights: Vec<u8> = record.rollouts[0].canary.iter().map(|s| s.weight).collect();
     assert_eq!(weights, [50, 100], "carried on from step 2");
 }
+
+/// A chart's Deployment carries its own strategy in `berth.dev/rollout` (the app's is
+/// rolling): its canary runs; an annotation whose steps cannot run fails the sync, naming
+/// the file and the Deployment, and writes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deployment_annotated_with_a_canary_runs_it_and_a_wrong_one_writes_nothing() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "annotated").await;
+    let annotated = |image: &str, steps: &str| {
+        let annotation = format!(
+            "  annotations:\n    berth.dev/rollout: '{{\"strategy\": \"canary\", \"steps\": {steps}}}'\n"
+        );
+        let web = common::web_deployment(image, "", "").replace("replicas: 3", "replicas: 4");
+        web.replacen("  name: web\n", &format!("  name: web\n{annotation}"), 1)
+    };
+    let steps = r#"[{"weight": 50}, {"weight": 100}]"#;
+    let repo = Repo::new();
+    repo.write("web.yaml", &annotated("web:1", steps));
+    repo.commit("web 1");
+    let setup = Setup::new(cp, "annotated", &repo, &ns, "");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    repo.write("web.yaml", &annotated("web:2", steps));
+    repo.commit("web 2");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("step 1 of 2: 50 % (2 new, 2 old)"), "{out}");
+    let record = setup.history().pop().unwrap();
+    let ran: Vec<(u8, i32, i32)> = (record.rollouts[0].canary.iter())
+        .map(|s| (s.weight, s.new, s.old))
+        .collect();
+    assert_eq!(ran, [(50, 2, 2), (100, 4, 0)]);
+
+    repo.write("web.yaml", &annotated("web:3", r#"[{"weight": 50}]"#));
+    repo.commit("web 3");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}{err}");
+    let said = format!("web.yaml:1 (document 1): Deployment {ns}/web: annotation berth.dev/rollout: the last step has weight 50: a canary ends at weight = 100; nothing was written");
+    assert!(out.contains(&said), "{out}");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let live = deployments.get("web").await.unwrap().spec.unwrap();
+    let image = live.template.spec.unwrap().containers[0].image.clone();
+    assert_eq!(image.as_deref(), Some("web:2"), "nothing written");
+    assert_ne!(live.paused, Some(true));
+}

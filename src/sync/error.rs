@@ -95,7 +95,7 @@ pub enum SyncError {
     },
     /// A Deployment's canary cannot run: its `berth.dev/rollout` annotation is wrong, or
     /// the live Deployment cannot be read.
-    #[error("Deployment {key}: {message}; nothing was written")]
+    #[error("{origin}: Deployment {key}: {message}; nothing was written")]
     Canary {
         /// Where the Deployment came from.
         origin: Origin,

@@ -198,3 +198,50 @@ fn paused(m: &Manifest, strategy: Option<Value>) -> Manifest {
     }
     held
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RolloutConfig;
+
+    fn annotated(text: &str) -> Manifest {
+        let object = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "annotations": {ROLLOUT_ANNOTATION: text}},
+            "spec": {"replicas": 3},
+        });
+        Manifest {
+            object: serde_json::from_value(object).unwrap(),
+            origin: crate::manifest::Origin::file("deployment.yaml"),
+            decrypted: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_deployment_carries_its_own_strategy_and_a_wrong_one_says_why() {
+        let known = BTreeSet::from(["errors"]);
+        let app = RolloutConfig::default();
+        let steps = |text: &str| steps_of(&annotated(text), &app, &known);
+        let ran = steps(
+            r#"{"strategy": "canary", "steps": [{"weight": 50, "pause": "5s", "analysis": ["errors"]}, {"weight": 100}]}"#,
+        );
+        let weights: Vec<u8> = ran.unwrap().unwrap().iter().map(|s| s.weight).collect();
+        assert_eq!(weights, [50, 100]);
+        assert!(steps(r#"{"strategy": "rolling"}"#).unwrap().is_none());
+        let said = |text: &str| steps(text).unwrap_err().to_string();
+        assert_eq!(
+            said(r#"{"strategy": "canary", "steps": [{"weight": 50}]}"#),
+            "annotation berth.dev/rollout: the last step has weight 50: a canary ends at weight = 100"
+        );
+        assert!(
+            said(r#"{"strategy": "linear"}"#)
+                .starts_with("annotation berth.dev/rollout: unknown variant `linear`"),
+            "{}",
+            said(r#"{"strategy": "linear"}"#)
+        );
+        assert!(said(
+            r#"{"strategy": "canary", "steps": [{"weight": 100, "analysis": ["latency"]}]}"#
+        )
+        .contains("no [[analysis]] named \"latency\""));
+    }
+}
