@@ -344,3 +344,82 @@ async fn a_deployment_annotated_with_a_canary_runs_it_and_a_wrong_one_writes_not
     assert_eq!(image.as_deref(), Some("web:2"), "nothing written");
     assert_ne!(live.paused, Some(true));
 }
+
+/// `berth sync` of `config` stopped (SIGTERM) once 8 pods of `stable` and 2 of `new` are
+/// ready: a canary cut short at 20 %.
+async fn cut_short_at_20(
+    config: &std::path::Path,
+    pods: &Api<Pod>,
+    stable: &str,
+    sets: &Api<ReplicaSet>,
+    image: &str,
+) -> String {
+    let mut sync = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["sync", "--config"])
+        .arg(config)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let new = version_of(sets, image).await;
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ready = ready_by_version(pods).await;
+        if ready.get(stable) == Some(&8) && ready.get(&new) == Some(&2) && ready.len() == 2 {
+            break;
+        }
+        assert!(Instant::now() < end, "20 % never stood: {ready:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(sync.id() as i32, libc::SIGTERM) };
+    sync.wait().unwrap();
+    new
+}
+
+/// Canaries cut short at 20 % (their sync stopped): a new commit starts its own canary
+/// from the version that ran before, the abandoned one's pods gone at its first step;
+/// git reverted to the version that ran before brings it back to full size at once — no
+/// steps — and the Deployment is as git has it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_commit_or_a_git_revert_after_a_canary_was_cut_short() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "revert").await;
+    let repo = Repo::new();
+    repo.write("web.yaml", &deployment("web:1"));
+    repo.commit("web 1");
+    let steps = r#"[{ weight = 20, pause = "5m" }, { weight = 100 }]"#;
+    let rollout =
+        format!("[app.rollout]\nstrategy = \"canary\"\ntimeout = \"2m\"\nsteps = {steps}\n");
+    let setup = Setup::new(cp, "revert", &repo, &ns, &rollout);
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
+    let stable = version_of(&sets, "web:1").await;
+    repo.write("web.yaml", &deployment("web:2"));
+    repo.commit("web 2");
+    cut_short_at_20(&setup.config, &pods, &stable, &sets, "web:2").await;
+    // web:3 while web:2's canary holds: its own canary from web:1, web:2's pods gone.
+    repo.write("web.yaml", &deployment("web:3"));
+    repo.commit("web 3");
+    cut_short_at_20(&setup.config, &pods, &stable, &sets, "web:3").await;
+    repo.write("web.yaml", &deployment("web:1"));
+    repo.commit("revert to web 1");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("git went back to the version this canary replaced"),
+        "{out}"
+    );
+    let ready = ready_by_version(&pods).await;
+    assert_eq!(ready.get(&stable).copied(), Some(10), "{ready:?}");
+    assert_eq!(ready.values().sum::<i32>(), 10, "{ready:?}");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let live = deployments.get("web").await.unwrap().spec.unwrap();
+    assert_ne!(live.paused, Some(true), "as git has it");
+    let image = live.template.spec.unwrap().containers[0].image.clone();
+    assert_eq!(image.as_deref(), Some("web:1"));
+}

@@ -108,6 +108,9 @@ pub(super) struct Canary {
     /// that [`Canary::held`], which leaves them out, removes them — a Recreate strategy
     /// may have none.
     pub claim: Option<Target>,
+    /// Git moved while its canary was in flight: the Deployment was held with another
+    /// template when the sync began.
+    pub moved: bool,
     /// The steps.
     pub steps: Vec<CanaryStep>,
 }

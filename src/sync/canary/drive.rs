@@ -72,6 +72,9 @@ pub(in crate::sync) async fn drive(ctx: &Ctx<'_>, w: &Write) -> Result<Driven, S
         started: Timestamp::now(),
         steps: Vec::new(),
     };
+    if canary.moved && run.sets.running {
+        return run.back(w).await;
+    }
     let weights: Vec<u8> = canary.steps.iter().map(|s| s.weight).collect();
     let shown = run.sets.new_size().await?;
     let from = step_shown(&weights, run.sets.replicas, shown).unwrap_or(0);
@@ -167,6 +170,16 @@ impl Run<'_> {
             return run.await;
         }
         Vec::new()
+    }
+
+    /// Git went back, during a canary, to the version it replaced: that version runs in
+    /// full again at once (no steps: it is what ran before), then as git has it.
+    async fn back(mut self, w: &Write) -> Result<Driven, SyncError> {
+        self.say("git went back to the version this canary replaced: it runs in full again");
+        if let Err(e) = self.sets.stand(Split::at(self.sets.replicas, 100)).await? {
+            return Ok(self.ended(RolloutOutcome::Failed, e.to_string()));
+        }
+        self.finish(w).await
     }
 
     /// The old version back, the canary failed for `why`.

@@ -15,7 +15,7 @@ mod sets;
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::Api;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{json, Value};
 
 use super::context::{Ctx, Journal, Stop};
@@ -90,7 +90,7 @@ pub(super) async fn prepare(
         };
         match in_flight(ctx, w).await {
             Ok(None) => {}
-            Ok(Some(strategy)) => {
+            Ok(Some((strategy, moved))) => {
                 let target = |manifest| Target {
                     manifest,
                     resolved: w.target.resolved.clone(),
@@ -99,7 +99,12 @@ pub(super) async fn prepare(
                 let claim = (!recreate).then(|| target(paused(&w.target.manifest, Some(strategy))));
                 let recreate = json!({"type": "Recreate"});
                 let held = target(paused(&w.target.manifest, Some(recreate)));
-                w.canary = Some(Canary { held, claim, steps });
+                w.canary = Some(Canary {
+                    held,
+                    claim,
+                    steps,
+                    moved,
+                });
             }
             Err(e) => {
                 journal.fail(fail(format!("the live Deployment cannot be read: {e}")));
@@ -165,26 +170,38 @@ fn steps_of(
 
 /// Whether the write starts or carries on a canary — the live Deployment's template is
 /// not the one the dry run made, or berth holds it (paused) still — and if so, the live
-/// strategy.
-async fn in_flight(ctx: &Ctx<'_>, w: &Write) -> Result<Option<Value>, kube::Error> {
-    let (Some(Some(_)), Some(dry)) = (w.existing(), &w.dry_run) else {
+/// strategy, and whether git moved while it was held (its template not the dry run's).
+async fn in_flight(ctx: &Ctx<'_>, w: &Write) -> Result<Option<(Value, bool)>, kube::Error> {
+    let Some(Some(_)) = w.existing() else {
         return Ok(None);
     };
-    let planned: Deployment = serde_json::to_value(dry)
-        .and_then(serde_json::from_value)
-        .map_err(kube::Error::SerdeError)?;
     let m = &w.target.manifest;
-    let api: Api<Deployment> =
-        Api::namespaced(ctx.cluster.client.clone(), m.namespace_or_default());
-    let Some(live) = api.get_opt(m.name()).await? else {
+    let ns = m.namespace_or_default();
+    let Some(live) = Api::<Deployment>::namespaced(ctx.cluster.client.clone(), ns)
+        .get_opt(m.name())
+        .await?
+    else {
         return Ok(None);
     };
+    // The template as the server makes it (defaulted), to hash beside the live one's: the
+    // validate step's dry run keeps no bodies.
+    let params = PatchParams {
+        dry_run: true,
+        force: true,
+        field_manager: Some(ctx.syncer.agent.field_manager.clone()),
+        ..PatchParams::default()
+    };
+    let writer: Api<Deployment> = Api::namespaced(ctx.writer.clone(), ns);
+    let planned = writer
+        .patch(m.name(), &params, &Patch::Apply(&m.object))
+        .await?;
     let hash = |d: &Deployment| revisions::owned(d, Vec::new()).hash;
     let spec = live.spec.as_ref();
     let paused = spec.and_then(|s| s.paused) == Some(true);
     let strategy = serde_json::to_value(spec.and_then(|s| s.strategy.as_ref()));
     let strategy = strategy.map_err(kube::Error::SerdeError)?;
-    Ok((paused || hash(&live) != hash(&planned)).then_some(strategy))
+    let changed = hash(&live) != hash(&planned);
+    Ok((paused || changed).then_some((strategy, paused && changed)))
 }
 
 /// Deployment `m` paused, with `strategy` (when given).

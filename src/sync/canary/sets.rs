@@ -56,10 +56,15 @@ pub(super) struct Sets<'a> {
     pub new: String,
     /// The old version's (the largest old one: what runs now).
     old: Option<String>,
+    /// Other old ones with pods (a canary git moved on from): brought to 0 at the first
+    /// step.
+    others: Vec<String>,
     /// Where the pods stood at each step.
     pub timeline: Vec<TimelineStep>,
     /// The Deployment's replicas.
     pub replicas: i32,
+    /// The new version's ReplicaSet has pods already: it ran before.
+    pub running: bool,
 }
 
 impl<'a> Sets<'a> {
@@ -76,8 +81,14 @@ impl<'a> Sets<'a> {
         let size = |rs: &ReplicaSet| rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
         let old = (owned.old.iter())
             .filter(|rs| size(rs) > 0)
-            .max_by_key(|rs| size(rs))
-            .and_then(|rs| rs.metadata.name.clone());
+            .max_by_key(|rs| size(rs));
+        let running = owned.new.as_ref().is_some_and(|rs| size(rs) > 0);
+        let name = |rs: &ReplicaSet| rs.metadata.name.clone();
+        let others = (owned.old.iter())
+            .filter(|rs| size(rs) > 0 && old.is_some_and(|o| o.metadata.name != rs.metadata.name))
+            .filter_map(name)
+            .collect();
+        let old = old.and_then(name);
         let new = match &owned.new {
             Some(rs) => rs.metadata.name.clone().unwrap_or_default(),
             None => create(ctx, &api, d, &owned).await?,
@@ -87,8 +98,10 @@ impl<'a> Sets<'a> {
             api,
             new,
             old,
+            others,
             timeline: Vec::new(),
             replicas: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+            running,
         })
     }
 
@@ -149,8 +162,15 @@ impl<'a> Sets<'a> {
         if let Err(e) = self.settle(&self.new, split.new, deadline).await? {
             return Ok(Err(e));
         }
-        if let Some(old) = &self.old {
-            if let Err(e) = self.settle(old, split.old, deadline).await? {
+        let others = std::mem::take(&mut self.others).into_iter().map(|o| (o, 0));
+        for (old, size) in self
+            .old
+            .clone()
+            .map(|o| (o, split.old))
+            .into_iter()
+            .chain(others)
+        {
+            if let Err(e) = self.settle(&old, size, deadline).await? {
                 return Ok(Err(e));
             }
         }
