@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use berth::config::LogFormat;
+use berth::rollout::gate::Verb;
 use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
@@ -48,6 +49,12 @@ enum Command {
     Suspend(cli::suspend::Args),
     /// Sync the named apps again after `berth suspend`.
     Resume(cli::suspend::Args),
+    /// End the pause of the step the app's canary holds at: it goes on to its checks and
+    /// the next step.
+    Promote(cli::canary::Args),
+    /// Abort the app's canary: the old version back at its full size, the app held at its
+    /// previous commit.
+    Abort(cli::canary::Args),
     /// Image policies: the newest tag each sees, the tag in git, what the next scan would
     /// commit (`--dry-run`: the diff); `resume POLICY`, `forget POLICY TAG`, `history`.
     Images(cli::images::Args),
@@ -141,6 +148,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Suspend(args) => cli::suspend::run(&cli.config, args, true),
         Command::Resume(args) => cli::suspend::run(&cli.config, args, false),
+        Command::Promote(args) => cli::canary::run(&cli.config, args, Verb::Promote),
+        Command::Abort(args) => cli::canary::run(&cli.config, args, Verb::Abort),
         Command::Images(args) => {
             runtime().and_then(|rt| rt.block_on(cli::images::run(&cli.config, args)))
         }

@@ -354,12 +354,7 @@ async fn cut_short_at_20(
     sets: &Api<ReplicaSet>,
     image: &str,
 ) -> String {
-    let mut sync = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(["sync", "--config"])
-        .arg(config)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let sync = spawn_sync(config);
     let new = version_of(sets, image).await;
     let end = Instant::now() + Duration::from_secs(60);
     loop {
@@ -372,8 +367,131 @@ async fn cut_short_at_20(
     }
     // SAFETY: a signal to the child this test started.
     unsafe { libc::kill(sync.id() as i32, libc::SIGTERM) };
-    sync.wait().unwrap();
+    sync.wait_with_output().unwrap();
     new
+}
+
+/// `berth sync` of `config` started in the background, its output kept.
+fn spawn_sync(config: &std::path::Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["sync", "--config"])
+        .arg(config)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until `berth status APP` shows its canary at step 1, paused.
+fn wait_paused(setup: &Setup, app: &str) -> String {
+    let end = Instant::now() + Duration::from_secs(90);
+    loop {
+        let (_, out, err) = setup.berth(&["status", app]);
+        if out.contains("paused until berth promote") {
+            return out;
+        }
+        assert!(Instant::now() < end, "never paused:\n{out}{err}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A step paused until `berth promote` holds its pods (2 new, 2 old) until promoted, then
+/// goes on to 100 %; the next canary, paused likewise, is ended by `berth abort`: the
+/// old version back at its full size, its template restored, the abort in the history.
+#[tokio::test(flavor = "multi_thread")]
+async fn berth_promote_ends_a_pause_and_berth_abort_the_canary() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "promote").await;
+    let web =
+        |image: &str| common::web_deployment(image, "", "").replace("replicas: 3", "replicas: 4");
+    let repo = Repo::new();
+    repo.write("web.yaml", &web("web:1"));
+    repo.commit("web 1");
+    let rollout = "[app.rollout]\nstrategy = \"canary\"\ntimeout = \"2m\"\nsteps = [{ weight = 50, pause = \"promote\" }, { weight = 100 }]\n";
+    let setup = Setup::new(cp, "shop", &repo, &ns, rollout);
+    let (code, out, err) = setup.berth(&["promote", "shop"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("app shop has no canary running: nothing to promote"),
+        "{err}"
+    );
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
+
+    repo.write("web.yaml", &web("web:2"));
+    repo.commit("web 2");
+    let sync = spawn_sync(&setup.config);
+    let status = wait_paused(&setup, "shop");
+    let deployment = format!("deployment.apps/web -n {ns}");
+    for cell in [deployment.as_str(), "1/2", "50 %", "2/2"] {
+        assert!(status.contains(cell), "{cell} in:\n{status}");
+    }
+    let new = version_of(&sets, "web:2").await;
+    // Held, nobody promoting: 2 new and 2 old for the 3 s watched.
+    let watched = Instant::now() + Duration::from_secs(3);
+    let held = watch_splits(&pods, &new, || Instant::now() > watched).await;
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].0, (2, 2), "{held:?}");
+    let (code, out, err) = setup.berth(&["promote", "shop"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("{deployment}: step 1 of 2 (50 %): promoted")),
+        "{out}"
+    );
+    let done = sync.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&done.stdout);
+    assert!(done.status.success(), "{said}");
+    assert!(said.contains("promoted by "), "{said}");
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Succeeded, "{:?}", record.errors);
+    let ran: Vec<(u8, i32, i32)> = (record.rollouts[0].canary.iter())
+        .map(|s| (s.weight, s.new, s.old))
+        .collect();
+    assert_eq!(ran, [(50, 2, 2), (100, 4, 0)]);
+    let (_, out, _) = setup.berth(&["status", "shop"]);
+    assert!(
+        !out.contains("NEW/OLD"),
+        "no canary shown once it ended:\n{out}"
+    );
+
+    repo.write("web.yaml", &web("web:3"));
+    repo.commit("web 3");
+    let sync = spawn_sync(&setup.config);
+    wait_paused(&setup, "shop");
+    let (code, out, err) = setup.berth(&["abort", "shop"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("{deployment}: step 1 of 2 (50 %): aborted")),
+        "{out}"
+    );
+    let done = sync.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&done.stdout);
+    assert!(!done.status.success(), "{said}");
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::RolledBack, "{:?}", record.errors);
+    let rollout = &record.rollouts[0].rollout;
+    assert_eq!(rollout.outcome, RolloutOutcome::Failed);
+    assert!(
+        rollout.message.contains("aborted by berth abort ("),
+        "{}",
+        rollout.message
+    );
+    let ready = ready_by_version(&pods).await;
+    assert_eq!(
+        ready.get(&new).copied(),
+        Some(4),
+        "web:2 back in full: {ready:?}"
+    );
+    assert_eq!(ready.values().sum::<i32>(), 4, "{ready:?}");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let live = deployments.get("web").await.unwrap().spec.unwrap();
+    let image = live.template.spec.unwrap().containers[0].image.clone();
+    assert_eq!(image.as_deref(), Some("web:2"), "the old template restored");
 }
 
 /// Canaries cut short at 20 % (their sync stopped): a new commit starts its own canary

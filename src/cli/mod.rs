@@ -1,5 +1,6 @@
 //! One module per `berth` command.
 
+pub mod canary;
 pub mod history;
 pub mod images;
 pub mod init;
@@ -14,6 +15,14 @@ pub mod validate;
 
 /// How long a one-shot command waits for its notifications to be delivered.
 pub const NOTIFY_FLUSH: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Who runs the command, and where (`ops@host`), as notes and requests say it.
+pub fn user_at_host() -> String {
+    let user = std::env::var("SUDO_USER")
+        .or_else(|_| std::env::var("USER"))
+        .unwrap_or_else(|_| rustix::process::getuid().as_raw().to_string());
+    format!("{user}@{}", berth::service::lease::host_name())
+}
 
 /// Prints one line of a command that writes to the cluster: a closed stdout (`berth sync
 /// | head -1`) must not stop a sync half way, so what nobody reads is dropped.

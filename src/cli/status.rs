@@ -21,7 +21,9 @@ use berth::history::short_age;
 use super::history::table;
 use super::sync::select;
 
+mod canary;
 mod sets;
+use canary::print_canaries;
 use sets::{of_set, print_previews, print_sets};
 
 /// Arguments of `berth status`.
@@ -73,6 +75,8 @@ struct AppStatus {
     last: Option<LastSync>,
     /// The sync in flight, `null` when none runs.
     syncing: Option<Syncing>,
+    /// Where its canary stands, `null` when none runs or is held.
+    canary: Option<berth::rollout::gate::Standing>,
     /// What the agent's app waits on before it syncs (`waiting on infra: rollout failed at
     /// 3f2a1c0 …`), `null` when it does not wait.
     waiting: Option<String>,
@@ -138,6 +142,7 @@ pub async fn run(config_path: &Path, args: Args) -> anyhow::Result<ExitCode> {
         }
         Output::Table | Output::Wide => {
             print_tables(&statuses, &config, args.output == Output::Wide);
+            print_canaries(&statuses);
             if args.set.is_some() {
                 print_previews(&statuses);
             }
@@ -211,6 +216,7 @@ fn app_status(
         host,
         last,
         syncing: in_flight,
+        canary: berth::rollout::gate::standing(&config.agent.state_dir, &app.name),
         waiting,
         held,
         reason,

@@ -29,7 +29,7 @@ pub fn run(config_path: &Path, args: Args, suspend: bool) -> anyhow::Result<Exit
     super::own_state(&config, verb)?;
     let apps = chosen(&config, &args, verb)?;
     let state = &config.agent.state_dir;
-    let by = format!("{}@{}", user(), berth::service::lease::host_name());
+    let by = super::user_at_host();
     if let Some(set) = &args.set {
         // The set itself: its apps now, and those its folders add later.
         let target = Target::Set(set);
@@ -114,11 +114,4 @@ fn chosen<'a>(
         }
     }
     Ok(apps)
-}
-
-/// Who runs the command, as the note says it.
-fn user() -> String {
-    std::env::var("SUDO_USER")
-        .or_else(|_| std::env::var("USER"))
-        .unwrap_or_else(|_| rustix::process::getuid().as_raw().to_string())
 }

@@ -41,7 +41,7 @@ pub use registry::{
     is_digest, split_oci, ChartSource, OciPick, OciSource, RegistryConfig, SourceRef,
 };
 pub use rollout::{
-    check_steps, AnalysisConfig, AnnotatedRollout, CanaryStep, OnFailure, RolloutConfig,
+    check_steps, AnalysisConfig, AnnotatedRollout, CanaryStep, OnFailure, Pause, RolloutConfig,
     RolloutEngine, StepsError, Strategy, ROLLOUT_ANNOTATION,
 };
 pub use validate::{

@@ -83,15 +83,45 @@ pub struct CanaryStep {
     /// The share of the pods running the new version, 1–100 %.
     pub weight: u8,
     /// How long the step is held once its pods are ready.
-    #[serde(default, deserialize_with = "some_duration")]
-    pub pause: Option<Duration>,
+    #[serde(default, deserialize_with = "some_pause")]
+    pub pause: Option<Pause>,
     /// The `[[analysis]]` checks run at the step (after its pause); any failing aborts.
     #[serde(default)]
     pub analysis: Vec<String>,
 }
 
-fn some_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    duration(d).map(Some)
+/// A canary step's pause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pause {
+    /// A while (`pause = "30s"`); `berth promote APP` ends it early.
+    For(Duration),
+    /// Until `berth promote APP` (`pause = "promote"`).
+    UntilPromoted,
+}
+
+/// What `pause = "promote"` is written as.
+pub const UNTIL_PROMOTED: &str = "promote";
+
+impl std::fmt::Display for Pause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pause::For(d) => write!(f, "{}", humantime::format_duration(*d)),
+            Pause::UntilPromoted => f.write_str("until berth promote"),
+        }
+    }
+}
+
+fn some_pause<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Pause>, D::Error> {
+    let text = String::deserialize(d)?;
+    if text == UNTIL_PROMOTED {
+        return Ok(Some(Pause::UntilPromoted));
+    }
+    let said = humantime::parse_duration(&text).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "invalid pause {text:?} ({e}): write a duration like 30s or 5m, or \"{UNTIL_PROMOTED}\" to hold the step until berth promote APP"
+        ))
+    });
+    said.map(|d| Some(Pause::For(d)))
 }
 
 /// A Deployment's `berth.dev/rollout` annotation: its strategy, as `[app.rollout]` writes it.

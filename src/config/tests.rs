@@ -441,7 +441,10 @@ fn a_canary_names_its_checks_and_rises_to_100() {
     c.validate().unwrap();
     let rollout = &c.apps[0].rollout;
     assert_eq!(rollout.strategy, Strategy::Canary);
-    assert_eq!(rollout.steps[0].pause, Some(Duration::from_secs(30)));
+    assert_eq!(
+        rollout.steps[0].pause,
+        Some(crate::config::Pause::For(Duration::from_secs(30)))
+    );
     assert_eq!(rollout.steps[1].pause, None);
     assert_eq!(c.analyses[0].count, 3);
     assert_eq!(c.analyses[0].failure_limit, 0);
@@ -469,6 +472,22 @@ fn a_canary_names_its_checks_and_rises_to_100() {
         "{MINIMAL}[app.rollout]\nsteps = [{{ weight = 100 }}]\n"
     ));
     assert!(err.contains("set strategy = \"canary\""), "{err}");
+    let held = parse(&canary(
+        r#"[{ weight = 50, pause = "promote" }, { weight = 100 }]"#,
+        "",
+    ))
+    .unwrap();
+    let pause = held.apps[0].rollout.steps[0].pause;
+    assert_eq!(pause, Some(crate::config::Pause::UntilPromoted));
+    let err = parse_err(&canary(
+        r#"[{ weight = 50, pause = "soon" }, { weight = 100 }]"#,
+        "",
+    ));
+    assert!(
+        err.contains("invalid pause \"soon\"")
+            && err.contains("or \"promote\" to hold the step until berth promote APP"),
+        "{err}"
+    );
     let err = parse_err(&format!("{MINIMAL}[app.rollout]\nstrategy = \"linear\"\n"));
     assert!(err.contains("app[0].rollout.strategy"), "{err}");
     let err = invalid(&format!(

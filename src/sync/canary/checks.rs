@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::future::join_all;
 
 use crate::config::AnalysisConfig;
-use crate::history::CheckRecord;
+use crate::history::{CheckRecord, Measurement};
 use crate::notifications::deliver::HttpClient;
 use crate::rollout::analysis::measure::{measure, Check, Unmeasured};
 use crate::rollout::analysis::{judged, verdict, Condition, Verdict};
@@ -15,19 +15,23 @@ use crate::shutdown::{self, Signal};
 /// The longest one measurement may take.
 const MEASURE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Runs the checks `names` of the new `version`; their records, in the order named. A
-/// shutdown ends them early (the unfinished ones not passed).
+/// What a check says of each measurement: its name, the measurement, and the line.
+pub(super) type Seen<'a> = &'a (dyn Fn(&str, &Measurement, &str) + Sync);
+
+/// Runs the checks `names` of the new `version`; their records, in the order named, each
+/// measurement given to `seen`. A shutdown ends them early (the unfinished ones not
+/// passed).
 pub(super) async fn run(
     analyses: &[AnalysisConfig],
     names: &[String],
     version: &str,
     client: &HttpClient,
     shutdown: &Signal,
-    say: &(dyn Fn(&str) + Sync),
+    seen: Seen<'_>,
 ) -> Vec<CheckRecord> {
     let runs = (names.iter())
         .filter_map(|name| analyses.iter().find(|a| &a.name == name))
-        .map(|config| one(config, version, client, shutdown, say));
+        .map(|config| one(config, version, client, shutdown, seen));
     join_all(runs).await
 }
 
@@ -36,7 +40,7 @@ async fn one(
     version: &str,
     client: &HttpClient,
     shutdown: &Signal,
-    say: &(dyn Fn(&str) + Sync),
+    seen: Seen<'_>,
 ) -> CheckRecord {
     let (check, condition) = check_of(config);
     let timeout = config
@@ -54,13 +58,14 @@ async fn one(
             (Some(value), None) => format!("{value}, passed"),
             (None, None) => "passed".into(),
         };
-        measurements.push(m);
-        say(&format!(
+        let line = format!(
             "analysis {}: {shown} ({} of {})",
             config.name,
-            measurements.len(),
+            measurements.len() + 1,
             config.count
-        ));
+        );
+        seen(&config.name, &m, &line);
+        measurements.push(m);
         match verdict(&measurements, config.count, config.failure_limit) {
             Verdict::Running => {}
             done => {

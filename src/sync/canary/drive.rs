@@ -3,6 +3,11 @@
 //! followed as a rolling rollout is. A failed check (or new pods never ready) brings the
 //! old version back to full size and the new one to 0, and the roll-out step's rollback
 //! follows; a shutdown leaves the step where it stands, for the next sync to carry on.
+//! Where it stands is kept for `berth status`, and `berth promote` (a pause ended) and
+//! `berth abort` are taken at each step's hold ([`gate`]).
+
+use std::sync::Mutex;
+use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -11,10 +16,11 @@ use kube::api::{Api, DynamicObject};
 use super::checks;
 use super::sets::{request, Sets};
 use crate::cluster::apply::apply_all;
-use crate::config::CanaryStep;
-use crate::history::{CanaryStepRecord, CheckRecord, FollowedRollout, RolloutOutcome};
+use crate::config::{CanaryStep, Pause};
+use crate::history::{CanaryStepRecord, CheckRecord, FollowedRollout, Measurement, RolloutOutcome};
 use crate::notifications::deliver::HttpClient;
 use crate::rollout::canary::{step_shown, Split};
+use crate::rollout::gate::{self, Asked, LastMeasurement, Standing, Verb};
 use crate::shutdown;
 use crate::sync::context::Ctx;
 use crate::sync::error::SyncError;
@@ -42,7 +48,12 @@ struct Run<'a> {
     prefix: String,
     started: Timestamp,
     steps: Vec<CanaryStepRecord>,
+    /// Where it stands, kept for `berth status` at each change.
+    standing: Mutex<Option<Standing>>,
 }
+
+/// How often a held step looks for a request of `berth promote` or `berth abort`.
+const ASKED_EVERY: Duration = Duration::from_millis(250);
 
 /// Drives write `w`'s canary (its Deployment applied held) to its end.
 ///
@@ -63,7 +74,7 @@ pub(in crate::sync) async fn drive(ctx: &Ctx<'_>, w: &Write) -> Result<Driven, S
         message: format!("no HTTP client for its checks: {e}"),
     })?;
     let sets = Sets::of(ctx, &d).await?;
-    let mut run = Run {
+    let run = Run {
         ctx,
         version: sets.new.rsplit('-').next().unwrap_or_default().to_string(),
         sets,
@@ -71,29 +82,47 @@ pub(in crate::sync) async fn drive(ctx: &Ctx<'_>, w: &Write) -> Result<Driven, S
         prefix: m.key().kubectl(),
         started: Timestamp::now(),
         steps: Vec::new(),
+        standing: Mutex::new(None),
     };
-    if canary.moved && run.sets.running {
-        return run.back(w).await;
+    let driven = run.all(w, &canary.steps, canary.moved).await;
+    let cut_short =
+        (driven.as_ref()).is_ok_and(|d| d.followed.outcome == RolloutOutcome::Interrupted);
+    if !cut_short {
+        gate::clear(&ctx.syncer.agent.state_dir, &ctx.app.name);
     }
-    let weights: Vec<u8> = canary.steps.iter().map(|s| s.weight).collect();
-    let shown = run.sets.new_size().await?;
-    let from = step_shown(&weights, run.sets.replicas, shown).unwrap_or(0);
-    if from > 0 {
-        let of = weights.len();
-        run.say(&format!(
-            "carrying on the canary at step {} of {of}",
-            from + 1
-        ));
-    }
-    for (i, step) in canary.steps.iter().enumerate().skip(from) {
-        if let Some(ended) = run.step(i, step, weights.len()).await? {
-            return Ok(ended);
-        }
-    }
-    run.finish(w).await
+    driven
 }
 
 impl Run<'_> {
+    /// The canary of `steps` from the step the cluster shows (`moved`: git moved while it
+    /// was held) to its end.
+    async fn all(
+        mut self,
+        w: &Write,
+        steps: &[CanaryStep],
+        moved: bool,
+    ) -> Result<Driven, SyncError> {
+        if moved && self.sets.running {
+            return self.back(w).await;
+        }
+        let weights: Vec<u8> = steps.iter().map(|s| s.weight).collect();
+        let shown = self.sets.new_size().await?;
+        let from = step_shown(&weights, self.sets.replicas, shown).unwrap_or(0);
+        if from > 0 {
+            let of = weights.len();
+            self.say(&format!(
+                "carrying on the canary at step {} of {of}",
+                from + 1
+            ));
+        }
+        for (i, step) in steps.iter().enumerate().skip(from) {
+            if let Some(ended) = self.step(i, step, weights.len()).await? {
+                return Ok(ended);
+            }
+        }
+        self.finish(w).await
+    }
+
     fn say(&self, line: &str) {
         self.ctx.say(&format!("{}: {line}", self.prefix));
     }
@@ -115,10 +144,30 @@ impl Run<'_> {
             i + 1,
             step.weight
         ));
+        self.note(|s| {
+            *s = Some(Standing {
+                deployment: self.prefix.clone(),
+                version: self.version.clone(),
+                step: i + 1,
+                of,
+                weight: step.weight,
+                new,
+                old,
+                holding: None,
+                paused: false,
+                checks: Vec::new(),
+                since: Timestamp::now(),
+            });
+        });
         let stood = match self.sets.stand(split).await? {
             Ok(stood) => stood,
             Err(e) => return self.abort(format!("{at}: {e}")).await.map(Some),
         };
+        self.note(|s| {
+            if let Some(s) = s {
+                (s.new, s.old) = (stood.new, stood.old);
+            }
+        });
         let mut record = CanaryStepRecord {
             step: i,
             weight: step.weight,
@@ -126,18 +175,25 @@ impl Run<'_> {
             old: stood.old,
             at: Timestamp::now(),
             done_at: None,
-            checks: self.hold(step).await,
+            checks: Vec::new(),
         };
-        if shutdown::is_stopped(ctx.shutdown) {
+        let held = self.hold(i, step).await;
+        let failed = match held {
+            Ok(checks) => {
+                record.checks = checks;
+                (record.checks.iter()).find(|c| !c.passed).map(|c| {
+                    let last = c.measurements.iter().rev().find(|m| !m.passed);
+                    let why = last.and_then(|m| m.why.clone()).unwrap_or_default();
+                    format!("analysis {} failed at {at}: {why}", c.name)
+                })
+            }
+            Err(asked) => Some(format!("aborted by berth abort ({}) at {at}", asked.by)),
+        };
+        if failed.is_none() && shutdown::is_stopped(ctx.shutdown) {
             self.steps.push(record);
             let message = format!("cut short at {at}: the next sync carries it on");
             return Ok(Some(self.ended(RolloutOutcome::Interrupted, message)));
         }
-        let failed = (record.checks.iter()).find(|c| !c.passed).map(|c| {
-            let last = c.measurements.iter().rev().find(|m| !m.passed);
-            let why = last.and_then(|m| m.why.clone()).unwrap_or_default();
-            format!("analysis {} failed at {at}: {why}", c.name)
-        });
         record.done_at = Some(Timestamp::now());
         self.steps.push(record);
         match failed {
@@ -146,30 +202,99 @@ impl Run<'_> {
         }
     }
 
-    /// A step's pause, then its checks (none once a shutdown came).
-    async fn hold(&self, step: &CanaryStep) -> Vec<CheckRecord> {
+    /// Changes where the canary stands by `change`, and keeps it for `berth status`.
+    fn note(&self, change: impl FnOnce(&mut Option<Standing>)) {
+        let mut standing = self.standing.lock().unwrap_or_else(|e| e.into_inner());
+        change(&mut standing);
+        if let Some(s) = standing.as_ref() {
+            gate::keep(&self.ctx.syncer.agent.state_dir, &self.ctx.app.name, s);
+        }
+    }
+
+    /// The next request of `berth promote` or `berth abort` left for step `i`.
+    async fn asked(&self, i: usize) -> Asked {
+        let (state_dir, app) = (&self.ctx.syncer.agent.state_dir, &self.ctx.app.name);
+        loop {
+            if let Some(asked) = gate::take(state_dir, app, &self.version, i + 1) {
+                return asked;
+            }
+            tokio::time::sleep(ASKED_EVERY).await;
+        }
+    }
+
+    /// Step `i`'s pause (ended early by `berth promote`), then its checks (none once a
+    /// shutdown came); `Err` when `berth abort` asked to abort.
+    async fn hold(&self, i: usize, step: &CanaryStep) -> Result<Vec<CheckRecord>, Asked> {
         let ctx = self.ctx;
         if let Some(pause) = step.pause {
-            self.say(&format!("paused for {}", humantime::format_duration(pause)));
+            let holding = match pause {
+                Pause::For(d) => format!("paused for {}", humantime::format_duration(d)),
+                Pause::UntilPromoted => "paused until berth promote".into(),
+            };
+            self.say(&holding);
+            self.note(|s| {
+                if let Some(s) = s {
+                    (s.holding, s.paused) = (Some(holding), true);
+                }
+            });
+            let wait = async {
+                match pause {
+                    Pause::For(d) => tokio::time::sleep(d).await,
+                    Pause::UntilPromoted => std::future::pending().await,
+                }
+            };
             tokio::select! {
-                () = tokio::time::sleep(pause) => {}
+                () = wait => {}
                 () = shutdown::asked(ctx.shutdown.clone()) => {}
+                asked = self.asked(i) => match asked.verb {
+                    Verb::Promote => self.say(&format!("promoted by {}", asked.by)),
+                    Verb::Abort => return Err(asked),
+                },
             }
         }
-        if !step.analysis.is_empty() && !shutdown::is_stopped(ctx.shutdown) {
-            let config = ctx.syncer.config();
-            let say = |line: &str| self.say(line);
-            let run = checks::run(
-                &config.analyses,
-                &step.analysis,
-                &self.version,
-                &self.client,
-                ctx.shutdown,
-                &say,
-            );
-            return run.await;
+        if step.analysis.is_empty() || shutdown::is_stopped(ctx.shutdown) {
+            return Ok(Vec::new());
         }
-        Vec::new()
+        self.note(|s| {
+            if let Some(s) = s {
+                let holding = format!("analysis {}", step.analysis.join(", "));
+                (s.holding, s.paused) = (Some(holding), false);
+            }
+        });
+        let config = ctx.syncer.config();
+        let seen = |check: &str, m: &Measurement, line: &str| {
+            self.say(line);
+            self.note(|s| {
+                let Some(s) = s else { return };
+                s.checks.retain(|c| c.check != check);
+                s.checks.push(LastMeasurement {
+                    check: check.to_string(),
+                    measurement: m.clone(),
+                });
+            });
+        };
+        let run = checks::run(
+            &config.analyses,
+            &step.analysis,
+            &self.version,
+            &self.client,
+            ctx.shutdown,
+            &seen,
+        );
+        tokio::pin!(run);
+        loop {
+            tokio::select! {
+                records = &mut run => return Ok(records),
+                asked = self.asked(i) => match asked.verb {
+                    Verb::Abort => return Err(asked),
+                    Verb::Promote => self.say(&format!(
+                        "berth promote ({}) ends a pause; the checks of step {} run still",
+                        asked.by,
+                        i + 1
+                    )),
+                },
+            }
+        }
     }
 
     /// Git went back, during a canary, to the version it replaced: that version runs in

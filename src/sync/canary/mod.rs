@@ -42,7 +42,7 @@ pub(super) fn planned(mut plan: DeploymentPlan, steps: &[CanaryStep]) -> Deploym
                 weight: s.weight,
                 new: split.new,
                 old: split.old,
-                pause: s.pause.map(|p| humantime::format_duration(p).to_string()),
+                pause: s.pause.map(|p| p.to_string()),
                 analysis: s.analysis.clone(),
             }
         })

@@ -158,10 +158,14 @@ async fn canaries(
     rollouts: &mut Rollouts,
 ) {
     let before = old.by_key();
-    for w in writes
-        .iter()
+    let held: Vec<&&Write> = (writes.iter())
         .filter(|w| w.canary.is_some() && w.applied.is_some())
-    {
+        .collect();
+    if held.is_empty() {
+        // A canary cut short that git no longer runs (its Deployment gone, or rolling).
+        crate::rollout::gate::clear(&ctx.syncer.agent.state_dir, &ctx.app.name);
+    }
+    for w in held {
         if !ctx.options.wait {
             let key = w.target.manifest.key().kubectl();
             ctx.say(&format!(
