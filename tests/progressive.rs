@@ -345,6 +345,20 @@ async fn a_deployment_annotated_with_a_canary_runs_it_and_a_wrong_one_writes_not
     assert_ne!(live.paused, Some(true));
 }
 
+/// Waits until the ready pods are `want` (hash, count), no other version's among them.
+async fn wait_ready(pods: &Api<Pod>, want: &[(&str, i32)]) {
+    let want: BTreeMap<String, i32> = want.iter().map(|(h, n)| (h.to_string(), *n)).collect();
+    let end = Instant::now() + Duration::from_secs(90);
+    loop {
+        let ready = ready_by_version(pods).await;
+        if ready == want {
+            return;
+        }
+        assert!(Instant::now() < end, "never {want:?}: {ready:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// `berth sync` of `config` stopped (SIGTERM) once 8 pods of `stable` and 2 of `new` are
 /// ready: a canary cut short at 20 %.
 async fn cut_short_at_20(
@@ -356,15 +370,7 @@ async fn cut_short_at_20(
 ) -> String {
     let sync = spawn_sync(config);
     let new = version_of(sets, image).await;
-    let end = Instant::now() + Duration::from_secs(60);
-    loop {
-        let ready = ready_by_version(pods).await;
-        if ready.get(stable) == Some(&8) && ready.get(&new) == Some(&2) && ready.len() == 2 {
-            break;
-        }
-        assert!(Instant::now() < end, "20 % never stood: {ready:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_ready(pods, &[(stable, 8), (&new, 2)]).await;
     // SAFETY: a signal to the child this test started.
     unsafe { libc::kill(sync.id() as i32, libc::SIGTERM) };
     sync.wait_with_output().unwrap();
@@ -540,4 +546,53 @@ async fn a_new_commit_or_a_git_revert_after_a_canary_was_cut_short() {
     assert_ne!(live.paused, Some(true), "as git has it");
     let image = live.template.spec.unwrap().containers[0].image.clone();
     assert_eq!(image.as_deref(), Some("web:1"));
+}
+
+/// `berth run` holding web:2's canary at 20 % (a five-minute pause): a commit of web:3
+/// supersedes it — within the agent's interval, no waiting out the pause — and web:3's own
+/// canary starts from web:1 at once, web:2's pods gone; the record says what superseded it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_commit_supersedes_a_running_canary() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "supersede").await;
+    let repo = Repo::new();
+    repo.write("web.yaml", &deployment("web:1"));
+    repo.commit("web 1");
+    let steps = r#"[{ weight = 20, pause = "5m" }, { weight = 100 }]"#;
+    let rollout =
+        format!("[app.rollout]\nstrategy = \"canary\"\ntimeout = \"2m\"\nsteps = {steps}\n");
+    let setup = Setup::new(cp, "supersede", &repo, &ns, &rollout);
+    let config = std::fs::read_to_string(&setup.config).unwrap();
+    std::fs::write(
+        &setup.config,
+        config.replace("interval = \"1h\"", "interval = \"5s\""),
+    )
+    .unwrap();
+    setup.agent_setting("listen = \"off\"");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
+    let stable = version_of(&sets, "web:1").await;
+    repo.write("web.yaml", &deployment("web:2"));
+    repo.commit("web 2");
+    let _daemon = common::Daemon::start(&setup.config, &[]);
+    let second = version_of(&sets, "web:2").await;
+    wait_ready(&pods, &[(&stable, 8), (&second, 2)]).await;
+    repo.write("web.yaml", &deployment("web:3"));
+    let sha = repo.commit("web 3");
+    let third = version_of(&sets, "web:3").await;
+    wait_ready(&pods, &[(&stable, 8), (&third, 2)]).await;
+    let superseded = setup.history().into_iter().find_map(|r| {
+        let rollout = r.rollouts.into_iter().next()?.rollout;
+        (rollout.outcome == RolloutOutcome::Superseded).then_some(rollout.message)
+    });
+    let said = format!("superseded at step 1 (20 %) by commit {}", &sha[..7]);
+    assert!(
+        superseded.as_deref().is_some_and(|m| m.starts_with(&said)),
+        "{superseded:?}"
+    );
 }

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use super::{Heartbeat, Registry, Shared, DEBOUNCE, TICK};
 use crate::cluster::resilient::Reach;
 use crate::config::{AppConfig, SourceRef};
-use crate::history::{Outcome, SyncRecord, Trigger};
+use crate::history::{Outcome, RolloutOutcome, SyncRecord, Trigger};
 use crate::shutdown::{stopped, Signal};
 use crate::source::git;
 use crate::sync::{note_waiting, Level, Progress, Report, Step, SyncOptions, Syncer, Waiting};
@@ -70,6 +70,8 @@ pub(super) async fn app_loop(
             let delay = next_sync_in(&record, outage.is_some(), interval, jitter, &mut failures);
             synced(&shared, &app.name, &record, delay);
             let stale = drop_stale_commits(&app, &record, &mut inbox.triggers);
+            // A canary a new commit superseded: its own starts at once.
+            let stale = stale.or_else(|| superseded(&record).then_some(Trigger::Superseded));
             (outage, delay, stale)
         };
         match inbox.next_sync(stale, delay, outage, failures > 0).await {
@@ -371,6 +373,11 @@ fn drop_stale_commits(
         }
     }
     wanted
+}
+
+/// Whether a new commit superseded a canary of `record`'s sync.
+fn superseded(record: &SyncRecord) -> bool {
+    (record.rollouts.iter()).any(|r| r.rollout.outcome == RolloutOutcome::Superseded)
 }
 
 /// How often an app that waits on its dependencies asks again, besides being woken when

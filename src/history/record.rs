@@ -35,6 +35,8 @@ pub enum Trigger {
     Image,
     /// Its app set saw the ref it follows (a pull request's) move.
     Ref,
+    /// A new commit superseded the canary its last sync ran.
+    Superseded,
 }
 
 impl Trigger {
@@ -52,6 +54,7 @@ impl Trigger {
             Trigger::Drift => "drift",
             Trigger::Image => "image",
             Trigger::Ref => "ref",
+            Trigger::Superseded => "superseded",
         }
     }
 }

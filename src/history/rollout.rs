@@ -16,6 +16,8 @@ pub enum RolloutOutcome {
     TimedOut,
     /// Shutdown came first.
     Interrupted,
+    /// A new commit changed the app during its canary: the next sync runs the new one.
+    Superseded,
 }
 
 impl RolloutOutcome {
@@ -26,6 +28,7 @@ impl RolloutOutcome {
             RolloutOutcome::Failed => "failed",
             RolloutOutcome::TimedOut => "timed-out",
             RolloutOutcome::Interrupted => "interrupted",
+            RolloutOutcome::Superseded => "superseded",
         }
     }
 }

@@ -7,20 +7,19 @@
 //! `berth abort` are taken at each step's hold ([`gate`]).
 
 use std::sync::Mutex;
-use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DynamicObject};
 
-use super::checks;
+use super::hold::Cut;
 use super::sets::{request, Sets};
 use crate::cluster::apply::apply_all;
-use crate::config::{CanaryStep, Pause};
-use crate::history::{CanaryStepRecord, CheckRecord, FollowedRollout, Measurement, RolloutOutcome};
+use crate::config::CanaryStep;
+use crate::history::{CanaryStepRecord, CheckRecord, FollowedRollout, RolloutOutcome};
 use crate::notifications::deliver::HttpClient;
 use crate::rollout::canary::{step_shown, Split};
-use crate::rollout::gate::{self, Asked, LastMeasurement, Standing, Verb};
+use crate::rollout::gate::{self, Standing};
 use crate::shutdown;
 use crate::sync::context::Ctx;
 use crate::sync::error::SyncError;
@@ -38,28 +37,31 @@ pub(in crate::sync) struct Driven {
 }
 
 /// One canary as it runs.
-struct Run<'a> {
-    ctx: &'a Ctx<'a>,
+pub(super) struct Run<'a> {
+    pub ctx: &'a Ctx<'a>,
     sets: Sets<'a>,
     /// The new version (its template's hash), `{version}` in the checks.
-    version: String,
-    client: HttpClient,
+    pub version: String,
+    /// The commit the sync runs.
+    pub sha: &'a str,
+    pub client: HttpClient,
     /// "deployment.apps/web -n shop".
-    prefix: String,
+    pub prefix: String,
     started: Timestamp,
     steps: Vec<CanaryStepRecord>,
     /// Where it stands, kept for `berth status` at each change.
-    standing: Mutex<Option<Standing>>,
+    pub standing: Mutex<Option<Standing>>,
 }
 
-/// How often a held step looks for a request of `berth promote` or `berth abort`.
-const ASKED_EVERY: Duration = Duration::from_millis(250);
-
-/// Drives write `w`'s canary (its Deployment applied held) to its end.
+/// Drives write `w`'s canary (its Deployment applied held, at commit `sha`) to its end.
 ///
 /// # Errors
 /// The Deployment or its ReplicaSets cannot be read or written.
-pub(in crate::sync) async fn drive(ctx: &Ctx<'_>, w: &Write) -> Result<Driven, SyncError> {
+pub(in crate::sync) async fn drive(
+    ctx: &Ctx<'_>,
+    w: &Write,
+    sha: &str,
+) -> Result<Driven, SyncError> {
     let Some(canary) = &w.canary else {
         unreachable!("drive is given canaries only");
     };
@@ -78,6 +80,7 @@ pub(in crate::sync) async fn drive(ctx: &Ctx<'_>, w: &Write) -> Result<Driven, S
         ctx,
         version: sets.new.rsplit('-').next().unwrap_or_default().to_string(),
         sets,
+        sha,
         client,
         prefix: m.key().kubectl(),
         started: Timestamp::now(),
@@ -123,7 +126,7 @@ impl Run<'_> {
         self.finish(w).await
     }
 
-    fn say(&self, line: &str) {
+    pub(super) fn say(&self, line: &str) {
         self.ctx.say(&format!("{}: {line}", self.prefix));
     }
 
@@ -135,30 +138,11 @@ impl Run<'_> {
         step: &CanaryStep,
         of: usize,
     ) -> Result<Option<Driven>, SyncError> {
-        let ctx = self.ctx;
         let split = Split::at(self.sets.replicas, step.weight);
         let at = format!("step {} ({} %)", i + 1, step.weight);
-        let (new, old) = (split.new, split.old);
-        self.say(&format!(
-            "step {} of {of}: {} % ({new} new, {old} old)",
-            i + 1,
-            step.weight
-        ));
-        self.note(|s| {
-            *s = Some(Standing {
-                deployment: self.prefix.clone(),
-                version: self.version.clone(),
-                step: i + 1,
-                of,
-                weight: step.weight,
-                new,
-                old,
-                holding: None,
-                paused: false,
-                checks: Vec::new(),
-                since: Timestamp::now(),
-            });
-        });
+        let (n, w, new, old) = (i + 1, step.weight, split.new, split.old);
+        self.say(&format!("step {n} of {of}: {w} % ({new} new, {old} old)"));
+        self.note(|s| *s = Some(self.standing_at(i, of, step.weight, split)));
         let stood = match self.sets.stand(split).await? {
             Ok(stood) => stood,
             Err(e) => return self.abort(format!("{at}: {e}")).await.map(Some),
@@ -177,19 +161,23 @@ impl Run<'_> {
             done_at: None,
             checks: Vec::new(),
         };
-        let held = self.hold(i, step).await;
-        let failed = match held {
+        let failed = match self.hold(i, step).await {
             Ok(checks) => {
                 record.checks = checks;
-                (record.checks.iter()).find(|c| !c.passed).map(|c| {
-                    let last = c.measurements.iter().rev().find(|m| !m.passed);
-                    let why = last.and_then(|m| m.why.clone()).unwrap_or_default();
-                    format!("analysis {} failed at {at}: {why}", c.name)
-                })
+                failed_check(&record.checks, &at)
             }
-            Err(asked) => Some(format!("aborted by berth abort ({}) at {at}", asked.by)),
+            Err(Cut::Aborted(asked)) => {
+                Some(format!("aborted by berth abort ({}) at {at}", asked.by))
+            }
+            Err(Cut::Superseded(commit)) => {
+                self.steps.push(record);
+                let message =
+                    format!("superseded at {at} by commit {commit}: the next sync runs its canary");
+                self.say(&message);
+                return Ok(Some(self.ended(RolloutOutcome::Superseded, message)));
+            }
         };
-        if failed.is_none() && shutdown::is_stopped(ctx.shutdown) {
+        if failed.is_none() && shutdown::is_stopped(self.ctx.shutdown) {
             self.steps.push(record);
             let message = format!("cut short at {at}: the next sync carries it on");
             return Ok(Some(self.ended(RolloutOutcome::Interrupted, message)));
@@ -199,101 +187,6 @@ impl Run<'_> {
         match failed {
             Some(why) => self.abort(why).await.map(Some),
             None => Ok(None),
-        }
-    }
-
-    /// Changes where the canary stands by `change`, and keeps it for `berth status`.
-    fn note(&self, change: impl FnOnce(&mut Option<Standing>)) {
-        let mut standing = self.standing.lock().unwrap_or_else(|e| e.into_inner());
-        change(&mut standing);
-        if let Some(s) = standing.as_ref() {
-            gate::keep(&self.ctx.syncer.agent.state_dir, &self.ctx.app.name, s);
-        }
-    }
-
-    /// The next request of `berth promote` or `berth abort` left for step `i`.
-    async fn asked(&self, i: usize) -> Asked {
-        let (state_dir, app) = (&self.ctx.syncer.agent.state_dir, &self.ctx.app.name);
-        loop {
-            if let Some(asked) = gate::take(state_dir, app, &self.version, i + 1) {
-                return asked;
-            }
-            tokio::time::sleep(ASKED_EVERY).await;
-        }
-    }
-
-    /// Step `i`'s pause (ended early by `berth promote`), then its checks (none once a
-    /// shutdown came); `Err` when `berth abort` asked to abort.
-    async fn hold(&self, i: usize, step: &CanaryStep) -> Result<Vec<CheckRecord>, Asked> {
-        let ctx = self.ctx;
-        if let Some(pause) = step.pause {
-            let holding = match pause {
-                Pause::For(d) => format!("paused for {}", humantime::format_duration(d)),
-                Pause::UntilPromoted => "paused until berth promote".into(),
-            };
-            self.say(&holding);
-            self.note(|s| {
-                if let Some(s) = s {
-                    (s.holding, s.paused) = (Some(holding), true);
-                }
-            });
-            let wait = async {
-                match pause {
-                    Pause::For(d) => tokio::time::sleep(d).await,
-                    Pause::UntilPromoted => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = wait => {}
-                () = shutdown::asked(ctx.shutdown.clone()) => {}
-                asked = self.asked(i) => match asked.verb {
-                    Verb::Promote => self.say(&format!("promoted by {}", asked.by)),
-                    Verb::Abort => return Err(asked),
-                },
-            }
-        }
-        if step.analysis.is_empty() || shutdown::is_stopped(ctx.shutdown) {
-            return Ok(Vec::new());
-        }
-        self.note(|s| {
-            if let Some(s) = s {
-                let holding = format!("analysis {}", step.analysis.join(", "));
-                (s.holding, s.paused) = (Some(holding), false);
-            }
-        });
-        let config = ctx.syncer.config();
-        let seen = |check: &str, m: &Measurement, line: &str| {
-            self.say(line);
-            self.note(|s| {
-                let Some(s) = s else { return };
-                s.checks.retain(|c| c.check != check);
-                s.checks.push(LastMeasurement {
-                    check: check.to_string(),
-                    measurement: m.clone(),
-                });
-            });
-        };
-        let run = checks::run(
-            &config.analyses,
-            &step.analysis,
-            &self.version,
-            &self.client,
-            ctx.shutdown,
-            &seen,
-        );
-        tokio::pin!(run);
-        loop {
-            tokio::select! {
-                records = &mut run => return Ok(records),
-                asked = self.asked(i) => match asked.verb {
-                    Verb::Abort => return Err(asked),
-                    Verb::Promote => self.say(&format!(
-                        "berth promote ({}) ends a pause; the checks of step {} run still",
-                        asked.by,
-                        i + 1
-                    )),
-                },
-            }
         }
     }
 
@@ -356,4 +249,14 @@ impl Run<'_> {
             applied: None,
         }
     }
+}
+
+/// Why `checks` at step `at` failed (the first failing, with its last failed
+/// measurement), if one did.
+fn failed_check(checks: &[CheckRecord], at: &str) -> Option<String> {
+    checks.iter().find(|c| !c.passed).map(|c| {
+        let last = c.measurements.iter().rev().find(|m| !m.passed);
+        let why = last.and_then(|m| m.why.clone()).unwrap_or_default();
+        format!("analysis {} failed at {at}: {why}", c.name)
+    })
 }

@@ -10,6 +10,7 @@
 
 mod checks;
 mod drive;
+mod hold;
 mod sets;
 
 use std::collections::BTreeSet;

@@ -159,7 +159,7 @@ pub(in crate::sync) fn refused(ctx: &Ctx<'_>) -> Stop {
 
 /// What the render read: the app's paths, what its kustomizations reach, and its charts'
 /// values files.
-fn inputs_of(ctx: &Ctx<'_>, checkout: &Checkout) -> Option<Inputs> {
+pub(in crate::sync) fn inputs_of(ctx: &Ctx<'_>, checkout: &Checkout) -> Option<Inputs> {
     let root = checkout.dir.canonicalize().ok()?;
     let charts = Helm::renders(ctx.app);
     let values = ctx.app.helm.values_files.iter().filter(|_| charts);

@@ -173,7 +173,7 @@ async fn canaries(
             ));
             continue;
         }
-        let driven = match canary::drive(ctx, w).await {
+        let driven = match canary::drive(ctx, w, sha).await {
             Ok(driven) => driven,
             Err(e) => {
                 let record = refused(ctx, w.target.manifest.key(), e.to_string());
@@ -207,7 +207,10 @@ impl Rollouts {
         sha: &str,
         journal: &mut Journal<'_>,
     ) {
-        if record.rollout.outcome == RolloutOutcome::Interrupted {
+        if matches!(
+            record.rollout.outcome,
+            RolloutOutcome::Interrupted | RolloutOutcome::Superseded
+        ) {
             self.unfinished.push(record.deployment.clone());
         }
         let failed = failed(&record);
