@@ -109,3 +109,98 @@ async fn an_http_check_reads_the_status_and_a_json_field() {
         Err(Unmeasured::Status(404))
     );
 }
+
+/// A Job check's manifest: its pod exits with `code` (the stand-in kubelet's annotation).
+fn smoke_job(code: u8) -> String {
+    format!(
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: smoke\nspec:\n  backoffLimit: 0\n  template:\n    metadata:\n      annotations:\n        testenv.berth.dev/exit: \"{code}\"\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: smoke\n          image: curl\n          args: [\"http://web/health?version={{version}}\"]\n"
+    )
+}
+
+/// A canary whose step runs an HTTP check (Prometheus' build info, its `.status`) and a
+/// Job check side by side: a good version passes both, each value recorded, the Jobs
+/// deleted; a failing Job aborts the next version, the old one back at full size.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_canary_runs_an_http_check_and_a_job_check() {
+    use berth::history::{Outcome, RolloutOutcome};
+    use k8s_openapi::api::batch::v1::Job;
+    use kube::api::{Api, ListParams};
+
+    let (Some(cp), Some(prometheus)) = (common::control_plane(), Prometheus::start()) else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "checks").await;
+    let web =
+        |image: &str| common::web_deployment(image, "", "").replace("replicas: 3", "replicas: 4");
+    let repo = common::Repo::new();
+    repo.write("web.yaml", &web("web:1"));
+    repo.commit("web 1");
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("smoke.yaml");
+    std::fs::write(&job, smoke_job(0)).unwrap();
+    let checks = format!(
+        "[app.rollout]\nstrategy = \"canary\"\ntimeout = \"1m\"\nsteps = [{{ weight = 50, analysis = [\"health\", \"smoke\"] }}, {{ weight = 100 }}]\n[[analysis]]\nname = \"health\"\nhttp = \"{}/api/v1/status/buildinfo\"\njson = \".status\"\nequals = \"success\"\ninterval = \"1s\"\ncount = 2\n[[analysis]]\nname = \"smoke\"\njob = \"{}\"\n",
+        prometheus.address,
+        job.display()
+    );
+    let setup = common::Setup::new(cp, "checks", &repo, &ns, &checks);
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+
+    repo.write("web.yaml", &web("web:2"));
+    repo.commit("web 2");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Succeeded, "{:?}", record.errors);
+    let step = &record.rollouts[0].canary[0];
+    let values = |name: &str| -> Vec<Option<Value>> {
+        let check = step.checks.iter().find(|c| c.name == name).unwrap();
+        assert!(check.passed, "{check:?}");
+        check.measurements.iter().map(|m| m.value.clone()).collect()
+    };
+    let success = Some(Value::Text("success".into()));
+    assert_eq!(values("health"), [success.clone(), success]);
+    assert_eq!(values("smoke"), [Some(Value::Text("complete".into()))]);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let end = std::time::Instant::now() + Duration::from_secs(30);
+    while !jobs
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty()
+    {
+        assert!(
+            std::time::Instant::now() < end,
+            "the check's Job is left behind"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    std::fs::write(&job, smoke_job(1)).unwrap();
+    repo.write("web.yaml", &web("web:3"));
+    repo.commit("web 3");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}{err}");
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::RolledBack, "{:?}", record.errors);
+    let rollout = &record.rollouts[0].rollout;
+    assert_eq!(rollout.outcome, RolloutOutcome::Failed);
+    assert!(
+        rollout
+            .message
+            .starts_with("analysis smoke failed at step 1 (50 %): \"failed: "),
+        "{}",
+        rollout.message
+    );
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), &ns);
+    let live = deployments.get("web").await.unwrap();
+    let image = live.spec.unwrap().template.spec.unwrap().containers[0]
+        .image
+        .clone();
+    assert_eq!(image.as_deref(), Some("web:2"), "the old template restored");
+    assert_eq!(live.status.unwrap().ready_replicas, Some(4));
+}

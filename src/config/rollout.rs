@@ -218,6 +218,9 @@ pub struct AnalysisConfig {
     pub http: Option<String>,
     /// The field of the HTTP answer's JSON body measured (`.status`).
     pub json: Option<String>,
+    /// A file holding a Job manifest (`{version}` as in `query`): each measurement runs it
+    /// in the Deployment's namespace, and passes when it completes.
+    pub job: Option<PathBuf>,
     /// The measurement must be at or under this.
     pub max: Option<f64>,
     /// The measurement must be at or over this.
@@ -250,9 +253,28 @@ impl AnalysisConfig {
     pub fn problems(&self) -> Vec<(&'static str, String)> {
         let mut problems = Vec::new();
         let mut say = |key, what: &str| problems.push((key, what.to_string()));
+        let kinds = [
+            self.prometheus.is_some(),
+            self.http.is_some(),
+            self.job.is_some(),
+        ];
+        match kinds.iter().filter(|k| **k).count() {
+            0 => say("prometheus", "give prometheus (and query), http or job"),
+            1 => {}
+            _ => say("http", "a check is one of prometheus, http or job"),
+        }
+        let bounded = [
+            self.max.is_some(),
+            self.min.is_some(),
+            self.equals.is_some(),
+        ];
+        if self.job.is_some() && (self.query.is_some() || bounded.contains(&true)) {
+            say(
+                "job",
+                "a Job check passes when its Job completes: it has no query, max, min or equals",
+            );
+        }
         match (&self.prometheus, &self.http) {
-            (Some(_), Some(_)) => say("http", "a check is either prometheus or http, not both"),
-            (None, None) => say("prometheus", "give prometheus (and query) or http"),
             (Some(_), None) if self.query.is_none() => say("query", "prometheus needs a query"),
             (None, Some(_)) if self.query.is_some() => say(
                 "query",

@@ -502,4 +502,13 @@ fn a_canary_names_its_checks_and_rises_to_100() {
     ] {
         assert!(err.contains(said), "{said} in {err}");
     }
+    let err = invalid(&format!(
+        "{MINIMAL}[[analysis]]\nname = \"smoke\"\njob = \"/etc/berth/smoke.yaml\"\nmax = 1.0\n[[analysis]]\nname = \"both\"\njob = \"/etc/berth/smoke.yaml\"\nhttp = \"http://h\"\n"
+    ));
+    for said in [
+        "analysis[0].job: a Job check passes when its Job completes: it has no query, max, min or equals",
+        "analysis[1].http: a check is one of prometheus, http or job",
+    ] {
+        assert!(err.contains(said), "{said} in {err}");
+    }
 }

@@ -85,6 +85,9 @@ pub enum Unmeasured {
     /// The bearer token file cannot be read.
     #[error("bearer_token_file {0}")]
     Token(String),
+    /// A Job check's Job could not be made or followed.
+    #[error("{0}")]
+    Job(String),
 }
 
 /// `template` with `{version}` filled.

@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use futures::future::join_all;
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::Api;
 
+use super::job;
 use crate::config::AnalysisConfig;
 use crate::history::{CheckRecord, Measurement};
 use crate::notifications::deliver::HttpClient;
@@ -18,39 +21,49 @@ const MEASURE_TIMEOUT: Duration = Duration::from_secs(30);
 /// What a check says of each measurement: its name, the measurement, and the line.
 pub(super) type Seen<'a> = &'a (dyn Fn(&str, &Measurement, &str) + Sync);
 
-/// Runs the checks `names` of the new `version`; their records, in the order named, each
+/// What a step's checks measure the new version with.
+pub(super) struct Probes<'a> {
+    /// The new version (`{version}`).
+    pub version: &'a str,
+    /// Prometheus' and HTTP checks' client.
+    pub client: &'a HttpClient,
+    /// Job checks' Jobs, in the Deployment's namespace.
+    pub jobs: Api<Job>,
+    /// How long a Job check's Job may run (the rollout's timeout).
+    pub job_within: Duration,
+    pub shutdown: &'a Signal,
+}
+
+/// Runs the checks `names` with `probes`; their records, in the order named, each
 /// measurement given to `seen`. A shutdown ends them early (the unfinished ones not
 /// passed).
 pub(super) async fn run(
     analyses: &[AnalysisConfig],
     names: &[String],
-    version: &str,
-    client: &HttpClient,
-    shutdown: &Signal,
+    probes: &Probes<'_>,
     seen: Seen<'_>,
 ) -> Vec<CheckRecord> {
     let runs = (names.iter())
         .filter_map(|name| analyses.iter().find(|a| &a.name == name))
-        .map(|config| one(config, version, client, shutdown, seen));
+        .map(|config| one(config, probes, seen));
     join_all(runs).await
 }
 
-async fn one(
-    config: &AnalysisConfig,
-    version: &str,
-    client: &HttpClient,
-    shutdown: &Signal,
-    seen: Seen<'_>,
-) -> CheckRecord {
+async fn one(config: &AnalysisConfig, probes: &Probes<'_>, seen: Seen<'_>) -> CheckRecord {
     let (check, condition) = check_of(config);
     let timeout = config
         .interval
         .clamp(Duration::from_secs(1), MEASURE_TIMEOUT);
+    let (version, shutdown) = (probes.version, probes.shutdown);
     let mut measurements = Vec::new();
     loop {
-        let read = match authorization(config) {
-            Ok(auth) => measure(client, &check, version, auth.as_deref(), timeout).await,
-            Err(e) => Err(e),
+        let read = match (&config.job, authorization(config)) {
+            (Some(file), _) => job::run(&probes.jobs, file, version, probes.job_within).await,
+            (None, Ok(auth)) => {
+                let auth = auth.as_deref();
+                measure(probes.client, &check, version, auth, timeout).await
+            }
+            (None, Err(e)) => Err(e),
         };
         let m = judged(jiff::Timestamp::now(), read, &condition);
         let shown = match (&m.value, &m.why) {
@@ -97,10 +110,14 @@ fn check_of(config: &AnalysisConfig) -> (Check, Condition) {
             json: config.json.clone(),
         },
     };
+    let equals = match &config.job {
+        Some(_) => Some(job::COMPLETE.to_string()),
+        None => config.equals.clone(),
+    };
     let condition = Condition {
         max: config.max,
         min: config.min,
-        equals: config.equals.clone(),
+        equals,
     };
     (check, condition)
 }

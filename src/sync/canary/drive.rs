@@ -10,6 +10,7 @@ use std::sync::Mutex;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DynamicObject};
 
 use super::hold::Cut;
@@ -45,6 +46,8 @@ pub(super) struct Run<'a> {
     /// The commit the sync runs.
     pub sha: &'a str,
     pub client: HttpClient,
+    /// Job checks' Jobs, in the Deployment's namespace, made as the app writes.
+    pub jobs: Api<Job>,
     /// "deployment.apps/web -n shop".
     pub prefix: String,
     started: Timestamp,
@@ -82,6 +85,7 @@ pub(in crate::sync) async fn drive(
         sets,
         sha,
         client,
+        jobs: Api::namespaced(ctx.writer.clone(), m.namespace_or_default()),
         prefix: m.key().kubectl(),
         started: Timestamp::now(),
         steps: Vec::new(),

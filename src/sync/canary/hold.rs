@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 
-use super::checks;
+use super::checks::{self, Probes};
 use super::drive::Run;
 use crate::config::{CanaryStep, Pause};
 use crate::history::{CheckRecord, Measurement};
@@ -169,14 +169,14 @@ impl Run<'_> {
                 });
             });
         };
-        let run = checks::run(
-            &config.analyses,
-            names,
-            &self.version,
-            &self.client,
-            ctx.shutdown,
-            &seen,
-        );
+        let probes = Probes {
+            version: &self.version,
+            client: &self.client,
+            jobs: self.jobs.clone(),
+            job_within: ctx.app.rollout.timeout,
+            shutdown: ctx.shutdown,
+        };
+        let run = checks::run(&config.analyses, names, &probes, &seen);
         tokio::pin!(run);
         loop {
             tokio::select! {

@@ -11,6 +11,7 @@
 mod checks;
 mod drive;
 mod hold;
+mod job;
 mod sets;
 
 use std::collections::BTreeSet;
