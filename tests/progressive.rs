@@ -12,7 +12,7 @@ use berth::history::{Outcome, RolloutOutcome};
 use common::prometheus::Prometheus;
 use common::{Repo, Setup};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ListParams};
 
@@ -595,4 +595,101 @@ async fn a_new_commit_supersedes_a_running_canary() {
         superseded.as_deref().is_some_and(|m| m.starts_with(&said)),
         "{superseded:?}"
     );
+}
+
+/// The version Service `name`'s selector is pinned to (`pod-template-hash`), if any.
+async fn pinned(services: &Api<Service>, name: &str) -> Option<String> {
+    let service = services.get(name).await.unwrap();
+    let selector = service.spec.unwrap().selector.unwrap_or_default();
+    selector.get("pod-template-hash").cloned()
+}
+
+/// A Job check's manifest whose pod exits with `code`.
+fn smoke_job(code: u8) -> String {
+    format!(
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: smoke\nspec:\n  backoffLimit: 0\n  template:\n    metadata:\n      annotations:\n        testenv.berth.dev/exit: \"{code}\"\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: smoke\n          image: curl\n"
+    )
+}
+
+/// Blue-green: web:2 at full size beside web:1, the active Service `web` pinned to web:1's
+/// pods and `web-preview` to web:2's while a Job check runs, the switch only once it passed,
+/// web:1 kept through the scale-down delay and then gone. A failing check leaves `web` on
+/// web:2 and brings web:3 to 0.
+#[tokio::test(flavor = "multi_thread")]
+async fn blue_green_switches_the_active_service_only_after_its_checks() {
+    let Some(cp) = common::control_plane() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "bluegreen").await;
+    let repo = Repo::new();
+    repo.write("web.yaml", &common::web_deployment("web:1", "", ""));
+    let preview = SERVICE.replace("name: web\n", "name: web-preview\n");
+    repo.write("services.yaml", &format!("{SERVICE}---\n{preview}"));
+    repo.commit("web 1");
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("smoke.yaml");
+    std::fs::write(&job, smoke_job(0)).unwrap();
+    let rollout = format!(
+        "[app.rollout]\nstrategy = \"blue-green\"\ntimeout = \"1m\"\npreview_service = \"web-preview\"\nactive_service = \"web\"\nanalysis = [\"smoke\"]\nscale_down_delay = \"3s\"\n[[analysis]]\nname = \"smoke\"\njob = \"{}\"\ninterval = \"1s\"\ncount = 2\n",
+        job.display()
+    );
+    let setup = Setup::new(cp, "bluegreen", &repo, &ns, &rollout);
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let old = version_of(&sets, "web:1").await;
+
+    repo.write("web.yaml", &common::web_deployment("web:2", "", ""));
+    repo.commit("web 2");
+    let mut sync = spawn_sync(&setup.config);
+    let mut seen = Vec::new();
+    while sync.try_wait().unwrap().is_none() {
+        let active = pinned(&services, "web").await;
+        let preview = pinned(&services, "web-preview").await;
+        let ready = ready_by_version(&pods).await;
+        seen.push((jiff::Timestamp::now(), active, preview, ready));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let done = sync.wait_with_output().unwrap();
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stdout)
+    );
+    let new = version_of(&sets, "web:2").await;
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Succeeded, "{:?}", record.errors);
+    let checked = &record.rollouts[0].canary[0].checks[0];
+    assert!(checked.passed, "{checked:?}");
+    let last_measured = checked.measurements.last().unwrap().at;
+    let (old_pin, new_pin) = (Some(old.clone()), Some(new.clone()));
+    let full = |ready: &BTreeMap<String, i32>, v: &str| ready.get(v) == Some(&3);
+    assert!(
+        seen.iter()
+            .any(|(_, a, p, r)| *a == old_pin && *p == new_pin && full(r, &new) && full(r, &old)),
+        "both versions at full size, each behind its Service: {seen:?}"
+    );
+    let switched: Vec<_> = seen.iter().filter(|(_, a, ..)| *a == new_pin).collect();
+    assert!(
+        switched.iter().all(|(at, ..)| *at > last_measured),
+        "switched only after the check's last measurement ({last_measured}): {seen:?}"
+    );
+    assert!(
+        switched.iter().any(|(.., r)| full(r, &old)),
+        "web:1 kept through the scale-down delay: {seen:?}"
+    );
+    wait_ready(&pods, &[(&new, 3)]).await;
+
+    std::fs::write(&job, smoke_job(1)).unwrap();
+    repo.write("web.yaml", &common::web_deployment("web:3", "", ""));
+    repo.commit("web 3");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}{err}");
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::RolledBack, "{:?}", record.errors);
+    assert_eq!(pinned(&services, "web").await, new_pin, "never switched");
+    wait_ready(&pods, &[(&new, 3)]).await;
 }

@@ -41,8 +41,8 @@ pub use registry::{
     is_digest, split_oci, ChartSource, OciPick, OciSource, RegistryConfig, SourceRef,
 };
 pub use rollout::{
-    check_steps, AnalysisConfig, AnnotatedRollout, CanaryStep, OnFailure, Pause, RolloutConfig,
-    RolloutEngine, StepsError, Strategy, ROLLOUT_ANNOTATION,
+    check_steps, AnalysisConfig, AnnotatedRollout, BlueGreen, CanaryStep, OnFailure, Pause,
+    Progressive, RolloutConfig, RolloutEngine, StepsError, Strategy, ROLLOUT_ANNOTATION,
 };
 pub use validate::{
     author_parts, check_generated, check_notify_url, check_repo_path, is_dns_label,

@@ -27,6 +27,15 @@ pub struct RolloutConfig {
     pub strategy: Strategy,
     /// A canary's steps, in order; the last at weight 100.
     pub steps: Vec<CanaryStep>,
+    /// Blue-green: the Service the new version is tried behind, before the switch.
+    pub preview_service: Option<String>,
+    /// Blue-green: the Service switched to the new version once its checks passed.
+    pub active_service: Option<String>,
+    /// Blue-green: the `[[analysis]]` checks run on the new version before the switch.
+    pub analysis: Vec<String>,
+    /// Blue-green: how long the old version keeps running after the switch.
+    #[serde(deserialize_with = "duration")]
+    pub scale_down_delay: Duration,
 }
 
 impl Default for RolloutConfig {
@@ -38,8 +47,84 @@ impl Default for RolloutConfig {
             require_endpoints: false,
             strategy: Strategy::Rolling,
             steps: Vec::new(),
+            preview_service: None,
+            active_service: None,
+            analysis: Vec::new(),
+            scale_down_delay: Duration::from_secs(30),
         }
     }
+}
+
+impl RolloutConfig {
+    /// How a changed Deployment is brought in, its keys checked against the analyses
+    /// configured (`known`); `None` for a rolling one.
+    ///
+    /// # Errors
+    /// What keeps the strategy from running: a canary's steps, blue-green's Services or
+    /// checks, or keys of another strategy.
+    pub fn progressive(&self, known: &BTreeSet<&str>) -> Result<Option<Progressive>, StepsError> {
+        let blue_green_keys = self.preview_service.is_some()
+            || self.active_service.is_some()
+            || !self.analysis.is_empty();
+        match self.strategy {
+            Strategy::Rolling | Strategy::Canary if blue_green_keys => {
+                Err(StepsError::NotBlueGreen)
+            }
+            Strategy::Rolling if !self.steps.is_empty() => Err(StepsError::NotCanary),
+            Strategy::Rolling => Ok(None),
+            Strategy::Canary => {
+                check_steps(&self.steps, known)?;
+                Ok(Some(Progressive::Canary(self.steps.clone())))
+            }
+            Strategy::BlueGreen => {
+                if !self.steps.is_empty() {
+                    return Err(StepsError::NotCanary);
+                }
+                let (Some(preview), Some(active)) = (&self.preview_service, &self.active_service)
+                else {
+                    return Err(StepsError::NoServices);
+                };
+                if preview == active {
+                    return Err(StepsError::SameService(preview.clone()));
+                }
+                if let Some(name) = self.analysis.iter().find(|a| !known.contains(a.as_str())) {
+                    return Err(StepsError::UnknownCheck {
+                        name: name.clone(),
+                        known: known.iter().copied().collect::<Vec<_>>().join(", "),
+                    });
+                }
+                Ok(Some(Progressive::BlueGreen(BlueGreen {
+                    preview_service: preview.clone(),
+                    active_service: active.clone(),
+                    analysis: self.analysis.clone(),
+                    scale_down_delay: self.scale_down_delay,
+                })))
+            }
+        }
+    }
+}
+
+/// How a changed Deployment is brought in by berth's steps.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progressive {
+    /// A canary's steps.
+    Canary(Vec<CanaryStep>),
+    /// Blue-green.
+    BlueGreen(BlueGreen),
+}
+
+/// A blue-green rollout: the new version at full size beside the old one, behind the
+/// preview Service, checked, then the active Service switched to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlueGreen {
+    /// The Service the new version is tried behind.
+    pub preview_service: String,
+    /// The Service switched to it once its checks passed.
+    pub active_service: String,
+    /// The checks run before the switch.
+    pub analysis: Vec<String>,
+    /// How long the old version keeps running after the switch.
+    pub scale_down_delay: Duration,
 }
 
 /// Who runs a Deployment's rolling steps.
@@ -74,6 +159,10 @@ pub enum Strategy {
     /// berth's steps: a share of the pods on the new version, held for a pause and an
     /// analysis, step by step to 100 %.
     Canary,
+    /// The new version at full size beside the old one behind a preview Service, checked,
+    /// then the active Service switched to it.
+    #[serde(rename = "blue-green")]
+    BlueGreen,
 }
 
 /// One canary step.
@@ -133,6 +222,35 @@ pub struct AnnotatedRollout {
     /// A canary's steps.
     #[serde(default)]
     pub steps: Vec<CanaryStep>,
+    /// Blue-green's preview Service.
+    pub preview_service: Option<String>,
+    /// Blue-green's active Service.
+    pub active_service: Option<String>,
+    /// Blue-green's checks.
+    #[serde(default)]
+    pub analysis: Vec<String>,
+    /// Blue-green's delay before the old version goes (the app's when not given).
+    #[serde(default, deserialize_with = "some_duration")]
+    pub scale_down_delay: Option<Duration>,
+}
+
+impl AnnotatedRollout {
+    /// The rollout the annotation says, the rest as the app's `app` says it.
+    pub fn over(self, app: &RolloutConfig) -> RolloutConfig {
+        RolloutConfig {
+            strategy: self.strategy,
+            steps: self.steps,
+            preview_service: self.preview_service,
+            active_service: self.active_service,
+            analysis: self.analysis,
+            scale_down_delay: self.scale_down_delay.unwrap_or(app.scale_down_delay),
+            ..app.clone()
+        }
+    }
+}
+
+fn some_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    duration(d).map(Some)
 }
 
 /// The annotation a Deployment carries its strategy in (for charts).
@@ -169,6 +287,26 @@ pub enum StepsError {
     /// The last step is not 100 %.
     #[error("the last step has weight {0}: a canary ends at weight = 100")]
     Short(u8),
+    /// Steps without `strategy = "canary"`.
+    #[error("steps are a canary's: set strategy = \"canary\"")]
+    NotCanary,
+    /// Blue-green's keys without `strategy = "blue-green"`.
+    #[error("preview_service, active_service and analysis are blue-green's: set strategy = \"blue-green\" (a canary's checks go in its steps)")]
+    NotBlueGreen,
+    /// Blue-green without its two Services.
+    #[error("blue-green needs preview_service and active_service (the Services of the app's Deployments)")]
+    NoServices,
+    /// One Service as both.
+    #[error("preview_service and active_service are both {0:?}: blue-green needs two Services")]
+    SameService(String),
+    /// A blue-green check no `[[analysis]]` names.
+    #[error("analysis: no [[analysis]] named {name:?} (known: {known})")]
+    UnknownCheck {
+        /// The name.
+        name: String,
+        /// The names there are.
+        known: String,
+    },
 }
 
 /// Checks a canary's `steps` against the analyses configured (`known`): weights rising

@@ -454,9 +454,7 @@ fn a_canary_names_its_checks_and_rises_to_100() {
         errors,
     ));
     assert!(
-        err.contains(
-            "app[0].rollout.steps: steps[0]: no [[analysis]] named \"latency\" (known: errors)"
-        ),
+        err.contains("app[0].rollout: steps[0]: no [[analysis]] named \"latency\" (known: errors)"),
         "{err}"
     );
     let err = invalid(&canary("[{ weight = 50 }, { weight = 20 }]", ""));
@@ -486,6 +484,36 @@ fn a_canary_names_its_checks_and_rises_to_100() {
     assert!(
         err.contains("invalid pause \"soon\"")
             && err.contains("or \"promote\" to hold the step until berth promote APP"),
+        "{err}"
+    );
+    let blue_green =
+        |keys: &str| format!("{MINIMAL}[app.rollout]\nstrategy = \"blue-green\"\n{keys}\n{errors}");
+    let c = parse(&blue_green(
+        "preview_service = \"web-preview\"\nactive_service = \"web\"\nanalysis = [\"errors\"]\nscale_down_delay = \"1m\"",
+    ))
+    .unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.apps[0].rollout.scale_down_delay, Duration::from_secs(60));
+    for (keys, said) in [
+        (
+            "active_service = \"web\"",
+            "blue-green needs preview_service and active_service",
+        ),
+        (
+            "preview_service = \"web\"\nactive_service = \"web\"",
+            "are both \"web\": blue-green needs two Services",
+        ),
+        (
+            "preview_service = \"p\"\nactive_service = \"a\"\nanalysis = [\"latency\"]",
+            "analysis: no [[analysis]] named \"latency\"",
+        ),
+    ] {
+        let err = invalid(&blue_green(keys));
+        assert!(err.contains(said), "{said} in {err}");
+    }
+    let err = invalid(&canary("[{ weight = 100 }]\nactive_service = \"web\"", ""));
+    assert!(
+        err.contains("are blue-green's: set strategy = \"blue-green\""),
         "{err}"
     );
     let err = parse_err(&format!("{MINIMAL}[app.rollout]\nstrategy = \"linear\"\n"));

@@ -296,7 +296,7 @@ impl Syncer {
         };
         let plan = predict(m.key(), &planned, &live)?;
         Some(match &w.canary {
-            Some(canary) => super::canary::planned(plan, &canary.steps),
+            Some(canary) => super::canary::planned(plan, &canary.plan),
             None => plan,
         })
     }

@@ -4,7 +4,7 @@
 use kube::api::DynamicObject;
 
 use crate::cluster::apply::observed;
-use crate::config::CanaryStep;
+use crate::config::Progressive;
 use crate::manifest::ObjectKey;
 use crate::plan::{Change, Entry, Planned, Target};
 
@@ -99,7 +99,7 @@ impl Write {
     }
 }
 
-/// A Deployment's canary: what is applied while it runs, and its steps.
+/// A Deployment's canary (or blue-green): what is applied while it runs, and its strategy.
 pub(super) struct Canary {
     /// The Deployment as git has it, paused, its strategy Recreate.
     pub held: Target,
@@ -111,8 +111,8 @@ pub(super) struct Canary {
     /// Git moved while its canary was in flight: the Deployment was held with another
     /// template when the sync began.
     pub moved: bool,
-    /// The steps.
-    pub steps: Vec<CanaryStep>,
+    /// Its strategy: a canary's steps, or blue-green.
+    pub plan: Progressive,
 }
 
 /// Splits planned objects into the unchanged ones (by key) and those to write.

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use super::Problems;
-use crate::config::{check_steps, Config, Strategy};
+use crate::config::Config;
 
 /// Each check well-formed and uniquely named; each canary's steps rising to 100 % and
 /// naming checks that exist.
@@ -20,18 +20,8 @@ pub(super) fn rollouts(config: &Config, problems: &mut Problems) {
         }
     }
     for (i, app) in config.apps.iter().enumerate() {
-        let rollout = &app.rollout;
-        let key = format!("app[{i}].rollout.steps");
-        match rollout.strategy {
-            Strategy::Canary => {
-                if let Err(e) = check_steps(&rollout.steps, &known) {
-                    problems.add(key, e.to_string());
-                }
-            }
-            Strategy::Rolling if !rollout.steps.is_empty() => {
-                problems.add(key, "steps are a canary's: set strategy = \"canary\"");
-            }
-            Strategy::Rolling => {}
+        if let Err(e) = app.rollout.progressive(&known) {
+            problems.add(format!("app[{i}].rollout"), e.to_string());
         }
     }
 }

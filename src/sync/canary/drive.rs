@@ -13,10 +13,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DynamicObject};
 
+use super::blue_green::Switch;
 use super::hold::Cut;
 use super::sets::{request, Sets};
 use crate::cluster::apply::apply_all;
-use crate::config::CanaryStep;
+use crate::config::{CanaryStep, Progressive};
 use crate::history::{CanaryStepRecord, CheckRecord, FollowedRollout, RolloutOutcome};
 use crate::notifications::deliver::HttpClient;
 use crate::rollout::canary::{step_shown, Split};
@@ -40,7 +41,7 @@ pub(in crate::sync) struct Driven {
 /// One canary as it runs.
 pub(super) struct Run<'a> {
     pub ctx: &'a Ctx<'a>,
-    sets: Sets<'a>,
+    pub sets: Sets<'a>,
     /// The new version (its template's hash), `{version}` in the checks.
     pub version: String,
     /// The commit the sync runs.
@@ -54,6 +55,8 @@ pub(super) struct Run<'a> {
     steps: Vec<CanaryStepRecord>,
     /// Where it stands, kept for `berth status` at each change.
     pub standing: Mutex<Option<Standing>>,
+    /// Blue-green, once switched: the active Service, switched back on an abort.
+    pub switch: Option<Switch>,
 }
 
 /// Drives write `w`'s canary (its Deployment applied held, at commit `sha`) to its end.
@@ -90,8 +93,12 @@ pub(in crate::sync) async fn drive(
         started: Timestamp::now(),
         steps: Vec::new(),
         standing: Mutex::new(None),
+        switch: None,
     };
-    let driven = run.all(w, &canary.steps, canary.moved).await;
+    let driven = match &canary.plan {
+        Progressive::Canary(steps) => run.all(w, steps, canary.moved).await,
+        Progressive::BlueGreen(bg) => run.blue_green(w, bg, canary.moved).await,
+    };
     let cut_short =
         (driven.as_ref()).is_ok_and(|d| d.followed.outcome == RolloutOutcome::Interrupted);
     if !cut_short {
@@ -123,7 +130,8 @@ impl Run<'_> {
             ));
         }
         for (i, step) in steps.iter().enumerate().skip(from) {
-            if let Some(ended) = self.step(i, step, weights.len()).await? {
+            let split = Split::at(self.sets.replicas, step.weight);
+            if let Some(ended) = self.step(i, step, weights.len(), split).await? {
                 return Ok(ended);
             }
         }
@@ -134,15 +142,15 @@ impl Run<'_> {
         self.ctx.say(&format!("{}: {line}", self.prefix));
     }
 
-    /// Step `i`: its pods stood, its pause, its checks. `Some` when the canary ends here
+    /// Step `i` (of `of`): its pods stood at `split`, its pause, its checks. `Some` when the canary ends here
     /// (aborted, or cut short by a shutdown).
-    async fn step(
+    pub(super) async fn step(
         &mut self,
         i: usize,
         step: &CanaryStep,
         of: usize,
+        split: Split,
     ) -> Result<Option<Driven>, SyncError> {
-        let split = Split::at(self.sets.replicas, step.weight);
         let at = format!("step {} ({} %)", i + 1, step.weight);
         let (n, w, new, old) = (i + 1, step.weight, split.new, split.old);
         self.say(&format!("step {n} of {of}: {w} % ({new} new, {old} old)"));
@@ -196,7 +204,7 @@ impl Run<'_> {
 
     /// Git went back, during a canary, to the version it replaced: that version runs in
     /// full again at once (no steps: it is what ran before), then as git has it.
-    async fn back(mut self, w: &Write) -> Result<Driven, SyncError> {
+    pub(super) async fn back(mut self, w: &Write) -> Result<Driven, SyncError> {
         self.say("git went back to the version this canary replaced: it runs in full again");
         if let Err(e) = self.sets.stand(Split::at(self.sets.replicas, 100)).await? {
             return Ok(self.ended(RolloutOutcome::Failed, e.to_string()));
@@ -210,6 +218,12 @@ impl Run<'_> {
         self.say(&format!(
             "{why}: aborting, the old version back at {replicas}"
         ));
+        if let Some(switch) = &self.switch {
+            // The old version serves again before the new one goes.
+            if let Some(old) = &switch.old {
+                switch.pin(&switch.active, old).await?;
+            }
+        }
         let prefix = self.prefix.clone();
         let say = |line: &str| self.ctx.say(&format!("{prefix}: {line}"));
         self.sets.abort(&say).await?;
@@ -218,7 +232,7 @@ impl Run<'_> {
 
     /// At 100 %: the Deployment as git has it, followed to the end; its controller finds
     /// the new ReplicaSet full.
-    async fn finish(mut self, w: &Write) -> Result<Driven, SyncError> {
+    pub(super) async fn finish(mut self, w: &Write) -> Result<Driven, SyncError> {
         let m = &w.target.manifest;
         let applied = apply_all(&self.ctx.writer, &self.ctx.settings(), &[&w.target], false).await;
         let Some(applied) = applied.into_iter().next() else {

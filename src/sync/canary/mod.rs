@@ -8,6 +8,7 @@
 //! A held Deployment is in flight: a later sync (a restart of berth) carries it on from
 //! the step its ReplicaSets show.
 
+mod blue_green;
 mod checks;
 mod drive;
 mod hold;
@@ -24,7 +25,7 @@ use super::context::{Ctx, Journal, Stop};
 use super::error::SyncError;
 use super::write::{Canary, Write};
 use crate::config::{
-    check_steps, AnnotatedRollout, CanaryStep, StepsError, Strategy, ROLLOUT_ANNOTATION,
+    AnnotatedRollout, Progressive, RolloutConfig, StepsError, Strategy, ROLLOUT_ANNOTATION,
 };
 use crate::manifest::Manifest;
 use crate::plan::Target;
@@ -35,27 +36,47 @@ use crate::rollout::steps::RolloutStep;
 
 pub(super) use drive::drive;
 
-/// `plan` as a canary of `steps` will run it: each step's pods, its pause and checks.
-pub(super) fn planned(mut plan: DeploymentPlan, steps: &[CanaryStep]) -> DeploymentPlan {
-    plan.canary = (steps.iter())
-        .map(|s| {
-            let split = Split::at(plan.replicas, s.weight);
-            PlannedStep {
-                weight: s.weight,
-                new: split.new,
-                old: split.old,
-                pause: s.pause.map(|p| p.to_string()),
-                analysis: s.analysis.clone(),
-            }
-        })
-        .collect();
+/// `plan` as berth's strategy will run it: each canary step's pods, its pause and
+/// checks; blue-green's new version at full size beside the old, its checks, the switch.
+pub(super) fn planned(mut plan: DeploymentPlan, strategy: &Progressive) -> DeploymentPlan {
+    let step = |weight, split: Split, pause: Option<String>, analysis: &[String]| PlannedStep {
+        weight,
+        new: split.new,
+        old: split.old,
+        pause,
+        analysis: analysis.to_vec(),
+    };
+    let replicas = plan.replicas;
+    plan.canary = match strategy {
+        Progressive::Canary(steps) => (steps.iter())
+            .map(|s| {
+                let split = Split::at(replicas, s.weight);
+                step(s.weight, split, s.pause.map(|p| p.to_string()), &s.analysis)
+            })
+            .collect(),
+        Progressive::BlueGreen(bg) => {
+            let beside = Split {
+                new: replicas,
+                old: replicas,
+            };
+            let delay = humantime::format_duration(bg.scale_down_delay).to_string();
+            vec![
+                step(0, beside, None, &bg.analysis),
+                step(100, beside, Some(delay), &[]),
+                step(100, Split::at(replicas, 100), None, &[]),
+            ]
+        }
+    };
     plan.steps = (plan.canary.iter())
         .map(|s| RolloutStep {
             new: s.new,
             old: s.old,
         })
         .collect();
-    plan.strategy = "canary".into();
+    plan.strategy = match strategy {
+        Progressive::Canary(_) => "canary".into(),
+        Progressive::BlueGreen(_) => "blue-green".into(),
+    };
     plan
 }
 
@@ -81,8 +102,8 @@ pub(super) async fn prepare(
             key: m.key().qualified_name(),
             message,
         };
-        let steps = match steps_of(m, &ctx.app.rollout, &known) {
-            Ok(Some(steps)) => steps,
+        let plan = match progressive_of(m, &ctx.app.rollout, &known) {
+            Ok(Some(plan)) => plan,
             Ok(None) => continue,
             Err(e) => {
                 journal.fail(fail(e.to_string()));
@@ -104,7 +125,7 @@ pub(super) async fn prepare(
                 w.canary = Some(Canary {
                     held,
                     claim,
-                    steps,
+                    plan,
                     moved,
                 });
             }
@@ -126,36 +147,36 @@ enum StrategyError {
     /// Its annotation is not a strategy.
     #[error("annotation {ROLLOUT_ANNOTATION}: {0}")]
     Annotation(serde_json::Error),
-    /// Its annotation's steps cannot run.
+    /// Its annotation's strategy cannot run.
     #[error("annotation {ROLLOUT_ANNOTATION}: {0}")]
-    AnnotatedSteps(StepsError),
-    /// The app's steps cannot run (a set's template, checked only here).
+    Annotated(StepsError),
+    /// The app's strategy cannot run (a set's template, checked only here).
     #[error("[app.rollout] {0}")]
-    Steps(StepsError),
+    App(StepsError),
 }
 
-/// A canary's steps for Deployment `m`: its annotation's strategy, else the app's; `None`
-/// for a rolling one.
-fn steps_of(
+/// Deployment `m`'s strategy when it is berth's: its annotation's, else the app's; `None`
+/// for a rolling one, or a Deployment git pauses.
+fn progressive_of(
     m: &Manifest,
-    app: &crate::config::RolloutConfig,
+    app: &RolloutConfig,
     known: &BTreeSet<&str>,
-) -> Result<Option<Vec<CanaryStep>>, StrategyError> {
+) -> Result<Option<Progressive>, StrategyError> {
     let annotation = m
         .object
         .get("metadata")
         .and_then(|meta| meta.get("annotations"))
         .and_then(|a| a.get(ROLLOUT_ANNOTATION))
         .and_then(Value::as_str);
-    let (strategy, steps) = match annotation {
+    let rollout = match annotation {
         Some(text) => {
             let said: AnnotatedRollout =
                 serde_json::from_str(text).map_err(StrategyError::Annotation)?;
-            (said.strategy, said.steps)
+            said.over(app)
         }
-        None => (app.strategy, app.steps.clone()),
+        None => app.clone(),
     };
-    if strategy != Strategy::Canary {
+    if rollout.strategy == Strategy::Rolling {
         return Ok(None);
     }
     let paused = m.object.get("spec").and_then(|s| s.get("paused"));
@@ -163,11 +184,10 @@ fn steps_of(
         // Git pauses it: nothing rolls out until git says so.
         return Ok(None);
     }
-    check_steps(&steps, known).map_err(match annotation {
-        Some(_) => StrategyError::AnnotatedSteps,
-        None => StrategyError::Steps,
-    })?;
-    Ok(Some(steps))
+    rollout.progressive(known).map_err(match annotation {
+        Some(_) => StrategyError::Annotated,
+        None => StrategyError::App,
+    })
 }
 
 /// Whether the write starts or carries on a canary — the live Deployment's template is
@@ -240,12 +260,25 @@ mod tests {
     fn a_deployment_carries_its_own_strategy_and_a_wrong_one_says_why() {
         let known = BTreeSet::from(["errors"]);
         let app = RolloutConfig::default();
-        let steps = |text: &str| steps_of(&annotated(text), &app, &known);
+        let steps = |text: &str| progressive_of(&annotated(text), &app, &known);
         let ran = steps(
             r#"{"strategy": "canary", "steps": [{"weight": 50, "pause": "5s", "analysis": ["errors"]}, {"weight": 100}]}"#,
         );
-        let weights: Vec<u8> = ran.unwrap().unwrap().iter().map(|s| s.weight).collect();
+        let Ok(Some(Progressive::Canary(ran))) = ran else {
+            panic!("{ran:?}")
+        };
+        let weights: Vec<u8> = ran.iter().map(|s| s.weight).collect();
         assert_eq!(weights, [50, 100]);
+        let blue_green = steps(
+            r#"{"strategy": "blue-green", "preview_service": "web-preview", "active_service": "web", "analysis": ["errors"]}"#,
+        );
+        let Ok(Some(Progressive::BlueGreen(bg))) = blue_green else {
+            panic!("{blue_green:?}")
+        };
+        assert_eq!(
+            (bg.active_service.as_str(), bg.scale_down_delay),
+            ("web", app.scale_down_delay)
+        );
         assert!(steps(r#"{"strategy": "rolling"}"#).unwrap().is_none());
         let said = |text: &str| steps(text).unwrap_err().to_string();
         assert_eq!(

@@ -105,6 +105,12 @@ impl<'a> Sets<'a> {
         })
     }
 
+    /// The old version (its ReplicaSet's hash), when one runs.
+    pub fn old_version(&self) -> Option<String> {
+        let old = self.old.as_deref()?;
+        Some(old.rsplit('-').next().unwrap_or_default().to_string())
+    }
+
     /// The new version's pods (its ReplicaSet's `spec.replicas`).
     pub async fn new_size(&self) -> Result<i32, SyncError> {
         let rs = self.get(&self.new).await?;
