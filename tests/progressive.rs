@@ -693,3 +693,48 @@ async fn blue_green_switches_the_active_service_only_after_its_checks() {
     assert_eq!(pinned(&services, "web").await, new_pin, "never switched");
     wait_ready(&pods, &[(&new, 3)]).await;
 }
+
+/// `engine = "agent"` on a control plane without Kubernetes' Deployment controller: berth's
+/// own engine leaves the held Deployment to the canary's steps, then completes the rollout
+/// it is given at 100 % and writes its status.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_canary_runs_with_berths_own_engine() {
+    let Some(cp) = common::control_plane_without_deployment_controller() else {
+        return;
+    };
+    let client = common::client(cp).await;
+    let ns = common::namespace(&client, "agent-canary").await;
+    let web =
+        |image: &str| common::web_deployment(image, "", "").replace("replicas: 3", "replicas: 4");
+    let repo = Repo::new();
+    repo.write("web.yaml", &web("web:1"));
+    repo.commit("web 1");
+    let rollout = "[app.rollout]\nengine = \"agent\"\nstrategy = \"canary\"\ntimeout = \"1m\"\nsteps = [{ weight = 50, pause = \"1s\" }, { weight = 100 }]\n";
+    let setup = Setup::new(cp, "agent-canary", &repo, &ns, rollout);
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    repo.write("web.yaml", &web("web:2"));
+    repo.commit("web 2");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let record = setup.history().pop().unwrap();
+    assert_eq!(record.outcome, Outcome::Succeeded, "{:?}", record.errors);
+    let ran: Vec<(u8, i32, i32)> = (record.rollouts[0].canary.iter())
+        .map(|s| (s.weight, s.new, s.old))
+        .collect();
+    assert_eq!(ran, [(50, 2, 2), (100, 4, 0)]);
+    assert_eq!(record.rollouts[0].rollout.outcome, RolloutOutcome::Complete);
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let new = version_of(&sets, "web:2").await;
+    wait_ready(&pods, &[(&new, 4)]).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let live = deployments.get("web").await.unwrap();
+    assert_ne!(live.spec.unwrap().paused, Some(true), "as git has it");
+    let status = live.status.unwrap();
+    assert_eq!(
+        (status.updated_replicas, status.available_replicas),
+        (Some(4), Some(4)),
+        "the engine's status"
+    );
+}
