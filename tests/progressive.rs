@@ -228,6 +228,43 @@ async fn a_canary_steps_through_its_weights_and_a_bad_version_is_aborted() {
         .image
         .clone();
     assert_eq!(image.as_deref(), Some("web:2"), "the old template restored");
+    // The status page's chart: the step's hold with its weight, each measurement marked.
+    let body = sync_page(&setup, &record.id);
+    for said in [
+        r#"<rect class="hold""#,
+        ">20 %</text>",
+        r#"<circle class="check-failed""#,
+        "<title>errors 0.3: 0.3, over the max 0.05</title>",
+        "step 1 at 20 %, errors 0 of 1 passed",
+    ] {
+        assert!(body.contains(said), "{said} in {body}");
+    }
+}
+
+/// The status page of record `id` of the app of `setup`, from a `berth run` serving it.
+fn sync_page(setup: &Setup, id: &str) -> String {
+    use std::io::{Read, Write};
+    let port = common::free_port();
+    setup.agent_setting(&format!(
+        "listen = \"127.0.0.1:{port}\"\nstatus_page = true"
+    ));
+    let _daemon = common::Daemon::start(&setup.config, &[]);
+    let end = Instant::now() + Duration::from_secs(30);
+    let mut stream = loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(stream) => break stream,
+            Err(e) => assert!(Instant::now() < end, "berth run never answered: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let path = format!("/apps/{}/syncs/{id}", setup.app);
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    answer
 }
 
 /// `berth run` killed (SIGKILL) while a canary holds step 2: the Deployment stays held at

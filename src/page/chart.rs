@@ -1,6 +1,7 @@
 //! A rollout's timeline drawn as an SVG chart, on the server (no script, no library): the
-//! pods of the new and old ReplicaSets over time, ready against wanted, and where a
-//! rollback began. Colours and dashes come from the stylesheet's classes (the page's CSP
+//! pods of the new and old ReplicaSets over time, ready against wanted, where a rollback
+//! began, and a canary's steps — each step's hold (its pause and checks) shaded with its
+//! weight, each measurement a dot, passed or failed. Colours and dashes come from the stylesheet's classes (the page's CSP
 //! allows no inline style).
 
 use std::fmt::Write;
@@ -8,7 +9,7 @@ use std::fmt::Write;
 use askama::Template;
 use jiff::Timestamp;
 
-use crate::history::{RolloutRecord, TimelineStep};
+use crate::history::{CanaryStepRecord, RolloutRecord, TimelineStep};
 
 const WIDTH: f64 = 640.0;
 const HEIGHT: f64 = 220.0;
@@ -92,6 +93,10 @@ pub struct Chart {
     /// Each series: its class, and its step line's points.
     lines: Vec<(&'static str, String)>,
     rollback: Option<RollbackMark>,
+    /// A canary's holds: where each begins, its width, its label (`20 %`).
+    holds: Vec<(f64, f64, String)>,
+    /// A canary's measurements: where, `check-passed` or `check-failed`, what it read.
+    measured: Vec<(f64, &'static str, String)>,
 }
 
 /// Where a rollback began: the line's place, and its label's.
@@ -150,7 +155,52 @@ pub fn rollout(r: &RolloutRecord, title: &str) -> Chart {
             .collect(),
         rollback: (rollback_at.zip(r.rollback.as_ref()))
             .map(|(at, back)| RollbackMark::new(x(at), back.to_revision)),
+        holds: holds(r, end, &x),
+        measured: measured(&r.canary, r.rollout.started_at, &x),
     }
+}
+
+/// Each canary step's hold, from when it stood until its pause and checks were over (the
+/// chart's end when the rollout ended first): its place, its width, its weight.
+fn holds(r: &RolloutRecord, end: f64, x: &dyn Fn(f64) -> f64) -> Vec<(f64, f64, String)> {
+    let start = r.rollout.started_at;
+    let ms = |t: Timestamp| t.duration_since(start).as_millis() as f64;
+    (r.canary.iter())
+        .map(|s| {
+            let from = x(ms(s.at));
+            let to = x(s.done_at.map_or(end, ms));
+            let width = tenth((to - from).max(1.0));
+            (tenth(from), width, format!("{} %", s.weight))
+        })
+        .collect()
+}
+
+/// `v` to a tenth: a place on the chart.
+fn tenth(v: f64) -> f64 {
+    (v * 10.0).round() / 10.0
+}
+
+/// Each measurement of a canary's `steps`: its place, its class, and what it read.
+fn measured(
+    steps: &[CanaryStepRecord],
+    start: Timestamp,
+    x: &dyn Fn(f64) -> f64,
+) -> Vec<(f64, &'static str, String)> {
+    let checks = steps.iter().flat_map(|s| s.checks.iter());
+    checks
+        .flat_map(|c| c.measurements.iter().map(move |m| (c, m)))
+        .map(|(c, m)| {
+            let class = if m.passed {
+                "check-passed"
+            } else {
+                "check-failed"
+            };
+            let value = m.value.as_ref().map_or("-".into(), ToString::to_string);
+            let why = m.why.as_deref().map_or(String::new(), |w| format!(": {w}"));
+            let at = tenth(x(m.at.duration_since(start).as_millis() as f64));
+            (at, class, format!("{} {value}{why}", c.name))
+        })
+        .collect()
 }
 
 impl RollbackMark {
@@ -211,6 +261,14 @@ fn describe(r: &RolloutRecord, points: &[Point], rollback_at: Option<f64>) -> St
             "; last seen: new ReplicaSet {}/{} ready, old {}/{} available",
             p.new_ready, p.new_wanted, p.old_ready, p.old_wanted
         );
+    }
+    for s in &r.canary {
+        let _ = write!(text, "; step {} at {} %", s.step + 1, s.weight);
+        for c in &s.checks {
+            let passed = c.measurements.iter().filter(|m| m.passed).count();
+            let of = c.measurements.len();
+            let _ = write!(text, ", {} {passed} of {of} passed", c.name);
+        }
     }
     text
 }
@@ -357,6 +415,50 @@ mod tests {
         );
         assert!(
             svg.contains("rolled back to revision 1 at 10s, which ended complete"),
+            "{svg}"
+        );
+    }
+
+    #[test]
+    fn a_canarys_holds_are_shaded_and_its_measurements_marked() {
+        use crate::history::{CheckRecord, Measurement, Value};
+        let mut r = failed_then_rolled_back();
+        let measurement = |ms, passed, value| Measurement {
+            at: at(ms),
+            value: Some(Value::Number(value)),
+            passed,
+            why: (!passed).then(|| format!("{value}, over the max 0.05")),
+        };
+        r.canary = vec![CanaryStepRecord {
+            step: 0,
+            weight: 20,
+            new: 1,
+            old: 2,
+            at: at(2_000),
+            done_at: None,
+            checks: vec![CheckRecord {
+                name: "errors".into(),
+                passed: false,
+                measurements: vec![
+                    measurement(4_000, true, 0.01),
+                    measurement(6_000, false, 0.3),
+                ],
+            }],
+        }];
+        let svg = rollout(&r, "shop/web").render().unwrap();
+        // Held from 2 s to the chart's end (14 s): 36 + 2/14 × 592, 12/14 × 592 wide.
+        assert!(
+            svg.contains(r#"<rect class="hold" x="120.6" y="12" width="507.4""#),
+            "{svg}"
+        );
+        assert!(svg.contains(">20 %</text>"), "{svg}");
+        assert!(svg.contains(r#"class="check-passed""#), "{svg}");
+        assert!(
+            svg.contains("<title>errors 0.3: 0.3, over the max 0.05</title>"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("step 1 at 20 %, errors 1 of 2 passed"),
             "{svg}"
         );
     }
