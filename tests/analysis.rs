@@ -204,3 +204,51 @@ async fn a_canary_runs_an_http_check_and_a_job_check() {
     assert_eq!(image.as_deref(), Some("web:2"), "the old template restored");
     assert_eq!(live.status.unwrap().ready_replicas, Some(4));
 }
+
+/// A server that answers `/big` with a 2 MiB JSON body and never answers `/slow`.
+fn hostile_server() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut head = [0u8; 1024];
+                let n = stream.read(&mut head).unwrap_or(0);
+                if String::from_utf8_lossy(&head[..n]).starts_with("GET /slow") {
+                    std::thread::sleep(Duration::from_secs(60));
+                    return;
+                }
+                let body = format!("{{\"status\": \"{}\"}}", "x".repeat(2 << 20));
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes());
+            });
+        }
+    });
+    port
+}
+
+/// A hostile check server: an answer over 1 MiB is refused unread, a server that never
+/// answers fails the measurement at its timeout; neither passes.
+#[tokio::test]
+async fn an_oversized_or_silent_answer_fails_the_measurement() {
+    let port = hostile_server();
+    let client = berth::notifications::deliver::client().unwrap();
+    let check = |path: &str| Check::Http {
+        url: format!("http://127.0.0.1:{port}{path}"),
+        json: Some(".status".into()),
+    };
+    let big = measure(&client, &check("/big"), "v", None, SECOND * 5).await;
+    assert!(matches!(big, Err(Unmeasured::Unreadable(_))), "{big:?}");
+    let started = std::time::Instant::now();
+    let slow = measure(&client, &check("/slow"), "v", None, SECOND * 2).await;
+    assert_eq!(slow, Err(Unmeasured::Slow(SECOND * 2)));
+    assert!(started.elapsed() < SECOND * 5, "{:?}", started.elapsed());
+    let judged = judged(jiff::Timestamp::now(), slow, &Condition::default());
+    assert!(!judged.passed);
+    assert_eq!(judged.why.as_deref(), Some("no answer within 2s"));
+}

@@ -9,6 +9,7 @@ use super::inputs::Remembered;
 use crate::cluster::{Cluster, ClusterError, Fleet};
 use crate::config::{AgentConfig, AppConfig, Config, Published};
 use crate::history::{HistoryLog, Trigger};
+use crate::notifications::deliver::HttpClient;
 use crate::notifications::{Notifications, NotifyError};
 use crate::source::shared::Sources;
 
@@ -36,6 +37,8 @@ pub struct Syncer {
     pub notifications: Arc<Notifications>,
     /// What each app's last good sync read, to skip commits that change none of it.
     pub(super) inputs: Remembered,
+    /// The client of canaries' Prometheus and HTTP checks, made at the first canary.
+    checks_client: std::sync::OnceLock<HttpClient>,
     /// The configuration: whom an app depends on and who depends on it.
     config: Published,
 }
@@ -74,6 +77,7 @@ impl Syncer {
             sources: Sources::of(&config.agent),
             host: crate::service::lease::identity(),
             inputs: Remembered::new(&config.agent, &config.cluster),
+            checks_client: std::sync::OnceLock::new(),
             notifications: Arc::new(Notifications::none()),
             agent: config.agent.clone(),
             history: HistoryLog::new(&config.agent.state_dir),
@@ -88,6 +92,19 @@ impl Syncer {
     pub fn follow(mut self, config: Published) -> Self {
         self.config = config;
         self
+    }
+
+    /// The client of canaries' Prometheus and HTTP checks (the system's trusted roots),
+    /// shared by every canary of the agent.
+    ///
+    /// # Errors
+    /// The system's trusted certificates cannot be read.
+    pub(super) fn checks_client(&self) -> std::io::Result<HttpClient> {
+        if let Some(client) = self.checks_client.get() {
+            return Ok(client.clone());
+        }
+        let made = crate::notifications::deliver::client()?;
+        Ok(self.checks_client.get_or_init(|| made).clone())
     }
 
     /// The apps that depend on `app` directly.

@@ -76,7 +76,7 @@ pub(in crate::sync) async fn drive(
         Api::namespaced(ctx.cluster.client.clone(), m.namespace_or_default());
     let d = deployments.get(m.name()).await;
     let d = d.map_err(request("reading the Deployment"))?;
-    let client = crate::notifications::deliver::client().map_err(|e| SyncError::Canary {
+    let client = ctx.syncer.checks_client().map_err(|e| SyncError::Canary {
         origin: m.origin.clone(),
         key: m.key().qualified_name(),
         message: format!("no HTTP client for its checks: {e}"),

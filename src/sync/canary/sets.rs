@@ -209,7 +209,7 @@ impl<'a> Sets<'a> {
     }
 
     /// The old version back at full size (first, so that the pods never drop below it),
-    /// then the new one at 0. What kept either from settling is said, not fatal: the
+    /// then the new one at 0 (and any abandoned canary's still running). What kept either from settling is said, not fatal: the
     /// rollback that follows restores the old template either way.
     pub async fn abort(&mut self, say: &(dyn Fn(&str) + Sync)) -> Result<(), SyncError> {
         let deadline = Instant::now() + self.ctx.app.rollout.timeout;
@@ -218,8 +218,12 @@ impl<'a> Sets<'a> {
                 say(&e.to_string());
             }
         }
-        if let Err(e) = self.settle(&self.new, 0, deadline).await? {
-            say(&e.to_string());
+        // An abandoned canary's pods too, when the first step did not stand.
+        let others = std::mem::take(&mut self.others);
+        for rs in std::iter::once(self.new.clone()).chain(others) {
+            if let Err(e) = self.settle(&rs, 0, deadline).await? {
+                say(&e.to_string());
+            }
         }
         Ok(())
     }
