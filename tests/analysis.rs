@@ -110,13 +110,6 @@ async fn an_http_check_reads_the_status_and_a_json_field() {
     );
 }
 
-/// A Job check's manifest: its pod exits with `code` (the stand-in kubelet's annotation).
-fn smoke_job(code: u8) -> String {
-    format!(
-        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: smoke\nspec:\n  backoffLimit: 0\n  template:\n    metadata:\n      annotations:\n        testenv.berth.dev/exit: \"{code}\"\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: smoke\n          image: curl\n          args: [\"http://web/health?version={{version}}\"]\n"
-    )
-}
-
 /// A canary whose step runs an HTTP check (Prometheus' build info, its `.status`) and a
 /// Job check side by side: a good version passes both, each value recorded, the Jobs
 /// deleted; a failing Job aborts the next version, the old one back at full size.
@@ -138,7 +131,7 @@ async fn a_canary_runs_an_http_check_and_a_job_check() {
     repo.commit("web 1");
     let dir = tempfile::tempdir().unwrap();
     let job = dir.path().join("smoke.yaml");
-    std::fs::write(&job, smoke_job(0)).unwrap();
+    std::fs::write(&job, common::check_job(0)).unwrap();
     let checks = format!(
         "[app.rollout]\nstrategy = \"canary\"\ntimeout = \"1m\"\nsteps = [{{ weight = 50, analysis = [\"health\", \"smoke\"] }}, {{ weight = 100 }}]\n[[analysis]]\nname = \"health\"\nhttp = \"{}/api/v1/status/buildinfo\"\njson = \".status\"\nequals = \"success\"\ninterval = \"1s\"\ncount = 2\n[[analysis]]\nname = \"smoke\"\njob = \"{}\"\n",
         prometheus.address,
@@ -179,7 +172,7 @@ async fn a_canary_runs_an_http_check_and_a_job_check() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    std::fs::write(&job, smoke_job(1)).unwrap();
+    std::fs::write(&job, common::check_job(1)).unwrap();
     repo.write("web.yaml", &web("web:3"));
     repo.commit("web 3");
     let (code, out, err) = setup.berth(&["sync"]);

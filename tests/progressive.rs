@@ -22,6 +22,11 @@ fn deployment(image: &str) -> String {
     common::web_deployment(image, "", "").replace("replicas: 3", "replicas: 10")
 }
 
+/// Four replicas of `web` (`image`).
+fn web(image: &str) -> String {
+    common::web_deployment(image, "", "").replace("replicas: 3", "replicas: 4")
+}
+
 const SERVICE: &str = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector: {app: web}\n  ports:\n    - port: 80\n";
 
 /// Ready pods by pod-template hash (pods being deleted left out).
@@ -88,6 +93,53 @@ async fn watch_splits(
     seen.into_iter()
         .map(|(s, first, last)| (s, last - first))
         .collect()
+}
+
+/// A namespace of ten replicas of web:1, synced by an app whose canary has `steps`.
+struct Bed {
+    client: kube::Client,
+    ns: String,
+    repo: Repo,
+    setup: Setup,
+    pods: Api<Pod>,
+    sets: Api<ReplicaSet>,
+}
+
+impl Bed {
+    /// The bed of app `name`, `agent` added to its `[agent]` settings.
+    async fn canary(
+        cp: &'static berth_testenv::ControlPlane,
+        name: &str,
+        steps: &str,
+        agent: &str,
+    ) -> Bed {
+        let client = common::client(cp).await;
+        let ns = common::namespace(&client, name).await;
+        let repo = Repo::new();
+        repo.write("web.yaml", &deployment("web:1"));
+        repo.commit("web 1");
+        let rollout =
+            format!("[app.rollout]\nstrategy = \"canary\"\ntimeout = \"2m\"\nsteps = {steps}\n");
+        let setup = Setup::new(cp, name, &repo, &ns, &rollout);
+        let config = std::fs::read_to_string(&setup.config).unwrap();
+        let config = config.replacen(
+            "interval = \"1h\"\n",
+            "",
+            usize::from(agent.contains("interval")),
+        );
+        std::fs::write(&setup.config, config).unwrap();
+        setup.agent_setting(agent);
+        let (code, out, err) = setup.berth(&["sync"]);
+        assert_eq!(code, 0, "{out}{err}");
+        Bed {
+            pods: Api::namespaced(client.clone(), &ns),
+            sets: Api::namespaced(client.clone(), &ns),
+            client,
+            ns,
+            repo,
+            setup,
+        }
+    }
 }
 
 fn config(prometheus: &Prometheus) -> String {
@@ -275,21 +327,15 @@ async fn a_canary_cut_short_by_a_killed_agent_carries_on_from_its_step() {
     let Some(cp) = common::control_plane() else {
         return;
     };
-    let client = common::client(cp).await;
-    let ns = common::namespace(&client, "restart").await;
-    let repo = Repo::new();
-    repo.write("web.yaml", &deployment("web:1"));
-    repo.commit("web 1");
     let steps =
         r#"[{ weight = 20, pause = "1s" }, { weight = 50, pause = "8s" }, { weight = 100 }]"#;
-    let rollout =
-        format!("[app.rollout]\nstrategy = \"canary\"\ntimeout = \"2m\"\nsteps = {steps}\n");
-    let setup = Setup::new(cp, "restart", &repo, &ns, &rollout);
-    setup.agent_setting("listen = \"off\"");
-    let (code, out, err) = setup.berth(&["sync"]);
-    assert_eq!(code, 0, "{out}{err}");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
+    let Bed {
+        repo,
+        setup,
+        pods,
+        sets,
+        ..
+    } = Bed::canary(cp, "restart", steps, "listen = \"off\"").await;
     repo.write("web.yaml", &deployment("web:2"));
     repo.commit("web 2");
     let mut daemon = common::Daemon::start(&setup.config, &[]);
@@ -348,7 +394,7 @@ async fn a_deployment_annotated_with_a_canary_runs_it_and_a_wrong_one_writes_not
         let annotation = format!(
             "  annotations:\n    berth.dev/rollout: '{{\"strategy\": \"canary\", \"steps\": {steps}}}'\n"
         );
-        let web = common::web_deployment(image, "", "").replace("replicas: 3", "replicas: 4");
+        let web = web(image);
         web.replacen("  name: web\n", &format!("  name: web\n{annotation}"), 1)
     };
     let steps = r#"[{"weight": 50}, {"weight": 100}]"#;
@@ -448,8 +494,6 @@ async fn berth_promote_ends_a_pause_and_berth_abort_the_canary() {
     };
     let client = common::client(cp).await;
     let ns = common::namespace(&client, "promote").await;
-    let web =
-        |image: &str| common::web_deployment(image, "", "").replace("replicas: 3", "replicas: 4");
     let repo = Repo::new();
     repo.write("web.yaml", &web("web:1"));
     repo.commit("web 1");
@@ -546,19 +590,15 @@ async fn a_new_commit_or_a_git_revert_after_a_canary_was_cut_short() {
     let Some(cp) = common::control_plane() else {
         return;
     };
-    let client = common::client(cp).await;
-    let ns = common::namespace(&client, "revert").await;
-    let repo = Repo::new();
-    repo.write("web.yaml", &deployment("web:1"));
-    repo.commit("web 1");
     let steps = r#"[{ weight = 20, pause = "5m" }, { weight = 100 }]"#;
-    let rollout =
-        format!("[app.rollout]\nstrategy = \"canary\"\ntimeout = \"2m\"\nsteps = {steps}\n");
-    let setup = Setup::new(cp, "revert", &repo, &ns, &rollout);
-    let (code, out, err) = setup.berth(&["sync"]);
-    assert_eq!(code, 0, "{out}{err}");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
+    let Bed {
+        client,
+        ns,
+        repo,
+        setup,
+        pods,
+        sets,
+    } = Bed::canary(cp, "revert", steps, "").await;
     let stable = version_of(&sets, "web:1").await;
     repo.write("web.yaml", &deployment("web:2"));
     repo.commit("web 2");
@@ -593,26 +633,16 @@ async fn a_new_commit_supersedes_a_running_canary() {
     let Some(cp) = common::control_plane() else {
         return;
     };
-    let client = common::client(cp).await;
-    let ns = common::namespace(&client, "supersede").await;
-    let repo = Repo::new();
-    repo.write("web.yaml", &deployment("web:1"));
-    repo.commit("web 1");
     let steps = r#"[{ weight = 20, pause = "5m" }, { weight = 100 }]"#;
-    let rollout =
-        format!("[app.rollout]\nstrategy = \"canary\"\ntimeout = \"2m\"\nsteps = {steps}\n");
-    let setup = Setup::new(cp, "supersede", &repo, &ns, &rollout);
-    let config = std::fs::read_to_string(&setup.config).unwrap();
-    std::fs::write(
-        &setup.config,
-        config.replace("interval = \"1h\"", "interval = \"5s\""),
-    )
-    .unwrap();
-    setup.agent_setting("listen = \"off\"");
-    let (code, out, err) = setup.berth(&["sync"]);
-    assert_eq!(code, 0, "{out}{err}");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
+    // The agent fetches every 5 s during a canary's hold: its interval.
+    let agent = "listen = \"off\"\ninterval = \"5s\"";
+    let Bed {
+        repo,
+        setup,
+        pods,
+        sets,
+        ..
+    } = Bed::canary(cp, "supersede", steps, agent).await;
     let stable = version_of(&sets, "web:1").await;
     repo.write("web.yaml", &deployment("web:2"));
     repo.commit("web 2");
@@ -641,13 +671,6 @@ async fn pinned(services: &Api<Service>, name: &str) -> Option<String> {
     selector.get("pod-template-hash").cloned()
 }
 
-/// A Job check's manifest whose pod exits with `code`.
-fn smoke_job(code: u8) -> String {
-    format!(
-        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: smoke\nspec:\n  backoffLimit: 0\n  template:\n    metadata:\n      annotations:\n        testenv.berth.dev/exit: \"{code}\"\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: smoke\n          image: curl\n"
-    )
-}
-
 /// Blue-green: web:2 at full size beside web:1, the active Service `web` pinned to web:1's
 /// pods and `web-preview` to web:2's while a Job check runs, the switch only once it passed,
 /// web:1 kept through the scale-down delay and then gone. A failing check leaves `web` on
@@ -666,7 +689,7 @@ async fn blue_green_switches_the_active_service_only_after_its_checks() {
     repo.commit("web 1");
     let dir = tempfile::tempdir().unwrap();
     let job = dir.path().join("smoke.yaml");
-    std::fs::write(&job, smoke_job(0)).unwrap();
+    std::fs::write(&job, common::check_job(0)).unwrap();
     let rollout = format!(
         "[app.rollout]\nstrategy = \"blue-green\"\ntimeout = \"1m\"\npreview_service = \"web-preview\"\nactive_service = \"web\"\nanalysis = [\"smoke\"]\nscale_down_delay = \"3s\"\n[[analysis]]\nname = \"smoke\"\njob = \"{}\"\ninterval = \"1s\"\ncount = 2\n",
         job.display()
@@ -720,7 +743,7 @@ async fn blue_green_switches_the_active_service_only_after_its_checks() {
     );
     wait_ready(&pods, &[(&new, 3)]).await;
 
-    std::fs::write(&job, smoke_job(1)).unwrap();
+    std::fs::write(&job, common::check_job(1)).unwrap();
     repo.write("web.yaml", &common::web_deployment("web:3", "", ""));
     repo.commit("web 3");
     let (code, out, err) = setup.berth(&["sync"]);
@@ -741,8 +764,6 @@ async fn a_canary_runs_with_berths_own_engine() {
     };
     let client = common::client(cp).await;
     let ns = common::namespace(&client, "agent-canary").await;
-    let web =
-        |image: &str| common::web_deployment(image, "", "").replace("replicas: 3", "replicas: 4");
     let repo = Repo::new();
     repo.write("web.yaml", &web("web:1"));
     repo.commit("web 1");

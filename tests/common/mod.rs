@@ -504,6 +504,14 @@ spec:
 /// Pods that never become ready (the kubelet stand-in's annotation).
 pub const NEVER_READY: &str = "testenv.berth.dev/ready: \"false\"";
 
+/// A Job check's manifest (`[[analysis]] job`) whose pod exits with `code` (the kubelet
+/// stand-in's annotation): `{version}` in its argument.
+pub fn check_job(code: u8) -> String {
+    format!(
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: smoke\nspec:\n  backoffLimit: 0\n  template:\n    metadata:\n      annotations:\n        testenv.berth.dev/exit: \"{code}\"\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: smoke\n          image: curl\n          args: [\"http://web/health?version={{version}}\"]\n"
+    )
+}
+
 /// A Deployment `web` of 3 replicas (`image`), rolled one pod at a time (maxSurge 1,
 /// maxUnavailable 0), its pods annotated with `annotations` (e.g. [`NEVER_READY`]),
 /// `extra_spec` lines added to its spec.
