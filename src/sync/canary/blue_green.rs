@@ -6,11 +6,10 @@
 //! controller scales the old version down. As a canary of two steps: 0 % of the active
 //! Service's pods on the new version, then 100 %.
 
-use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use super::drive::{Driven, Run};
+use super::run::{Driven, Run, Switch};
 use super::sets::request;
 use crate::config::{BlueGreen, CanaryStep, Pause};
 use crate::rollout::canary::Split;
@@ -19,16 +18,6 @@ use crate::sync::write::Write;
 
 /// The label a pinned Service's selector gains: the ReplicaSets' own.
 const PIN: &str = "pod-template-hash";
-
-/// The app's Services a blue-green rollout switches.
-pub(super) struct Switch {
-    api: Api<Service>,
-    field_manager: String,
-    /// The active Service.
-    pub active: String,
-    /// The version it served before (its hash), restored on an abort.
-    pub old: Option<String>,
-}
 
 impl Switch {
     /// The Services of `bg` for `run`'s Deployment (write `w`), each checked to be there;

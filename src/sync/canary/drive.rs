@@ -10,54 +10,20 @@ use std::sync::Mutex;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
 
-use super::blue_green::Switch;
-use super::hold::Cut;
+use super::run::{Cut, Driven, Run};
 use super::sets::{request, Sets};
 use crate::cluster::apply::apply_all;
 use crate::config::{CanaryStep, Progressive};
 use crate::history::{CanaryStepRecord, CheckRecord, FollowedRollout, RolloutOutcome};
-use crate::notifications::deliver::HttpClient;
 use crate::rollout::canary::{step_shown, Split};
-use crate::rollout::gate::{self, Standing};
+use crate::rollout::gate;
 use crate::shutdown;
 use crate::sync::context::Ctx;
 use crate::sync::error::SyncError;
 use crate::sync::follow::follow_one;
 use crate::sync::write::Write;
-
-/// What a canary came to.
-pub(in crate::sync) struct Driven {
-    /// The rollout as a rolling one is recorded: its outcome, message and timeline.
-    pub followed: FollowedRollout,
-    /// Its steps as they ran.
-    pub steps: Vec<CanaryStepRecord>,
-    /// The Deployment as applied at the end, as git has it (the canary reached 100 %).
-    pub applied: Option<DynamicObject>,
-}
-
-/// One canary as it runs.
-pub(super) struct Run<'a> {
-    pub ctx: &'a Ctx<'a>,
-    pub sets: Sets<'a>,
-    /// The new version (its template's hash), `{version}` in the checks.
-    pub version: String,
-    /// The commit the sync runs.
-    pub sha: &'a str,
-    pub client: HttpClient,
-    /// Job checks' Jobs, in the Deployment's namespace, made as the app writes.
-    pub jobs: Api<Job>,
-    /// "deployment.apps/web -n shop".
-    pub prefix: String,
-    started: Timestamp,
-    steps: Vec<CanaryStepRecord>,
-    /// Where it stands, kept for `berth status` at each change.
-    pub standing: Mutex<Option<Standing>>,
-    /// Blue-green, once switched: the active Service, switched back on an abort.
-    pub switch: Option<Switch>,
-}
 
 /// Drives write `w`'s canary (its Deployment applied held, at commit `sha`) to its end.
 ///

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 
 use super::checks::{self, Probes};
-use super::drive::Run;
+use super::run::{Cut, Run};
 use crate::config::{CanaryStep, Pause};
 use crate::history::{CheckRecord, Measurement};
 use crate::rollout::canary::Split;
@@ -20,14 +20,6 @@ const ASKED_EVERY: Duration = Duration::from_millis(250);
 /// How often a held step fetches the app's source, at most and at least (the agent's
 /// interval in between).
 const FETCH_EVERY: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(60));
-
-/// Why a step's hold ends the canary.
-pub(super) enum Cut {
-    /// `berth abort` asked.
-    Aborted(Asked),
-    /// A new commit changes the app (its short id).
-    Superseded(String),
-}
 
 impl Run<'_> {
     /// Where the canary stands as step `i` (of `of`, at `weight`) begins.

@@ -13,6 +13,7 @@ mod checks;
 mod drive;
 mod hold;
 mod job;
+mod run;
 mod sets;
 
 use std::collections::BTreeSet;
