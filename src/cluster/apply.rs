@@ -113,8 +113,11 @@ async fn apply_one(
         .await
         .map(|obj| {
             // An object waited for keeps its body: the apply's answer is the first look at
-            // its health.
-            if settings.bodies || (!dry_run && crate::health::waits_for(m.group(), m.kind())) {
+            // its health. A Deployment's dry run keeps it too: its template's hash says
+            // whether a canary starts.
+            let deployment = m.group() == "apps" && m.kind() == "Deployment";
+            let waited = crate::health::waits_for(m.group(), m.kind());
+            if settings.bodies || (dry_run && deployment) || (!dry_run && waited) {
                 obj
             } else {
                 metadata_only(obj)

@@ -284,11 +284,7 @@ impl Syncer {
 
     async fn predict_deployment(&self, client: &kube::Client, w: &Write) -> Option<DeploymentPlan> {
         let m = &w.target.manifest;
-        if m.group() != "apps" || m.kind() != "Deployment" {
-            return None;
-        }
-        let planned: Deployment =
-            serde_json::from_value(serde_json::to_value(w.dry_run.as_ref()?).ok()?).ok()?;
+        let planned = w.planned_deployment()?;
         let api: Api<Deployment> = Api::namespaced(client.clone(), m.namespace_or_default());
         let live = match api.get_opt(m.name()).await.ok().flatten() {
             Some(d) => revisions::list(client, &d).await.unwrap_or_default(),

@@ -81,6 +81,14 @@ impl Write {
         crate::rollout::revisions::revision_of(&self.dry_run.as_ref()?.metadata)
     }
 
+    /// From the dry run: a Deployment as the server would make it (its template defaulted),
+    /// when the write is one and its dry run kept it.
+    pub fn planned_deployment(&self) -> Option<k8s_openapi::api::apps::v1::Deployment> {
+        let obj = self.dry_run.as_ref().filter(|_| self.is_deployment())?;
+        let value = serde_json::to_value(obj).ok()?;
+        serde_json::from_value(value).ok()
+    }
+
     /// What the apply writes: the held Deployment while its canary runs, else the target.
     pub fn to_apply(&self) -> &Target {
         self.canary.as_ref().map_or(&self.target, |c| &c.held)

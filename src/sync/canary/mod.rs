@@ -19,7 +19,7 @@ mod sets;
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use serde_json::{json, Value};
 
 use super::context::{Ctx, Journal, Stop};
@@ -192,10 +192,12 @@ fn progressive_of(
 }
 
 /// Whether the write starts or carries on a canary — the live Deployment's template is
-/// not the one the dry run made, or berth holds it (paused) still — and if so, the live
-/// strategy, and whether git moved while it was held (its template not the dry run's).
+/// not the one the validate step's dry run made, or berth holds it (paused) still — and if
+/// so, the live strategy, and whether git moved while it was held (its template not the
+/// dry run's).
 async fn in_flight(ctx: &Ctx<'_>, w: &Write) -> Result<Option<(Value, bool)>, kube::Error> {
-    let Some(Some(_)) = w.existing() else {
+    // The template as the server's dry run made it (defaulted), beside the live one's.
+    let (Some(Some(_)), Some(planned)) = (w.existing(), w.planned_deployment()) else {
         return Ok(None);
     };
     let m = &w.target.manifest;
@@ -206,18 +208,6 @@ async fn in_flight(ctx: &Ctx<'_>, w: &Write) -> Result<Option<(Value, bool)>, ku
     else {
         return Ok(None);
     };
-    // The template as the server makes it (defaulted), to hash beside the live one's: the
-    // validate step's dry run keeps no bodies.
-    let params = PatchParams {
-        dry_run: true,
-        force: true,
-        field_manager: Some(ctx.syncer.agent.field_manager.clone()),
-        ..PatchParams::default()
-    };
-    let writer: Api<Deployment> = Api::namespaced(ctx.writer.clone(), ns);
-    let planned = writer
-        .patch(m.name(), &params, &Patch::Apply(&m.object))
-        .await?;
     let hash = |d: &Deployment| revisions::owned(d, Vec::new()).hash;
     let spec = live.spec.as_ref();
     let paused = spec.and_then(|s| s.paused) == Some(true);
