@@ -752,6 +752,37 @@ async fn blue_green_switches_the_active_service_only_after_its_checks() {
     assert_eq!(record.outcome, Outcome::RolledBack, "{:?}", record.errors);
     assert_eq!(pinned(&services, "web").await, new_pin, "never switched");
     wait_ready(&pods, &[(&new, 3)]).await;
+
+    // A commit naming another app's Service in its annotation switches nothing.
+    let other: Service = serde_yaml::from_str(&SERVICE.replace(
+        "name: web\n",
+        "name: other\n  labels: {berth.dev/app: shop}\n",
+    ))
+    .unwrap();
+    services.create(&Default::default(), &other).await.unwrap();
+    let hijack = r#"  annotations:
+    berth.dev/rollout: '{"strategy": "blue-green", "preview_service": "web-preview", "active_service": "other"}'
+"#;
+    let web4 = common::web_deployment("web:4", "", "");
+    repo.write(
+        "web.yaml",
+        &web4.replacen("  name: web\n", &format!("  name: web\n{hijack}"), 1),
+    );
+    repo.commit("web 4, switching another app's Service");
+    let (code, out, err) = setup.berth(&["sync"]);
+    assert_eq!(code, 1, "{out}{err}");
+    let said = "Service other is not one of app bluegreen's objects: blue-green switches only the app's own Services; nothing was written";
+    assert!(out.contains(said), "{out}");
+    assert_eq!(
+        pinned(&services, "other").await,
+        None,
+        "another app's Service untouched"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let live = deployments.get("web").await.unwrap().spec.unwrap();
+    let image = live.template.spec.unwrap().containers[0].image.clone();
+    assert_eq!(image.as_deref(), Some("web:2"), "nothing written");
+    assert_ne!(live.paused, Some(true));
 }
 
 /// `engine = "agent"` on a control plane without Kubernetes' Deployment controller: berth's

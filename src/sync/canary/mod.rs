@@ -96,6 +96,11 @@ pub(super) async fn prepare(
     let config = ctx.syncer.config();
     let known: BTreeSet<&str> = config.analyses.iter().map(|a| a.name.as_str()).collect();
     let mut failed = false;
+    let services: BTreeSet<(String, String)> = (writes.iter())
+        .map(|w| &w.target.manifest)
+        .filter(|m| m.group().is_empty() && m.kind() == "Service")
+        .map(|m| (m.namespace_or_default().to_string(), m.name().to_string()))
+        .collect();
     for w in writes.iter_mut().filter(|w| w.is_deployment()) {
         let m = &w.target.manifest;
         let fail = |message: String| SyncError::Canary {
@@ -112,6 +117,22 @@ pub(super) async fn prepare(
                 continue;
             }
         };
+        if let Progressive::BlueGreen(bg) = &plan {
+            let ns = m.namespace_or_default();
+            match blue_green::refused(ctx, ns, bg, &services).await {
+                Ok(None) => {}
+                Ok(Some(why)) => {
+                    journal.fail(fail(why));
+                    failed = true;
+                    continue;
+                }
+                Err(e) => {
+                    journal.fail(fail(format!("its Services cannot be read: {e}")));
+                    failed = true;
+                    continue;
+                }
+            }
+        }
         match in_flight(ctx, w).await {
             Ok(None) => {}
             Ok(Some((strategy, moved))) => {
