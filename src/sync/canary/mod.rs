@@ -102,57 +102,10 @@ pub(super) async fn prepare(
         .map(|m| (m.namespace_or_default().to_string(), m.name().to_string()))
         .collect();
     for w in writes.iter_mut().filter(|w| w.is_deployment()) {
-        let m = &w.target.manifest;
-        let fail = |message: String| SyncError::Canary {
-            origin: m.origin.clone(),
-            key: m.key().qualified_name(),
-            message,
-        };
-        let plan = match progressive_of(m, &ctx.app.rollout, &known) {
-            Ok(Some(plan)) => plan,
-            Ok(None) => continue,
+        match held(ctx, w, &known, &services).await {
+            Ok(canary) => w.canary = canary,
             Err(e) => {
-                journal.fail(fail(e.to_string()));
-                failed = true;
-                continue;
-            }
-        };
-        if let Progressive::BlueGreen(bg) = &plan {
-            let ns = m.namespace_or_default();
-            match blue_green::refused(ctx, ns, bg, &services).await {
-                Ok(None) => {}
-                Ok(Some(why)) => {
-                    journal.fail(fail(why));
-                    failed = true;
-                    continue;
-                }
-                Err(e) => {
-                    journal.fail(fail(format!("its Services cannot be read: {e}")));
-                    failed = true;
-                    continue;
-                }
-            }
-        }
-        match in_flight(ctx, w).await {
-            Ok(None) => {}
-            Ok(Some((strategy, moved))) => {
-                let target = |manifest| Target {
-                    manifest,
-                    resolved: w.target.resolved.clone(),
-                };
-                let recreate = strategy["type"] == "Recreate";
-                let claim = (!recreate).then(|| target(paused(&w.target.manifest, Some(strategy))));
-                let recreate = json!({"type": "Recreate"});
-                let held = target(paused(&w.target.manifest, Some(recreate)));
-                w.canary = Some(Canary {
-                    held,
-                    claim,
-                    plan,
-                    moved,
-                });
-            }
-            Err(e) => {
-                journal.fail(fail(format!("the live Deployment cannot be read: {e}")));
+                journal.fail(e);
                 failed = true;
             }
         }
@@ -161,6 +114,52 @@ pub(super) async fn prepare(
         return Err(Stop::Failed);
     }
     Ok(())
+}
+
+/// Write `w`'s canary (or blue-green) when its Deployment's strategy is berth's and its
+/// rollout starts or is in flight: the checks it may name (`known`), the Services the
+/// commit writes (`services`).
+async fn held(
+    ctx: &Ctx<'_>,
+    w: &Write,
+    known: &BTreeSet<&str>,
+    services: &BTreeSet<(String, String)>,
+) -> Result<Option<Canary>, SyncError> {
+    let m = &w.target.manifest;
+    let fail = |message: String| SyncError::Canary {
+        origin: m.origin.clone(),
+        key: m.key().qualified_name(),
+        message,
+    };
+    let plan = progressive_of(m, &ctx.app.rollout, known).map_err(|e| fail(e.to_string()))?;
+    let Some(plan) = plan else {
+        return Ok(None);
+    };
+    if let Progressive::BlueGreen(bg) = &plan {
+        let refused = blue_green::refused(ctx, m.namespace_or_default(), bg, services).await;
+        let refused = refused.map_err(|e| fail(format!("its Services cannot be read: {e}")))?;
+        if let Some(why) = refused {
+            return Err(fail(why));
+        }
+    }
+    let live = in_flight(ctx, w).await;
+    let live = live.map_err(|e| fail(format!("the live Deployment cannot be read: {e}")))?;
+    let Some((strategy, moved)) = live else {
+        return Ok(None);
+    };
+    let target = |manifest| Target {
+        manifest,
+        resolved: w.target.resolved.clone(),
+    };
+    let recreate = strategy["type"] == "Recreate";
+    let claim = (!recreate).then(|| target(paused(m, Some(strategy))));
+    let held = target(paused(m, Some(json!({"type": "Recreate"}))));
+    Ok(Some(Canary {
+        held,
+        claim,
+        plan,
+        moved,
+    }))
 }
 
 /// Why a Deployment's strategy cannot run.
