@@ -6,11 +6,11 @@
 //! controller scales the old version down. As a canary of two steps: 0 % of the active
 //! Service's pods on the new version, then 100 %.
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
-
-use std::collections::BTreeSet;
 
 use super::run::{Driven, Run, Switch};
 use super::sets::request;
